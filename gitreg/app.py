@@ -1,0 +1,94 @@
+"""The application factory, its middlewares, and the resources it owns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from .appkeys import AUTH, CACHE, CONFIG, EXECUTOR, GIT, REGISTRY
+from .auth import TokenChecker
+from .cache import TagCache
+from .config import Config
+from .errors import GitregError
+from .git_adapter import GitAdapter, TagList
+from .registry import Registry
+from .routes import routes
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Paths that stay open when registry auth is on.
+OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz"})
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    """The one error shape of the registry API: `{"errors": ["..."]}`."""
+    return web.json_response({"errors": [message]}, status=status, headers=headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Shape every failure as JSON with the right status; never show a traceback."""
+    try:
+        return await handler(request)
+    except GitregError as e:
+        headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if e.status == 401 else None
+        return error_response(e.status, e.message, headers)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = {
+            404: f"no such endpoint: {request.path[:200]}",
+            405: f"method {request.method} is not allowed here",
+        }.get(e.status, e.reason)
+        headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "www-authenticate", "retry-after")}
+        return error_response(e.status, message, headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal error in gitreg; the server log has details")
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Require a registry token on the API when `[auth] tokens` is set."""
+    checker = request.app[AUTH]
+    if checker.enabled and request.path not in OPEN_PATHS:
+        checker.check(request)
+    return await handler(request)
+
+
+async def _services(app: web.Application) -> AsyncIterator[None]:
+    """Create the executor, git adapter, cache and registry; close them on shutdown."""
+    config = app[CONFIG]
+    executor = ThreadPoolExecutor(max_workers=config.git.max_concurrency, thread_name_prefix="gitreg-git")
+    adapter = GitAdapter(config.git, config.credentials)
+
+    async def load(url: str) -> TagList:
+        return await asyncio.get_running_loop().run_in_executor(executor, adapter.ls_remote_tags, url)
+
+    cache = TagCache(config.cache, load)
+    app[EXECUTOR] = executor
+    app[GIT] = adapter
+    app[CACHE] = cache
+    app[REGISTRY] = Registry(config, cache)
+    yield
+    await cache.close()
+    # Running git calls end by themselves at [git] timeout_seconds (kill_after_timeout).
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def create_app(config: Config) -> web.Application:
+    """Build the aiohttp application for an already-validated config."""
+    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=64 * 1024)
+    app[CONFIG] = config
+    app[AUTH] = TokenChecker(config.auth)
+    app.cleanup_ctx.append(_services)
+    app.add_routes(routes)
+    return app

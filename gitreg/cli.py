@@ -1,0 +1,172 @@
+"""Command line: `gitreg serve` and `gitreg check`. Returns exit codes; logging is set up here only."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import ssl
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+from .config import Config, load_config, module_rule_from_flag
+from .errors import ConfigError, GitregError
+from .git_adapter import GitAdapter, mask_url
+from .versions import select_versions
+
+log = logging.getLogger("gitreg")
+
+EXIT_OK = 0
+EXIT_PROBE_FAILED = 1
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gitreg", description="A Terraform/OpenTofu module registry served from Git tags.")
+    parser.add_argument("--version", action="version", version=f"gitreg {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", metavar="PATH", help="TOML config (default: $GITREG_CONFIG, then ./gitreg.toml)")
+        p.add_argument(
+            "--module",
+            action="append",
+            default=[],
+            metavar="NAMESPACE/NAME/SYSTEM=REPOSITORY_URL",
+            help="serve one module from a repository (repeatable; adds to the config file's rules)",
+        )
+        p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    serve = sub.add_parser("serve", help="run the registry server")
+    common(serve)
+    serve.add_argument("--host", help="listen address (overrides [server] host)")
+    serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
+
+    check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
+    common(check)
+    check.add_argument("--probe", action="store_true", help="also list each explicit module's versions and skipped tags")
+    return parser
+
+
+def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> Config:
+    """The config from --config, $GITREG_CONFIG or ./gitreg.toml (or none), plus --module rules."""
+    path = args.config or env.get("GITREG_CONFIG") or None
+    if path is None and Path("gitreg.toml").is_file():
+        path = "gitreg.toml"
+    config = load_config(path, env) if path is not None else Config()
+    problems: list[str] = []
+    extra = []
+    for value in args.module:
+        try:
+            extra.append(module_rule_from_flag(value, config.git.protocols))
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    # Command-line modules come first so they win over a file rule of the same specificity.
+    config = dataclasses.replace(config, modules=(*extra, *config.modules))
+    server = config.server
+    if getattr(args, "host", None):
+        server = dataclasses.replace(server, host=args.host)
+    if getattr(args, "port", None) is not None:
+        if not 0 <= args.port <= 65535:
+            raise ConfigError([f"--port: must be between 0 and 65535, not {args.port}"])
+        server = dataclasses.replace(server, port=args.port)
+    return dataclasses.replace(config, server=server)
+
+
+def _serve(config: Config) -> int:
+    from aiohttp import web
+
+    from .app import create_app
+
+    if not config.modules:
+        print("gitreg: no modules to serve: add [[modules]] to the config or pass --module NS/NAME/SYSTEM=URL", file=sys.stderr)
+        return EXIT_CONFIG
+    ssl_context = None
+    if config.server.tls_cert and config.server.tls_key:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ssl_context.load_cert_chain(config.server.tls_cert, config.server.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            print(f"gitreg: server.tls_cert/tls_key: cannot load: {e}", file=sys.stderr)
+            return EXIT_CONFIG
+    scheme = "https" if ssl_context else "http"
+    log.info(
+        "gitreg %s serving %d module rule(s) on %s://%s:%d",
+        __version__,
+        len(config.modules),
+        scheme,
+        config.server.host,
+        config.server.port,
+    )
+    try:
+        web.run_app(
+            create_app(config),
+            host=config.server.host,
+            port=config.server.port,
+            ssl_context=ssl_context,
+            print=None,
+            access_log_format='%a "%r" %s %b %Tfs "%{User-Agent}i"',
+            shutdown_timeout=10,
+        )
+    except OSError as e:
+        print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_OK
+
+
+def _check(config: Config, probe: bool) -> int:
+    print(f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
+          + (f" from {config.source}" if config.source else ""))
+    if not probe:
+        return EXIT_OK
+    adapter = GitAdapter(config.git, config.credentials)
+    failed = False
+    for i, rule in enumerate(config.modules):
+        if not rule.explicit:
+            print(f"\nrule {i}: {rule.namespace or '*'}/{rule.name or '*'}/{rule.system or '*'} -> "
+                  f"{mask_url(rule.repository)} (a wildcard rule: probed when a module is requested)")
+            continue
+        print(f"\n{rule.namespace}/{rule.name}/{rule.system} <- {mask_url(rule.repository)}"
+              + (f" path={rule.path}" if rule.path else "") + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else ""))
+        try:
+            tags = adapter.ls_remote_tags(rule.repository)
+        except GitregError as e:
+            failed = True
+            print(f"  ERROR: {e.message}")
+            continue
+        found = select_versions(tags.tags, rule.tag_prefix)
+        if found.versions:
+            print(f"  versions ({len(found.versions)}): " + ", ".join(tv.canonical for tv in found.versions))
+            latest = found.latest()
+            if latest is not None:
+                print(f"  latest: {latest.canonical} (tag {latest.tag}, commit {latest.sha[:12]})")
+        else:
+            print("  versions: none (push a tag like " + f"{rule.tag_prefix}v1.0.0)")
+        for skipped in found.skipped:
+            print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    return EXIT_PROBE_FAILED if failed else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `gitreg` and `python -m gitreg`; returns the exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = resolve_config(args, os.environ)
+    except ConfigError as e:
+        print("gitreg: invalid configuration:", file=sys.stderr)
+        for problem in e.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "check":
+        return _check(config, args.probe)
+    return _serve(config)

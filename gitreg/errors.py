@@ -1,0 +1,57 @@
+"""Domain exceptions, raised deep and shaped into HTTP responses in one middleware."""
+
+from __future__ import annotations
+
+
+class GitregError(Exception):
+    """Base of every error gitreg turns into a JSON error response."""
+
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(GitregError):
+    """The request itself is malformed (a path segment or query value)."""
+
+    status = 400
+
+
+class Unauthorized(GitregError):
+    """No or a wrong registry token."""
+
+    status = 401
+
+
+class ModuleNotFound(GitregError):
+    """No rule serves the module, or its repository does not exist upstream."""
+
+    status = 404
+
+
+class VersionNotFound(GitregError):
+    """The module exists but has no such version."""
+
+    status = 404
+
+
+class UpstreamUnavailable(GitregError):
+    """The Git host failed (down, refused credentials, answered garbage)."""
+
+    status = 502
+
+
+class UpstreamTimeout(UpstreamUnavailable):
+    """The Git host did not answer within `[git] timeout_seconds`."""
+
+    status = 504
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; `problems` lists every `key.path: reason`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems

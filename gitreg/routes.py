@@ -1,0 +1,43 @@
+"""HTTP handlers: parse and check the request, ask the registry service, shape the answer."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .appkeys import REGISTRY
+from .names import parse_address
+
+routes = web.RouteTableDef()
+
+DISCOVERY = {"modules.v1": "/v1/modules/"}
+
+
+@routes.get("/.well-known/terraform.json")
+async def discovery(request: web.Request) -> web.Response:
+    """Service discovery: where the module registry API lives."""
+    return web.json_response(DISCOVERY)
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the server runs and answers."""
+    return web.json_response({"status": "ok"})
+
+
+@routes.get("/v1/modules/{namespace}/{name}/{system}/versions")
+async def versions(request: web.Request) -> web.Response:
+    """The module's versions, as the single-element `modules` list clients expect."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    _, found = await request.app[REGISTRY].versions(address)
+    body = {"modules": [{"source": str(address), "versions": [{"version": tv.canonical} for tv in found.versions]}]}
+    return web.json_response(body)
+
+
+@routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/download")
+async def download(request: web.Request) -> web.Response:
+    """Where to fetch a version: 200 with the JSON body (OpenTofu) AND X-Terraform-Get (Terraform)."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    location = await request.app[REGISTRY].download_location(address, m["version"])
+    return web.json_response({"location": location}, headers={"X-Terraform-Get": location})

@@ -1,0 +1,45 @@
+"""Which configured rule serves a module address, and the repository it names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .config import ModuleRule
+from .names import ModuleAddress
+
+_PLACEHOLDER_RE = re.compile(r"\{(namespace|name|system)\}")
+
+
+@dataclass(frozen=True)
+class ResolvedModule:
+    """A module address bound to the rule that serves it, with its URLs filled in."""
+
+    address: ModuleAddress
+    rule: ModuleRule
+    repository: str
+    clone_url: str
+
+
+def fill(template: str, address: ModuleAddress) -> str:
+    """Fill `{namespace}`, `{name}`, `{system}`; the values are grammar-checked, so URL-safe."""
+    values = {"namespace": address.namespace, "name": address.name, "system": address.system}
+    return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
+
+
+def match_rule(rules: tuple[ModuleRule, ...], address: ModuleAddress) -> ResolvedModule | None:
+    """The most specific matching rule (most literal fields), then the earliest; None if none."""
+    best: ModuleRule | None = None
+    for rule in rules:
+        if (
+            (rule.namespace is None or rule.namespace == address.namespace)
+            and (rule.name is None or rule.name == address.name)
+            and (rule.system is None or rule.system == address.system)
+            and (best is None or rule.specificity > best.specificity)
+        ):
+            best = rule
+    if best is None:
+        return None
+    repository = fill(best.repository, address)
+    clone_url = fill(best.clone_url, address) if best.clone_url else repository
+    return ResolvedModule(address, best, repository, clone_url)

@@ -1,0 +1,114 @@
+"""Versions from tags: which tags count, how they order, and why the others are skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import semver
+
+
+@dataclass(frozen=True)
+class TaggedVersion:
+    """A SemVer version found at a tag, with the commit the tag points to (peeled)."""
+
+    version: semver.Version
+    tag: str
+    sha: str
+
+    @property
+    def canonical(self) -> str:
+        """The version as listed to clients: SemVer without a leading `v`."""
+        return str(self.version)
+
+
+@dataclass(frozen=True)
+class SkippedTag:
+    """A tag that is not served, and the reason."""
+
+    tag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ModuleVersions:
+    """The versions of one module, highest first, and the tags that were skipped."""
+
+    versions: tuple[TaggedVersion, ...]
+    skipped: tuple[SkippedTag, ...]
+
+    def find(self, requested: str) -> TaggedVersion | None:
+        """The listed version a client asked for (`1.2.3`, `v1.2.3`, with or without build metadata)."""
+        wanted = parse_version(requested)
+        if wanted is None:
+            return None
+        for tv in self.versions:
+            if tv.version.compare(wanted) == 0 and (not wanted.build or wanted.build == tv.version.build):
+                return tv
+        return None
+
+    def latest(self) -> TaggedVersion | None:
+        """The highest release, or the highest prerelease when there is no release."""
+        for tv in self.versions:
+            if not tv.version.prerelease:
+                return tv
+        return self.versions[0] if self.versions else None
+
+
+def parse_version(text: str) -> semver.Version | None:
+    """Parse SemVer 2.0 with an optional leading `v`; None when it is not SemVer."""
+    if text.startswith("v"):
+        text = text[1:]
+    # semver.Version.parse accepts bytes and surrounding oddities we do not want: be strict.
+    if not text or not text.isascii() or not text[0].isdigit():
+        return None
+    try:
+        return semver.Version.parse(text)
+    except ValueError:
+        return None
+
+
+def select_versions(tags: Mapping[str, str], tag_prefix: str = "") -> ModuleVersions:
+    """Pick the tags that are `tag_prefix` + optional `v` + SemVer 2.0, one per version."""
+    found: dict[tuple, TaggedVersion] = {}
+    skipped: list[SkippedTag] = []
+    # Sorted so the choice between duplicates never depends on the order git lists tags in.
+    for tag in sorted(tags):
+        if not tag.startswith(tag_prefix):
+            continue  # another module's tag in a monorepo: not ours to explain
+        rest = tag[len(tag_prefix):]
+        version = parse_version(rest)
+        if version is None:
+            skipped.append(SkippedTag(tag, _why_not_semver(rest, tag_prefix)))
+            continue
+        tv = TaggedVersion(version, tag, tags[tag])
+        # Build metadata does not count for precedence: 1.0.0+a and 1.0.0+b are the same version.
+        key = (version.major, version.minor, version.patch, version.prerelease)
+        kept = found.get(key)
+        if kept is None:
+            found[key] = tv
+            continue
+        winner, loser = (kept, tv) if _preferred(kept, tv) else (tv, kept)
+        found[key] = winner
+        skipped.append(SkippedTag(loser.tag, f"duplicate of version {winner.canonical}: tag {winner.tag!r} is served"))
+    ordered = sorted(found.values(), key=lambda tv: tv.version, reverse=True)
+    return ModuleVersions(tuple(ordered), tuple(sorted(skipped, key=lambda s: s.tag)))
+
+
+def _preferred(a: TaggedVersion, b: TaggedVersion) -> bool:
+    """Between two tags of one version, prefer the one without `v`, then the shorter name, then by name."""
+    def rank(tv: TaggedVersion) -> tuple:
+        return (tv.tag.rsplit("/", 1)[-1].startswith("v"), len(tv.tag), tv.tag)
+
+    return rank(a) <= rank(b)
+
+
+def _why_not_semver(rest: str, prefix: str) -> str:
+    shown = f"{prefix!r} + {rest!r}" if prefix else repr(rest)
+    bare = rest[1:] if rest.startswith("v") else rest
+    parts = bare.split("+", 1)[0].split("-", 1)[0].split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return f"{shown} is not MAJOR.MINOR.PATCH (SemVer 2.0 needs exactly three numbers)"
+    if any(len(p) > 1 and p.startswith("0") for p in parts):
+        return f"{shown} has a leading zero, which SemVer 2.0 forbids"
+    return f"{shown} is not a valid SemVer 2.0 version (check the prerelease and build parts)"
