@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -68,7 +69,8 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     """Create the executor, git adapter, cache and registry; close them on shutdown."""
     config = app[CONFIG]
     executor = ThreadPoolExecutor(max_workers=config.git.max_concurrency, thread_name_prefix="gitreg-git")
-    adapter = GitAdapter(config.git, config.credentials)
+    home = tempfile.TemporaryDirectory(prefix="gitreg-home-")
+    adapter = GitAdapter(config.git, config.credentials, home.name)
 
     async def load(url: str) -> TagList:
         return await asyncio.get_running_loop().run_in_executor(executor, adapter.ls_remote_tags, url)
@@ -82,6 +84,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     await cache.close()
     # Running git calls end by themselves at [git] timeout_seconds (kill_after_timeout).
     executor.shutdown(wait=False, cancel_futures=True)
+    home.cleanup()
 
 
 def create_app(config: Config) -> web.Application:

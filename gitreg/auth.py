@@ -14,7 +14,7 @@ class TokenChecker:
     """Checks bearer tokens in constant time against every configured token."""
 
     def __init__(self, config: AuthConfig) -> None:
-        self._tokens = tuple(t.encode() for t in config.tokens)
+        self._tokens = tuple(t.token.encode() for t in config.tokens)
 
     @property
     def enabled(self) -> bool:

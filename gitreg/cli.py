@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import os
+import signal
 import ssl
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,10 +82,6 @@ def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[s
 
 
 def _serve(config: Config) -> int:
-    from aiohttp import web
-
-    from .app import create_app
-
     if not config.modules:
         print("gitreg: no modules to serve: add [[modules]] to the config or pass --module NS/NAME/SYSTEM=URL", file=sys.stderr)
         return EXIT_CONFIG
@@ -94,29 +93,43 @@ def _serve(config: Config) -> int:
         except (OSError, ssl.SSLError) as e:
             print(f"gitreg: server.tls_cert/tls_key: cannot load: {e}", file=sys.stderr)
             return EXIT_CONFIG
-    scheme = "https" if ssl_context else "http"
-    log.info(
-        "gitreg %s serving %d module rule(s) on %s://%s:%d",
-        __version__,
-        len(config.modules),
-        scheme,
-        config.server.host,
-        config.server.port,
-    )
     try:
-        web.run_app(
-            create_app(config),
-            host=config.server.host,
-            port=config.server.port,
-            ssl_context=ssl_context,
-            print=None,
-            access_log_format='%a "%r" %s %b %Tfs "%{User-Agent}i"',
-            shutdown_timeout=10,
-        )
+        asyncio.run(_run_server(config, ssl_context))
     except OSError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return EXIT_CONFIG
     return EXIT_OK
+
+
+async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> None:
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything."""
+    from aiohttp import web
+
+    from .app import create_app
+
+    runner = web.AppRunner(
+        create_app(config),
+        handle_signals=False,
+        access_log_format='%a "%r" %s %b %Tfs "%{User-Agent}i"',
+        shutdown_timeout=10,
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.server.host, config.server.port, ssl_context=ssl_context)
+        await site.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        scheme = "https" if ssl_context else "http"
+        for address in runner.addresses:
+            host, port = address[0], address[1]
+            shown = f"[{host}]" if ":" in host else host
+            log.info("gitreg %s serving %d module rule(s) on %s://%s:%d", __version__, len(config.modules), scheme, shown, port)
+        await stop.wait()
+        log.info("shutting down: finishing in-flight requests")
+    finally:
+        await runner.cleanup()
 
 
 def _check(config: Config, probe: bool) -> int:
@@ -124,7 +137,11 @@ def _check(config: Config, probe: bool) -> int:
           + (f" from {config.source}" if config.source else ""))
     if not probe:
         return EXIT_OK
-    adapter = GitAdapter(config.git, config.credentials)
+    with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
+        return _probe(config, GitAdapter(config.git, config.credentials, home))
+
+
+def _probe(config: Config, adapter: GitAdapter) -> int:
     failed = False
     for i, rule in enumerate(config.modules):
         if not rule.explicit:

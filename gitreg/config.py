@@ -6,6 +6,7 @@ Every problem is collected (not just the first) and named by its key path, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -19,11 +20,12 @@ from .errors import ConfigError
 from .names import NAME_RE, SYSTEM_RE
 
 PLACEHOLDERS = ("namespace", "name", "system")
+DOWNLOAD_PLACEHOLDERS = ("namespace", "name", "system", "tag", "version", "sha")
 DEFAULT_PROTOCOLS = ("https", "ssh", "git", "file")
 KNOWN_PROTOCOLS = ("https", "http", "ssh", "git", "file")
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
-_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)")
+_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)(?!:)")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class ServerConfig:
     port: int = 8080
     tls_cert: str | None = None
     tls_key: str | None = None
+    public_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,40 @@ class GitConfig:
     timeout_seconds: float = 30.0
     max_concurrency: int = 8
     protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
+    allow_moved_tags: bool = False
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """`[storage]`: gitreg's own files (mirrors, archives, moved-tag records, download counts)."""
+
+    path: str = field(default_factory=lambda: default_storage_path())
+    max_bytes: int = 5 * 1024**3
+
+
+@dataclass(frozen=True)
+class WebhooksConfig:
+    """`[webhooks]`: shared secrets of the GitHub and GitLab webhooks; unset disables one."""
+
+    github_secret: str | None = field(default=None, repr=False)
+    gitlab_token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class TokenConfig:
+    """One registry token, optionally limited to namespaces; `token` may be `sha256:<hex>`."""
+
+    token: str = field(repr=False)
+    namespaces: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
 class AuthConfig:
     """`[auth]`: registry tokens; empty means the registry is open."""
 
-    tokens: tuple[str, ...] = field(default=(), repr=False)
+    tokens: tuple[TokenConfig, ...] = field(default=(), repr=False)
+    metrics_token: str | None = field(default=None, repr=False)
+    signing_key: str | None = field(default=None, repr=False)
 
     @property
     def enabled(self) -> bool:
@@ -80,6 +110,8 @@ class ModuleRule:
     tag_prefix: str = ""
     clone_url: str | None = None
     ref: Literal["tag", "commit"] = "tag"
+    download: str = "git"
+    verified: bool = False
 
     @property
     def specificity(self) -> int:
@@ -109,9 +141,17 @@ class Config:
     cache: CacheConfig = CacheConfig()
     git: GitConfig = GitConfig()
     auth: AuthConfig = AuthConfig()
+    storage: StorageConfig = field(default_factory=lambda: StorageConfig())
+    webhooks: WebhooksConfig = WebhooksConfig()
     modules: tuple[ModuleRule, ...] = ()
     credentials: tuple[Credential, ...] = field(default=(), repr=False)
     source: str | None = None
+
+
+def default_storage_path() -> str:
+    """`$XDG_STATE_HOME/gitreg`, else `~/.local/state/gitreg`."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "gitreg")
 
 
 class _Reader:
@@ -298,6 +338,16 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
     tag_prefix = r.str("tag_prefix", "") or ""
     clone_url = r.str("clone_url")
     ref = r.str("ref", "tag")
+    download = r.str("download", "git") or "git"
+    verified = r.bool("verified", False)
+    if download not in ("git", "archive"):
+        if not download.startswith("https://"):
+            r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
+        else:
+            for placeholder in _TEMPLATE_RE.findall(download):
+                if placeholder not in DOWNLOAD_PLACEHOLDERS:
+                    r.error("download", f"unknown placeholder {{{placeholder}}}; use one of "
+                            + ", ".join(f"{{{p}}}" for p in DOWNLOAD_PLACEHOLDERS))
     if repository is not None:
         _check_url(r, "repository", repository, protocols, template=True)
     if clone_url is not None:
@@ -324,7 +374,45 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         tag_prefix=tag_prefix,
         clone_url=clone_url,
         ref=ref,  # type: ignore[arg-type]
+        download=download,
+        verified=verified,
     )
+
+
+def _parse_tokens(a: _Reader) -> tuple[TokenConfig, ...]:
+    """`tokens` is a list of strings, or of tables `{token = "...", namespaces = [...]}`."""
+    value = a._get("tokens", False)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        a.error("tokens", f"must be a list of tokens, not {_type_name(value)}")
+        return ()
+    out = []
+    for i, item in enumerate(value):
+        key = f"tokens[{i}]"
+        if isinstance(item, str):
+            token, namespaces = expand_env(item, a.env, lambda reason, key=key: a.error(key, reason)), None
+        elif isinstance(item, dict):
+            t = _Reader(item, a.key(key), a.problems, a.env)
+            token = t.str("token", required=True) or ""
+            listed = t.str_list("namespaces") if "namespaces" in item else None
+            namespaces = None
+            if listed is not None:
+                namespaces = listed
+                for j, ns in enumerate(listed):
+                    if not NAME_RE.fullmatch(ns):
+                        t.error(f"namespaces[{j}]", f"{ns!r} is not a valid namespace")
+            t.finish()
+        else:
+            a.error(key, f"must be a string or a table with token and namespaces, not {_type_name(item)}")
+            continue
+        if token.startswith("sha256:"):
+            if not re.fullmatch(r"sha256:[0-9a-f]{64}", token):
+                a.error(key, "a hashed token must be sha256: followed by 64 lowercase hex digits")
+        elif len(token) < 16 and not a.problems_for(key):
+            a.error(key, "is shorter than 16 characters; use a long random token")
+        out.append(TokenConfig(token=token, namespaces=namespaces))
+    return tuple(out)
 
 
 def _parse_credential(r: _Reader) -> Credential | None:
@@ -351,7 +439,13 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         port=s.int("port", 8080, 0, 65535),
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
+        public_url=s.str("public_url"),
     )
+    if server.public_url is not None:
+        parts = urlsplit(server.public_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
+        server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
     if (server.tls_cert is None) != (server.tls_key is None):
         missing = "tls_key" if server.tls_key is None else "tls_cert"
         s.error(missing, "tls_cert and tls_key must be given together (both or neither)")
@@ -380,16 +474,36 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         timeout_seconds=g.number("timeout_seconds", 30.0, minimum=0.1),
         max_concurrency=g.int("max_concurrency", 8, 1, 256),
         protocols=tuple(p for p in protocols if p in KNOWN_PROTOCOLS),
+        allow_moved_tags=g.bool("allow_moved_tags", False),
     )
     g.finish()
 
     a = _Reader(root._get("auth", False) or {}, "auth", problems, env)
-    tokens = a.str_list("tokens")
-    for i, token in enumerate(tokens):
-        if len(token) < 16 and not a.problems_for(f"tokens[{i}]"):
-            a.error(f"tokens[{i}]", "is shorter than 16 characters; use a long random token")
-    auth = AuthConfig(tokens=tokens)
+    auth = AuthConfig(
+        tokens=_parse_tokens(a),
+        metrics_token=a.str("metrics_token"),
+        signing_key=a.str("signing_key"),
+    )
+    if auth.metrics_token is not None and len(auth.metrics_token) < 16:
+        a.error("metrics_token", "is shorter than 16 characters; use a long random token")
+    if auth.signing_key is not None and len(auth.signing_key) < 32:
+        a.error("signing_key", "is shorter than 32 characters; use a long random key (e.g. `openssl rand -hex 32`)")
     a.finish()
+
+    st = _Reader(root._get("storage", False) or {}, "storage", problems, env)
+    storage = StorageConfig(
+        path=st.str("path") or default_storage_path(),
+        max_bytes=st.int("max_bytes", 5 * 1024**3, 1024 * 1024),
+    )
+    st.finish()
+
+    w = _Reader(root._get("webhooks", False) or {}, "webhooks", problems, env)
+    webhooks = WebhooksConfig(github_secret=w.str("github_secret"), gitlab_token=w.str("gitlab_token"))
+    for key in ("github_secret", "gitlab_token"):
+        value = getattr(webhooks, key)
+        if value is not None and len(value) < 16:
+            w.error(key, "is shorter than 16 characters; use a long random secret")
+    w.finish()
 
     modules = []
     for i, table in enumerate(root.table_list("modules")):
@@ -409,6 +523,8 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         cache=cache,
         git=gitcfg,
         auth=auth,
+        storage=storage,
+        webhooks=webhooks,
         modules=tuple(modules),
         credentials=tuple(credentials),
         source=source,

@@ -16,7 +16,6 @@ import base64
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,7 +34,10 @@ _NOT_FOUND = re.compile(
     r"no such file or directory|could not read from remote repository|HTTP 404",
     re.IGNORECASE,
 )
-_AUTH_FAILED = re.compile(r"authentication failed|HTTP 401|HTTP 403|could not read Username|terminal prompts disabled", re.I)
+_AUTH_FAILED = re.compile(
+    r"authentication failed|HTTP 401|HTTP 403|could not read Username|terminal prompts disabled|Permission denied",
+    re.IGNORECASE,
+)
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # A repository with this many tag lines is refused rather than held in memory.
 MAX_REFS = 200_000
@@ -63,11 +65,11 @@ class TagList:
 class GitAdapter:
     """Runs git for gitreg with a hardened, credential-carrying environment."""
 
-    def __init__(self, config: GitConfig, credentials: tuple[Credential, ...], home: str | None = None) -> None:
+    def __init__(self, config: GitConfig, credentials: tuple[Credential, ...], home: str) -> None:
         self.config = config
         self.credentials = credentials
         # An empty HOME of our own: no ~/.gitconfig, ~/.netrc or ~/.ssh/config of the operator.
-        self._home = home or tempfile.mkdtemp(prefix="gitreg-home-")
+        self._home = home
         self._git = git.cmd.Git()
 
     def environment(self, url: str) -> dict[str, str]:
@@ -174,3 +176,70 @@ def _last_line(stderr: str) -> str:
     line = lines[-1] if lines else ""
     line = line.removeprefix("stderr:").strip().strip("'").strip()
     return line[:300]
+
+
+class MirrorGit:
+    """Git commands on gitreg's own bare mirrors (archive mode, module details)."""
+
+    def __init__(self, adapter: GitAdapter) -> None:
+        self.adapter = adapter
+
+    def _run(self, args: list[str], url: str, cwd: str, **kwargs: object) -> str:
+        started = time.monotonic()
+        try:
+            out = git.cmd.Git(cwd).execute(
+                args, env=self.adapter.environment(url), kill_after_timeout=self.adapter.config.timeout_seconds, **kwargs
+            )
+        except git.GitCommandError as e:
+            raise self.adapter._classify(url, e, time.monotonic() - started) from None
+        return out if isinstance(out, str) else ""
+
+    def init(self, path: str) -> None:
+        """Create an empty bare repository at `path`."""
+        git.cmd.Git().execute(["git", "init", "--quiet", "--bare", "--end-of-options", path],
+                              env=self.adapter.environment(""), kill_after_timeout=60)
+
+    def fetch_tags(self, path: str, url: str) -> None:
+        """Fetch every tag of `url` into the mirror at `path` (tags may move: force, prune)."""
+        self._run(
+            ["git", "fetch", "--quiet", "--force", "--prune", "--no-write-fetch-head", "--end-of-options", url,
+             "+refs/tags/*:refs/tags/*"],
+            url, path,
+        )
+
+    def has_commit(self, path: str, sha: str) -> bool:
+        """True when the mirror at `path` holds commit `sha` (a validated SHA from ls-remote)."""
+        if not _SHA_RE.fullmatch(sha):
+            raise ValueError("not a commit SHA")
+        try:
+            git.cmd.Git(path).execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"],
+                                      env=self.adapter.environment(""), kill_after_timeout=30)
+        except git.GitCommandError:
+            return False
+        return True
+
+    def archive_tar(self, path: str, sha: str, subdir: str, out: object) -> None:
+        """Write `git archive --format=tar <sha> [-- <subdir>]` to the binary stream `out`."""
+        if not _SHA_RE.fullmatch(sha):
+            raise ValueError("not a commit SHA")
+        args = ["git", "archive", "--format=tar", sha]
+        if subdir:
+            args += ["--", subdir]
+        try:
+            git.cmd.Git(path).execute(args, env=self.adapter.environment(""),
+                                      kill_after_timeout=self.adapter.config.timeout_seconds, output_stream=out)
+        except git.GitCommandError as e:
+            raise UpstreamUnavailable(f"could not build an archive of commit {sha[:12]}: {_last_line(_text(e.stderr))}") from None
+
+    def tag_dates(self, path: str) -> dict[str, str]:
+        """tag name -> ISO 8601 date (the tagger's date, or the commit's for a lightweight tag)."""
+        out = git.cmd.Git(path).execute(
+            ["git", "for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"],
+            env=self.adapter.environment(""), kill_after_timeout=60,
+        )
+        dates = {}
+        for line in str(out).splitlines():
+            name, _, date = line.partition("\0")
+            if name and date:
+                dates[name] = date
+        return dates

@@ -1,0 +1,25 @@
+FROM python:3.12-slim
+
+# git runs ls-remote; procps provides `ps`, which GitPython's timeouts use to kill git's children;
+# openssh-client lets rules use ssh:// repositories.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git procps openssh-client ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gitreg ./gitreg
+RUN pip install --no-cache-dir . && rm -rf /src
+
+RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/gitreg --shell /usr/sbin/nologin gitreg
+USER 10001
+WORKDIR /var/lib/gitreg
+
+EXPOSE 8080
+# The config in /etc/gitreg must listen on 0.0.0.0:8080 for this check and EXPOSE to hold.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
+
+ENTRYPOINT ["gitreg"]
+CMD ["serve", "--config", "/etc/gitreg/config.toml"]

@@ -1,0 +1,77 @@
+"""Bare mirrors of served repositories under `[storage] path`, for archives and module details.
+
+A mirror is created in a temporary directory and renamed into place only when its first
+fetch succeeded, so a crash never leaves a half-made mirror that looks complete. It is
+fetched again only when a commit we need is missing (the tag list changed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import TypeVar
+
+from .git_adapter import MirrorGit, mask_url
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class MirrorStore:
+    """One bare mirror per repository URL, created and updated under a per-URL lock."""
+
+    def __init__(self, root: Path, git: MirrorGit, executor: Executor) -> None:
+        self.root = root
+        self.git = git
+        self.executor = executor
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.fetches = 0
+
+    def prepare(self) -> None:
+        """Create the directory and remove what a crash may have left (temp mirrors, git lock files)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for entry in self.root.iterdir():
+            if entry.name.startswith("tmp-"):
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.suffix == ".git":
+                for lock in entry.rglob("*.lock"):
+                    lock.unlink(missing_ok=True)
+
+    def path_for(self, url: str) -> Path:
+        """Where the mirror of `url` lives (a hash: URLs are not file names)."""
+        return self.root / (hashlib.sha256(url.encode()).hexdigest()[:40] + ".git")
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def ensure(self, url: str, sha: str) -> Path:
+        """The mirror of `url`, holding commit `sha` (cloned or fetched as needed)."""
+        path = self.path_for(url)
+        if path.is_dir() and await self._call(self.git.has_commit, str(path), sha):
+            return path
+        lock = self._locks.setdefault(url, asyncio.Lock())
+        async with lock:
+            if path.is_dir():
+                if not await self._call(self.git.has_commit, str(path), sha):
+                    log.info("fetching tags of %s into its mirror", mask_url(url))
+                    self.fetches += 1
+                    await self._call(self.git.fetch_tags, str(path), url)
+            else:
+                log.info("creating a mirror of %s", mask_url(url))
+                self.fetches += 1
+                tmp = self.root / f"tmp-{uuid.uuid4().hex}"
+                try:
+                    await self._call(self.git.init, str(tmp))
+                    await self._call(self.git.fetch_tags, str(tmp), url)
+                    os.replace(tmp, path)
+                finally:
+                    if tmp.exists():
+                        shutil.rmtree(tmp, ignore_errors=True)
+        return path

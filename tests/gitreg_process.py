@@ -1,0 +1,79 @@
+"""Run the real `python -m gitreg serve` as a subprocess, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_LISTEN_RE = re.compile(r"serving \d+ module rule\(s\) on (https?://\S+)")
+
+
+class GitregProcess:
+    """`python -m gitreg serve ARGS` on a free port; `url` is where it listens."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.args = ["serve", "--port", "0", *args]
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd or ROOT
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.log: list[str] = []
+
+    def start(self, timeout: float = 20) -> "GitregProcess":
+        """Start and wait until the server says where it listens."""
+        env = {**self.env, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gitreg", *self.args],
+            cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        found = threading.Event()
+
+        def pump() -> None:
+            assert self.proc and self.proc.stdout
+            for line in self.proc.stdout:
+                self.log.append(line)
+                m = _LISTEN_RE.search(line)
+                if m and not found.is_set():
+                    self.url = m.group(1)
+                    found.set()
+            found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not found.wait(timeout) or not self.url:
+            self.stop()
+            raise RuntimeError("gitreg did not start:\n" + "".join(self.log))
+        return self
+
+    def stop(self, timeout: float = 15) -> int:
+        """SIGTERM, wait, and return the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def __enter__(self) -> "GitregProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_gitreg(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m gitreg ARGS` to completion."""
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "gitreg", *args], cwd=cwd or ROOT, env=full_env,
+        capture_output=True, text=True, timeout=120,
+    )

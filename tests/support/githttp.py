@@ -1,0 +1,247 @@
+"""Real git over smart HTTP: `git http-backend` behind a small threaded HTTP server.
+
+Basic auth, per-repository counters of ref advertisements, and switchable faults
+("down", "slow", "garbage", "error", "unauthorized") for the fault tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+import shutil
+import ssl
+import subprocess
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the server saw."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    status: int
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    owner: "GitHttpServer"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hung up is not news
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def _record(self, status: int) -> None:
+        parts = urlsplit(self.path)
+        self.server.owner._record(
+            RequestRecord(self.command, parts.path, parts.query, {k: v for k, v in self.headers.items()}, status)
+        )
+
+    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self._record(status)
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self) -> None:
+        owner = self.server.owner
+        parts = urlsplit(self.path)
+        repo = parts.path.lstrip("/").split("/", 1)[0]
+        if parts.path.endswith("/info/refs") and "service=git-upload-pack" in parts.query:
+            owner._count_advertisement(repo)
+        mode = owner.mode
+        if mode == "down":
+            self._record(0)
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
+        if mode == "slow":
+            if owner._stopping.wait(owner.delay):
+                return
+        elif mode == "garbage":
+            self._reply(200, os.urandom(512), {"Content-Type": "application/x-git-upload-pack-advertisement"})
+            return
+        elif mode == "error":
+            self._reply(500, b"internal error\n", {"Content-Type": "text/plain"})
+            return
+        elif mode == "unauthorized":
+            self._reply(401, b"no\n", {"WWW-Authenticate": 'Basic realm="git"'})
+            return
+        user = None
+        if owner.username is not None and repo not in owner.public:
+            user = self._authorized()
+            if user is None:
+                self._reply(401, b"authentication required\n", {"WWW-Authenticate": 'Basic realm="git"'})
+                return
+        self._cgi(parts.path, parts.query, user)
+
+    def _authorized(self) -> str | None:
+        owner = self.server.owner
+        scheme, _, value = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            user, _, password = base64.b64decode(value).decode().partition(":")
+        except ValueError:
+            return None
+        ok = hmac.compare_digest(user, owner.username or "") and hmac.compare_digest(password, owner.password or "")
+        return user if ok else None
+
+    def _cgi(self, path: str, query: str, user: str | None) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": str(owner.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "HOME": str(owner.root),
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "REMOTE_ADDR": self.client_address[0],
+            "REMOTE_USER": user or "",
+            "GATEWAY_INTERFACE": "CGI/1.1",
+        }
+        if length:
+            env["CONTENT_LENGTH"] = str(length)
+        if self.headers.get("Content-Encoding"):
+            env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
+        if self.headers.get("Git-Protocol"):
+            env["HTTP_GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+        body = self.rfile.read(length) if length else b""
+        proc = subprocess.run([owner.git, "http-backend"], input=body, env=env, capture_output=True)
+        head, _, payload = proc.stdout.partition(b"\r\n\r\n")
+        if not _:
+            head, _, payload = proc.stdout.partition(b"\n\n")
+        status = 200
+        headers: dict[str, str] = {}
+        for line in head.decode("latin-1").splitlines():
+            name, sep, value = line.partition(":")
+            if not sep:
+                continue
+            if name.lower() == "status":
+                status = int(value.strip().split()[0])
+            else:
+                headers[name.strip()] = value.strip()
+        try:
+            self._reply(status, payload, headers)
+        except OSError:
+            pass
+
+
+class GitHttpServer:
+    """`git http-backend` for the bare repositories under `root`, on 127.0.0.1."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        public: set[str] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.username = username
+        self.password = password
+        self.ssl_context = ssl_context
+        self.public = set(public or ())
+        self.mode = "ok"
+        self.delay = 30.0
+        self.git = shutil.which("git") or "git"
+        self._lock = threading.Lock()
+        self._advertisements: dict[str, int] = {}
+        self._requests: list[RequestRecord] = []
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+
+    def start(self) -> "GitHttpServer":
+        """Listen on a free port and serve in a daemon thread."""
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.owner = self
+        if self.ssl_context is not None:
+            server.socket = self.ssl_context.wrap_socket(server.socket, server_side=True)
+        self._server = server
+        scheme = "https" if self.ssl_context else "http"
+        self.base_url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (promptly, even while a "slow" request sleeps) and close the socket."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._server = None
+
+    def __enter__(self) -> "GitHttpServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def url(self, repo: str) -> str:
+        """The clone URL of `repo` (a directory name under root, e.g. "hello.git")."""
+        return f"{self.base_url}/{repo}"
+
+    def _count_advertisement(self, repo: str) -> None:
+        with self._lock:
+            self._advertisements[repo] = self._advertisements.get(repo, 0) + 1
+
+    def _record(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._requests.append(record)
+
+    def ref_advertisements(self, repo: str | None = None) -> int:
+        """How many ref advertisements (`info/refs?service=git-upload-pack`) were asked for."""
+        with self._lock:
+            if repo is None:
+                return sum(self._advertisements.values())
+            return self._advertisements.get(repo, 0)
+
+    def requests(self) -> list[RequestRecord]:
+        """Every request seen so far."""
+        with self._lock:
+            return list(self._requests)
+
+    def reset_counters(self) -> None:
+        """Forget counted advertisements and requests."""
+        with self._lock:
+            self._advertisements.clear()
+            self._requests.clear()

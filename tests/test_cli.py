@@ -1,0 +1,106 @@
+"""The command line as operators and scripts use it: exit codes, messages, config lookup."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
+from tests.support.repos import GitRepo
+
+
+def fetch_json(url: str) -> tuple[int, dict]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, json.loads(resp.read())
+
+
+def tagged_repo(tmp_path: Path) -> GitRepo:
+    r = GitRepo(tmp_path, "hello")
+    r.commit({"main.tf": "#\n"})
+    for tag in ("v1.0.0", "1.0.0", "v1.1.0", "v1.2", "latest"):
+        r.tag(tag)
+    return r
+
+
+def test_serve_with_module_flag_needs_no_config_file(tmp_path):
+    repo = tagged_repo(tmp_path)
+    with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as server:
+        status, body = fetch_json(f"{server.url}/v1/modules/demo/hello/null/versions")
+    assert status == 200
+    assert sorted(v["version"] for v in body["modules"][0]["versions"]) == ["1.0.0", "1.1.0"]
+    assert server.proc.returncode == 0  # SIGTERM is a clean shutdown
+
+
+def test_serve_reads_gitreg_config_then_local_gitreg_toml(tmp_path):
+    repo = tagged_repo(tmp_path)
+    config = tmp_path / "elsewhere.toml"
+    config.write_text(f'[[modules]]\nnamespace = "env"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n')
+    with GitregProcess(env={"GITREG_CONFIG": str(config)}, cwd=tmp_path) as server:
+        assert fetch_json(f"{server.url}/v1/modules/env/hello/null/versions")[0] == 200
+    (tmp_path / "gitreg.toml").write_text(config.read_text().replace('"env"', '"local"'))
+    with GitregProcess(cwd=tmp_path) as server:
+        assert fetch_json(f"{server.url}/v1/modules/local/hello/null/versions")[0] == 200
+
+
+def test_serve_without_any_module_exits_2_and_says_what_to_do(tmp_path):
+    result = run_gitreg("serve", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--module" in result.stderr
+
+
+def test_check_accepts_the_example_config():
+    result = run_gitreg("check", "--config", str(ROOT / "config.example.toml"), env={"GITLAB_TOKEN": "x"})
+    assert result.returncode == 0, result.stderr
+    assert "config OK: 2 module rule(s), 1 credential(s)" in result.stdout
+
+
+def test_check_prints_every_problem_with_its_key_and_exits_2(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        '[server]\nport = "eighty"\ntls_cert = "/nope.pem"\n'
+        '[[modules]]\nnamespace = "acme"\n'
+        '[[modules]]\nrepository = "https://h/{team}.git"\nref = "branch"\n'
+        '[[credentials]]\nurl = "https://h/"\nusername = "u"\npassword = "${MISSING_SECRET}"\n'
+    )
+    result = run_gitreg("check", "--config", str(config), )
+    assert result.returncode == 2
+    for expected in (
+        "server.port: must be an integer",
+        "server.tls_key: tls_cert and tls_key must be given together",
+        "modules[0].repository: missing",
+        "modules[1].repository: unknown placeholder {team}",
+        'modules[1].ref: must be "tag" or "commit"',
+        "credentials[0].password: environment variable MISSING_SECRET is not set",
+    ):
+        assert expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_with_a_missing_file_exits_2(tmp_path):
+    result = run_gitreg("check", "--config", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2
+    assert "file not found" in result.stderr
+
+
+def test_check_probe_lists_versions_and_explains_every_skipped_tag(tmp_path):
+    repo = tagged_repo(tmp_path)
+    result = run_gitreg("check", "--probe", "--module", f"demo/hello/null={repo.url}", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "versions (2): 1.1.0, 1.0.0" in out
+    assert "skipped tag 'v1.0.0': duplicate of version 1.0.0: tag '1.0.0' is served" in out
+    assert "skipped tag 'v1.2': 'v1.2' is not MAJOR.MINOR.PATCH" in out
+    assert "skipped tag 'latest':" in out
+
+
+def test_check_probe_exits_1_when_a_repository_cannot_be_listed(tmp_path):
+    result = run_gitreg("check", "--probe", "--module", f"demo/gone/null={(tmp_path / 'gone.git').as_uri()}", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "ERROR: repository" in result.stdout and "does not exist upstream" in result.stdout
+
+
+def test_bad_module_flag_is_a_config_error(tmp_path):
+    result = run_gitreg("serve", "--module", "demo/hello=file:///x", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "NAMESPACE/NAME/SYSTEM=REPOSITORY_URL" in result.stderr

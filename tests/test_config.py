@@ -1,0 +1,177 @@
+"""Configuration: every problem named by its key path; every key documented."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gitreg.config import (
+    AuthConfig,
+    CacheConfig,
+    StorageConfig,
+    TokenConfig,
+    WebhooksConfig,
+    Config,
+    Credential,
+    GitConfig,
+    ModuleRule,
+    ServerConfig,
+    load_config,
+    module_rule_from_flag,
+    parse_config,
+)
+from gitreg.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "config.example.toml"
+
+
+def problems(data: dict, env: dict | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, env or {})
+    return info.value.problems
+
+
+def test_example_config_is_valid():
+    config = load_config(EXAMPLE, {"GITLAB_TOKEN": "glpat-secret-value"})
+    assert config.modules[1].path == "modules/network"
+    assert config.credentials[0].password == "glpat-secret-value"
+
+
+@pytest.mark.parametrize(
+    ("section", "cls"),
+    [("server", ServerConfig), ("cache", CacheConfig), ("git", GitConfig), ("auth", AuthConfig),
+     ("modules", ModuleRule), ("credentials", Credential), ("storage", StorageConfig),
+     ("webhooks", WebhooksConfig), ("auth", TokenConfig)],
+)
+def test_every_config_key_is_documented_in_the_example(section, cls):
+    text = EXAMPLE.read_text()
+    documented = set(re.findall(r"\b([a-z_]+)\s*=", text))
+    assert f"[{section}]" in text or f"[[{section}]]" in text
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in documented]
+    assert not missing, f"[{section}] keys missing from config.example.toml: {missing}"
+
+
+def test_every_top_level_section_is_documented():
+    sections = {f.name for f in dataclasses.fields(Config)} - {"source"}
+    text = EXAMPLE.read_text()
+    for section in sections:
+        assert re.search(rf"^#?\s*\[\[?{section}\]\]?", text, re.MULTILINE), section
+
+
+def test_example_documents_only_keys_the_parser_accepts(tmp_path):
+    text = re.sub(r"^# ?(\w+\s*=)", r"\1", EXAMPLE.read_text(), flags=re.MULTILINE)
+    for name in ("cert.pem", "key.pem"):
+        (tmp_path / name).write_text("x")
+        text = text.replace(f"/etc/gitreg/tls/{name}", str(tmp_path / name))
+    data = tomllib.loads(text)
+    env = {name: "x" * 40 for name in re.findall(r"\$\{(\w+)\}", text)}
+    parse_config(data, env)
+
+
+def test_missing_repository_is_named_by_key_path():
+    assert problems({"modules": [{"namespace": "acme", "repository": "file:///r"}, {"namespace": "x"}]}) == [
+        "modules[1].repository: missing"
+    ]
+
+
+def test_unknown_keys_and_wrong_types_are_all_reported():
+    found = problems({"server": {"port": "80", "hots": "x"}, "cache": {"ttl_seconds": True}, "extra": 1})
+    assert "server.port: must be an integer, not a string" in found
+    assert "server.hots: unknown key" in found
+    assert "cache.ttl_seconds: must be a number, not a boolean" in found
+    assert "extra: unknown key" in found
+
+
+def test_missing_environment_variable_names_key_and_variable():
+    found = problems({"credentials": [{"url": "https://h/", "username": "u", "password": "${NOPE_TOKEN}"}]})
+    assert found == ["credentials[0].password: environment variable NOPE_TOKEN is not set"]
+
+
+def test_environment_variables_expand_and_dollar_escapes():
+    config = parse_config(
+        {"credentials": [{"url": "https://h/", "username": "u$$er", "password": "${TOK}"}]}, {"TOK": "s3cret"}
+    )
+    assert config.credentials[0].username == "u$er"
+    assert config.credentials[0].password == "s3cret"
+
+
+def test_tls_needs_both_cert_and_key(tmp_path):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    assert problems({"server": {"tls_cert": str(cert)}}) == [
+        "server.tls_key: tls_cert and tls_key must be given together (both or neither)"
+    ]
+
+
+def test_tls_files_must_exist(tmp_path):
+    found = problems({"server": {"tls_cert": str(tmp_path / "a"), "tls_key": str(tmp_path / "b")}})
+    assert any(p.startswith("server.tls_cert: file") for p in found)
+    assert any(p.startswith("server.tls_key: file") for p in found)
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ({"repository": "https://u:pw@h/r.git"}, "modules[0].repository: must not contain a password"),
+        ({"repository": "ext::sh -c id"}, "modules[0].repository: 'ext::sh -c id' is not a Git URL"),
+        ({"repository": "http://h/r.git"}, "modules[0].repository: transport 'http' is not allowed"),
+        ({"repository": "https://h/{org}.git"}, "modules[0].repository: unknown placeholder {org}"),
+        ({"repository": "file:///r", "path": "../x"}, "modules[0].path: '../x' must be a relative path"),
+        ({"repository": "file:///r", "ref": "branch"}, 'modules[0].ref: must be "tag" or "commit"'),
+        ({"repository": "file:///r", "system": "AWS"}, "modules[0].system: 'AWS' is not a valid system"),
+        ({"repository": "file:///r", "namespace": "-acme"}, "modules[0].namespace: '-acme' is not a valid namespace"),
+        ({"repository": "file:///r", "tag_prefix": "a b"}, "modules[0].tag_prefix: 'a b' may contain only"),
+    ],
+)
+def test_bad_rules_are_rejected_with_the_reason(rule, expected):
+    found = problems({"modules": [rule]})
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_http_transport_can_be_allowed_explicitly():
+    config = parse_config({"git": {"protocols": ["https", "http"]}, "modules": [{"repository": "http://h/r.git"}]}, {})
+    assert config.modules[0].repository == "http://h/r.git"
+
+
+def test_short_registry_tokens_are_rejected():
+    assert problems({"auth": {"tokens": ["short"]}}) == [
+        "auth.tokens[0]: is shorter than 16 characters; use a long random token"
+    ]
+
+
+def test_secrets_are_not_in_the_repr_of_config_objects():
+    config = parse_config(
+        {
+            "auth": {"tokens": ["registry-token-0123456789"]},
+            "credentials": [{"url": "https://h/", "username": "u", "password": "git-password-0123"}],
+        },
+        {},
+    )
+    text = repr(config) + repr(config.auth) + repr(config.credentials) + str(config)
+    assert "registry-token-0123456789" not in text
+    assert "git-password-0123" not in text
+
+
+def test_module_flag_makes_an_explicit_rule():
+    rule = module_rule_from_flag("demo/hello/null=file:///srv/hello.git")
+    assert (rule.namespace, rule.name, rule.system, rule.repository) == ("demo", "hello", "null", "file:///srv/hello.git")
+    assert rule.explicit
+
+
+@pytest.mark.parametrize("value", ["demo/hello=file:///r", "demo/hello/null", "demo/hello/NULL=file:///r", "a/b/c="])
+def test_bad_module_flags_are_config_errors(value):
+    with pytest.raises(ConfigError):
+        module_rule_from_flag(value)
+
+
+def test_invalid_toml_is_a_config_error(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[server\nport = 1")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "not valid TOML" in info.value.problems[0]

