@@ -61,7 +61,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Require a registry token on the API when `[auth] tokens` is set."""
     checker = request.app[AUTH]
     if checker.enabled and request.path not in OPEN_PATHS:
-        checker.check(request)
+        checker.authorize(request)
     return await handler(request)
 
 

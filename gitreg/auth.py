@@ -1,28 +1,39 @@
-"""Registry authentication: `Authorization: Bearer <token>` on every `/v1/...` request."""
+"""Registry authentication: `Authorization: Bearer <token>` on every `/v1/...` request.
+
+Tokens may be scoped to namespaces and stored hashed (`sha256:<hex>`). The middleware in
+app.py records the caller's scope on the request; handlers that list modules read it with
+`allowed_namespaces(request)`.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from aiohttp import web
 
-from .config import AuthConfig
-from .errors import Unauthorized
+from .config import AuthConfig, TokenConfig
+from .errors import Forbidden, Unauthorized
+
+SCOPE_KEY = "gitreg.scope"
 
 
 class TokenChecker:
     """Checks bearer tokens in constant time against every configured token."""
 
     def __init__(self, config: AuthConfig) -> None:
-        self._tokens = tuple(t.token.encode() for t in config.tokens)
+        self._tokens: tuple[tuple[bytes, bool, TokenConfig], ...] = tuple(
+            (bytes.fromhex(t.token[7:]), True, t) if t.token.startswith("sha256:") else (t.token.encode(), False, t)
+            for t in config.tokens
+        )
 
     @property
     def enabled(self) -> bool:
         """True when tokens are configured."""
         return bool(self._tokens)
 
-    def check(self, request: web.Request) -> None:
-        """Raise Unauthorized unless the request carries a configured token."""
+    def check(self, request: web.Request) -> TokenConfig:
+        """The token the request carries; Unauthorized unless it is a configured one."""
         header = request.headers.get("Authorization", "")
         scheme, _, presented = header.partition(" ")
         if not header:
@@ -30,9 +41,26 @@ class TokenChecker:
         if scheme.lower() != "bearer" or not presented.strip():
             raise Unauthorized("the Authorization header must be 'Bearer <token>'")
         candidate = presented.strip().encode("utf-8", "surrogateescape")
+        digest = hashlib.sha256(candidate).digest()
         # Compare with every token, always, so timing says nothing about which (if any) matched.
-        matched = False
-        for token in self._tokens:
-            matched |= hmac.compare_digest(candidate, token)
-        if not matched:
+        matched: TokenConfig | None = None
+        for secret, hashed, token in self._tokens:
+            if hmac.compare_digest(digest if hashed else candidate, secret) and matched is None:
+                matched = token
+        if matched is None:
             raise Unauthorized("the registry token is not valid")
+        return matched
+
+    def authorize(self, request: web.Request) -> None:
+        """Check the token, record its scope, and refuse a namespace outside it (403)."""
+        token = self.check(request)
+        scope = frozenset(token.namespaces) if token.namespaces is not None else None
+        request[SCOPE_KEY] = scope
+        namespace = request.match_info.get("namespace")
+        if scope is not None and namespace is not None and namespace not in scope:
+            raise Forbidden(f"this token may not read namespace {namespace[:64]!r}")
+
+
+def allowed_namespaces(request: web.Request) -> frozenset[str] | None:
+    """The namespaces the caller may see; None means all of them."""
+    return request.get(SCOPE_KEY)

@@ -25,6 +25,12 @@ class Unauthorized(GitregError):
     status = 401
 
 
+class Forbidden(GitregError):
+    """A valid token, but not for this namespace."""
+
+    status = 403
+
+
 class ModuleNotFound(GitregError):
     """No rule serves the module, or its repository does not exist upstream."""
 
