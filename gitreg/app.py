@@ -7,15 +7,18 @@ import logging
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import AUTH, CACHE, CONFIG, EXECUTOR, GIT, REGISTRY
+from .appkeys import AUTH, CACHE, CONFIG, EXECUTOR, GIT, MIRRORS, REGISTRY
 from .auth import TokenChecker
+from .browse import browse_routes, browse_services
 from .cache import TagCache
 from .config import Config
 from .errors import GitregError
-from .git_adapter import GitAdapter, TagList
+from .git_adapter import GitAdapter, MirrorGit, TagList
+from .mirrors import MirrorStore
 from .registry import Registry
 from .routes import routes
 
@@ -80,6 +83,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[GIT] = adapter
     app[CACHE] = cache
     app[REGISTRY] = Registry(config, cache)
+    mirrors = MirrorStore(Path(config.storage.path) / "mirrors", MirrorGit(adapter), executor)
+    mirrors.prepare()
+    app[MIRRORS] = mirrors
     yield
     await cache.close()
     # Running git calls end by themselves at [git] timeout_seconds (kill_after_timeout).
@@ -93,5 +99,7 @@ def create_app(config: Config) -> web.Application:
     app[CONFIG] = config
     app[AUTH] = TokenChecker(config.auth)
     app.cleanup_ctx.append(_services)
+    app.cleanup_ctx.append(browse_services)  # needs the services above
     app.add_routes(routes)
+    app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     return app

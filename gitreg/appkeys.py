@@ -8,8 +8,11 @@ from aiohttp import web
 
 from .auth import TokenChecker
 from .cache import TagCache
+from .catalog import Catalog
 from .config import Config
+from .details import DetailsService
 from .git_adapter import GitAdapter
+from .mirrors import MirrorStore
 from .registry import Registry
 
 CONFIG = web.AppKey("config", Config)
@@ -18,3 +21,6 @@ GIT = web.AppKey("git", GitAdapter)
 CACHE = web.AppKey("cache", TagCache)
 REGISTRY = web.AppKey("registry", Registry)
 AUTH = web.AppKey("auth", TokenChecker)
+MIRRORS = web.AppKey("mirrors", MirrorStore)
+CATALOG = web.AppKey("catalog", Catalog)
+DETAILS = web.AppKey("details", DetailsService)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .appkeys import REGISTRY
+from .appkeys import CATALOG, REGISTRY
 from .names import parse_address
 
 routes = web.RouteTableDef()
@@ -29,7 +29,9 @@ async def versions(request: web.Request) -> web.Response:
     """The module's versions, as the single-element `modules` list clients expect."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    _, found = await request.app[REGISTRY].versions(address)
+    resolved, found = await request.app[REGISTRY].versions(address)
+    if found.versions:
+        request.app[CATALOG].remember(resolved)  # a wildcard rule's module becomes listable
     body = {"modules": [{"source": str(address), "versions": [{"version": tv.canonical} for tv in found.versions]}]}
     return web.json_response(body)
 
@@ -40,4 +42,5 @@ async def download(request: web.Request) -> web.Response:
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
     location = await request.app[REGISTRY].download_location(address, m["version"])
+    request.app[CATALOG].count_download(address)  # in memory; the catalog writes it in batches
     return web.json_response({"location": location}, headers={"X-Terraform-Get": location})

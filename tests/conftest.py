@@ -31,6 +31,12 @@ def make_config(modules: list[dict[str, Any]], **sections: Any) -> Config:
     return parse_config(data, {})
 
 
+@pytest.fixture(autouse=True)
+def _state_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default `[storage] path` ($XDG_STATE_HOME/gitreg) is the test's own, never the real home."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> GitRepo:
     """A bare repository `hello.git` with a provider-free module tagged v1.0.0, v1.1.0 (annotated), v2.0.0-rc.1."""

@@ -1,0 +1,94 @@
+"""Benchmark the browsing API (list, search, details) against the versions endpoint.
+
+A real monorepo with N modules (one directory each, explicit rules), served by the real app
+on 127.0.0.1. Prints medians and ratios against `GET .../versions` measured in the same run
+(the baseline: the cheapest request that also goes through rules and the tag cache).
+
+    python bench/bench_browse.py [--modules 60] [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+
+from gitreg.app import create_app  # noqa: E402
+from tests.conftest import make_config  # noqa: E402
+from tests.support.repos import GitRepo  # noqa: E402
+
+MODULE_TF = '''
+variable "name" {
+  type        = string
+  description = "Name prefix."
+}
+variable "tags" {
+  type    = map(string)
+  default = {}
+}
+variable "settings" {
+  type = object({ size = optional(number, 1), zones = list(string) })
+}
+output "id" { value = null_resource.this.id }
+resource "null_resource" "this" {}
+module "labels" { source = "./modules/labels" }
+'''
+
+
+async def timed(client: TestClient, url: str) -> float:
+    started = time.perf_counter()
+    resp = await client.get(url)
+    await resp.read()
+    assert resp.status == 200, (url, resp.status)
+    return time.perf_counter() - started
+
+
+async def median_ms(client: TestClient, url: str, rounds: int) -> float:
+    return statistics.median([await timed(client, url) for _ in range(rounds)]) * 1000
+
+
+async def main(modules: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="gitreg-bench-") as tmp:
+        base = Path(tmp)
+        repo = GitRepo(base / "repos", "modules")
+        files: dict[str, str | None] = {}
+        for i in range(modules):
+            files[f"m{i}/README.md"] = f"# m{i}\n\nModule number {i} for the {'network' if i % 3 == 0 else 'compute'} team.\n"
+            files[f"m{i}/main.tf"] = MODULE_TF
+            files[f"m{i}/modules/labels/main.tf"] = 'variable "x" {}\n'
+        repo.commit(files)
+        repo.tag("v1.0.0")
+        rules = [{"namespace": "acme", "name": f"m{i}", "system": "null", "repository": repo.url, "path": f"m{i}"}
+                 for i in range(modules)]
+        config = make_config(rules, storage={"path": str(base / "state")}, server={"host": "127.0.0.1"})
+        async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as client:
+            cold = await timed(client, "/v1/modules?limit=100") * 1000
+            results = {
+                "versions (baseline)": await median_ms(client, "/v1/modules/acme/m1/null/versions", rounds),
+                "details, warm": await median_ms(client, "/v1/modules/acme/m1/null/1.0.0", rounds),
+                f"list {modules}, limit=100, warm": await median_ms(client, "/v1/modules?limit=100", rounds),
+                "list, limit=15, warm": await median_ms(client, "/v1/modules", rounds),
+                f"search over {modules}, warm": await median_ms(client, "/v1/modules/search?q=network", rounds),
+            }
+    baseline = results["versions (baseline)"]
+    print(f"modules={modules} rounds={rounds}")
+    print(f"{'first list (cold: mirror + parse all)':40s} {cold:8.1f} ms")
+    for label, value in results.items():
+        print(f"{label:40s} {value:8.2f} ms  x{value / baseline:5.1f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    asyncio.run(asyncio.wait_for(main(args.modules, args.rounds), timeout=300))

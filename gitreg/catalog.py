@@ -1,0 +1,183 @@
+"""Which modules the listing API shows, and how often each was downloaded.
+
+Listed: every fully specified `[[modules]]` rule, plus every module a wildcard rule has
+resolved successfully (a versions, details or download request found tags in its
+repository). Wildcard rules cannot be enumerated (`acme/*` may mean any repository on the
+host), so gitreg lists what it has actually served. Both that set and the download counts
+live in `<[storage] path>/catalog.json`, kept across restarts. Writes are batched: a
+request only changes memory, and a background task writes the file (atomically: temp file
++ `os.replace`) at most every FLUSH_SECONDS and once more at shutdown, so a crash loses at
+most a few seconds of counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from .config import Config
+from .names import NAME_RE, SYSTEM_RE, ModuleAddress
+from .rules import ResolvedModule, match_rule
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "catalog.json"
+FORMAT = 1
+FLUSH_SECONDS = 5.0
+# A wildcard rule could in principle resolve unboundedly many names; beyond this many
+# remembered modules new ones are served but not listed (and a warning is logged once).
+MAX_REMEMBERED = 50_000
+
+
+def _parse_key(key: object) -> ModuleAddress | None:
+    """`ns/name/system` from the file, checked against the grammar (the file may be edited by hand)."""
+    if not isinstance(key, str):
+        return None
+    parts = key.split("/")
+    if len(parts) != 3 or not NAME_RE.fullmatch(parts[0]) or not NAME_RE.fullmatch(parts[1]) or not SYSTEM_RE.fullmatch(parts[2]):
+        return None
+    return ModuleAddress(*parts)
+
+
+class Catalog:
+    """The listable modules and the download counts; touched from the event loop only."""
+
+    def __init__(self, config: Config, path: Path) -> None:
+        self.config = config
+        self.path = path
+        self._remembered: set[ModuleAddress] = set()
+        self._downloads: dict[ModuleAddress, int] = {}
+        self._dirty = False
+        self._warned_full = False
+        self._lock = asyncio.Lock()
+        self.writes = 0
+
+    def load(self) -> None:
+        """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
+        try:
+            data: Any = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            aside = self.path.with_name(self.path.name + ".damaged")
+            log.warning("%s could not be read (%s); starting with an empty catalog, the old file is %s",
+                        self.path, type(e).__name__, aside.name)
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                pass
+            return
+        if not isinstance(data, dict):
+            return
+        for key in data.get("modules", []) if isinstance(data.get("modules"), list) else []:
+            address = _parse_key(key)
+            if address is not None:
+                self._remembered.add(address)
+        downloads = data.get("downloads")
+        if isinstance(downloads, dict):
+            for key, count in downloads.items():
+                address = _parse_key(key)
+                if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                    self._downloads[address] = count
+
+    def listed(self) -> dict[ModuleAddress, ResolvedModule]:
+        """Every listable module, bound to the rule serving it now (rules may have changed since)."""
+        found: dict[ModuleAddress, ResolvedModule] = {}
+        for rule in self.config.modules:
+            if rule.explicit:
+                address = ModuleAddress(rule.namespace or "", rule.name or "", rule.system or "")
+                resolved = match_rule(self.config.modules, address)
+                if resolved is not None:
+                    found[address] = resolved
+        for address in self._remembered:
+            if address not in found:
+                resolved = match_rule(self.config.modules, address)
+                if resolved is not None:
+                    found[address] = resolved
+        return found
+
+    def remember(self, resolved: ResolvedModule) -> None:
+        """Record that a wildcard rule served this module (explicit rules are listed anyway)."""
+        address = resolved.address
+        if resolved.rule.explicit or address in self._remembered:
+            return
+        if len(self._remembered) >= MAX_REMEMBERED:
+            if not self._warned_full:
+                log.warning("more than %d modules served by wildcard rules; new ones are not listed", MAX_REMEMBERED)
+                self._warned_full = True
+            return
+        self._remembered.add(address)
+        self._dirty = True
+
+    def forget(self, address: ModuleAddress) -> None:
+        """Drop a remembered module whose repository no longer exists."""
+        if address in self._remembered:
+            self._remembered.discard(address)
+            self._dirty = True
+
+    def count_download(self, address: ModuleAddress) -> None:
+        """One more download request answered for `address`."""
+        self._downloads[address] = self._downloads.get(address, 0) + 1
+        self._dirty = True
+
+    def downloads(self, address: ModuleAddress) -> int:
+        """Download requests answered for `address`, across restarts."""
+        return self._downloads.get(address, 0)
+
+    def _snapshot(self) -> str:
+        data = {
+            "format": FORMAT,
+            "modules": sorted(str(a) for a in self._remembered),
+            "downloads": {str(a): n for a, n in sorted(self._downloads.items())},
+        }
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    async def flush(self) -> None:
+        """Write the file if anything changed (the write runs off the event loop)."""
+        async with self._lock:
+            if not self._dirty:
+                return
+            text = self._snapshot()
+            self._dirty = False
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._write, text)
+            except OSError as e:
+                self._dirty = True  # try again at the next flush
+                log.warning("could not write %s: %s", self.path, e)
+
+    def _write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.writes += 1
+
+    async def run(self, interval: float = FLUSH_SECONDS) -> None:
+        """Flush every `interval` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush()
+
+    async def lifetime(self) -> AsyncIterator[None]:
+        """Load, flush in the background while the app runs, flush once more at shutdown."""
+        self.load()
+        task = asyncio.ensure_future(self.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await self.flush()

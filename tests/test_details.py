@@ -1,0 +1,339 @@
+"""Module details read from a real tagged tree: inputs, outputs, calls, providers, resources."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from gitreg.appkeys import DETAILS, MIRRORS
+from gitreg.details import description_from_readme
+from tests.conftest import assert_error, make_config
+from tests.support.repos import GitRepo
+
+README = """# terraform-aws-vpc
+
+[![CI](https://ci.example.com/badge.svg)](https://ci.example.com)
+
+Creates a **VPC** with public and private [subnets](https://docs.example.com/subnets),
+NAT gateways and flow logs.
+
+## Usage
+
+```hcl
+module "vpc" { source = "acme/vpc/aws" }
+```
+"""
+
+VARIABLES = '''
+variable "name" {
+  type        = string
+  description = "Name prefix of every resource."
+  validation {
+    condition     = length(var.name) > 0 && length(var.name) <= 32
+    error_message = "The name must be 1-32 characters."
+  }
+}
+
+variable "az_count" {
+  type    = number
+  default = 3
+  validation {
+    condition     = var.az_count >= 1
+    error_message = "At least one availability zone."
+  }
+}
+
+variable "scale" {
+  type    = number
+  default = -1.5e3
+}
+
+variable "enable_nat" {
+  type    = bool
+  default = false
+}
+
+variable "cidrs" {
+  type    = list(string)
+  default = ["10.0.0.0/24", "10.0.1.0/24"]
+}
+
+variable "tags" {
+  type        = map(string)
+  default     = { Team = "net", "cost-center" = "42" }
+  description = <<-EOT
+    Tags for every resource.
+    Merged with the provider's default tags.
+  EOT
+}
+
+variable "flow_logs" {
+  type = object({
+    enabled   = bool
+    retention = optional(number, 30)
+    bucket    = optional(string)
+  })
+  default = null
+}
+
+variable "extra" {
+  type    = any
+  default = {}
+}
+
+variable "untyped" {}
+
+variable "db_password" {
+  type      = string
+  sensitive = true
+  default   = ""
+}
+'''
+
+OUTPUTS = '''
+output "vpc_id" {
+  description = "The ID of the VPC."
+  value       = aws_vpc.this.id
+}
+
+output "db_password" {
+  description = "Echoed for the demo."
+  value       = var.db_password
+  sensitive   = true
+}
+'''
+
+MAIN = '''
+resource "aws_vpc" "this" {
+  cidr_block = var.cidrs[0]
+  tags       = var.tags
+}
+
+resource "aws_subnet" "private" {
+  count  = var.az_count
+  vpc_id = aws_vpc.this.id
+}
+
+data "aws_availability_zones" "all" {}
+
+module "labels" {
+  source  = "acme/labels/null"
+  version = "~> 1.2"
+}
+
+module "network" {
+  source = "./modules/network"
+  name   = var.name
+}
+'''
+
+VERSIONS = '''
+terraform {
+  required_version = ">= 1.3"
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = ">= 5.0"
+    }
+    cloudinit = {
+      source = "acme-corp/cloudinit"
+    }
+    random = ">= 3.1"
+  }
+}
+'''
+
+
+def realistic_module(base: Path) -> GitRepo:
+    """terraform-aws-vpc: root module, two submodules (one with a broken file), a README-only dir."""
+    repo = GitRepo(base, "terraform-aws-vpc")
+    repo.commit({
+        "README.md": README,
+        "variables.tf": VARIABLES,
+        "outputs.tf": OUTPUTS,
+        "main.tf": MAIN,
+        "versions.tf": VERSIONS,
+        "examples/basic/main.tf": 'module "vpc" { source = "../.." }\n',  # not a submodule
+        "modules/network/README.md": "# Network\n\nSubnets and routes.\n",
+        "modules/network/main.tf": 'variable "name" { type = string }\nresource "aws_route_table" "private" {}\n'
+                                   'output "route_table_id" { value = aws_route_table.private.id }\n',
+        "modules/flaky/good.tf": 'variable "ok" {\n  default = "yes"\n}\n',
+        "modules/flaky/broken.tf": 'variable "oops" {\n  type = \n',
+        "modules/docs-only/README.md": "# Nothing to deploy here\n",
+    })
+    repo.tag("v1.0.0")
+    return repo
+
+
+def vpc_rule(url: str, **extra) -> dict:
+    return {"namespace": "acme", "name": "vpc", "system": "aws", "repository": url, **extra}
+
+
+@pytest.fixture
+def vpc(tmp_path: Path) -> GitRepo:
+    return realistic_module(tmp_path / "repos")
+
+
+@pytest.fixture
+async def details(make_client, vpc, tmp_path) -> dict:
+    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
+
+
+def by_name(items: list[dict]) -> dict[str, dict]:
+    return {item["name"]: item for item in items}
+
+
+async def test_inputs_show_every_kind_of_type_and_default(details):
+    inputs = by_name(details["root"]["inputs"])
+    assert [i["name"] for i in details["root"]["inputs"]] == [
+        "name", "az_count", "scale", "enable_nat", "cidrs", "tags", "flow_logs", "extra", "untyped", "db_password",
+    ]  # declaration order
+    assert inputs["name"] | {"description": ""} == {
+        "name": "name", "type": "string", "description": "", "default": "", "required": True, "sensitive": False,
+    }
+    assert inputs["name"]["description"] == "Name prefix of every resource."
+    assert (inputs["az_count"]["type"], inputs["az_count"]["default"], inputs["az_count"]["required"]) == ("number", "3", False)
+    assert json.loads(inputs["scale"]["default"]) == -1500.0
+    assert (inputs["enable_nat"]["type"], inputs["enable_nat"]["default"]) == ("bool", "false")
+    assert inputs["cidrs"]["type"] == "list(string)"
+    assert json.loads(inputs["cidrs"]["default"]) == ["10.0.0.0/24", "10.0.1.0/24"]
+    assert inputs["tags"]["type"] == "map(string)"
+    assert json.loads(inputs["tags"]["default"]) == {"Team": "net", "cost-center": "42"}
+    assert inputs["flow_logs"]["type"] == "object({enabled = bool, retention = optional(number, 30), bucket = optional(string)})"
+    assert (inputs["flow_logs"]["default"], inputs["flow_logs"]["required"]) == ("null", False)  # null default: optional
+    assert (inputs["extra"]["type"], inputs["extra"]["default"]) == ("any", "{}")
+    assert inputs["untyped"] == {"name": "untyped", "type": "any", "description": "", "default": "", "required": True, "sensitive": False}
+    assert (inputs["db_password"]["sensitive"], inputs["db_password"]["default"]) == (True, '""')
+
+
+async def test_heredoc_description_is_dedented_text(details):
+    tags = by_name(details["root"]["inputs"])["tags"]
+    assert tags["description"] == "Tags for every resource.\nMerged with the provider's default tags."
+
+
+async def test_outputs_say_which_are_sensitive(details):
+    assert details["root"]["outputs"] == [
+        {"name": "vpc_id", "description": "The ID of the VPC.", "sensitive": False},
+        {"name": "db_password", "description": "Echoed for the demo.", "sensitive": True},
+    ]
+
+
+async def test_module_calls_resources_and_required_providers_are_listed(details):
+    root = details["root"]
+    assert root["dependencies"] == [
+        {"name": "labels", "source": "acme/labels/null", "version": "~> 1.2"},
+        {"name": "network", "source": "./modules/network", "version": ""},
+    ]
+    # Managed resources only: the data source is not something the module creates.
+    assert root["resources"] == [{"name": "this", "type": "aws_vpc"}, {"name": "private", "type": "aws_subnet"}]
+    assert root["providers"] == [
+        {"name": "aws", "namespace": "hashicorp", "source": "hashicorp/aws", "version": ">= 5.0"},
+        {"name": "cloudinit", "namespace": "acme-corp", "source": "acme-corp/cloudinit", "version": ""},
+        {"name": "random", "namespace": "hashicorp", "source": "hashicorp/random", "version": ">= 3.1"},
+    ]
+    assert root["path"] == "" and root["empty"] is False and root["notes"] == []
+
+
+async def test_readme_is_shown_and_its_first_paragraph_is_the_description(details):
+    assert details["root"]["readme"] == README
+    assert details["description"] == (
+        "Creates a VPC with public and private subnets, NAT gateways and flow logs."
+    )
+
+
+async def test_submodules_are_the_modules_directories_and_a_broken_file_only_adds_a_note(details):
+    subs = {s["path"]: s for s in details["submodules"]}
+    assert list(subs) == ["modules/docs-only", "modules/flaky", "modules/network"]  # not examples/
+    network = subs["modules/network"]
+    assert network["readme"].startswith("# Network")
+    assert [i["name"] for i in network["inputs"]] == ["name"]
+    assert network["resources"] == [{"name": "private", "type": "aws_route_table"}]
+    assert network["outputs"] == [{"name": "route_table_id", "description": "", "sensitive": False}]
+    flaky = subs["modules/flaky"]
+    assert [i["name"] for i in flaky["inputs"]] == ["ok"]  # the good file still counts
+    assert len(flaky["notes"]) == 1
+    assert "modules/flaky/broken.tf" in flaky["notes"][0] and "line 2" in flaky["notes"][0]
+    docs = subs["modules/docs-only"]
+    assert docs["empty"] is True and docs["inputs"] == [] and docs["readme"] == "# Nothing to deploy here\n"
+
+
+async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(make_client, tmp_path):
+    repo = GitRepo(tmp_path / "repos", "broken")
+    repo.commit({"main.tf": 'resource "x" "y" {\n  a = "unterminated\n}\n', "deep.tf": "locals { a = " + "[" * 5000 + "]" * 5000 + " }\n"})
+    repo.tag("v0.1.0")
+    client = await make_client(make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state")}))
+    resp = await client.get("/v1/modules/acme/vpc/aws")
+    assert resp.status == 200, await resp.text()
+    root = (await resp.json())["root"]
+    assert root["empty"] is False and root["inputs"] == [] and root["resources"] == []
+    assert sorted(n.split(":")[0] for n in root["notes"]) == ["deep.tf", "main.tf"]
+
+
+async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, tmp_path):
+    vpc.commit({"variables.tf": 'variable "renamed" { type = string }\n'})
+    vpc.tag("v2.0.0")
+    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    old = await (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).json()
+    new = await (await client.get("/v1/modules/acme/vpc/aws")).json()
+    assert "az_count" in by_name(old["root"]["inputs"]) and "renamed" not in by_name(old["root"]["inputs"])
+    assert new["version"] == "2.0.0" and [i["name"] for i in new["root"]["inputs"]] == ["renamed"]
+    assert new["versions"] == ["2.0.0", "1.0.0"]
+
+
+async def test_details_are_cached_by_commit_and_the_mirror_is_fetched_once(make_client, vpc, tmp_path):
+    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    for _ in range(3):
+        assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
+    assert (await client.get("/v1/modules/acme/vpc/aws")).status == 200  # latest is the same commit
+    assert client.app[DETAILS].builds == 1
+    assert client.app[MIRRORS].fetches == 1
+    assert any((tmp_path / "state" / "mirrors").iterdir())  # the mirror lives under [storage] path
+
+
+async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_path):
+    mono = GitRepo(tmp_path / "repos", "infra")
+    mono.commit({
+        "modules/network/main.tf": 'variable "cidr" { type = string }\n',
+        "modules/network/modules/peering/main.tf": 'variable "peer" {}\n',
+        "modules/compute/main.tf": 'variable "size" {}\n',
+    })
+    mono.tag("network/v1.4.0")
+    config = make_config([{"namespace": "acme", "name": "network", "system": "aws", "repository": mono.url,
+                           "path": "modules/network", "tag_prefix": "network/"}], storage={"path": str(tmp_path / "state")})
+    client = await make_client(config)
+    body = await (await client.get("/v1/modules/acme/network/aws")).json()
+    assert [i["name"] for i in body["root"]["inputs"]] == ["cidr"]
+    assert [s["path"] for s in body["submodules"]] == ["modules/peering"]
+
+
+async def test_published_at_is_the_tag_date_in_utc(details, vpc):
+    tagged = datetime.fromisoformat(vpc.git("for-each-ref", "--format=%(creatordate:iso-strict)", "refs/tags/v1.0.0"))
+    assert details["published_at"] == tagged.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(make_client, vpc, tmp_path):
+    config = make_config([vpc_rule(vpc.url, path="modules/renamed")], storage={"path": str(tmp_path / "state")})
+    client = await make_client(config)
+    resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
+    assert resp.status == 200, await resp.text()
+    root = (await resp.json())["root"]
+    assert root["empty"] is True and "'modules/renamed' does not exist" in root["notes"][0]
+
+
+async def test_details_of_an_unknown_or_malformed_version_are_404_and_400(make_client, vpc, tmp_path):
+    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    await assert_error(await client.get("/v1/modules/acme/vpc/aws/9.9.9"), 404, "no version 9.9.9")
+    await assert_error(await client.get("/v1/modules/acme/vpc/aws/1.0"), 400, "SemVer")
+
+
+def test_description_skips_headings_badges_html_and_code():
+    readme = "<p align=center><img src=x></p>\n# Title\n```\ncode here\n```\n\nFirst *real* `words`\nwrap.\n\nSecond.\n"
+    assert description_from_readme(readme) == "First real words wrap."
+    assert description_from_readme("") == ""
+    assert description_from_readme("x" * 1000).endswith("...")
