@@ -11,23 +11,27 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import AUTH, CACHE, CONFIG, EXECUTOR, GIT, MIRRORS, REGISTRY
+from .appkeys import AUTH, CACHE, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
 from .cache import TagCache
 from .config import Config
-from .errors import GitregError
+from .errors import GitregError, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
+from .metrics import Lifecycle, Metrics, metrics_middleware
 from .mirrors import MirrorStore
 from .registry import Registry
 from .routes import routes
+from .webhooks import PATHS as WEBHOOK_PATHS
+from .webhooks import webhook_routes
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Paths that stay open when registry auth is on.
-OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz"})
+# Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
+# the webhooks their shared secrets: Git hosts cannot send a registry token.
+OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS})
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -41,7 +45,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except GitregError as e:
-        headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if e.status == 401 else None
+        # A Bearer challenge only for registry tokens, not for a webhook's bad signature.
+        headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if isinstance(e, Unauthorized) else None
         return error_response(e.status, e.message, headers)
     except web.HTTPException as e:
         if e.status < 400:
@@ -78,7 +83,8 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     async def load(url: str) -> TagList:
         return await asyncio.get_running_loop().run_in_executor(executor, adapter.ls_remote_tags, url)
 
-    cache = TagCache(config.cache, load)
+    cache = TagCache(config.cache, app[METRICS].instrument_loader(load))
+    app[METRICS].watch_cache(cache)
     app[EXECUTOR] = executor
     app[GIT] = adapter
     app[CACHE] = cache
@@ -93,13 +99,34 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     home.cleanup()
 
 
+async def _readiness(app: web.Application) -> AsyncIterator[None]:
+    """Last cleanup context: ready once everything before it started; first to go at shutdown."""
+    lifecycle = app[LIFECYCLE]
+    lifecycle.ready, lifecycle.reason = True, "ready"
+    yield
+    lifecycle.ready, lifecycle.reason = False, "stopping"
+
+
+async def _stopping(app: web.Application) -> None:
+    """on_shutdown runs before in-flight requests finish: /readyz says 503 from here on."""
+    app[LIFECYCLE].ready, app[LIFECYCLE].reason = False, "stopping"
+
+
 def create_app(config: Config) -> web.Application:
     """Build the aiohttp application for an already-validated config."""
-    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=64 * 1024)
+    metrics = Metrics()  # this app's own registry: no process-wide state
+    app = web.Application(
+        middlewares=[metrics_middleware(metrics), errors_middleware, auth_middleware], client_max_size=64 * 1024
+    )
     app[CONFIG] = config
     app[AUTH] = TokenChecker(config.auth)
+    app[METRICS] = metrics
+    app[LIFECYCLE] = Lifecycle()
     app.cleanup_ctx.append(_services)
     app.cleanup_ctx.append(browse_services)  # needs the services above
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
+    app.add_routes(webhook_routes)
+    app.cleanup_ctx.append(_readiness)  # keep last: ready only when every service above is up
+    app.on_shutdown.append(_stopping)
     return app

@@ -12,6 +12,7 @@ from .catalog import Catalog
 from .config import Config
 from .details import DetailsService
 from .git_adapter import GitAdapter
+from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .registry import Registry
 
@@ -24,3 +25,5 @@ AUTH = web.AppKey("auth", TokenChecker)
 MIRRORS = web.AppKey("mirrors", MirrorStore)
 CATALOG = web.AppKey("catalog", Catalog)
 DETAILS = web.AppKey("details", DetailsService)
+METRICS = web.AppKey("metrics", Metrics)
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)

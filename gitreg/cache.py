@@ -2,11 +2,12 @@
 
 Per repository (many modules may share a monorepo): entries are fresh for `ttl_seconds`;
 concurrent misses coalesce into ONE upstream call (nginx `proxy_cache_lock`); a failed
-refresh serves the last good list for `stale_seconds` (RFC 5861 stale-if-error); with
+refresh serves the last good list for `stale_seconds` after it expired (RFC 5861
+stale-if-error) and waits `negative_ttl_seconds` before asking the Git host again; with
 `refresh_ahead` an expired entry is served at once while one background refresh runs
 (stale-while-revalidate); "repository not found" is cached for `negative_ttl_seconds`.
 
-cachetools classes are not thread-safe: this is touched from the event loop only.
+Everything here is touched from the event loop only (no locks needed, none taken).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-
-from cachetools import LRUCache
+from dataclasses import dataclass
 
 from .config import CacheConfig
 from .errors import GitregError, ModuleNotFound
@@ -30,24 +30,32 @@ Loader = Callable[[str], Awaitable[TagList]]
 
 @dataclass
 class CacheStats:
-    """Counters read by /metrics and the tests."""
+    """Counters read by /metrics, the benchmarks and the tests. Names are stable: add, never rename."""
 
-    hits: int = 0
-    misses: int = 0
-    coalesced: int = 0
-    stale_served: int = 0
-    negative_hits: int = 0
-    refreshes: int = 0
-    refresh_failures: int = 0
-    invalidations: int = 0
+    hits: int = 0  # served fresh from the cache
+    misses: int = 0  # needed an upstream call (started one or joined one)
+    coalesced: int = 0  # joined an upstream call another request had started
+    stale_served: int = 0  # served an expired list (refresh failed, backing off, or refresh-ahead)
+    negative_hits: int = 0  # answered "not found" from the cache
+    refreshes: int = 0  # upstream calls started (git ls-remote)
+    refresh_failures: int = 0  # upstream calls that failed (not counting "not found")
+    invalidations: int = 0  # invalidate() calls (webhooks)
+    evictions: int = 0  # tag lists dropped by the LRU bound
 
 
 @dataclass
 class _Entry:
-    tags: TagList | None  # None for a cached "not found"
-    error: GitregError | None
-    expires: float  # monotonic
-    stored: float = field(default_factory=time.monotonic)
+    tags: TagList
+    stored: float  # clock time the tags were fetched
+    expires: float  # clock time they stop being fresh
+    retry_at: float = 0.0  # after a failed refresh: no new upstream call before this
+    served_age: float = 0.0  # how old the tags were when last served
+
+
+@dataclass
+class _Negative:
+    error: ModuleNotFound
+    expires: float
 
 
 class TagCache:
@@ -57,44 +65,60 @@ class TagCache:
         self.config = config
         self._load = loader
         self._clock = clock
-        self._entries: LRUCache[str, _Entry] = LRUCache(maxsize=config.max_repositories)
+        # Own LRU (not cachetools): metrics and webhooks must read entries without
+        # touching their recency, and cachetools' views go through __getitem__.
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # "Not found" lives apart, so a flood of typos under a wildcard rule cannot evict good lists.
+        self._negative: OrderedDict[str, _Negative] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[TagList]] = {}
-        self._generation: dict[str, int] = {}
+        self._dirty: set[str] = set()  # invalidated while their upstream call ran
         self._background: set[asyncio.Task[None]] = set()
         self.stats = CacheStats()
 
     async def get(self, key: str) -> TagList:
         """The tag list of repository `key`, from cache or one coalesced upstream call."""
         now = self._clock()
-        entry = self._entries.get(key)
-        if entry is not None and now < entry.expires:
-            if entry.error is not None:
+        negative = self._negative.get(key)
+        if negative is not None:
+            if now < negative.expires:
                 self.stats.negative_hits += 1
-                raise entry.error
-            self.stats.hits += 1
-            assert entry.tags is not None
-            return entry.tags
-        if (
-            entry is not None
-            and entry.tags is not None
-            and self.config.refresh_ahead
-            and now - entry.expires <= self.config.stale_seconds
-        ):
-            self.stats.stale_served += 1
-            self.refresh_in_background(key)
-            return entry.tags
+                # A fresh exception each time: re-raising one instance grows its traceback.
+                raise ModuleNotFound(negative.error.message)
+            del self._negative[key]
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            if now < entry.expires:
+                self.stats.hits += 1
+                return self._serve(entry, now)
+            if self._servable_stale(entry, now):
+                if now < entry.retry_at:
+                    # The last refresh failed moments ago: do not hammer a host that is down.
+                    self.stats.stale_served += 1
+                    return self._serve(entry, now)
+                if self.config.refresh_ahead:
+                    self.stats.stale_served += 1
+                    self.refresh_in_background(key)
+                    return self._serve(entry, now)
         self.stats.misses += 1
         try:
             return await self._refresh(key)
-        except ModuleNotFound:
-            raise
         except GitregError as e:
             entry = self._entries.get(key)
-            if entry is not None and entry.tags is not None and self._clock() - entry.expires <= self.config.stale_seconds:
+            now = self._clock()
+            if entry is not None and self._servable_stale(entry, now):
                 self.stats.stale_served += 1
-                log.warning("serving stale tags of %s: %s", mask_url(key), e.message)
-                return entry.tags
+                return self._serve(entry, now)
+            if isinstance(e, ModuleNotFound):
+                raise ModuleNotFound(e.message) from None
             raise
+
+    def _servable_stale(self, entry: _Entry, now: float) -> bool:
+        return now - entry.expires <= self.config.stale_seconds
+
+    def _serve(self, entry: _Entry, now: float) -> TagList:
+        entry.served_age = now - entry.stored
+        return entry.tags
 
     def _refresh(self, key: str) -> Awaitable[TagList]:
         """Start (or join) the one upstream call for `key`."""
@@ -113,25 +137,61 @@ class TagCache:
             del self._inflight[key]
         if not fut.cancelled():
             fut.exception()  # retrieved here: every waiter may have gone away
+        if key in self._dirty:
+            # A webhook arrived while the call ran, so its answer may miss the new tag:
+            # ask again now that the call is no longer in flight.
+            self._dirty.discard(key)
+            if not fut.cancelled():
+                self.refresh_in_background(key)
 
     async def _fetch(self, key: str) -> TagList:
-        generation = self._generation.get(key, 0)
         self.stats.refreshes += 1
         try:
             tags = await self._load(key)
         except ModuleNotFound as e:
-            self._entries[key] = _Entry(None, e, self._clock() + self.config.negative_ttl_seconds)
+            entry = self._entries.get(key)
+            if entry is not None and self._servable_stale(entry, self._clock()):
+                # It was there a moment ago: more likely revoked credentials or a flaky
+                # host than a deleted repository, so this is a failed refresh (stale-if-error).
+                self._failed(key, entry, e)
+            else:
+                self._entries.pop(key, None)
+                self._store_negative(key, e)
             raise
-        except GitregError:
-            self.stats.refresh_failures += 1
+        except GitregError as e:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._failed(key, entry, e)
+            else:
+                self.stats.refresh_failures += 1
             raise
-        # A webhook that arrived while this call ran may describe a tag the call missed.
-        stale = self._generation.get(key, 0) != generation
-        expires = self._clock() + (0 if stale else self.config.ttl_seconds)
-        self._entries[key] = _Entry(tags, None, expires)
-        if stale:
-            self.refresh_in_background(key)
+        now = self._clock()
+        # An invalidated call's answer is kept (it is newer than what we had) but not fresh.
+        fresh = key not in self._dirty
+        self._store(key, _Entry(tags, now, now + self.config.ttl_seconds if fresh else now))
+        self._negative.pop(key, None)
         return tags
+
+    def _failed(self, key: str, entry: _Entry, e: GitregError) -> None:
+        self.stats.refresh_failures += 1
+        entry.retry_at = self._clock() + self.config.negative_ttl_seconds
+        if self._servable_stale(entry, self._clock()):
+            # Logged once per failed call, not once per request served stale.
+            log.warning("refresh of %s failed, serving tags fetched %.0fs ago: %s",
+                        mask_url(key), self._clock() - entry.stored, e.message)
+
+    def _store(self, key: str, entry: _Entry) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.config.max_repositories:
+            self._entries.popitem(last=False)
+            self.stats.evictions += 1
+
+    def _store_negative(self, key: str, e: ModuleNotFound) -> None:
+        self._negative[key] = _Negative(e, self._clock() + self.config.negative_ttl_seconds)
+        self._negative.move_to_end(key)
+        while len(self._negative) > self.config.max_repositories:
+            self._negative.popitem(last=False)
 
     def refresh_in_background(self, key: str) -> None:
         """Refresh `key` without anyone waiting; failures are logged, never raised."""
@@ -143,34 +203,47 @@ class TagCache:
                 await self._refresh(key)
             except GitregError as e:
                 log.warning("background refresh of %s failed: %s", mask_url(key), e.message)
+            except Exception:
+                log.exception("background refresh of %s failed", mask_url(key))
 
         task = asyncio.ensure_future(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     def invalidate(self, key: str) -> bool:
-        """Mark `key` expired (its tags stay for stale-if-error); True when it was cached."""
-        self._generation[key] = self._generation.get(key, 0) + 1
+        """Mark `key` expired (its tags stay for stale-if-error); True when it was cached or in flight."""
         self.stats.invalidations += 1
+        known = False
+        if key in self._inflight:
+            self._dirty.add(key)
+            known = True
+        if self._negative.pop(key, None) is not None:
+            known = True
         entry = self._entries.get(key)
-        if entry is None:
-            return False
-        if entry.error is not None:
-            del self._entries[key]
-        else:
-            entry.expires = self._clock()
-        return True
+        if entry is not None:
+            # min(): invalidating must never extend how long a list may be served stale.
+            entry.expires = min(entry.expires, self._clock())
+            entry.retry_at = 0.0  # the host just told us something changed: ask it now
+            known = True
+        return known
+
+    def keys(self) -> list[str]:
+        """Every repository with a cached tag list or an upstream call in flight."""
+        return list(dict.fromkeys([*self._entries, *self._inflight]))
 
     def peek(self, key: str) -> TagList | None:
-        """The cached tags of `key`, fresh or not, without any upstream call."""
+        """The cached tags of `key`, fresh or not, without any upstream call or recency change."""
         entry = self._entries.get(key)
         return entry.tags if entry is not None else None
 
     def oldest_age(self) -> float:
         """Seconds since the oldest cached tag list was fetched (0 when empty)."""
         now = self._clock()
-        ages = [now - e.stored for e in self._entries.values() if e.tags is not None]
-        return max(ages, default=0.0)
+        return max((now - e.stored for e in self._entries.values()), default=0.0)
+
+    def oldest_served_age(self) -> float:
+        """The largest age a cached tag list had when it was last served (stale serving shows here)."""
+        return max((e.served_age for e in self._entries.values()), default=0.0)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     common(serve)
     serve.add_argument("--host", help="listen address (overrides [server] host)")
     serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
+    serve.add_argument("--log-format", default="text", choices=["text", "json"],
+                       help="text (access log in the combined log format) or json (one JSON object per line)")
 
     check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
     common(check)
@@ -106,11 +108,12 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
     from aiohttp import web
 
     from .app import create_app
+    from .logs import AccessLogger
 
     runner = web.AppRunner(
         create_app(config),
         handle_signals=False,
-        access_log_format='%a "%r" %s %b %Tfs "%{User-Agent}i"',
+        access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
         shutdown_timeout=10,
     )
     await runner.setup()
@@ -135,6 +138,10 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
 def _check(config: Config, probe: bool) -> int:
     print(f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
           + (f" from {config.source}" if config.source else ""))
+    from .webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
+
+    for line in webhook_instructions(config):
+        print(line)
     if not probe:
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
@@ -177,6 +184,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if getattr(args, "log_format", "text") == "json":
+        from .logs import JsonFormatter  # imports aiohttp: only `serve` needs it
+
+        for handler in logging.getLogger().handlers:  # app and access logs alike
+            handler.setFormatter(JsonFormatter())
+    elif args.command == "serve":
+        # Access lines stay bare combined-log-format lines, as log tools expect them.
+        access = logging.getLogger("aiohttp.access")
+        bare = logging.StreamHandler(sys.stderr)
+        bare.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(bare)
+        access.propagate = False
     try:
         config = resolve_config(args, os.environ)
     except ConfigError as e:

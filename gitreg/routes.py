@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .appkeys import CATALOG, REGISTRY
+from .appkeys import CACHE, CATALOG, CONFIG, EXECUTOR, LIFECYCLE, METRICS, REGISTRY
+from .metrics import check_metrics_token
 from .names import parse_address
 
 routes = web.RouteTableDef()
@@ -22,6 +23,25 @@ async def discovery(request: web.Request) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     """Liveness: the server runs and answers."""
     return web.json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: config loaded and the executor and cache up; 503 while starting or stopping."""
+    lifecycle = request.app[LIFECYCLE]
+    # The lifecycle flag turns true after the last cleanup context started and false on
+    # shutdown, before the executor and cache are closed.
+    if not (lifecycle.ready and CACHE in request.app and EXECUTOR in request.app):
+        return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text format; needs `[auth] metrics_token` as a Bearer token when one is set."""
+    check_metrics_token(request, request.app[CONFIG].auth.metrics_token)
+    instruments = request.app[METRICS]
+    return web.Response(body=instruments.render(), headers={"Content-Type": instruments.content_type})
 
 
 @routes.get("/v1/modules/{namespace}/{name}/{system}/versions")

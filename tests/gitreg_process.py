@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_LISTEN_RE = re.compile(r"serving \d+ module rule\(s\) on (https?://\S+)")
+_LISTEN_RE = re.compile(r"serving \d+ module rule\(s\) on (https?://[^\s\"]+)")  # also inside a JSON log line
 
 
 class GitregProcess:

@@ -1,0 +1,230 @@
+"""Observability: `GET /metrics` (Prometheus text format) and `GET /readyz`.
+
+Each application owns its own `CollectorRegistry` (no process-wide default registry: two
+apps in one process, as in the tests, must not share or clash over counters). Labels are
+bounded: the route label is the route *template* (`/v1/modules/{namespace}/...`), and the
+git host label is the host name only (never user info, a path or a query), capped at
+MAX_HOSTS distinct values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
+
+if TYPE_CHECKING:
+    from .cache import TagCache
+    from .git_adapter import TagList
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Loader = Callable[[str], Awaitable["TagList"]]
+
+# Request latency buckets: the warm path answers in about a millisecond, a cold one waits for git.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+GIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+MAX_HOSTS = 100
+UNMATCHED_ROUTE = "unmatched"
+
+
+def git_host(url: str) -> str:
+    """The host part of a repository URL, for a metric label: no user, port, path or query."""
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme == "file":
+            return "local"
+        try:
+            host = parts.hostname
+        except ValueError:
+            host = None
+        return (host or "unknown").lower()
+    # scp-like user@host:path
+    host = url.split(":", 1)[0].rpartition("@")[2]
+    return host.lower() or "unknown"
+
+
+class Lifecycle:
+    """Readiness: True once every service is up, False again as soon as shutdown begins."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.reason = "starting"
+
+
+class Metrics:
+    """The application's metrics and the instruments that feed them."""
+
+    content_type = CONTENT_TYPE_LATEST  # of render()'s output
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "gitreg_http_requests", "HTTP requests answered, by route template, method and status.",
+            ["route", "method", "status"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gitreg_http_request_duration_seconds", "Time to answer an HTTP request, by route template.",
+            ["route"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.git_calls = Counter(
+            "gitreg_upstream_git_calls", "git ls-remote calls to upstream hosts.", ["host"], registry=self.registry,
+        )
+        self.git_failures = Counter(
+            "gitreg_upstream_git_failures", "Failed git ls-remote calls, by host and reason (timeout, not_found, error).",
+            ["host", "reason"], registry=self.registry,
+        )
+        self.git_duration = Histogram(
+            "gitreg_upstream_git_duration_seconds", "Duration of git ls-remote calls, by host.",
+            ["host"], buckets=GIT_BUCKETS, registry=self.registry,
+        )
+        self.webhooks = Counter(
+            "gitreg_webhook_events", "Webhook deliveries, by provider and result.",
+            ["provider", "result"], registry=self.registry,
+        )
+        self._cache: TagCache | None = None
+        self.registry.register(_CacheCollector(self))
+        # prometheus_client's labels() takes a lock and builds a tuple each call; the hot
+        # path reuses the children it already made.
+        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self._hosts: set[str] = set()
+
+    def watch_cache(self, cache: TagCache) -> None:
+        """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""
+        self._cache = cache
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one answered request."""
+        key = (route, method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (self.requests.labels(route, method, str(status)), self.latency.labels(route))
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def _host_label(self, url: str) -> str:
+        host = git_host(url)
+        if host not in self._hosts:
+            if len(self._hosts) >= MAX_HOSTS:
+                return "other"
+            self._hosts.add(host)
+        return host
+
+    def instrument_loader(self, load: Loader) -> Loader:
+        """Wrap the cache's loader: count calls, failures and duration per host."""
+
+        async def instrumented(url: str) -> TagList:
+            host = self._host_label(url)
+            self.git_calls.labels(host).inc()
+            started = time.monotonic()
+            try:
+                return await load(url)
+            except GitregError as e:
+                reason = "timeout" if isinstance(e, UpstreamTimeout) else "not_found" if isinstance(e, ModuleNotFound) else "error"
+                self.git_failures.labels(host, reason).inc()
+                raise
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.git_failures.labels(host, "error").inc()
+                raise
+            finally:
+                self.git_duration.labels(host).observe(time.monotonic() - started)
+
+        return instrumented
+
+    def webhook(self, provider: str, result: str) -> None:
+        """Count one webhook delivery by its outcome."""
+        self.webhooks.labels(provider, result).inc()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything above."""
+        return generate_latest(self.registry)
+
+
+class _CacheCollector(Collector):
+    """Reads the tag cache's counters at scrape time."""
+
+    # CacheStats field -> (metric name, help)
+    COUNTERS = {
+        "hits": ("gitreg_cache_hits", "Tag lists served fresh from the cache."),
+        "misses": ("gitreg_cache_misses", "Requests that needed an upstream git call (started or joined)."),
+        "coalesced": ("gitreg_cache_coalesced_waits", "Requests that waited for a git call another request started."),
+        "stale_served": ("gitreg_cache_stale_served", "Expired tag lists served (refresh failed, or refresh-ahead)."),
+        "negative_hits": ("gitreg_cache_negative_hits", "'Repository not found' answered from the cache."),
+        "refreshes": ("gitreg_cache_refreshes", "Upstream tag list refreshes started."),
+        "refresh_failures": ("gitreg_cache_refresh_failures", "Upstream tag list refreshes that failed."),
+        "invalidations": ("gitreg_cache_invalidations", "Cache invalidations (webhooks)."),
+        "evictions": ("gitreg_cache_evictions", "Tag lists dropped by [cache] max_repositories."),
+    }
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        cache = self._metrics._cache
+        if cache is None:
+            return
+        for field, (name, help_text) in self.COUNTERS.items():
+            yield CounterMetricFamily(name, help_text, value=getattr(cache.stats, field))
+        yield GaugeMetricFamily("gitreg_cache_repositories", "Repositories with a cached tag list.", value=len(cache))
+        yield GaugeMetricFamily(
+            "gitreg_cache_oldest_served_age_seconds",
+            "The largest age (since fetched from git) a cached tag list had when it was last served.",
+            value=cache.oldest_served_age(),
+        )
+        yield GaugeMetricFamily(
+            "gitreg_cache_oldest_entry_age_seconds", "Seconds since the oldest cached tag list was fetched.",
+            value=cache.oldest_age(),
+        )
+
+
+def route_label(request: web.Request) -> str:
+    """The route template that served the request, never the raw path (bounded cardinality)."""
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    if resource is None:
+        return UNMATCHED_ROUTE
+    return resource.canonical
+
+
+def metrics_middleware(metrics: Metrics) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """The outermost middleware: times every request and counts it by route and final status."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as e:  # redirects (3xx) are raised, not returned
+            status = e.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's convention)
+            raise
+        finally:
+            metrics.observe_request(route_label(request), request.method, status, time.perf_counter() - started)
+
+    return middleware
+
+
+def check_metrics_token(request: web.Request, token: str | None) -> None:
+    """`[auth] metrics_token`, when set, as `Authorization: Bearer <token>` (constant-time)."""
+    if token is None:
+        return
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), token.encode()):
+        raise Unauthorized("GET /metrics needs 'Authorization: Bearer <[auth] metrics_token>'")

@@ -1,0 +1,231 @@
+"""GET /metrics, GET /readyz and the access log, as an operator sees them."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import prometheus_client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gitreg.app import create_app
+from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
+from tests.gitreg_process import GitregProcess
+from tests.support.repos import GitRepo
+
+METRICS_TOKEN = "metrics-token-1c9e44a7b2"
+REGISTRY_TOKEN = "registry-token-7d1e5a0c9b"
+GITHUB_SECRET = "github-webhook-secret-5b1f0c"
+VERSIONS_ROUTE = "/v1/modules/{namespace}/{name}/{system}/versions"
+
+
+def rule(url: str) -> dict:
+    return {"namespace": "demo", "name": "hello", "system": "null", "repository": url}
+
+
+def public_repo(tmp_path: Path, name: str = "public") -> GitRepo:
+    r = GitRepo(tmp_path / "repos", name)
+    r.commit({"main.tf": "# module\n"})
+    r.tag("v1.0.0")
+    return r
+
+
+async def scrape(client, headers: dict[str, str] | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of GET /metrics: (name, sorted labels) -> value."""
+    resp = await client.get("/metrics", headers=headers)
+    assert resp.status == 200, await resp.text()
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(await resp.text()):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_requests_are_counted_by_route_template_and_status_never_by_raw_path(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)]))
+    for _ in range(3):
+        assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
+    assert (await client.get("/v1/modules/demo/hello/null/9.9.9/download")).status == 404
+    assert (await client.get("/no/such/thing")).status == 404
+    samples = await scrape(client)
+    assert value(samples, "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 3
+    assert value(samples, "gitreg_http_requests_total", route="/v1/modules/{namespace}/{name}/{system}/{version}/download",
+                 method="GET", status="404") == 1
+    assert value(samples, "gitreg_http_requests_total", route="unmatched", method="GET", status="404") == 1
+    assert value(samples, "gitreg_http_request_duration_seconds_count", route=VERSIONS_ROUTE) == 3
+    routes = {dict(labels).get("route") for _, labels in samples}
+    assert not any(r and ("demo" in r or "9.9.9" in r or "/no/such" in r) for r in routes)
+
+
+async def test_cache_counters_show_hits_misses_and_coalesced_waits(make_client, git_http, tmp_path):
+    public_repo(tmp_path)
+    client = await make_client(make_config([rule(git_http.url("public.git"))]))
+    await asyncio.gather(*(client.get("/v1/modules/demo/hello/null/versions") for _ in range(10)))
+    await client.get("/v1/modules/demo/hello/null/versions")
+    samples = await scrape(client)
+    assert value(samples, "gitreg_cache_misses_total") == 10
+    assert value(samples, "gitreg_cache_coalesced_waits_total") == 9
+    assert value(samples, "gitreg_cache_hits_total") == 1
+    assert value(samples, "gitreg_cache_repositories") == 1
+    assert value(samples, "gitreg_upstream_git_calls_total", host="127.0.0.1") == 1
+    assert value(samples, "gitreg_upstream_git_duration_seconds_count", host="127.0.0.1") == 1
+
+
+async def test_a_down_git_host_shows_as_failures_stale_serves_and_the_age_served(make_client, git_http, tmp_path):
+    public_repo(tmp_path)
+    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 0.2})
+    client = await make_client(config)
+    assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
+    git_http.mode = "down"
+    await asyncio.sleep(0.3)
+    assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200  # stale
+    samples = await scrape(client)
+    assert value(samples, "gitreg_cache_stale_served_total") == 1
+    assert value(samples, "gitreg_cache_refresh_failures_total") == 1
+    assert value(samples, "gitreg_upstream_git_failures_total", host="127.0.0.1", reason="error") == 1
+    assert value(samples, "gitreg_upstream_git_calls_total", host="127.0.0.1") == 2
+    assert value(samples, "gitreg_cache_oldest_served_age_seconds") >= 0.3
+
+
+async def test_a_timeout_is_counted_as_a_timeout(make_client, git_http, tmp_path):
+    public_repo(tmp_path)
+    client = await make_client(make_config([rule(git_http.url("public.git"))], git={"timeout_seconds": 0.5}))
+    git_http.mode, git_http.delay = "slow", 30
+    assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 504
+    samples = await scrape(client)
+    assert value(samples, "gitreg_upstream_git_failures_total", host="127.0.0.1", reason="timeout") == 1
+
+
+async def test_webhook_deliveries_are_counted_by_result(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)], webhooks={"github_secret": GITHUB_SECRET}))
+    body = json.dumps({"ref": "refs/tags/v1.0.0", "repository": {"clone_url": repo.url}}).encode()
+    signature = "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    good = {"X-GitHub-Event": "push", "X-Hub-Signature-256": signature, "Content-Type": "application/json"}
+    assert (await client.post("/webhooks/github", data=body, headers=good)).status == 200
+    assert (await client.post("/webhooks/github", data=body, headers={**good, "X-Hub-Signature-256": "sha256=00"})).status == 401
+    assert (await client.post("/webhooks/gitlab", data=body)).status == 404
+    samples = await scrape(client)
+    assert value(samples, "gitreg_webhook_events_total", provider="github", result="refreshed") == 1
+    assert value(samples, "gitreg_webhook_events_total", provider="github", result="bad_signature") == 1
+    assert value(samples, "gitreg_webhook_events_total", provider="gitlab", result="disabled") == 1
+    assert value(samples, "gitreg_cache_invalidations_total") == 1
+
+
+async def test_metrics_never_show_credentials_or_repository_paths(make_client, git_http, tmp_path):
+    GitRepo(tmp_path / "repos", "private").commit({"main.tf": "#\n"})
+    url = git_http.url("private.git").replace("http://", f"http://{GIT_USER}@")
+    config = make_config([rule(url)],
+                         credentials=[{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}])
+    client = await make_client(config)
+    await client.get("/v1/modules/demo/hello/null/versions")
+    text = await (await client.get("/metrics")).text()
+    assert 'host="127.0.0.1"' in text
+    for secret in (GIT_PASSWORD, GIT_USER, "private.git", str(git_http.base_url.rsplit(":", 1)[1])):
+        assert secret not in text
+
+
+async def test_metrics_need_the_metrics_token_when_one_is_set(make_client, repo):
+    config = make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN], "metrics_token": METRICS_TOKEN})
+    client = await make_client(config)
+    resp = await client.get("/metrics")
+    await assert_error(resp, 401, "metrics_token")
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    # A registry token is not a metrics token.
+    await assert_error(await client.get("/metrics", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"}), 401)
+    await assert_error(await client.get("/metrics", headers={"Authorization": "Bearer ünïcode"}), 401)
+    await scrape(client, {"Authorization": f"Bearer {METRICS_TOKEN}"})
+
+
+async def test_metrics_are_open_without_a_metrics_token_even_when_the_api_needs_one(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN]}))
+    await scrape(client)
+
+
+async def test_each_app_has_its_own_metrics_and_none_reach_the_global_registry(aiohttp_client, repo):
+    first = await aiohttp_client(create_app(make_config([rule(repo.url)])))
+    second = await aiohttp_client(create_app(make_config([rule(repo.url)])))
+    await first.get("/v1/modules/demo/hello/null/versions")
+    assert value(await scrape(first), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 1
+    assert value(await scrape(second), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 0
+    assert "gitreg_" not in prometheus_client.generate_latest().decode()
+
+
+# --- readiness ---------------------------------------------------------------------------------
+
+
+async def test_readyz_is_200_while_serving_and_open_without_a_token(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN]}))
+    resp = await client.get("/readyz")
+    assert resp.status == 200
+    assert await resp.json() == {"status": "ready"}
+
+
+async def test_readyz_is_503_once_shutdown_has_begun_while_healthz_stays_200(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)]))
+    await client.app.shutdown()  # what the runner does first on SIGTERM, before in-flight requests finish
+    await assert_error(await client.get("/readyz"), 503, "stopping")
+    assert (await client.get("/healthz")).status == 200
+
+
+# --- access log ----------------------------------------------------------------------------------
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def _wait_for_log(proc: GitregProcess, needle: str) -> list[str]:
+    for _ in range(100):
+        lines = [line for line in proc.log if needle in line]
+        if lines:
+            return lines
+        await asyncio.sleep(0.05)
+    raise AssertionError("no log line with " + needle + ":\n" + "".join(proc.log))
+
+
+async def test_access_log_uses_the_combined_log_format_by_default(repo, tmp_path):
+    with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as proc:
+        assert await asyncio.to_thread(_get, proc.url + "/healthz?token=hunter2-secret", {"User-Agent": "Terraform/1.9.0"}) == 200
+        line = (await _wait_for_log(proc, "/healthz"))[0]
+    assert re.fullmatch(r'127\.0\.0\.1 - - \[[^\]]+\] "GET /healthz\?token=\*\*\* HTTP/1\.1" 200 \d+ "-" "Terraform/1\.9\.0" \d+\.\d+\n', line), line
+    assert "hunter2-secret" not in "".join(proc.log)
+
+
+async def test_log_format_json_writes_one_json_object_per_line(repo, tmp_path):
+    args = ("--module", f"demo/hello/null={repo.url}", "--log-format", "json")
+    with GitregProcess(*args, cwd=tmp_path) as proc:
+        assert await asyncio.to_thread(_get, proc.url + "/v1/modules/demo/hello/null/versions",
+                                       {"Authorization": "Bearer not-logged-token"}) == 200
+        await _wait_for_log(proc, "/versions")
+    records = [json.loads(line) for line in proc.log if line.strip()]  # every line is JSON
+    assert any(r["logger"] == "gitreg" and "serving" in r["message"] for r in records)
+    access = [r for r in records if "http" in r]
+    assert access and access[0]["http"]["status"] == 200
+    assert access[0]["http"]["path"] == "/v1/modules/demo/hello/null/versions"
+    assert access[0]["http"]["method"] == "GET" and access[0]["level"] == "info"
+    assert "not-logged-token" not in "".join(proc.log)
+
+
+@pytest.mark.parametrize("fmt", ["xml"])
+def test_unknown_log_format_is_refused(fmt):
+    from tests.gitreg_process import run_gitreg
+
+    result = run_gitreg("serve", "--log-format", fmt, "--module", "demo/hello/null=file:///nonexistent.git")
+    assert result.returncode == 2
+    assert "--log-format" in result.stderr
