@@ -23,7 +23,7 @@ from typing import Any
 
 from .config import Config
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress
-from .rules import ResolvedModule, match_rule
+from .rules import ResolvedModule, RuleIndex
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class Catalog:
     def __init__(self, config: Config, path: Path) -> None:
         self.config = config
         self.path = path
+        self._rules = RuleIndex(config.modules)
         self._remembered: set[ModuleAddress] = set()
         self._downloads: dict[ModuleAddress, int] = {}
         self._dirty = False
@@ -92,12 +93,12 @@ class Catalog:
         for rule in self.config.modules:
             if rule.explicit:
                 address = ModuleAddress(rule.namespace or "", rule.name or "", rule.system or "")
-                resolved = match_rule(self.config.modules, address)
+                resolved = self._rules.match(address)
                 if resolved is not None:
                     found[address] = resolved
         for address in self._remembered:
             if address not in found:
-                resolved = match_rule(self.config.modules, address)
+                resolved = self._rules.match(address)
                 if resolved is not None:
                     found[address] = resolved
         return found

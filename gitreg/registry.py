@@ -9,7 +9,7 @@ from .cache import TagCache
 from .config import Config
 from .errors import BadRequest, ModuleNotFound, VersionNotFound
 from .names import ModuleAddress
-from .rules import ResolvedModule, match_rule
+from .rules import ResolvedModule, RuleIndex
 from .versions import ModuleVersions, TaggedVersion, parse_version, select_versions
 
 _SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
@@ -21,10 +21,11 @@ class Registry:
     def __init__(self, config: Config, cache: TagCache) -> None:
         self.config = config
         self.cache = cache
+        self.rules = RuleIndex(config.modules)
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
         """The rule serving `address`; ModuleNotFound when no rule allows it."""
-        resolved = match_rule(self.config.modules, address)
+        resolved = self.rules.match(address)
         if resolved is None:
             raise ModuleNotFound(f"module {address} is not served by this registry: no [[modules]] rule matches it")
         return resolved

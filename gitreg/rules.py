@@ -27,6 +27,24 @@ def fill(template: str, address: ModuleAddress) -> str:
     return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
 
 
+class RuleIndex:
+    """Rules indexed once, so a config of 10,000 explicit modules matches in O(1) per request."""
+
+    def __init__(self, rules: tuple[ModuleRule, ...]) -> None:
+        self.explicit: dict[tuple[str | None, str | None, str | None], ModuleRule] = {}
+        for rule in rules:
+            if rule.explicit:
+                self.explicit.setdefault((rule.namespace, rule.name, rule.system), rule)  # the earlier wins
+        self.wildcards = tuple(rule for rule in rules if not rule.explicit)
+
+    def match(self, address: ModuleAddress) -> ResolvedModule | None:
+        """The most specific matching rule (most literal fields), then the earliest; None if none."""
+        rule = self.explicit.get((address.namespace, address.name, address.system))
+        if rule is not None:
+            return _resolve(rule, address)
+        return match_rule(self.wildcards, address)
+
+
 def match_rule(rules: tuple[ModuleRule, ...], address: ModuleAddress) -> ResolvedModule | None:
     """The most specific matching rule (most literal fields), then the earliest; None if none."""
     best: ModuleRule | None = None
@@ -40,6 +58,10 @@ def match_rule(rules: tuple[ModuleRule, ...], address: ModuleAddress) -> Resolve
             best = rule
     if best is None:
         return None
-    repository = fill(best.repository, address)
-    clone_url = fill(best.clone_url, address) if best.clone_url else repository
-    return ResolvedModule(address, best, repository, clone_url)
+    return _resolve(best, address)
+
+
+def _resolve(rule: ModuleRule, address: ModuleAddress) -> ResolvedModule:
+    repository = fill(rule.repository, address)
+    clone_url = fill(rule.clone_url, address) if rule.clone_url else repository
+    return ResolvedModule(address, rule, repository, clone_url)
