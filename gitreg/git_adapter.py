@@ -18,7 +18,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import git
@@ -60,6 +60,8 @@ class TagList:
 
     tags: Mapping[str, str]
     fetched_at: float
+    # What the hot path derives from these tags (versions per tag_prefix), computed once per fetch.
+    derived: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
 
 class GitAdapter:

@@ -34,7 +34,13 @@ class Registry:
         """The module's versions from its repository's (cached) tags."""
         resolved = self.resolve(address)
         tags = await self.cache.get(resolved.repository)
-        return resolved, select_versions(tags.tags, resolved.rule.tag_prefix)
+        key = ("versions", resolved.rule.tag_prefix)
+        found = tags.derived.get(key)
+        if found is None:
+            # Parsed once per fetched tag list, not per request: this is the warm path.
+            found = tags.derived[key] = select_versions(tags.tags, resolved.rule.tag_prefix)
+        assert isinstance(found, ModuleVersions)
+        return resolved, found
 
     async def find_version(self, address: ModuleAddress, version: str) -> tuple[ResolvedModule, TaggedVersion]:
         """The tagged version a client asked for; VersionNotFound when it is not a tag."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from .appkeys import CACHE, CATALOG, CONFIG, EXECUTOR, LIFECYCLE, METRICS, REGISTRY
@@ -52,8 +54,12 @@ async def versions(request: web.Request) -> web.Response:
     resolved, found = await request.app[REGISTRY].versions(address)
     if found.versions:
         request.app[CATALOG].remember(resolved)  # a wildcard rule's module becomes listable
-    body = {"modules": [{"source": str(address), "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-    return web.json_response(body)
+    source = str(address)
+    text = found.memo.get(source)
+    if text is None:
+        body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
+        text = found.memo[source] = json.dumps(body)
+    return web.json_response(text=text)
 
 
 @routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/download")

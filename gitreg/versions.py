@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import semver
 
@@ -16,7 +17,7 @@ class TaggedVersion:
     tag: str
     sha: str
 
-    @property
+    @functools.cached_property
     def canonical(self) -> str:
         """The version as listed to clients: SemVer without a leading `v`."""
         return str(self.version)
@@ -36,9 +37,24 @@ class ModuleVersions:
 
     versions: tuple[TaggedVersion, ...]
     skipped: tuple[SkippedTag, ...]
+    # Rendered answers for the warm path, built once per tag list (see routes.versions).
+    memo: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def _index(self) -> dict[str, TaggedVersion]:
+        """canonical version (with and without build metadata) -> tagged version."""
+        index: dict[str, TaggedVersion] = {}
+        for tv in self.versions:
+            index.setdefault(tv.canonical.split("+", 1)[0], tv)
+            index.setdefault(tv.canonical, tv)
+        return index
 
     def find(self, requested: str) -> TaggedVersion | None:
         """The listed version a client asked for (`1.2.3`, `v1.2.3`, with or without build metadata)."""
+        # Clients send the normalized form of what we listed: a dict hit is the warm path.
+        hit = self._index.get(requested[1:] if requested.startswith("v") else requested)
+        if hit is not None:
+            return hit
         wanted = parse_version(requested)
         if wanted is None:
             return None

@@ -1,0 +1,30 @@
+"""The baseline: a bare aiohttp server answering the same JSON as gitreg, with no logic at all."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from aiohttp import web
+
+
+def main() -> None:
+    """`python bench/bare_server.py PORT VERSIONS_JSON LOCATION`."""
+    port, versions_body, location = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    versions = json.loads(versions_body)
+    download = {"location": location}
+
+    async def versions_handler(request: web.Request) -> web.Response:
+        return web.json_response(versions)
+
+    async def download_handler(request: web.Request) -> web.Response:
+        return web.json_response(download, headers={"X-Terraform-Get": location})
+
+    app = web.Application()
+    app.router.add_get("/v1/modules/{namespace}/{name}/{system}/versions", versions_handler)
+    app.router.add_get("/v1/modules/{namespace}/{name}/{system}/{version}/download", download_handler)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
