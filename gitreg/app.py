@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import AUTH, CACHE, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY
+from .appkeys import ARCHIVES, AUTH, CACHE, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY, SIGNER
+from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
 from .cache import TagCache
@@ -22,6 +24,8 @@ from .metrics import Lifecycle, Metrics, metrics_middleware
 from .mirrors import MirrorStore
 from .registry import Registry
 from .routes import routes
+from .signing import UrlSigner
+from .tagpins import TagPins
 from .webhooks import PATHS as WEBHOOK_PATHS
 from .webhooks import webhook_routes
 
@@ -69,7 +73,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Require a registry token on the API when `[auth] tokens` is set."""
     checker = request.app[AUTH]
     if checker.enabled and request.path not in OPEN_PATHS:
-        checker.authorize(request)
+        if request.match_info.route.name == "archive" and "signature" in request.query:
+            # Terraform fetches the archive without its token: the signed URL is the authorization.
+            request.app[SIGNER].verify(request.path, request.query)
+        else:
+            checker.authorize(request)
     return await handler(request)
 
 
@@ -88,10 +96,17 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[EXECUTOR] = executor
     app[GIT] = adapter
     app[CACHE] = cache
-    app[REGISTRY] = Registry(config, cache)
-    mirrors = MirrorStore(Path(config.storage.path) / "mirrors", MirrorGit(adapter), executor)
+    storage = Path(config.storage.path)
+    pins = TagPins(storage / "tagpins.jsonl")
+    app[REGISTRY] = Registry(config, cache, pins)
+    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor)
     mirrors.prepare()
     app[MIRRORS] = mirrors
+    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(adapter), executor, config.storage.max_bytes)
+    if any(rule.download == "archive" for rule in config.modules):
+        archives.prepare()
+    app[ARCHIVES] = archives
+    app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
     await cache.close()
     # Running git calls end by themselves at [git] timeout_seconds (kill_after_timeout).
@@ -120,6 +135,8 @@ def create_app(config: Config) -> web.Application:
     )
     app[CONFIG] = config
     app[AUTH] = TokenChecker(config.auth)
+    # Without a configured key (auth off: archive URLs need no signature) a random one will do.
+    app[SIGNER] = UrlSigner(config.auth.signing_key or secrets.token_hex(32), config.auth.signed_url_ttl_seconds)
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle()
     app.cleanup_ctx.append(_services)

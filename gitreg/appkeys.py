@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from .archives import ArchiveStore
 from .auth import TokenChecker
 from .cache import TagCache
 from .catalog import Catalog
@@ -15,6 +16,7 @@ from .git_adapter import GitAdapter
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .registry import Registry
+from .signing import UrlSigner
 
 CONFIG = web.AppKey("config", Config)
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
@@ -27,3 +29,5 @@ CATALOG = web.AppKey("catalog", Catalog)
 DETAILS = web.AppKey("details", DetailsService)
 METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+ARCHIVES = web.AppKey("archives", ArchiveStore)
+SIGNER = web.AppKey("signer", UrlSigner)

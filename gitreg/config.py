@@ -91,6 +91,8 @@ class AuthConfig:
     tokens: tuple[TokenConfig, ...] = field(default=(), repr=False)
     metrics_token: str | None = field(default=None, repr=False)
     signing_key: str | None = field(default=None, repr=False)
+    # How long a signed archive URL stays valid (Terraform fetches it right after the lookup).
+    signed_url_ttl_seconds: float = 600.0
 
     @property
     def enabled(self) -> bool:
@@ -112,6 +114,9 @@ class ModuleRule:
     ref: Literal["tag", "commit"] = "tag"
     download: str = "git"
     verified: bool = False
+    # For a tarball URL template: the wrapper directory inside the tarball (a template too);
+    # None means "infer it for GitHub and GitLab URLs, else the files are at the root".
+    archive_root: str | None = None
 
     @property
     def specificity(self) -> int:
@@ -340,6 +345,16 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
     ref = r.str("ref", "tag")
     download = r.str("download", "git") or "git"
     verified = r.bool("verified", False)
+    archive_root = r.str("archive_root")
+    if archive_root is not None and not download.startswith("https://"):
+        r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
+    if archive_root is not None:
+        for placeholder in _TEMPLATE_RE.findall(archive_root):
+            if placeholder not in DOWNLOAD_PLACEHOLDERS:
+                r.error("archive_root", f"unknown placeholder {{{placeholder}}}; use one of "
+                        + ", ".join(f"{{{p}}}" for p in DOWNLOAD_PLACEHOLDERS))
+        if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
+            r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
     if download not in ("git", "archive"):
         if not download.startswith("https://"):
             r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
@@ -376,6 +391,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         ref=ref,  # type: ignore[arg-type]
         download=download,
         verified=verified,
+        archive_root=archive_root.strip("/") if archive_root else None,
     )
 
 
@@ -483,6 +499,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tokens=_parse_tokens(a),
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
+        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", 600.0, minimum=10.0),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -510,6 +527,14 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         rule = _parse_rule(_Reader(table, f"modules[{i}]", problems, env), gitcfg.protocols)
         if rule is not None:
             modules.append(rule)
+    if auth.tokens and auth.signing_key is None:
+        for i, rule in enumerate(modules):
+            if rule.download == "archive":
+                problems.append(
+                    f'modules[{i}].download: "archive" with [auth] tokens needs [auth] signing_key, which signs the '
+                    "archive URLs Terraform fetches without its token (e.g. signing_key = \"${GITREG_SIGNING_KEY}\")"
+                )
+                break
     credentials = []
     for i, table in enumerate(root.table_list("credentials")):
         cred = _parse_credential(_Reader(table, f"credentials[{i}]", problems, env))

@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from .archives import ArchiveKey
 from .cache import TagCache
-from .config import Config
+from .config import _TEMPLATE_RE, Config, ModuleRule
 from .errors import BadRequest, ModuleNotFound, VersionNotFound
 from .names import ModuleAddress
 from .rules import ResolvedModule, RuleIndex
+from .tagpins import TagPins
 from .versions import ModuleVersions, TaggedVersion, parse_version, select_versions
 
+ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows it by the suffix
 _SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
 
 
 class Registry:
     """Answers the module registry protocol from configured rules and Git tags."""
 
-    def __init__(self, config: Config, cache: TagCache) -> None:
+    def __init__(self, config: Config, cache: TagCache, pins: TagPins | None = None,
+                 on_moved_tag: Callable[[ResolvedModule], None] | None = None) -> None:
         self.config = config
         self.cache = cache
         self.rules = RuleIndex(config.modules)
+        self.pins = pins
+        self.on_moved_tag = on_moved_tag
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
         """The rule serving `address`; ModuleNotFound when no rule allows it."""
@@ -53,10 +61,91 @@ class Registry:
             raise VersionNotFound(f"module {address} has no version {version}; the highest listed: {listed}")
         return resolved, found
 
-    async def download_location(self, address: ModuleAddress, version: str) -> str:
-        """The go-getter address Terraform and OpenTofu fetch the version from."""
+    async def download(self, address: ModuleAddress, version: str) -> Download:
+        """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
-        return git_location(resolved.clone_url, resolved.rule.path, found.sha if resolved.rule.ref == "commit" else found.tag)
+        rule = resolved.rule
+        sha = found.sha
+        if self.pins is not None:
+            pinned = self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags)
+            sha = pinned.sha
+            if pinned.moved_to is not None and self.on_moved_tag is not None:
+                self.on_moved_tag(resolved)
+        if rule.download == "git":
+            if rule.ref == "commit":
+                return Download(git_location(resolved.clone_url, rule.path, sha))
+            return Download(git_location(resolved.clone_url, rule.path, found.tag))
+        if rule.download == "archive":
+            return Download(f"./{ARCHIVE_NAME}", archive=ArchiveKey(resolved.repository, sha, rule.path))
+        return Download(template_location(rule, address, found, sha))
+
+    async def archive_key(self, address: ModuleAddress, version: str) -> ArchiveKey:
+        """The archive an archive-mode module version is served from (pins applied)."""
+        resolved, found = await self.find_version(address, version)
+        if resolved.rule.download != "archive":
+            raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
+        sha = found.sha
+        if self.pins is not None:
+            sha = self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
+        return ArchiveKey(resolved.repository, sha, resolved.rule.path)
+
+
+@dataclass(frozen=True)
+class Download:
+    """A download answer: the location, and for archive mode the archive behind it."""
+
+    location: str
+    archive: ArchiveKey | None = None
+
+
+def template_location(rule: ModuleRule, address: ModuleAddress, found: TaggedVersion, sha: str) -> str:
+    """A host tarball URL from the rule's template, pointing into the tarball's wrapper directory."""
+    values = {
+        "namespace": address.namespace, "name": address.name, "system": address.system,
+        "tag": found.tag, "version": found.canonical, "sha": sha,
+    }
+    url = _TEMPLATE_RE.sub(lambda m: quote(values[m.group(1)], safe="/"), rule.download)
+    root = (
+        _TEMPLATE_RE.sub(lambda m: values[m.group(1)].replace("/", "-"), rule.archive_root)
+        if rule.archive_root is not None
+        else infer_archive_root(url, found.tag, sha)
+    )
+    subdir = "/".join(part for part in (root, rule.path) if part)
+    parts = urlsplit(url)
+    query = parts.query
+    if not parts.path.endswith(_ARCHIVE_SUFFIXES):
+        query = f"{query}&archive=tar.gz" if query else "archive=tar.gz"
+    # go-getter: `//subdir` goes after the URL path and before the query.
+    path = f"{parts.path}//{quote(subdir, safe='/')}" if subdir else parts.path
+    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+
+
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip", ".tar")
+
+
+def infer_archive_root(url: str, tag: str, sha: str) -> str:
+    """The wrapper directory GitHub and GitLab put in their tarballs; "" for other hosts.
+
+    GitHub (`codeload.github.com/OWNER/REPO/tar.gz/REF`, `github.com/OWNER/REPO/archive/...`):
+    `REPO-REF`, where a tag `v1.2.3` becomes `1.2.3` and `/` becomes `-`. GitLab
+    (`.../-/archive/REF/...`): `PROJECT-REF-SHA`. Set `archive_root` when a host differs.
+    """
+    parts = urlsplit(url)
+    segments = [unquote(s) for s in parts.path.split("/") if s]
+    host = (parts.hostname or "").lower()
+    if host in ("codeload.github.com", "github.com") and len(segments) >= 2:
+        repo = segments[1]
+        ref = sha if sha in segments else tag
+        if re.fullmatch(r"v\d.*", ref):
+            ref = ref[1:]
+        return f"{repo}-{ref}".replace("/", "-")
+    if "-" in segments:
+        i = segments.index("-")
+        if i >= 1 and i + 1 < len(segments) and segments[i + 1] == "archive":
+            project = segments[i - 1]
+            ref = sha if sha in segments else tag
+            return f"{project}-{ref}-{sha}".replace("/", "-")
+    return ""
 
 
 def git_location(clone_url: str, path: str, ref: str) -> str:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from aiohttp import web
 
-from .appkeys import CACHE, CATALOG, CONFIG, EXECUTOR, LIFECYCLE, METRICS, REGISTRY
+from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, LIFECYCLE, METRICS, REGISTRY, SIGNER
+from .archives import ArchiveKey
 from .metrics import check_metrics_token
 from .names import parse_address
+from .registry import ARCHIVE_NAME
 
 routes = web.RouteTableDef()
 
 DISCOVERY = {"modules.v1": "/v1/modules/"}
+# How long a download lookup waits for an archive build before answering with its URL anyway
+# (Terraform gives the lookup 10 s; the package fetch then waits for the build, untimed).
+ARCHIVE_LOOKUP_WAIT = 5.0
 
 
 @routes.get("/.well-known/terraform.json")
@@ -67,6 +73,47 @@ async def download(request: web.Request) -> web.Response:
     """Where to fetch a version: 200 with the JSON body (OpenTofu) AND X-Terraform-Get (Terraform)."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    location = await request.app[REGISTRY].download_location(address, m["version"])
+    answer = await request.app[REGISTRY].download(address, m["version"])
+    body: dict[str, object] = {}
+    location = answer.location
+    if answer.archive is not None:
+        location = await _archive_location(request, answer.archive, location)
+        if request.app[CONFIG].auth.enabled:
+            # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
+            body["use_registry_credentials"] = True
     request.app[CATALOG].count_download(address)  # in memory; the catalog writes it in batches
-    return web.json_response({"location": location}, headers={"X-Terraform-Get": location})
+    return web.json_response({"location": location, **body}, headers={"X-Terraform-Get": location})
+
+
+async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:
+    """Start the build (so a broken module fails here, with its reason) and sign the URL."""
+    archives = request.app[ARCHIVES]
+    if archives.cached(key) is None:
+        task = archives.start(key)
+        try:
+            # A quick build finishes here; a slow first clone goes on while the client follows the URL.
+            await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
+        except asyncio.TimeoutError:
+            pass
+    config = request.app[CONFIG]
+    path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
+    query = ""
+    if config.auth.enabled:
+        query = "?" + request.app[SIGNER].sign(path)
+    if config.server.public_url:
+        return f"{config.server.public_url}{path}{query}"
+    return f"{relative}{query}"
+
+
+@routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME, name="archive")
+async def archive(request: web.Request) -> web.StreamResponse:
+    """The archive of an archive-mode version (GET and HEAD). Auth: a signed URL or the registry token."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    key = await request.app[REGISTRY].archive_key(address, m["version"])
+    path = await request.app[ARCHIVES].get(key)
+    return web.FileResponse(path, headers={
+        "Content-Type": "application/gzip",
+        "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
+        "Cache-Control": "private, max-age=3600, immutable",
+    })

@@ -52,7 +52,7 @@ def test_serve_without_any_module_exits_2_and_says_what_to_do(tmp_path):
 def test_check_accepts_the_example_config():
     result = run_gitreg("check", "--config", str(ROOT / "config.example.toml"), env={"GITLAB_TOKEN": "x"})
     assert result.returncode == 0, result.stderr
-    assert "config OK: 2 module rule(s), 1 credential(s)" in result.stdout
+    assert "config OK: 3 module rule(s), 1 credential(s)" in result.stdout
 
 
 def test_check_prints_every_problem_with_its_key_and_exits_2(tmp_path):

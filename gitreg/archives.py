@@ -1,0 +1,319 @@
+"""Archive mode: a module version as a .tar.gz that gitreg builds from its own mirror and serves.
+
+An archive is keyed by (repository, commit SHA, subdirectory): a key's content never changes,
+so it is built once. The module's files sit at the archive root (`git archive <sha>:<path>`).
+Archives are byte-for-byte reproducible: every entry gets one fixed time (git would stamp a
+tree with the current time) and the gzip header carries no time or name. A build is written
+to `tmp-*` and renamed into place with `os.replace` only when complete, so a crash never leaves
+something that is served; leftovers are removed at start. The directory is kept under
+`[storage] max_bytes`, least recently served first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+import git
+
+from .errors import GitregError, UpstreamUnavailable, VersionNotFound
+from .git_adapter import _SHA_RE, GitAdapter, mask_url
+from .mirrors import MirrorStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# zlib's default level, the one `gzip` and `git archive --format=tar.gz` use.
+GZIP_LEVEL = 6
+
+
+class NotArchivable(GitregError):
+    """The module's tree cannot be shipped as an archive (it has submodules)."""
+
+    status = 409
+
+
+@dataclass(frozen=True)
+class ArchiveKey:
+    """What an archive holds: one directory of one commit of one repository."""
+
+    repository: str
+    sha: str
+    path: str
+
+    @property
+    def file_name(self) -> str:
+        digest = hashlib.sha256(f"{self.repository}\0{self.sha}\0{self.path}".encode()).hexdigest()
+        return f"{digest[:48]}.tar.gz"
+
+
+class MissingCommit(Exception):
+    """The mirror does not hold the commit (yet)."""
+
+
+class ArchiveBuilder:
+    """The git side of a build, run in the executor: checks, `git archive`, normalization."""
+
+    def __init__(self, adapter: GitAdapter) -> None:
+        self.adapter = adapter
+
+    def _git(self, mirror: Path, args: list[str], **kwargs: object) -> str:
+        out = git.cmd.Git(str(mirror)).execute(
+            ["git", *args], env=self.adapter.environment(""),
+            kill_after_timeout=self.adapter.config.timeout_seconds, **kwargs,
+        )
+        return out if isinstance(out, str) else ""
+
+    def build(self, mirror: Path, key: ArchiveKey, dest: Path) -> None:
+        """Write the archive of `key` from `mirror` to `dest` (a temporary name the caller renames).
+
+        One git process: `git archive <sha>:<path>` puts the module's files at the root. Its
+        tar is then restamped (see normalize) and gzipped in one streaming pass.
+        """
+        if not _SHA_RE.fullmatch(key.sha):
+            raise ValueError("not a commit SHA")
+        with tempfile.TemporaryFile(dir=dest.parent) as raw:
+            try:
+                self._git(mirror, ["archive", "--format=tar", "--end-of-options", f"{key.sha}:{key.path}"],
+                          output_stream=raw)
+            except git.GitCommandError as e:
+                if not self._has_commit(mirror, key.sha):
+                    raise MissingCommit(key.sha) from e  # not fetched yet: the caller fetches and retries
+                if "not a valid object name" in _text(e.stderr):
+                    raise VersionNotFound(
+                        f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`") from None
+                raise UpstreamUnavailable(f"could not build the archive of commit {key.sha[:12]} (git archive failed)") from e
+            raw.seek(0)
+            with open(dest, "wb") as out:
+                submodules = normalize(raw, out)
+        if submodules:
+            shown = ", ".join(repr(f"{key.path}/{s}" if key.path else s) for s in submodules[:5])
+            raise NotArchivable(
+                f"the module at commit {key.sha[:12]} contains Git submodules ({shown}), which an archive cannot "
+                'include; serve it with download = "git" (clients then need access to the submodules too)'
+            )
+
+    def _has_commit(self, mirror: Path, sha: str) -> bool:
+        try:
+            self._git(mirror, ["cat-file", "-e", f"{sha}^{{commit}}"])
+        except git.GitCommandError:
+            return False
+        return True
+
+
+# Every entry gets this time (1980-01-01, as reproducible builds use): the bytes of an archive
+# then depend only on the tree. (git stamps a tree archive with the current time.)
+FIXED_MTIME = 315532800
+_BLOCK = 512
+
+
+def normalize(tar_in: BinaryIO, out: BinaryIO, mtime: int = FIXED_MTIME) -> list[str]:
+    """Gzip `git archive`'s tar with every header's mtime set to `mtime`; the submodules found.
+
+    One streaming pass over the headers (file data is copied untouched), so it costs little
+    more than gzip itself. The gzip header carries no time or name: same tree, same bytes.
+    A submodule is an empty directory entry in `git archive`'s output (git trees never hold
+    empty directories): those are returned so the caller can refuse the archive.
+    """
+    stamp = b"%011o\0" % mtime
+    submodules: list[str] = []
+    open_dir: str | None = None
+    long_name: str | None = None  # from a pax header: the next entry's real path
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=GZIP_LEVEL) as gz:
+        while True:
+            header = tar_in.read(_BLOCK)
+            if len(header) < _BLOCK or header == b"\0" * _BLOCK:
+                gz.write(header)
+                shutil.copyfileobj(tar_in, gz)  # the end-of-archive blocks
+                break
+            typeflag = header[156:157]
+            size = _octal(header[124:136])
+            padded = -(-size // _BLOCK) * _BLOCK
+            data = b""
+            if typeflag == b"x" and size <= 1 << 20:
+                data = tar_in.read(padded)
+                long_name = _pax_path(data[:size])
+            elif typeflag != b"g":
+                if long_name is not None:
+                    name, long_name = long_name, None
+                else:
+                    prefix = header[345:500].rstrip(b"\0")
+                    name = ((prefix + b"/" if prefix else b"") + header[0:100].rstrip(b"\0")).decode("utf-8", "replace")
+                if typeflag == b"5" and not name.endswith("/"):
+                    name += "/"
+                if open_dir is not None and not name.startswith(open_dir):
+                    submodules.append(open_dir.rstrip("/"))
+                open_dir = name if typeflag == b"5" else None
+            header = header[:136] + stamp + b" " * 8 + header[156:]
+            checksum = sum(header)
+            gz.write(header[:148] + b"%06o\0 " % checksum + header[156:])
+            if data:
+                gz.write(data)
+                continue
+            remaining = padded
+            while remaining:
+                chunk = tar_in.read(min(remaining, 1 << 20))
+                if not chunk:
+                    raise UpstreamUnavailable("git archive's output ended early")
+                gz.write(chunk)
+                remaining -= len(chunk)
+    if open_dir is not None:
+        submodules.append(open_dir.rstrip("/"))
+    return submodules
+
+
+def _pax_path(records: bytes) -> str | None:
+    """The `path` of a pax extended header ("<len> path=<value>\\n" records)."""
+    for line in records.split(b"\n"):
+        _, _, record = line.partition(b" ")
+        key, sep, value = record.partition(b"=")
+        if sep and key == b"path":
+            return value.decode("utf-8", "replace")
+    return None
+
+
+def _octal(field: bytes) -> int:
+    if field[:1] == b"\x80":  # base-256, for sizes over 8 GiB
+        return int.from_bytes(field[1:], "big")
+    text = field.rstrip(b"\0 ").strip()
+    return int(text, 8) if text else 0
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
+
+
+class ArchiveStore:
+    """Archives on disk under a size bound, built once per key even under concurrent requests."""
+
+    def __init__(self, root: Path, mirrors: MirrorStore, builder: ArchiveBuilder, executor: Executor,
+                 max_bytes: int) -> None:
+        self.root = root
+        self.mirrors = mirrors
+        self.builder = builder
+        self.executor = executor
+        self.max_bytes = max_bytes
+        self._sizes: OrderedDict[str, int] = OrderedDict()  # file name -> bytes, least recent first
+        self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
+        self.builds = 0
+
+    def prepare(self) -> None:
+        """Create the directory, remove half-written builds, and index what is there (oldest first)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        found = []
+        for entry in self.root.iterdir():
+            if entry.name.startswith("tmp-") or not entry.name.endswith(".tar.gz"):
+                entry.unlink(missing_ok=True)  # a build cut short: never served
+                continue
+            st = entry.stat()
+            found.append((st.st_atime, entry.name, st.st_size))
+        for _, name, size in sorted(found):
+            self._sizes[name] = size
+        self._evict(keep=None)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self._sizes.values())
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def cached(self, key: ArchiveKey) -> Path | None:
+        """The archive's path when it is already built (and mark it recently used)."""
+        name = key.file_name
+        if name in self._sizes and (self.root / name).is_file():
+            self._sizes.move_to_end(name)
+            return self.root / name
+        self._sizes.pop(name, None)
+        return None
+
+    def start(self, key: ArchiveKey) -> asyncio.Task[Path]:
+        """The build of `key`: the running one if any, else a new one."""
+        task = self._building.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._build(key))
+            self._building[key] = task
+            task.add_done_callback(lambda _t: self._building.pop(key, None))
+        return task
+
+    async def get(self, key: ArchiveKey) -> Path:
+        """The archive of `key`, built now if needed (concurrent callers share one build)."""
+        path = self.cached(key)
+        if path is not None:
+            return path
+        # shield: one impatient client hanging up must not cancel the build the others wait for.
+        return await asyncio.shield(self.start(key))
+
+    async def _build(self, key: ArchiveKey) -> Path:
+        final = self.root / key.file_name
+        tmp = self.root / f"tmp-{uuid.uuid4().hex}.tar.gz"
+        log.info("building the archive of %s at %s%s", mask_url(key.repository), key.sha[:12],
+                 f" ({key.path})" if key.path else "")
+        mirror = self.mirrors.path_for(key.repository)
+        try:
+            try:
+                if not mirror.is_dir():
+                    raise MissingCommit(key.sha)
+                # The usual case (mirror present, commit in it) costs no extra git process.
+                await self._call(self.builder.build, mirror, key, tmp)
+            except MissingCommit:
+                mirror = await self.mirrors.ensure(key.repository, key.sha)
+                try:
+                    await self._call(self.builder.build, mirror, key, tmp)
+                except MissingCommit:
+                    raise UpstreamUnavailable(
+                        f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
+                        "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
+                    ) from None
+            # Renamed into place only when complete: a crash leaves a tmp-* file, removed at start.
+            # (No fsync: a crash of gitreg loses nothing written; see README "Storage".)
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.builds += 1
+        self._sizes[key.file_name] = final.stat().st_size
+        self._sizes.move_to_end(key.file_name)
+        self._evict(keep=key.file_name)
+        return final
+
+    def _evict(self, keep: str | None) -> None:
+        """Remove least recently served archives until the total fits `max_bytes`."""
+        total = self.total_bytes
+        for name in list(self._sizes):
+            if total <= self.max_bytes:
+                break
+            if name == keep:
+                continue
+            total -= self._sizes.pop(name)
+            # An archive being sent stays readable through its open file until the response ends.
+            (self.root / name).unlink(missing_ok=True)
+            log.info("removed archive %s to stay under [storage] max_bytes", name)
+
+
+class ArchiveCollector:
+    """Prometheus view of the archive store and moved tags (read at scrape time)."""
+
+    def __init__(self, store: ArchiveStore, pins: object) -> None:
+        self.store = store
+        self.pins = pins
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        yield CounterMetricFamily("gitreg_moved_tags", "Tags found pointing at another commit than the one first served.",
+                                  value=getattr(self.pins, "moved_total", 0))
+        yield CounterMetricFamily("gitreg_archive_builds", "Archives built (archive mode).", value=self.store.builds)
+        yield GaugeMetricFamily("gitreg_archive_bytes", "Bytes of archives on disk.", value=self.store.total_bytes)
+        yield GaugeMetricFamily("gitreg_archives", "Archives on disk.", value=len(self.store._sizes))
