@@ -1,10 +1,11 @@
 FROM python:3.12-slim
 
 # git runs ls-remote; procps provides `ps`, which GitPython's timeouts use to kill git's children;
-# openssh-client lets rules use ssh:// repositories.
+# openssh-client lets rules use ssh:// repositories; tini runs as PID 1, so git's helpers that
+# exit after their parent are reaped and `docker stop` (SIGTERM) reaches gitreg.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git procps openssh-client ca-certificates \
+    && apt-get install -y --no-install-recommends git procps openssh-client ca-certificates tini \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -21,5 +22,5 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
 
-ENTRYPOINT ["gitreg"]
+ENTRYPOINT ["tini", "--", "gitreg"]
 CMD ["serve", "--config", "/etc/gitreg/config.toml"]

@@ -21,7 +21,12 @@ from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
 
 __all__ = ["ROOT", "GitregProcess", "GitHttpServer", "GitRepo", "machine", "median", "wrk", "rss_kib",
-           "write_config", "workdir", "bare_ls_remote", "pct"]
+           "write_config", "workdir", "bare_ls_remote", "pct", "start_gitreg", "proc_stats", "GitHttpChild",
+           "tagged_repo", "copy_repo", "raise_nofile", "github_signature", "GIT_ENV", "pinning", "Server",
+           "free_port", "wait_healthy"]
+
+# What gitreg gives git too: no system or global config of the machine running the benchmark.
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
 
 
 def machine() -> str:
@@ -49,14 +54,35 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-def wrk(url: str, seconds: float, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """Run wrk against `url`; requests/s, p50 and p99 latency in ms, and error counts."""
+def pinning() -> tuple[str, str, int] | None:
+    """(server CPU, client CPUs, client threads) to keep a one-threaded server and the load
+    generator off each other's cores; None on one core or without taskset."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or shutil.which("taskset") is None:
+        return None
+    return str(cpus[-1]), ",".join(str(c) for c in cpus[:-1]), len(cpus) - 1
+
+
+def taskset(cpus: str | None) -> list[str]:
+    """The argv prefix that runs a command on `cpus` (nothing for None)."""
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+def wrk(url: str, seconds: float, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None,
+        script: Path | None = None, cpus: str | None = None) -> dict[str, float]:
+    """Run wrk against `url` (with a Lua `script`, on `cpus` if given); requests, requests/s, p50
+    and p99 latency in ms, socket errors (total and by kind) and non-2xx/3xx answers."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
-    args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s"]
+    args = [*taskset(cpus), "wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "--timeout", "10s"]
     for k, v in (headers or {}).items():
         args += ["-H", f"{k}: {v}"]
-    out = subprocess.run([*args, url], capture_output=True, text=True, timeout=seconds + 60).stdout
+    if script is not None:
+        args += ["-s", str(script)]
+    proc = subprocess.run([*args, url], capture_output=True, text=True, timeout=seconds + 60)
+    out = proc.stdout
+    if "Requests/sec" not in out:
+        raise RuntimeError(f"wrk failed on {url}:\n{out}{proc.stderr}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
     def latency(label: str) -> float:
@@ -66,11 +92,14 @@ def wrk(url: str, seconds: float, connections: int = 32, threads: int = 2, heade
 
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    kinds = dict(zip(("connect", "read", "write", "timeout"), (int(x) for x in errors.groups()))) if errors else {}
     return {
+        "requests": int(re.search(r"(\d+) requests in", out).group(1)),
         "rps": rps,
         "p50_ms": latency("50"),
         "p99_ms": latency("99"),
-        "errors": sum(int(x) for x in errors.groups()) if errors else 0,
+        "errors": sum(kinds.values()),
+        **{f"errors_{k}": v for k, v in kinds.items()},
         "non2xx": int(non2xx.group(1)) if non2xx else 0,
     }
 
@@ -96,18 +125,20 @@ def bare_ls_remote(url: str, env: dict[str, str] | None = None) -> float:
     """Seconds one plain `git ls-remote --tags` of `url` takes."""
     started = time.perf_counter()
     subprocess.run(["git", "ls-remote", "--tags", url], check=True, capture_output=True,
-                   env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, **(env or {})})
+                   env={**os.environ, **GIT_ENV, **(env or {})})
     return time.perf_counter() - started
 
 
 class Server:
     """A server subprocess whose output goes to a file (a pipe read by Python would be part of the load)."""
 
-    def __init__(self, argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None,
+                 cpus: str | None = None) -> None:
         self.log = log
         self.started = time.perf_counter()
         self._fh = log.open("w")
-        self.proc = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT, cwd=ROOT,
+        # taskset execs the command: the pid stays the server's.
+        self.proc = subprocess.Popen([*taskset(cpus), *argv], stdout=self._fh, stderr=subprocess.STDOUT, cwd=ROOT,
                                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         deadline = time.time() + 120
         self.url = ""
@@ -136,10 +167,13 @@ class Server:
         self._fh.close()
 
 
-def start_gitreg(args: list[str], log: Path) -> Server:
-    """`python -m gitreg serve ARGS` on a free port, ready once /healthz answers."""
+def start_gitreg(args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None) -> Server:
+    """`python -m gitreg serve ARGS` on a free port (on `cpus` if given), ready once /healthz answers.
+
+    `startup_seconds` is from process start until /healthz first answered.
+    """
     port = free_port()
-    server = Server([sys.executable, "-m", "gitreg", "serve", "--port", str(port), *args], log, r"()")
+    server = Server([sys.executable, "-m", "gitreg", "serve", "--port", str(port), *args], log, r"()", env, cpus)
     server.url = f"http://127.0.0.1:{port}"
     wait_healthy(server.url + "/healthz", server)
     server.startup_seconds = time.perf_counter() - server.started
@@ -169,3 +203,131 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def proc_stats(pid: int) -> dict[str, int]:
+    """RSS (KiB), open file descriptors, threads and child processes of a running process."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    children = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children += len((task / "children").read_text().split())
+        except OSError:
+            pass
+    return {
+        "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "threads": int(re.search(r"Threads:\s+(\d+)", status).group(1)),
+        "children": children,
+    }
+
+
+def raise_nofile(wanted: int) -> int:
+    """Raise this process's open-file limit (children inherit it) towards `wanted`; the new soft limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def github_signature(secret: str, body: bytes) -> str:
+    """`X-Hub-Signature-256` as GitHub computes it: `sha256=` + hex HMAC-SHA256 of the raw body."""
+    import hashlib
+    import hmac
+
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+def tagged_repo(bare: Path, tags: int, prefix: str = "v") -> Path:
+    """A bare repository with one commit and `tags` lightweight tags v0.0.0, v0.0.1, ...
+
+    The tags are written straight into `packed-refs` (what `git pack-refs` would write):
+    10,000 `git tag` calls would take minutes, this takes milliseconds.
+    """
+    _git("init", "--quiet", "--bare", "-b", "main", str(bare))
+    tree = _module_tree(bare)
+    commit = _git("commit-tree", tree, "-m", "module", cwd=bare)
+    _git("update-ref", "refs/heads/main", commit, cwd=bare)
+    lines = ["# pack-refs with: peeled fully-peeled sorted"]
+    names = sorted(f"refs/tags/{prefix}{i // 10000}.{i // 100 % 100}.{i % 100}" for i in range(tags))
+    lines += [f"{commit} {name}" for name in names]
+    (bare / "packed-refs").write_text("\n".join(lines) + "\n")
+    return bare
+
+
+def _module_tree(bare: Path) -> str:
+    """A tree with one main.tf, written into `bare`."""
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=bare, input=b'output "x" { value = 1 }\n',
+                          check=True, capture_output=True, env={**os.environ, **GIT_ENV}).stdout.decode().strip()
+    return subprocess.run(["git", "mktree"], cwd=bare, input=f"100644 blob {blob}\tmain.tf\n".encode(),
+                          check=True, capture_output=True, env={**os.environ, **GIT_ENV}).stdout.decode().strip()
+
+
+def copy_repo(template: Path, dest: Path) -> Path:
+    """A distinct repository with the template's content (hard links: git objects are immutable)."""
+    subprocess.run(["cp", "-al", str(template), str(dest)], check=True)
+    return dest
+
+
+class GitHttpChild:
+    """tests/support/githttp.GitHttpServer in a process of its own.
+
+    So the benchmark's client and the git server do not share one GIL (each would slow the
+    other down). Its per-repository counts of ref advertisements are asked for over a pipe.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "githttp", str(root)], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        assert self.proc.stdout is not None
+        self.base_url = self.proc.stdout.readline().strip()
+        if not self.base_url.startswith("http://"):
+            raise RuntimeError("the git HTTP server did not start")
+
+    def url(self, repo: str) -> str:
+        """The clone URL of `repo` (a directory name under root, e.g. "hello.git")."""
+        return f"{self.base_url}/{repo}"
+
+    def ref_advertisements(self, repo: str = "") -> int:
+        """Ref advertisements (`info/refs?service=git-upload-pack`) served for `repo` (all repos when "")."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"count {repo}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        """End the child (closing its stdin ends it)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _githttp_child(root: str) -> None:
+    from tests.support import githttp
+
+    # The stdlib default listen backlog is 5: under load, connects beyond it wait for a SYN
+    # retransmit (1 s), which would be measured as gitreg's latency.
+    githttp._Server.request_queue_size = 256
+    server = GitHttpServer(Path(root)).start()
+    print(server.base_url, flush=True)
+    for line in sys.stdin:
+        command, _, repo = line.rstrip("\n").partition(" ")
+        if command == "count":
+            print(server.ref_advertisements(repo or None), flush=True)
+    server.stop()
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "githttp":
+    _githttp_child(sys.argv[2])

@@ -21,6 +21,8 @@ from .config import Config
 from .errors import GitregError, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
 from .metrics import Lifecycle, Metrics, metrics_middleware
+from .logs import ServerLogger
+from .names import check_request
 from .mirrors import MirrorStore
 from .registry import Registry
 from .routes import routes
@@ -81,6 +83,13 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
+@web.middleware
+async def input_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Check every path segment and query parameter before any handler (so before any rule or git call)."""
+    check_request(request)
+    return await handler(request)
+
+
 async def _services(app: web.Application) -> AsyncIterator[None]:
     """Create the executor, git adapter, cache and registry; close them on shutdown."""
     config = app[CONFIG]
@@ -109,7 +118,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
     await cache.close()
-    # Running git calls end by themselves at [git] timeout_seconds (kill_after_timeout).
+    # In-flight requests had their grace period (the runner's shutdown_timeout): git still
+    # talking to a host now serves nobody (a background refresh, a cancelled request), so it
+    # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
+    if killed := adapter.kill_running():
+        log.info("shutdown: stopped %d running git process(es)", killed)
     executor.shutdown(wait=False, cancel_futures=True)
     home.cleanup()
 
@@ -131,7 +144,10 @@ def create_app(config: Config) -> web.Application:
     """Build the aiohttp application for an already-validated config."""
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(
-        middlewares=[metrics_middleware(metrics), errors_middleware, auth_middleware], client_max_size=64 * 1024
+        middlewares=[metrics_middleware(metrics), errors_middleware, auth_middleware, input_middleware],
+        client_max_size=64 * 1024,
+        # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.
+        handler_args={"logger": ServerLogger(logging.getLogger("aiohttp.server"))},
     )
     app[CONFIG] = config
     app[AUTH] = TokenChecker(config.auth)

@@ -207,6 +207,7 @@ class ArchiveStore:
         self.max_bytes = max_bytes
         self._sizes: OrderedDict[str, int] = OrderedDict()  # file name -> bytes, least recent first
         self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
+        self._prefix = f"{root}{os.sep}"
         self.builds = 0
 
     def prepare(self) -> None:
@@ -230,13 +231,15 @@ class ArchiveStore:
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def cached(self, key: ArchiveKey) -> Path | None:
+    def cached(self, key: ArchiveKey) -> str | None:
         """The archive's path when it is already built (and mark it recently used)."""
         name = key.file_name
-        if name in self._sizes and (self.root / name).is_file():
-            self._sizes.move_to_end(name)
-            return self.root / name
-        self._sizes.pop(name, None)
+        if name in self._sizes:
+            path = self._prefix + name  # str, not Path: this is the warm path
+            if os.path.isfile(path):
+                self._sizes.move_to_end(name)
+                return path
+            del self._sizes[name]  # removed behind our back: build it again
         return None
 
     def start(self, key: ArchiveKey) -> asyncio.Task[Path]:
@@ -248,7 +251,7 @@ class ArchiveStore:
             task.add_done_callback(lambda _t: self._building.pop(key, None))
         return task
 
-    async def get(self, key: ArchiveKey) -> Path:
+    async def get(self, key: ArchiveKey) -> str | Path:
         """The archive of `key`, built now if needed (concurrent callers share one build)."""
         path = self.cached(key)
         if path is not None:

@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 from aiohttp import web
 
 from .config import AuthConfig, TokenConfig
 from .errors import Forbidden, Unauthorized
 
-SCOPE_KEY = "gitreg.scope"
+# The caller's namespaces (None: all of them), recorded on the request by `authorize`. A typed
+# request key where aiohttp has them (3.12+; a plain string key warns there), else a string.
+SCOPE_KEY: Any = web.RequestKey("scope", object) if hasattr(web, "RequestKey") else "gitreg.scope"
 
 
 class TokenChecker:
     """Checks bearer tokens in constant time against every configured token."""
 
     def __init__(self, config: AuthConfig) -> None:
-        self._tokens: tuple[tuple[bytes, bool, TokenConfig], ...] = tuple(
-            (bytes.fromhex(t.token[7:]), True, t) if t.token.startswith("sha256:") else (t.token.encode(), False, t)
+        # Every token is kept as its SHA-256: a presented token is compared digest to digest,
+        # 32 bytes each, so not even a token's length shows in the time a comparison takes.
+        self._tokens: tuple[tuple[bytes, TokenConfig], ...] = tuple(
+            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else hashlib.sha256(t.token.encode()).digest(), t)
             for t in config.tokens
         )
 
@@ -44,8 +49,8 @@ class TokenChecker:
         digest = hashlib.sha256(candidate).digest()
         # Compare with every token, always, so timing says nothing about which (if any) matched.
         matched: TokenConfig | None = None
-        for secret, hashed, token in self._tokens:
-            if hmac.compare_digest(digest if hashed else candidate, secret) and matched is None:
+        for secret, token in self._tokens:
+            if hmac.compare_digest(digest, secret) and matched is None:
                 matched = token
         if matched is None:
             raise Unauthorized("the registry token is not valid")

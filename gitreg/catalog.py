@@ -33,6 +33,8 @@ FLUSH_SECONDS = 5.0
 # A wildcard rule could in principle resolve unboundedly many names; beyond this many
 # remembered modules new ones are served but not listed (and a warning is logged once).
 MAX_REMEMBERED = 50_000
+# The temp file a write goes to before `os.replace`; one left by a crash is deleted at start.
+_TMP_PREFIX, _TMP_SUFFIX = ".catalog-", ".tmp"
 
 
 def _parse_key(key: object) -> ModuleAddress | None:
@@ -61,6 +63,7 @@ class Catalog:
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
+        self._remove_leftovers()
         try:
             data: Any = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -86,6 +89,19 @@ class Catalog:
                 address = _parse_key(key)
                 if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
                     self._downloads[address] = count
+
+    def _remove_leftovers(self) -> None:
+        """Delete temp files a write interrupted by a crash left (catalog.json itself is whole: os.replace)."""
+        try:
+            leftovers = list(self.path.parent.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"))
+        except OSError:
+            return
+        for tmp in leftovers:
+            try:
+                tmp.unlink()
+                log.info("removed %s, left by an interrupted write", tmp.name)
+            except OSError:
+                pass
 
     def listed(self) -> dict[ModuleAddress, ResolvedModule]:
         """Every listable module, bound to the rule serving it now (rules may have changed since)."""
@@ -154,7 +170,7 @@ class Catalog:
 
     def _write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=self.path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)

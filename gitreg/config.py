@@ -294,7 +294,7 @@ def expand_env(value: str, env: Mapping[str, str], error: Any) -> str:
 def url_scheme(url: str) -> str | None:
     """The transport git would use for `url` (`ssh` for scp-like `host:path`)."""
     if "://" in url:
-        return urlsplit(url).scheme.lower()
+        return url.partition("://")[0].lower()
     if _SCP_RE.match(url):
         return "ssh"
     return None
@@ -315,7 +315,12 @@ def _check_url(r: _Reader, key: str, url: str, protocols: tuple[str, ...], templ
     if scheme not in protocols:
         r.error(key, f"transport {scheme!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
     if "://" in sample:
-        parts = urlsplit(sample)
+        try:
+            parts = urlsplit(sample)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError as e:
+            r.error(key, f"{url!r} is not a valid URL: {e}")
+            return
         if parts.password is not None:
             r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
         if parts.query or parts.fragment:
@@ -458,8 +463,13 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         public_url=s.str("public_url"),
     )
     if server.public_url is not None:
-        parts = urlsplit(server.public_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        try:
+            parts = urlsplit(server.public_url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            valid = False
+        if not valid:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
     if (server.tls_cert is None) != (server.tls_key is None):

@@ -7,50 +7,92 @@ Hardening, in one place:
   `~/.gitconfig` (`url.insteadOf`, credential helpers) cannot change what runs;
 - only the configured transports are allowed (`GIT_ALLOW_PROTOCOL`: no `ext::`);
 - nothing prompts (`GIT_TERMINAL_PROMPT=0`, ssh `BatchMode`), and every call has a timeout
-  that kills the process (GitPython's `kill_after_timeout`).
+  that kills the process (GitPython's `kill_after_timeout`);
+- calls that talk to a Git host (`ls-remote`, `fetch`) run in their own process group, so a
+  timeout, an oversized answer or shutdown kills git *and* its helpers (`git-remote-http`,
+  `ssh`, `index-pack`) at once, and nothing is left behind even when git itself had exited;
+  curl and ssh also give up by themselves on a host that stalls (`GIT_HTTP_LOW_SPEED_*`,
+  `ConnectTimeout`/`ServerAliveInterval`), which matters for git processes that outlive a
+  gitreg killed with SIGKILL;
+- `ls-remote` output is read line by line and refused beyond MAX_REFS tags or
+  MAX_OUTPUT_BYTES, instead of being read whole into memory first.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
+import math
 import os
 import re
+import signal
+import subprocess
+import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import git
 
 from .config import Credential, GitConfig
-from .errors import ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
+from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger(__name__)
 
-# Upstream stderr lines that mean "this repository is not there" rather than "the host failed".
+# Upstream stderr that means "this repository is not there" rather than "the host failed":
+# git's HTTP 404 (`repository '<url>/' not found`), GitHub/Bitbucket (`Repository not found`),
+# GitLab over ssh (`The project you were looking for could not be found`), a missing local or
+# remote path. Never ssh's "Could not read from remote repository": git prints it after EVERY
+# ssh failure (connection refused, unknown host...), which would cache a down host as a 404.
 _NOT_FOUND = re.compile(
-    r"repository .* not found|not found|does not appear to be a git repository|"
-    r"no such file or directory|could not read from remote repository|HTTP 404",
+    r"repository '[^']*' not found|repository not found|does not appear to be a git repository|"
+    r"project you were looking for could not be found|repository does not exist|HTTP 404",
     re.IGNORECASE,
 )
 _AUTH_FAILED = re.compile(
     r"authentication failed|HTTP 401|HTTP 403|could not read Username|terminal prompts disabled|Permission denied",
     re.IGNORECASE,
 )
+# curl's low-speed abort and ssh's ConnectTimeout: the host stalled, like a timeout.
+_STALLED = re.compile(r"operation too slow|operation timed out|connection timed out", re.IGNORECASE)
+# The host answered, but not with git's smart protocol (an HTML page, a proxy's error, noise).
+_NOT_GIT = re.compile(
+    r"protocol error|bad line length|not valid: is this a git repository|invalid server response|"
+    r"unexpected (?:flush|packet)|expected flush",
+    re.IGNORECASE,
+)
+# What git adds after any ssh failure; the line before it says what happened.
+_BOILERPLATE = re.compile(
+    r"could not read from remote repository|make sure you have the correct access rights|^and the repository exists",
+    re.IGNORECASE,
+)
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-# A repository with this many tag lines is refused rather than held in memory.
+_USERINFO_RE = re.compile(r"(?<=://)[^/@\s']+@")
+# Bounds on one `ls-remote` answer: beyond either, git is killed and the repository refused,
+# so a host advertising millions of tags cannot exhaust the server's memory. 200,000 tag
+# lines (an annotated tag takes two) or 32 MiB: far above real repositories.
 MAX_REFS = 200_000
+MAX_OUTPUT_BYTES = 32 * 1024 * 1024
+_MAX_LINE = 64 * 1024  # git's pkt-line limit is 65520 bytes: no ref line is longer
+_MAX_STDERR = 64 * 1024
+# curl gives up on a transfer slower than this many bytes per second for [git] timeout_seconds.
+LOW_SPEED_LIMIT = 1000
 
 
 def mask_url(url: str) -> str:
     """The URL with any user-info password replaced, for logs and messages."""
     if "://" not in url:
         return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # `https://[x`, a port that is not a number: hide all user info
+        return _USERINFO_RE.sub("***@", url)
     return urlunsplit(parts._replace(netloc=netloc))
 
 
@@ -64,6 +106,57 @@ class TagList:
     derived: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
 
+class _GitRun:
+    """One git process in its own process group (session), killed as a group.
+
+    The group is killed only while git is not yet reaped: until then its pid, hence the group
+    id, cannot be reused, so the kill never hits an unrelated process.
+    """
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int) -> None:
+        self.stderr = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=self.stderr,
+                start_new_session=True,
+            )
+        except BaseException:
+            self.stderr.close()
+            raise
+        self.killed: str | None = None  # why gitreg killed it: "timeout", "too_large", "shutdown"
+        self.error_text = ""  # the end of git's stderr, once finished
+        self._lock = threading.Lock()
+        self._reaped = False
+
+    def kill(self, reason: str) -> None:
+        """SIGKILL git and every process it started (they share its process group)."""
+        with self._lock:
+            if self._reaped:
+                return
+            if self.killed is None:
+                self.killed = reason
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def finish(self) -> int:
+        """Wait for git to exit, kill whatever it left running in its group, reap it; the exit status."""
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+        with self._lock:
+            # A helper that outlived git (git-remote-http, ssh) would hold the host's connection.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self._reaped = True
+        status = self.proc.wait()
+        with self.stderr:
+            self.stderr.seek(0, os.SEEK_END)
+            self.stderr.seek(max(0, self.stderr.tell() - _MAX_STDERR))  # only git's last words matter
+            self.error_text = self.stderr.read().decode("utf-8", "replace")
+        return status
+
+
 class GitAdapter:
     """Runs git for gitreg with a hardened, credential-carrying environment."""
 
@@ -73,6 +166,9 @@ class GitAdapter:
         # An empty HOME of our own: no ~/.gitconfig, ~/.netrc or ~/.ssh/config of the operator.
         self._home = home
         self._git = git.cmd.Git()
+        self._running: set[_GitRun] = set()
+        self._running_lock = threading.Lock()
+        self._closed = False
 
     def environment(self, url: str) -> dict[str, str]:
         """The environment for one git call against `url`, with its credential if one applies."""
@@ -86,8 +182,15 @@ class GitAdapter:
             "XDG_CONFIG_HOME": self._home,
             "GIT_ALLOW_PROTOCOL": ":".join(self.config.protocols),
             "GIT_PROTOCOL_FROM_USER": "0",
-            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", self._ssh_command()),
+            # A stalled transfer ends by itself, even in a git that outlived a killed gitreg.
+            "GIT_HTTP_LOW_SPEED_LIMIT": str(LOW_SPEED_LIMIT),
+            "GIT_HTTP_LOW_SPEED_TIME": str(self._stall_seconds()),
             "GIT_CONFIG_COUNT": "0",
+            # `git -c` settings inherited from gitreg's own environment do not apply either,
+            "GIT_CONFIG_PARAMETERS": "",
+            # nor the config of a repository gitreg happens to be started in (see _spawn's cwd).
+            "GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.abspath(self._home)),
         }
         cred = self.credential_for(url)
         if cred is not None:
@@ -99,6 +202,16 @@ class GitAdapter:
             )
         return env
 
+    def _stall_seconds(self) -> int:
+        return max(1, math.ceil(self.config.timeout_seconds))
+
+    def _ssh_command(self) -> str:
+        # BatchMode: never prompt. ConnectTimeout and keep-alives: a host that stops answering
+        # is given up on after about timeout_seconds, as curl does with the low-speed limit.
+        stall = self._stall_seconds()
+        alive = max(1, math.ceil(stall / 3))
+        return f"ssh -o BatchMode=yes -o ConnectTimeout={stall} -o ServerAliveInterval={alive} -o ServerAliveCountMax=3"
+
     def credential_for(self, url: str) -> Credential | None:
         """The most specific `[[credentials]]` entry whose URL prefix covers `url`."""
         best: Credential | None = None
@@ -108,63 +221,163 @@ class GitAdapter:
                 best = cred
         return best
 
-    def ls_remote_tags(self, url: str) -> TagList:
-        """List a repository's tags with `git ls-remote`; no clone is needed."""
-        started = time.monotonic()
-        timeout = self.config.timeout_seconds
+    @contextlib.contextmanager
+    def _spawn(self, args: list[str], url: str, cwd: str | None = None) -> Iterator[_GitRun]:
+        """Run git against `url` with a timeout; on leaving, git and all its helpers are gone."""
+        if self._closed:
+            raise UpstreamUnavailable("gitreg is shutting down; try again")
+        env = {**os.environ, "LC_ALL": "C", "LANGUAGE": "C", **self.environment(url)}  # English errors to classify
         try:
-            out = self._git.execute(
-                ["git", "ls-remote", "--tags", "--end-of-options", url],
-                env=self.environment(url),
-                kill_after_timeout=timeout,
-                with_extended_output=False,
-                stdout_as_string=True,
-            )
-        except git.GitCommandError as e:
-            raise self._classify(url, e, time.monotonic() - started) from None
-        except git.GitCommandNotFound:
+            # Not the server's working directory: a repository there would lend git its config.
+            run = _GitRun(args, env, cwd or self._home, subprocess.PIPE)
+        except FileNotFoundError:
             raise UpstreamUnavailable("git is not installed on the registry server") from None
-        return TagList(parse_ls_remote(str(out), url), time.time())
+        timer = threading.Timer(self.config.timeout_seconds, run.kill, ("timeout",))
+        timer.daemon = True
+        with self._running_lock:
+            self._running.add(run)
+            closed = self._closed
+        if closed:  # shutdown began while this one started: kill_running() may have missed it
+            run.kill("shutdown")
+        timer.start()
+        try:
+            yield run
+        except BaseException:
+            run.kill("error")
+            raise
+        finally:
+            try:
+                run.finish()
+            finally:
+                timer.cancel()
+                with self._running_lock:
+                    self._running.discard(run)
+                run.stderr.close()  # already closed unless finish() failed
 
-    def _classify(self, url: str, e: git.GitCommandError, elapsed: float) -> Exception:
-        stderr = _text(e.stderr)
+    def _check(self, run: _GitRun, url: str, too_large: str) -> None:
+        """Raise the error a finished git call stands for, if any."""
         shown = mask_url(url)
-        if elapsed >= self.config.timeout_seconds * 0.95 or "did not complete in" in stderr:
-            log.warning("git ls-remote %s timed out after %.1fs", shown, elapsed)
-            return UpstreamTimeout(
-                f"the Git host did not answer within {self.config.timeout_seconds:g}s for {shown}; "
-                "try again later or raise [git] timeout_seconds"
-            )
+        if run.killed == "timeout":
+            raise self._timeout(shown)
+        if run.killed == "shutdown":
+            raise UpstreamUnavailable(f"gitreg is shutting down; git for {shown} was stopped, try again")
+        if run.killed == "too_large":
+            log.warning("git %s: %s", shown, too_large)
+            raise UpstreamUnavailable(too_large)
+        if run.proc.returncode != 0:
+            raise self._classify(url, run.error_text, run.proc.returncode)
+
+    def run(self, args: list[str], url: str, cwd: str | None = None) -> str:
+        """Run a git command that talks to `url` (e.g. a fetch); its stdout, bounded by MAX_OUTPUT_BYTES."""
+        with self._spawn(args, url, cwd) as run:
+            assert run.proc.stdout is not None
+            out = run.proc.stdout.read(MAX_OUTPUT_BYTES + 1)
+            if len(out) > MAX_OUTPUT_BYTES:
+                run.kill("too_large")
+        self._check(run, url, f"git wrote more than {MAX_OUTPUT_BYTES // 2**20} MiB for {mask_url(url)}")
+        return out.decode("utf-8", "replace")
+
+    def kill_running(self) -> int:
+        """Kill every git process still running (shutdown); later calls are refused. How many were killed."""
+        with self._running_lock:
+            self._closed = True
+            runs = list(self._running)
+        for run in runs:
+            run.kill("shutdown")
+        return len(runs)
+
+    def running(self) -> int:
+        """How many git processes that talk to a Git host run now."""
+        with self._running_lock:
+            return len(self._running)
+
+    def ls_remote_tags(self, url: str) -> TagList:
+        """List a repository's tags with `git ls-remote`; no clone is needed.
+
+        The answer is read line by line: past MAX_REFS tag lines or MAX_OUTPUT_BYTES git is
+        killed and the repository refused, before the rest is ever read.
+        """
+        parser = _RefParser(url)
+        size = 0
+        with self._spawn(["git", "ls-remote", "--tags", "--end-of-options", url], url) as run:
+            assert run.proc.stdout is not None
+            while line := run.proc.stdout.readline(_MAX_LINE):
+                size += len(line)
+                if size > MAX_OUTPUT_BYTES or parser.lines >= MAX_REFS:
+                    run.kill("too_large")
+                    break
+                parser.feed(line)
+        self._check(run, url, f"{mask_url(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
+                    "of tag refs); gitreg refuses to read them all")
+        return TagList(parser.result(), time.time())
+
+    def _timeout(self, shown: str) -> UpstreamTimeout:
+        log.warning("git %s timed out after %gs", shown, self.config.timeout_seconds)
+        return UpstreamTimeout(
+            f"the Git host did not answer within {self.config.timeout_seconds:g}s for {shown}; "
+            "try again later or raise [git] timeout_seconds"
+        )
+
+    def _classify(self, url: str, stderr: str, status: int | str | None) -> GitregError:
+        """The error a failed git call's stderr stands for (never echoing credentials or raw bytes)."""
+        shown = mask_url(url)
+        if "did not complete in" in stderr or _STALLED.search(stderr):
+            return self._timeout(shown)
         detail = _last_line(stderr)
-        log.warning("git ls-remote %s failed (exit %s): %s", shown, e.status, detail)
+        log.warning("git %s failed (exit %s): %s", shown, status, detail)
         if _AUTH_FAILED.search(stderr):
+            if self.credential_for(url) is None:
+                return UpstreamUnavailable(
+                    f"the Git host refused access without credentials to {shown}; add [[credentials]] for it on the registry server"
+                )
             return UpstreamUnavailable(
                 f"the Git host refused gitreg's credentials for {shown}; check [[credentials]] on the registry server"
             )
         if _NOT_FOUND.search(stderr):
             return ModuleNotFound(f"repository {shown} does not exist upstream (or gitreg may not read it)")
+        if _NOT_GIT.search(stderr):
+            return UpstreamUnavailable(f"the Git host did not answer with the git protocol for {shown}: {detail}")
         return UpstreamUnavailable(f"could not list tags of {shown}: {detail or 'git failed'}")
+
+
+class _RefParser:
+    """Incremental `git ls-remote --tags` parser; peeled `^{}` lines win for annotated tags."""
+
+    def __init__(self, url: str = "") -> None:
+        self.url = url
+        self.lines = 0
+        self._tags: dict[str, str] = {}
+        self._peeled: dict[str, str] = {}
+
+    def feed(self, raw: bytes | str) -> None:
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = line.rstrip("\r\n")
+        self.lines += 1
+        sha, sep, ref = line.partition("\t")
+        if not sep or not _SHA_RE.fullmatch(sha) or not ref.startswith("refs/tags/"):
+            if line.strip():
+                raise UpstreamUnavailable(f"the Git host answered something that is not a ref list for {mask_url(self.url)}")
+            return
+        name = ref[len("refs/tags/"):]
+        if name.endswith("^{}"):
+            self._peeled[name[:-3]] = sha
+        else:
+            self._tags[name] = sha
+
+    def result(self) -> dict[str, str]:
+        tags = self._tags
+        tags.update((name, sha) for name, sha in self._peeled.items() if name in tags)
+        return tags
 
 
 def parse_ls_remote(out: str, url: str = "") -> dict[str, str]:
     """Parse `git ls-remote --tags` output; peeled `^{}` lines win for annotated tags."""
-    tags: dict[str, str] = {}
-    peeled: dict[str, str] = {}
-    for count, line in enumerate(out.splitlines()):
-        if count >= MAX_REFS:
+    parser = _RefParser(url)
+    for line in out.splitlines():
+        if parser.lines >= MAX_REFS:
             raise UpstreamUnavailable(f"{mask_url(url)} has more than {MAX_REFS} tags; gitreg refuses to hold them")
-        sha, sep, ref = line.partition("\t")
-        if not sep or not _SHA_RE.fullmatch(sha) or not ref.startswith("refs/tags/"):
-            if line.strip():
-                raise UpstreamUnavailable(f"the Git host answered something that is not a ref list for {mask_url(url)}")
-            continue
-        name = ref[len("refs/tags/"):]
-        if name.endswith("^{}"):
-            peeled[name[:-3]] = sha
-        else:
-            tags[name] = sha
-    tags.update((name, sha) for name, sha in peeled.items() if name in tags)
-    return tags
+        parser.feed(line)
+    return parser.result()
 
 
 def _text(value: object) -> str:
@@ -174,9 +387,14 @@ def _text(value: object) -> str:
 
 
 def _last_line(stderr: str) -> str:
+    """git's last informative stderr line (not its "make sure ... the repository exists" advice)."""
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
-    line = lines[-1] if lines else ""
+    useful = [ln for ln in lines if not _BOILERPLATE.search(ln)]
+    line = (useful or lines or [""])[-1]
     line = line.removeprefix("stderr:").strip().strip("'").strip()
+    # Whatever the host sent may be echoed here: no credentials in URLs, no control bytes.
+    line = _USERINFO_RE.sub("", line)
+    line = "".join(c if c.isprintable() else "?" for c in line)
     return line[:300]
 
 
@@ -186,15 +404,9 @@ class MirrorGit:
     def __init__(self, adapter: GitAdapter) -> None:
         self.adapter = adapter
 
-    def _run(self, args: list[str], url: str, cwd: str, **kwargs: object) -> str:
-        started = time.monotonic()
-        try:
-            out = git.cmd.Git(cwd).execute(
-                args, env=self.adapter.environment(url), kill_after_timeout=self.adapter.config.timeout_seconds, **kwargs
-            )
-        except git.GitCommandError as e:
-            raise self.adapter._classify(url, e, time.monotonic() - started) from None
-        return out if isinstance(out, str) else ""
+    def _run(self, args: list[str], url: str, cwd: str) -> str:
+        # Through the adapter: timeout, process-group kill, killed at shutdown, bounded output.
+        return self.adapter.run(args, url, cwd)
 
     def init(self, path: str) -> None:
         """Create an empty bare repository at `path`."""

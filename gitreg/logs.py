@@ -5,24 +5,31 @@ Only the classes live here; the CLI (`cli.main`) is the one place that installs 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
+import time
+import weakref
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote_plus
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 
 # Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
 SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires")
-# The attribute an access log record carries its fields in (read by JsonFormatter).
+# The key of an access line's fields in the JSON log.
 HTTP_FIELD = "http"
+# The attribute a batch of access lines rides on: (AccessEntry, line) pairs (read by JsonFormatter).
+ACCESS_FIELD = "access"
 
 
-def masked_path(request: web.BaseRequest) -> str:
-    """The path and query as sent, with the values of sensitive query parameters replaced by `***`."""
-    path, sep, query = request.raw_path.partition("?")
+def mask_query(raw_path: str) -> str:
+    """`raw_path` (path and query as sent) with the values of sensitive query parameters replaced by `***`."""
+    path, sep, query = raw_path.partition("?")
     if not sep:
         return path
     parts = []
@@ -34,13 +41,99 @@ def masked_path(request: web.BaseRequest) -> str:
     return f"{path}?{'&'.join(parts)}"
 
 
+def masked_path(request: web.BaseRequest) -> str:
+    """The request's path and query as sent, sensitive query values replaced by `***`."""
+    return mask_query(request.raw_path)
+
+
+class AccessEntry(NamedTuple):
+    """What the access log keeps of one request until its line is written."""
+
+    created: float  # time.time() when the response was done
+    remote: str | None
+    method: str
+    raw_path: str
+    http_version: tuple[int, int]
+    status: int
+    body_length: int
+    referer: str
+    user_agent: str
+    duration: float
+
+    def fields(self) -> dict[str, Any]:
+        """The entry as the JSON log's `http` object."""
+        return {
+            "remote": self.remote or "-",
+            "method": self.method,
+            "path": mask_query(self.raw_path),
+            "protocol": f"HTTP/{self.http_version[0]}.{self.http_version[1]}",
+            "status": self.status,
+            "bytes": self.body_length,
+            "referer": self.referer,
+            "user_agent": self.user_agent,
+            "duration_seconds": round(self.duration, 6),
+        }
+
+
+class _Batch:
+    """The access lines of one event-loop iteration, written together once it ends."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.entries: list[AccessEntry] = []
+
+    def add(self, entry: AccessEntry) -> None:
+        if not self.entries:
+            # No reference to the loop is kept: it is the key of AccessLogger._batches.
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.entries.append(entry)
+
+    def flush(self) -> None:
+        entries, self.entries = self.entries, []
+        if entries:
+            write_access_lines(self.logger, entries)
+
+
+@functools.lru_cache(maxsize=4)
+def _clf_time(second: int) -> str:
+    """`[time]` of the combined log format (UTC), made once per second."""
+    return time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(second))
+
+
+def access_line(entry: AccessEntry) -> str:
+    """One combined-log-format line plus the duration in seconds."""
+    raw_path, version = entry.raw_path, entry.http_version
+    path = mask_query(raw_path) if "?" in raw_path else raw_path
+    return (f'{entry.remote or "-"} - - [{_clf_time(int(entry.created))}] "{entry.method} {path} '
+            f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{entry.referer or "-"}" '
+            f'"{entry.user_agent or "-"}" {entry.duration:.6f}')
+
+
+def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> None:
+    """Hand `entries` to `logger` as ONE record: the lines joined by newlines, (entry, line) pairs on `record.access`."""
+    lines = [access_line(entry) for entry in entries]
+    record = logger.makeRecord(logger.name, logging.INFO, "(access log)", 0, "\n".join(lines), None, None,
+                               extra={ACCESS_FIELD: list(zip(entries, lines))})
+    logger.handle(record)
+
+
 class AccessLogger(AbstractAccessLogger):
     """One line per request: the combined log format plus the duration in seconds.
 
     `remote - - [time] "METHOD path HTTP/x.y" status bytes "referer" "user-agent" seconds`.
-    The fields also ride on the record (`record.http`), so the JSON formatter emits them as
-    JSON fields. The Authorization header is never logged.
+    The Authorization header is never logged, nor the values of sensitive query parameters.
+
+    Written in batches, because the logging machinery costs more than answering a warm
+    request (bench/warm_path.py): `log` only notes the request, and at the end of the
+    event-loop iteration every line noted in it goes out as one LogRecord, the lines joined
+    by newlines (for a "%(message)s" handler the bytes are the same as one record per line).
+    The record's `access` attribute holds (entry, line) pairs, so JsonFormatter still writes
+    one JSON object per request, with that request's own time.
     """
+
+    # aiohttp makes one AccessLogger per connection; the batch is shared per loop and logger.
+    _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]] = weakref.WeakKeyDictionary()
+    _batch: _Batch | None = None  # this connection's (found once)
 
     @property
     def enabled(self) -> bool:
@@ -48,33 +141,36 @@ class AccessLogger(AbstractAccessLogger):
         return self.logger.isEnabledFor(logging.INFO)
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
-        path = masked_path(request)
-        fields: dict[str, Any] = {
-            "remote": request.remote or "-",
-            "method": request.method,
-            "path": path,
-            "protocol": f"HTTP/{request.version.major}.{request.version.minor}",
-            "status": response.status,
-            "bytes": response.body_length,
-            "referer": request.headers.get("Referer", ""),
-            "user_agent": request.headers.get("User-Agent", ""),
-            "duration_seconds": round(time_taken, 6),
-        }
-        now = datetime.now(timezone.utc).strftime("%d/%b/%Y:%H:%M:%S %z")
-        self.logger.info(
-            '%s - - [%s] "%s %s %s" %d %d "%s" "%s" %.6f',
-            fields["remote"], now, request.method, path, fields["protocol"], response.status,
-            response.body_length, fields["referer"] or "-", fields["user_agent"] or "-", time_taken,
-            extra={HTTP_FIELD: fields},
+        headers = request.headers
+        entry = AccessEntry(
+            time.time(), request.remote, request.method, request.raw_path, request.version, response.status,
+            response.body_length, headers.get("Referer", ""), headers.get("User-Agent", ""), time_taken,
         )
+        batch = self._batch
+        if batch is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not called from a running loop: nothing to batch with
+                write_access_lines(self.logger, [entry])
+                return
+            batches = self._batches.setdefault(loop, {})
+            batch = self._batch = batches.setdefault(self.logger.name, _Batch(self.logger))
+        batch.add(entry)
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, plus `http` for access records."""
 
     def format(self, record: logging.LogRecord) -> str:
+        access = getattr(record, ACCESS_FIELD, None)
+        if isinstance(access, list):
+            # A batch of access lines: one object per request.
+            return "\n".join(self._dumps({
+                "time": _iso(entry.created), "level": record.levelname.lower(), "logger": record.name,
+                "message": line, HTTP_FIELD: entry.fields(),
+            }) for entry, line in access)
         out: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": _iso(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -84,5 +180,29 @@ class JsonFormatter(logging.Formatter):
             out[HTTP_FIELD] = http
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
+        return self._dumps(out)
+
+    @staticmethod
+    def _dumps(out: dict[str, Any]) -> str:
         return json.dumps(out, ensure_ascii=False, default=str)
 
+
+def _iso(created: float) -> str:
+    return datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
+
+
+class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger, minus tracebacks for requests its HTTP parser refused.
+
+    A request line or header beyond aiohttp's limits, a duplicate Host header, bytes that are
+    not HTTP: aiohttp answers 400 before any handler runs and logs the parser's exception with
+    a traceback at ERROR. That is the client's mistake, and anyone can send it: one WARNING line
+    (the exception's class only: its message quotes the request, which may hold a capability).
+    """
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else None
+        if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 0) < 500:
+            self.warning(f"{msg}: %s (%d), refused by the HTTP parser", *args, type(exc).__name__, exc.code)
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)

@@ -10,16 +10,20 @@ MAX_HOSTS distinct values.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
 
@@ -40,10 +44,10 @@ UNMATCHED_ROUTE = "unmatched"
 def git_host(url: str) -> str:
     """The host part of a repository URL, for a metric label: no user, port, path or query."""
     if "://" in url:
-        parts = urlsplit(url)
-        if parts.scheme == "file":
-            return "local"
         try:
+            parts = urlsplit(url)
+            if parts.scheme == "file":
+                return "local"
             host = parts.hostname
         except ValueError:
             host = None
@@ -68,14 +72,12 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "gitreg_http_requests", "HTTP requests answered, by route template, method and status.",
-            ["route", "method", "status"], registry=self.registry,
-        )
-        self.latency = Histogram(
-            "gitreg_http_request_duration_seconds", "Time to answer an HTTP request, by route template.",
-            ["route"], buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
+        # Counted on every request: plain Python, read at scrape time (see _RequestStats).
+        self._request_stats = _RequestStats()
+        self.requests = _RequestCounter(self._request_stats)
+        self.latency = _RequestLatency(self._request_stats)
+        self.registry.register(self.requests)
+        self.registry.register(self.latency)
         self.git_calls = Counter(
             "gitreg_upstream_git_calls", "git ls-remote calls to upstream hosts.", ["host"], registry=self.registry,
         )
@@ -93,9 +95,6 @@ class Metrics:
         )
         self._cache: TagCache | None = None
         self.registry.register(_CacheCollector(self))
-        # prometheus_client's labels() takes a lock and builds a tuple each call; the hot
-        # path reuses the children it already made.
-        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._hosts: set[str] = set()
 
     def watch_cache(self, cache: TagCache) -> None:
@@ -103,14 +102,19 @@ class Metrics:
         self._cache = cache
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        """Count one answered request."""
+        """Count one answered request (on the event loop)."""
+        stats = self._request_stats
         key = (route, method, status)
-        children = self._request_children.get(key)
-        if children is None:
-            children = (self.requests.labels(route, method, str(status)), self.latency.labels(route))
-            self._request_children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        if key in stats.counts:
+            stats.counts[key] += 1
+        else:
+            stats.counts[key] = 1
+            stats.created.setdefault(key, time.time())
+        latency = stats.latency.get(route)
+        if latency is None:
+            latency = stats.latency[route] = _Latency()
+        latency.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency.total += seconds
 
     def _host_label(self, url: str) -> str:
         host = git_host(url)
@@ -150,6 +154,67 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of everything above."""
         return generate_latest(self.registry)
+
+
+class _Latency:
+    """One route's latency histogram: per-bucket (not cumulative) counts, the last one +Inf."""
+
+    __slots__ = ("buckets", "total", "created")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+        self.created = time.time()
+
+
+class _RequestStats:
+    """Request counts and latencies in plain dicts and lists.
+
+    prometheus_client's Counter.inc and Histogram.observe take a lock and go through a few
+    layers each call; for a warm request, answered in tens of microseconds, that showed in
+    bench/warm_path.py. Requests are only counted on the event loop, and scrapes run there
+    too, so nothing here needs a lock.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, int], int] = {}
+        self.created: dict[tuple[str, str, int], float] = {}
+        self.latency: dict[str, _Latency] = {}
+
+
+class _RequestCounter(Collector):
+    """`gitreg_http_requests_total{route,method,status}`, as a prometheus Counter would expose it."""
+
+    def __init__(self, stats: _RequestStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("gitreg_http_requests", "HTTP requests answered, by route template, method and status.",
+                                     labels=["route", "method", "status"])
+        stats = self._stats
+        for (route, method, status), count in list(stats.counts.items()):
+            family.add_metric([route, method, str(status)], count, created=stats.created[(route, method, status)])
+        yield family
+
+
+class _RequestLatency(Collector):
+    """`gitreg_http_request_duration_seconds{route}`, as a prometheus Histogram would expose it."""
+
+    NAME = "gitreg_http_request_duration_seconds"
+
+    def __init__(self, stats: _RequestStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.NAME, "Time to answer an HTTP request, by route template.", labels=["route"])
+        for route, latency in list(self._stats.latency.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.buckets):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            family.add_metric([route], buckets, sum_value=latency.total)
+            family.samples.append(Sample(f"{self.NAME}_created", {"route": route}, latency.created))
+        yield family
 
 
 class _CacheCollector(Collector):
@@ -226,5 +291,7 @@ def check_metrics_token(request: web.Request, token: str | None) -> None:
     if token is None:
         return
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), token.encode()):
+    # Digest to digest, 32 bytes each: the time taken says nothing about the token's length.
+    presented_digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented_digest, hashlib.sha256(token.encode()).digest()):
         raise Unauthorized("GET /metrics needs 'Authorization: Bearer <[auth] metrics_token>'")

@@ -43,6 +43,9 @@ class MirrorStore:
             elif entry.suffix == ".git":
                 for lock in entry.rglob("*.lock"):
                     lock.unlink(missing_ok=True)
+                # A killed fetch's half-written pack or object: never referenced, only disk used.
+                for partial in (*entry.glob("objects/pack/tmp_*"), *entry.glob("objects/??/tmp_obj_*")):
+                    partial.unlink(missing_ok=True)
 
     def path_for(self, url: str) -> Path:
         """Where the mirror of `url` lives (a hash: URLs are not file names)."""

@@ -14,8 +14,15 @@ from .errors import BadRequest, ModuleNotFound, VersionNotFound
 from .names import ModuleAddress
 from .rules import ResolvedModule, RuleIndex
 from .tagpins import TagPins
-from .versions import ModuleVersions, TaggedVersion, parse_version, select_versions
+from .versions import ModuleVersions, TaggedVersion, select_versions
 
+# SemVer 2.0 (semver.org's regex) with an optional `v`: a cheap check before any cache or git work.
+_SEMVER_RE = re.compile(
+    r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
+    re.ASCII,
+)
 ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows it by the suffix
 _SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
 
@@ -52,7 +59,7 @@ class Registry:
 
     async def find_version(self, address: ModuleAddress, version: str) -> tuple[ResolvedModule, TaggedVersion]:
         """The tagged version a client asked for; VersionNotFound when it is not a tag."""
-        if parse_version(version) is None:
+        if not _SEMVER_RE.fullmatch(version):
             raise BadRequest(f"{version[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
         resolved, versions = await self.versions(address)
         found = versions.find(version)

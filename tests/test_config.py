@@ -126,6 +126,8 @@ def test_tls_files_must_exist(tmp_path):
         ({"repository": "file:///r", "system": "AWS"}, "modules[0].system: 'AWS' is not a valid system"),
         ({"repository": "file:///r", "namespace": "-acme"}, "modules[0].namespace: '-acme' is not a valid namespace"),
         ({"repository": "file:///r", "tag_prefix": "a b"}, "modules[0].tag_prefix: 'a b' may contain only"),
+        ({"repository": "https://[oops/r.git"}, "modules[0].repository: 'https://[oops/r.git' is not a valid URL"),
+        ({"repository": "https://h:99999/r.git"}, "modules[0].repository: 'https://h:99999/r.git' is not a valid URL"),
     ],
 )
 def test_bad_rules_are_rejected_with_the_reason(rule, expected):
@@ -155,6 +157,13 @@ def test_secrets_are_not_in_the_repr_of_config_objects():
     text = repr(config) + repr(config.auth) + repr(config.credentials) + str(config)
     assert "registry-token-0123456789" not in text
     assert "git-password-0123" not in text
+
+
+@pytest.mark.parametrize("url", ["https://[oops", "https://h:port", "ftp://h", "https://"])
+def test_bad_public_url_is_a_config_error_not_a_traceback(url):
+    assert problems({"server": {"public_url": url}}) == [
+        f"server.public_url: {url!r} must be an http(s) URL like https://registry.example.com"
+    ]
 
 
 def test_module_flag_makes_an_explicit_rule():

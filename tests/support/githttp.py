@@ -1,7 +1,9 @@
 """Real git over smart HTTP: `git http-backend` behind a small threaded HTTP server.
 
-Basic auth, per-repository counters of ref advertisements, and switchable faults
-("down", "slow", "garbage", "error", "unauthorized") for the fault tests and benchmarks.
+Basic auth, per-repository counters of ref advertisements, and switchable faults for the
+fault tests and benchmarks: "down" (closes the connection), "slow" (answers after `delay`
+seconds), "trickle" (answers at once, then sends a byte every `trickle_interval` seconds,
+forever), "garbage" (random bytes), "error" (HTTP 500), "unauthorized" (HTTP 401).
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "slow":
             if owner._stopping.wait(owner.delay):
                 return
+        elif mode == "trickle":
+            self._trickle()
+            return
         elif mode == "garbage":
             self._reply(200, os.urandom(512), {"Content-Type": "application/x-git-upload-pack-advertisement"})
             return
@@ -101,6 +106,24 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(401, b"authentication required\n", {"WWW-Authenticate": 'Basic realm="git"'})
                 return
         self._cgi(parts.path, parts.query, user)
+
+    def _trickle(self) -> None:
+        # A valid start of a ref advertisement, then one 65520-byte packet sent a byte at a
+        # time: never silent long enough for a plain "no answer" timeout, never finished.
+        owner = self.server.owner
+        self._record(200)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-git-upload-pack-advertisement")
+        self.end_headers()
+        body = b"001e# service=git-upload-pack\n0000fff0" + b"a" * 65516
+        try:
+            for i in range(len(body)):
+                if owner._stopping.wait(owner.trickle_interval if i >= 40 else 0):
+                    return
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+        except OSError:
+            pass  # the client gave up
 
     def _authorized(self) -> str | None:
         owner = self.server.owner
@@ -178,6 +201,7 @@ class GitHttpServer:
         self.public = set(public or ())
         self.mode = "ok"
         self.delay = 30.0
+        self.trickle_interval = 0.1
         self.git = shutil.which("git") or "git"
         self._lock = threading.Lock()
         self._advertisements: dict[str, int] = {}

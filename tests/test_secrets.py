@@ -1,0 +1,244 @@
+"""Secrets never leak: not into git's argv, logs at any level, error bodies, /metrics, or reprs.
+
+Registry tokens, the metrics token, webhook secrets, the URL-signing key and Git passwords
+(and the Basic credential git sends) are planted, every path that handles them is exercised
+against real git over smart HTTP, and everything gitreg shows is searched for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import hmac
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gitreg.app import create_app
+from gitreg.appkeys import AUTH, GIT
+from gitreg.config import parse_config
+from gitreg.errors import ConfigError
+from tests.gitreg_process import GitregProcess, run_gitreg
+from tests.support.githttp import GitHttpServer
+from tests.support.repos import GitRepo
+
+GIT_USER = "gitreg-reader"
+GIT_PASSWORD = "git-password-7c1d9e0b5a"
+WRONG_PASSWORD = "wrong-git-password-3e8f61"
+REGISTRY_TOKEN = "secret-registry-token-6a0b2c"
+SCOPED_TOKEN = "secret-scoped-token-40d7e1f9"
+METRICS_TOKEN = "secret-metrics-token-1f5e7d"
+GITHUB_SECRET = "secret-github-webhook-92be4"
+GITLAB_TOKEN = "secret-gitlab-webhook-0c3a8"
+SIGNING_KEY = "secret-url-signing-key-5d2f0a9c71e3b84d"
+
+
+def basic(user: str, password: str) -> str:
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+SECRETS = [GIT_PASSWORD, WRONG_PASSWORD, REGISTRY_TOKEN, SCOPED_TOKEN, METRICS_TOKEN, GITHUB_SECRET, GITLAB_TOKEN,
+           SIGNING_KEY, basic(GIT_USER, GIT_PASSWORD), basic(GIT_USER, WRONG_PASSWORD)]
+
+
+def leaked(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text]
+
+
+@pytest.fixture
+def private_host(tmp_path: Path):
+    """A git server that wants GIT_USER/GIT_PASSWORD for every repository: private.git, broken.git."""
+    root = tmp_path / "repos"
+    for name in ("private", "broken"):
+        repo = GitRepo(root, name)
+        repo.commit({"main.tf": f"# {name}\n", "README.md": f"# {name}\n\nA private module.\n"})
+        repo.tag("v1.0.0")
+    with GitHttpServer(root, username=GIT_USER, password=GIT_PASSWORD) as server:
+        yield server
+
+
+def config_data(host: GitHttpServer, tmp_path: Path) -> dict[str, Any]:
+    return {
+        "git": {"protocols": ["http"], "timeout_seconds": 20},
+        "storage": {"path": str(tmp_path / "state")},
+        "auth": {"tokens": ["${REGISTRY_TOKEN}", {"token": SCOPED_TOKEN, "namespaces": ["demo"]}],
+                 "metrics_token": METRICS_TOKEN, "signing_key": SIGNING_KEY},
+        "webhooks": {"github_secret": GITHUB_SECRET, "gitlab_token": GITLAB_TOKEN},
+        "modules": [
+            {"namespace": "demo", "name": "hello", "system": "null", "repository": host.url("private.git")},
+            {"namespace": "demo", "name": "broken", "system": "null", "repository": host.url("broken.git")},
+        ],
+        "credentials": [
+            {"url": host.base_url + "/", "username": GIT_USER, "password": "${GIT_PASSWORD}"},
+            # the longer prefix wins for broken.git: a password the host refuses
+            {"url": host.url("broken.git"), "username": GIT_USER, "password": WRONG_PASSWORD},
+        ],
+    }
+
+
+ENV = {"REGISTRY_TOKEN": REGISTRY_TOKEN, "GIT_PASSWORD": GIT_PASSWORD}
+
+
+# --- argv -----------------------------------------------------------------------------------------
+
+
+def processes_naming(needle: str) -> dict[int, tuple[list[str], str]]:
+    """pid -> (argv, environment) of every live process whose command line contains `needle`."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+            if needle in " ".join(argv):
+                found[int(pid)] = (argv, Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace"))
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(aiohttp_client, private_host, tmp_path):
+    client = await aiohttp_client(create_app(parse_config(config_data(private_host, tmp_path), ENV)))
+    private_host.mode, private_host.delay = "slow", 0.5  # every git request waits: the children live long enough to read
+    request = asyncio.ensure_future(client.get("/v1/modules/demo/hello/null", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"}))
+    seen: dict[int, tuple[list[str], str]] = {}
+    while not request.done():
+        seen.update(processes_naming(private_host.base_url))
+        await asyncio.sleep(0.01)
+    resp = await request
+    assert resp.status == 200, await resp.text()  # ls-remote and the fetch into the mirror both ran
+    commands = [argv for argv, _ in seen.values()]
+    url = private_host.url("private.git")
+    ls_remote = [a for a in commands if "ls-remote" in a]
+    fetch = [a for a in commands if "fetch" in a]
+    assert ls_remote and fetch, commands  # the probe saw the git processes it is about
+    for argv, environment in seen.values():
+        assert leaked(" ".join(argv)) == [], argv
+    for argv in ls_remote + fetch:
+        # the one user-derived value comes after --end-of-options: it can never be read as an option
+        assert argv[argv.index(url) - 1] == "--end-of-options", argv
+    # The credential reaches git through its environment (http.<url>.extraHeader), as documented.
+    assert any(f"Authorization: Basic {basic(GIT_USER, GIT_PASSWORD)}" in env for _, env in seen.values())
+
+
+# --- logs, error bodies, /metrics -------------------------------------------------------------------
+
+
+def github_push(url: str) -> bytes:
+    return json.dumps({"ref": "refs/tags/v1.0.1", "repository": {"clone_url": url, "html_url": url.removesuffix(".git")}}).encode()
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_host, tmp_path, log_format):
+    config = tmp_path / "gitreg.toml"
+    data = config_data(private_host, tmp_path)
+    config.write_text(toml(data))
+    shown: list[str] = []  # every status line, header and body gitreg answered with
+
+    async def call(session: aiohttp.ClientSession, method: str, path: str, **kw: Any) -> int:
+        async with session.request(method, server.url + path, **kw) as resp:
+            shown.append(f"{resp.status} {dict(resp.headers)} {await resp.text()}")
+            print(method, path[:60], shown[-1][:300])  # shown by pytest when an assertion below fails
+            return resp.status
+
+    with GitregProcess("--config", str(config), "--log-level", "debug", "--log-format", log_format, env=ENV) as server:
+        good = {"Authorization": f"Bearer {REGISTRY_TOKEN}"}
+        async with aiohttp.ClientSession() as s:
+            assert await call(s, "GET", "/v1/modules/demo/hello/null/versions", headers=good) == 200
+            assert await call(s, "GET", "/v1/modules/demo/hello/null", headers=good) == 200  # fetch into the mirror
+            assert await call(s, "GET", "/v1/modules/demo/hello/null/1.0.0/download", headers=good) == 200
+            assert await call(s, "GET", "/v1/modules", headers={"Authorization": f"Bearer {SCOPED_TOKEN}"}) == 200
+            # a secret in a query string (where a careless client puts it) is masked in the access log
+            assert await call(s, "GET", f"/v1/modules/demo/hello/null/versions?token={REGISTRY_TOKEN}&signature={SIGNING_KEY}",
+                              headers=good) == 200
+            assert await call(s, "GET", "/v1/modules/demo/hello/null/versions",
+                              headers={"Authorization": f"Bearer {REGISTRY_TOKEN}x"}) == 401
+            assert await call(s, "GET", "/v1/modules/demo/broken/null/versions", headers=good) == 502  # git refuses the password
+            assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
+            assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN[:-1]}"}) == 401
+            body = github_push(private_host.url("private.git"))
+            signature = "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
+            assert await call(s, "POST", "/webhooks/github", data=body,
+                              headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": signature,
+                                       "Content-Type": "application/json"}) == 200  # a background git call
+            assert await call(s, "POST", "/webhooks/github", data=body,
+                              headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": signature[:-1] + "0"}) == 401
+            assert await call(s, "POST", "/webhooks/gitlab", data=b"{}",
+                              headers={"X-Gitlab-Event": "Tag Push Hook", "X-Gitlab-Token": GITLAB_TOKEN + "x"}) == 401
+            await asyncio.sleep(0.5)  # let the webhook's background refresh log what it logs
+            assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
+    log = "".join(server.log)
+    # The run was the one we meant: debug on, every request in the access log, the git failure logged.
+    assert "debug" in log.lower() and log.count("/v1/modules/demo/hello/null/versions") >= 3, log[-3000:]
+    assert "token=***" in log and "signature=***" in log, log[-3000:]
+    assert "broken.git" in log and "gitreg_webhook_events_total" in shown[-1], log[-3000:]
+    if log_format == "json":
+        assert all(json.loads(line) for line in log.splitlines() if line.strip())
+    assert leaked(log) == [], "in the log"
+    assert leaked("\n".join(shown)) == [], "in a response"
+
+
+def toml(data: dict[str, Any]) -> str:
+    """Just enough TOML for config_data (tables, arrays of tables, strings, lists, numbers)."""
+    def value(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)
+
+    out = []
+    for section, content in data.items():
+        if isinstance(content, list):
+            for table in content:
+                out.append(f"[[{section}]]\n" + "".join(f"{k} = {value(v)}\n" for k, v in table.items()))
+        else:
+            out.append(f"[{section}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in content.items()))
+    return "\n".join(out)
+
+
+def test_check_probe_never_prints_a_password(private_host, tmp_path):
+    config = tmp_path / "gitreg.toml"
+    config.write_text(toml(config_data(private_host, tmp_path)))
+    result = run_gitreg("check", "--probe", "--config", str(config), env=ENV)
+    assert result.returncode == 1  # broken.git's credential is refused...
+    assert "demo/hello/null" in result.stdout and "1.0.0" in result.stdout  # ...private.git's works
+    assert "refused gitreg's credentials" in result.stdout
+    assert leaked(result.stdout + result.stderr) == []
+
+
+# --- reprs and config errors --------------------------------------------------------------------------
+
+
+async def test_no_secret_in_the_repr_of_config_or_of_the_objects_that_hold_it(aiohttp_client, private_host, tmp_path):
+    config = parse_config(config_data(private_host, tmp_path), ENV)
+    objects: list[Any] = [config, config.auth, config.webhooks, *config.auth.tokens, *config.credentials, config.credentials]
+    client = await aiohttp_client(create_app(config))
+    objects += [client.app[AUTH], client.app[GIT]]
+    text = "\n".join(f"{o!r}\n{o!s}" for o in objects)
+    assert leaked(text) == [], text
+    # repr=False hides them, it does not lose them: the config still carries every secret it was given.
+    assert config.credentials[0].password == GIT_PASSWORD and config.auth.metrics_token == METRICS_TOKEN
+    for o in (config.auth, config.webhooks, *config.credentials):
+        assert dataclasses.is_dataclass(o)
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    ({"auth": {"metrics_token": "shortsecret1"}}, "auth.metrics_token"),
+    ({"auth": {"signing_key": "short-signing-key-1234"}}, "auth.signing_key"),
+    ({"auth": {"tokens": ["shortsecret2"]}}, "auth.tokens[0]"),
+    ({"auth": {"tokens": [{"token": "shortsecret3", "namespaces": ["acme"]}]}}, "auth.tokens[0]"),
+    ({"webhooks": {"github_secret": "shortsecret4"}}, "webhooks.github_secret"),
+    ({"webhooks": {"gitlab_token": "shortsecret5"}}, "webhooks.gitlab_token"),
+    ({"credentials": [{"url": "ssh://git.example.com/", "username": "u", "password": "shortsecret6"}]}, "credentials[0].url"),
+])
+def test_a_config_error_about_a_secret_never_prints_the_secret(data, key):
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, {})
+    text = "\n".join(e.value.problems)
+    assert f"{key}:" in text
+    assert "shortsecret" not in text and "short-signing-key" not in text, text
