@@ -1,7 +1,7 @@
 """Benchmark 5 (issue 6), load: 1,000 concurrent connections on the warm path and, at the same
 time, a stream of cold modules, for 60 s; then whether gitreg gives back what it took.
 
-    python bench/load.py [--seconds 60] [--connections 1000] [--cold-workers 8] [--quick]
+    python bench/load.py [--seconds 60] [--connections 1000] [--cold-workers 8] [--repeat-seconds 30] [--quick]
 
 - Warm: wrk -t2 -c1000 over keep-alive connections, alternating the versions and download
   endpoints of a module whose tag list is cached (explicit rule, file:// repository).
@@ -12,8 +12,10 @@ time, a stream of cold modules, for 60 s; then whether gitreg gives back what it
   limit is raised for this script and its children (resource.setrlimit).
 
 Reported: requests, failed requests (socket errors + non-2xx; target zero), requests/s, p50
-and p99 of each; and gitreg's RSS, open fds (/proc/PID/fd), threads and child processes
-before, right after, and 10 s after the load (flat = nothing leaks).
+and p99 of each; and gitreg's RSS, open fds (/proc/PID/fd), threads, child processes, asyncio
+tasks and running git processes (the last two from /metrics) before, right after, and 10 s
+after the load, then after a second, warm-only load of `--repeat-seconds` (default 30): RSS
+that grew per request would grow again there (flat = nothing leaks).
 """
 
 from __future__ import annotations
@@ -41,13 +43,18 @@ end
 """ % ", ".join(f'"{p}"' for p in WARM_PATHS)
 
 
-def cached_repositories(url: str) -> int:
-    """gitreg_cache_repositories from /metrics."""
+GAUGES = {"cached": "gitreg_cache_repositories", "tasks": "gitreg_event_loop_tasks", "git": "gitreg_git_processes"}
+
+
+def gauges(url: str) -> dict[str, int]:
+    """Cached repositories, asyncio tasks and running git processes, from /metrics (-1: absent)."""
+    found = dict.fromkeys(GAUGES, -1)
     with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
         for line in resp.read().decode().splitlines():
-            if line.startswith("gitreg_cache_repositories "):
-                return int(float(line.split()[1]))
-    return -1
+            for key, name in GAUGES.items():
+                if line.startswith(name + " "):
+                    found[key] = int(float(line.split()[1]))
+    return found
 
 
 class ColdClient:
@@ -132,10 +139,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--cold-workers", type=int, default=8, help="cold requests in flight (default 8; 0: warm only)")
+    parser.add_argument("--repeat-seconds", type=int, default=30, help="a 2nd, warm-only load (0: none)")
     parser.add_argument("--quick", action="store_true", help="10 s")
     args = parser.parse_args()
     if args.quick:
-        args.seconds = 10
+        args.seconds, args.repeat_seconds = 10, 5
     nofile = raise_nofile(args.connections * 2 + 4096)
 
     base = workdir("load")
@@ -161,7 +169,7 @@ def main() -> int:
     try:
         for path in WARM_PATHS:  # the warm module is cached before the load starts
             urllib.request.urlopen(server.url + path, timeout=30).read()
-        stats = {"before": {**proc_stats(pid), "cached": cached_repositories(server.url)}}
+        stats = {"before": {**proc_stats(pid), **gauges(server.url)}}
         cold = ColdClient(server.url, names, args.cold_workers)
         sampler = Sampler(pid)
         if args.cold_workers:
@@ -169,10 +177,16 @@ def main() -> int:
         warm = wrk(server.url + WARM_PATHS[0], args.seconds, args.connections, threads=2, script=script)
         if args.cold_workers:
             cold.stop()
-        stats["during the load (peak)"] = {**sampler.stop(), "cached": -1}
-        stats["right after"] = {**proc_stats(pid), "cached": cached_repositories(server.url)}
+        stats["during the load (peak)"] = {**sampler.stop(), **dict.fromkeys(GAUGES, -1)}
+        stats["right after"] = {**proc_stats(pid), **gauges(server.url)}
         time.sleep(10)
-        stats["10 s after"] = {**proc_stats(pid), "cached": cached_repositories(server.url)}
+        stats["10 s after"] = {**proc_stats(pid), **gauges(server.url)}
+        repeat = None
+        if args.repeat_seconds:
+            # The same warm load again, no new modules: memory that grew per request would grow again.
+            repeat = wrk(server.url + WARM_PATHS[0], args.repeat_seconds, args.connections, threads=2, script=script)
+            time.sleep(10)
+            stats[f"10 s after a 2nd warm-only load ({args.repeat_seconds} s)"] = {**proc_stats(pid), **gauges(server.url)}
         advertisements = git.ref_advertisements()
     finally:
         server.stop()
@@ -193,20 +207,24 @@ def main() -> int:
     print(f"| cold modules, {args.cold_workers} in flight | {cold_ok + cold_failed:,} | {cold_failed} | "
           f"{(cold_ok + cold_failed) / args.seconds:,.1f} | {median(cold.latencies) * 1000:.1f} | "
           f"{pct(cold.latencies, 99) * 1000:.1f} |")
+    if repeat is not None:
+        print(f"| warm again, {args.connections:,} connections, {args.repeat_seconds} s | {repeat['requests']:,} | "
+              f"{repeat['errors'] + repeat['non2xx']} | {repeat['rps']:,.0f} | {repeat['p50_ms']:.1f} | {repeat['p99_ms']:.1f} |")
     for reason, count in sorted(cold.failures.items(), key=lambda kv: -kv[1])[:5]:
         print(f"cold failure x{count}: {reason}")
     if cold.exhausted:
         print(f"note: all {len(names)} cold modules were used before the end")
     print(f"upstream ref advertisements: {advertisements} for {cold_ok + cold_failed} cold requests")
     print()
-    print("| gitreg process | RSS MiB | open fds | threads | child processes | cached repositories |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| gitreg process | RSS MiB | open fds | threads | child processes | asyncio tasks | git processes | cached repositories |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for when, s in stats.items():
-        cached = s["cached"] if s["cached"] >= 0 else ""
-        print(f"| {when} | {s['rss_kib'] / 1024:.1f} | {s['fds']} | {s['threads']} | {s['children']} | {cached} |")
+        shown = {k: (s[k] if s[k] >= 0 else "") for k in GAUGES}
+        print(f"| {when} | {s['rss_kib'] / 1024:.1f} | {s['fds']} | {s['threads']} | {s['children']} | {shown['tasks']} | "
+              f"{shown['git']} | {shown['cached']} |")
     step = max(1, args.seconds // 10)
     print(f"RSS during the load, MiB, every {step} s: {' '.join(sampler.rss_every(step))}")
-    failed = warm["errors"] + warm["non2xx"] + cold_failed
+    failed = warm["errors"] + warm["non2xx"] + cold_failed + (repeat["errors"] + repeat["non2xx"] if repeat else 0)
     print(f"target zero failed requests: {failed} -> {'met' if failed == 0 else 'MISSED'}")
     return 0
 

@@ -94,8 +94,13 @@ class Metrics:
             ["provider", "result"], registry=self.registry,
         )
         self._cache: TagCache | None = None
+        self._git_running: Callable[[], int] | None = None
         self.registry.register(_CacheCollector(self))
         self._hosts: set[str] = set()
+
+    def watch_git(self, running: Callable[[], int]) -> None:
+        """Report `running()` (git processes talking to a Git host now) at scrape time."""
+        self._git_running = running
 
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""
@@ -237,6 +242,16 @@ class _CacheCollector(Collector):
         self._metrics = metrics
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        # Resources that must come back down after a burst (bench/load.py reads them).
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # collected outside the event loop
+            tasks = None
+        if tasks is not None:
+            yield GaugeMetricFamily("gitreg_event_loop_tasks", "asyncio tasks alive (requests, refreshes, builds).", value=tasks)
+        if self._metrics._git_running is not None:
+            yield GaugeMetricFamily("gitreg_git_processes", "git processes talking to a Git host now.",
+                                    value=self._metrics._git_running())
         cache = self._metrics._cache
         if cache is None:
             return

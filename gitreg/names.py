@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .errors import BadRequest
-from .versions import parse_version
 
 # namespace and name: 1-64 letters, digits, '-' and '_', starting and ending with a letter or digit.
 NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?", re.ASCII)
@@ -39,6 +38,14 @@ def parse_address(namespace: str, name: str, system: str) -> ModuleAddress:
             raise BadRequest(f"invalid module {label} {value[:80]!r}: expected {expected}")
     return ModuleAddress(namespace, name, system)
 
+
+# SemVer 2.0 (semver.org's regex) with an optional `v`: a cheap check before any cache or git work.
+SEMVER_RE = re.compile(
+    r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
+    re.ASCII,
+)
 
 # What a query string may hold. The API's parameters are short (`q` at most 200 characters);
 # a longer query string is refused before anything parses it.
@@ -87,7 +94,7 @@ def check_request(request: _Request) -> None:
             grammar, expected = _SEGMENTS[key]
             if not grammar.fullmatch(value):
                 raise BadRequest(f"invalid module {key} {value[:80]!r}: expected {expected}")
-        elif key == "version" and parse_version(value) is None:
+        elif key == "version" and not SEMVER_RE.fullmatch(value):
             raise BadRequest(f"{value[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
     query = request.query
     for key, value in query.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,18 +13,13 @@ from .archives import ArchiveKey
 from .cache import TagCache
 from .config import _TEMPLATE_RE, Config, ModuleRule
 from .errors import BadRequest, ModuleNotFound, VersionNotFound
-from .names import ModuleAddress
+from .names import SEMVER_RE, ModuleAddress
 from .rules import ResolvedModule, RuleIndex
 from .tagpins import TagPins
 from .versions import ModuleVersions, TaggedVersion, select_versions
 
-# SemVer 2.0 (semver.org's regex) with an optional `v`: a cheap check before any cache or git work.
-_SEMVER_RE = re.compile(
-    r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
-    re.ASCII,
-)
+# Tag lists longer than this are turned into versions off the event loop.
+BIG_TAG_LIST = 1000
 ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows it by the suffix
 _SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
 
@@ -53,13 +50,20 @@ class Registry:
         found = tags.derived.get(key)
         if found is None:
             # Parsed once per fetched tag list, not per request: this is the warm path.
-            found = tags.derived[key] = select_versions(tags.tags, resolved.rule.tag_prefix)
+            if len(tags.tags) > BIG_TAG_LIST:
+                # ~10 µs a tag: a long list is parsed in a thread, so the event loop keeps
+                # answering other requests meanwhile (bench/scale.py: the /healthz column).
+                found = await asyncio.get_running_loop().run_in_executor(
+                    None, _select_and_index, tags.tags, resolved.rule.tag_prefix)
+            else:
+                found = select_versions(tags.tags, resolved.rule.tag_prefix)
+            found = tags.derived.setdefault(key, found)  # a concurrent request may have won
         assert isinstance(found, ModuleVersions)
         return resolved, found
 
     async def find_version(self, address: ModuleAddress, version: str) -> tuple[ResolvedModule, TaggedVersion]:
         """The tagged version a client asked for; VersionNotFound when it is not a tag."""
-        if not _SEMVER_RE.fullmatch(version):
+        if not SEMVER_RE.fullmatch(version):
             raise BadRequest(f"{version[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
         resolved, versions = await self.versions(address)
         found = versions.find(version)
@@ -95,6 +99,13 @@ class Registry:
         if self.pins is not None:
             sha = self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
         return ArchiveKey(resolved.repository, sha, resolved.rule.path)
+
+
+def _select_and_index(tags: dict[str, str], tag_prefix: str) -> ModuleVersions:
+    """select_versions, plus the lookups every request needs next, made while still off the loop."""
+    found = select_versions(tags, tag_prefix)
+    found.find("0.0.0")  # builds the version index (and each version's canonical text)
+    return found
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,7 @@ def infer_archive_root(url: str, tag: str, sha: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of config and tags, asked on every download
 def git_location(clone_url: str, path: str, ref: str) -> str:
     """`git::<url>[//<path>]?ref=<ref>`, with `ref` percent-encoded (a `+` must reach git as `+`)."""
     scp = _SCP_RE.match(clone_url) if "://" not in clone_url else None

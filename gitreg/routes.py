@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 
 from aiohttp import web
@@ -82,7 +83,13 @@ async def download(request: web.Request) -> web.Response:
             # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
             body["use_registry_credentials"] = True
     request.app[CATALOG].count_download(address)  # in memory; the catalog writes it in batches
-    return web.json_response({"location": location, **body}, headers={"X-Terraform-Get": location})
+    text = json.dumps({"location": location, **body}) if body else _location_json(location)
+    return web.json_response(text=text, headers={"X-Terraform-Get": location})
+
+
+@functools.lru_cache(maxsize=4096)  # the warm path: the same few locations, asked again and again
+def _location_json(location: str) -> str:
+    return json.dumps({"location": location})
 
 
 async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:

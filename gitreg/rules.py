@@ -31,17 +31,20 @@ class RuleIndex:
     """Rules indexed once, so a config of 10,000 explicit modules matches in O(1) per request."""
 
     def __init__(self, rules: tuple[ModuleRule, ...]) -> None:
-        self.explicit: dict[tuple[str | None, str | None, str | None], ModuleRule] = {}
+        # An explicit rule serves one address: resolved once here, not on every request.
+        self.explicit: dict[tuple[str | None, str | None, str | None], ResolvedModule] = {}
         for rule in rules:
-            if rule.explicit:
-                self.explicit.setdefault((rule.namespace, rule.name, rule.system), rule)  # the earlier wins
+            key = (rule.namespace, rule.name, rule.system)
+            if rule.explicit and key not in self.explicit:  # the earlier wins
+                assert rule.namespace and rule.name and rule.system
+                self.explicit[key] = _resolve(rule, ModuleAddress(rule.namespace, rule.name, rule.system))
         self.wildcards = tuple(rule for rule in rules if not rule.explicit)
 
     def match(self, address: ModuleAddress) -> ResolvedModule | None:
         """The most specific matching rule (most literal fields), then the earliest; None if none."""
-        rule = self.explicit.get((address.namespace, address.name, address.system))
-        if rule is not None:
-            return _resolve(rule, address)
+        resolved = self.explicit.get((address.namespace, address.name, address.system))
+        if resolved is not None:
+            return resolved
         return match_rule(self.wildcards, address)
 
 

@@ -229,3 +229,38 @@ def test_unknown_log_format_is_refused(fmt):
     result = run_gitreg("serve", "--log-format", fmt, "--module", "demo/hello/null=file:///nonexistent.git")
     assert result.returncode == 2
     assert "--log-format" in result.stderr
+
+
+async def test_every_metric_the_readme_documents_is_exposed(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)]))
+    assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
+    exposed = {name for name, _ in await scrape(client)}
+    text = await (await client.get("/metrics")).text()
+    for family in text_string_to_metric_families(text):  # labelled families without samples yet
+        exposed.add(family.name + ("_total" if family.type == "counter" else ""))
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    documented = set()
+    for cell in re.findall(r"^\| (`gitreg_[^|]+)\|", table, re.MULTILINE):
+        first = None
+        for name in re.findall(r"`(gitreg_\w+|_\w+)(?:\{[^`]*\})?`", cell):
+            if name.startswith("gitreg_"):
+                first = name
+                documented.add(name)
+            elif first is not None:  # `_misses_total` continues the family of the first name
+                documented.add(first.rsplit("_", 2)[0] + name if first.startswith("gitreg_cache") else name)
+    assert len(documented) >= 20, documented
+    histograms = {n for n in documented if n.endswith("_seconds") and n + "_count" in exposed}
+    missing = {n for n in documented - histograms if n not in exposed}
+    assert not missing, missing
+
+
+async def test_tasks_and_git_processes_are_back_to_idle_after_requests(make_client, repo):
+    client = await make_client(make_config([rule(repo.url)]))
+    idle = await scrape(client)
+    # Connection: close, as keep-alive connections rightly hold a task each while open.
+    burst = [client.get("/v1/modules/demo/hello/null/versions", headers={"Connection": "close"}) for _ in range(20)]
+    assert {r.status for r in await asyncio.gather(*burst)} == {200}
+    after = await scrape(client)
+    assert value(after, "gitreg_git_processes") == 0
+    assert value(after, "gitreg_event_loop_tasks") == value(idle, "gitreg_event_loop_tasks") >= 1

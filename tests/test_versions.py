@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import random
 
+import semver
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gitreg.versions import select_versions
 
 SHA = "0" * 40
@@ -70,3 +74,18 @@ def test_find_accepts_the_forms_clients_send():
     assert result.find("2.0.0+build.7").tag == "v2.0.0+build.7"
     assert result.find("1.2.4") is None
     assert result.find("1.2") is None
+
+
+_IDENT = st.one_of(st.integers(0, 30).map(str), st.sampled_from(["a", "b", "rc", "alpha", "beta", "x-1", "A", "Z", "a1", "1a"]))
+_VERSION = st.builds(
+    lambda major, minor, patch, pre: f"{major}.{minor}.{patch}" + ("-" + ".".join(pre) if pre else ""),
+    st.integers(0, 3), st.integers(0, 3), st.integers(0, 12), st.lists(_IDENT, max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_VERSION, min_size=1, max_size=30, unique=True))
+def test_listed_order_is_semver_precedence_for_any_versions(versions):
+    # gitreg sorts with its own key (fast for 10,000 tags); semver's comparison is the reference.
+    expected = [str(v) for v in sorted({semver.Version.parse(v) for v in versions}, reverse=True)]
+    assert listed(versions) == expected
