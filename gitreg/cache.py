@@ -5,7 +5,10 @@ concurrent misses coalesce into ONE upstream call (nginx `proxy_cache_lock`); a 
 refresh serves the last good list for `stale_seconds` after it expired (RFC 5861
 stale-if-error) and waits `negative_ttl_seconds` before asking the Git host again; with
 `refresh_ahead` an expired entry is served at once while one background refresh runs
-(stale-while-revalidate); "repository not found" is cached for `negative_ttl_seconds`.
+(stale-while-revalidate); "repository not found" is cached for `negative_ttl_seconds`; a
+failed call for a repository with nothing servable cached is remembered for
+`error_retry_seconds`, so a failing host is asked at most once per that interval per
+repository, however many clients retry.
 
 Everything here is touched from the event loop only (no locks needed, none taken).
 """
@@ -41,6 +44,7 @@ class CacheStats:
     refresh_failures: int = 0  # upstream calls that failed (not counting "not found")
     invalidations: int = 0  # invalidate() calls (webhooks)
     evictions: int = 0  # tag lists dropped by the LRU bound
+    errors_served: int = 0  # answered with a remembered upstream failure (error_retry_seconds)
 
 
 @dataclass
@@ -58,6 +62,16 @@ class _Negative:
     expires: float
 
 
+@dataclass
+class _Failure:
+    error: GitregError  # UpstreamUnavailable or UpstreamTimeout
+    expires: float
+
+    def fresh(self) -> GitregError:
+        """A new exception of the same kind (re-raising one instance grows its traceback)."""
+        return type(self.error)(self.error.message)
+
+
 class TagCache:
     """TTL + in-flight de-duplication + stale-if-error + negative caching + invalidation."""
 
@@ -70,6 +84,8 @@ class TagCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # "Not found" lives apart, so a flood of typos under a wildcard rule cannot evict good lists.
         self._negative: OrderedDict[str, _Negative] = OrderedDict()
+        # Failed calls for repositories with no cached list, kept apart for the same reason.
+        self._failures: OrderedDict[str, _Failure] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[TagList]] = {}
         self._dirty: set[str] = set()  # invalidated while their upstream call ran
         self._background: set[asyncio.Task[None]] = set()
@@ -100,6 +116,14 @@ class TagCache:
                     self.stats.stale_served += 1
                     self.refresh_in_background(key)
                     return self._serve(entry, now)
+        failure = self._failures.get(key)
+        if failure is not None:
+            if now < failure.expires and key not in self._inflight:
+                # The host failed moments ago and there is nothing to serve instead: the same
+                # answer, without another git call (CI fleets retry; a struggling host needs quiet).
+                self.stats.errors_served += 1
+                raise failure.fresh()
+            del self._failures[key]
         self.stats.misses += 1
         try:
             return await self._refresh(key)
@@ -164,12 +188,15 @@ class TagCache:
                 self._failed(key, entry, e)
             else:
                 self.stats.refresh_failures += 1
+            if entry is None or not self._servable_stale(entry, self._clock()):
+                self._store_failure(key, e)  # nothing to serve instead: remember the answer
             raise
         now = self._clock()
         # An invalidated call's answer is kept (it is newer than what we had) but not fresh.
         fresh = key not in self._dirty
         self._store(key, _Entry(tags, now, now + self.config.ttl_seconds if fresh else now))
         self._negative.pop(key, None)
+        self._failures.pop(key, None)
         return tags
 
     def _failed(self, key: str, entry: _Entry, e: GitregError) -> None:
@@ -192,6 +219,14 @@ class TagCache:
         self._negative.move_to_end(key)
         while len(self._negative) > self.config.max_repositories:
             self._negative.popitem(last=False)
+
+    def _store_failure(self, key: str, e: GitregError) -> None:
+        if self.config.error_retry_seconds <= 0:
+            return
+        self._failures[key] = _Failure(e, self._clock() + self.config.error_retry_seconds)
+        self._failures.move_to_end(key)
+        while len(self._failures) > self.config.max_repositories:
+            self._failures.popitem(last=False)
 
     def refresh_in_background(self, key: str) -> None:
         """Refresh `key` without anyone waiting; failures are logged, never raised."""
@@ -218,6 +253,8 @@ class TagCache:
             self._dirty.add(key)
             known = True
         if self._negative.pop(key, None) is not None:
+            known = True
+        if self._failures.pop(key, None) is not None:
             known = True
         entry = self._entries.get(key)
         if entry is not None:

@@ -46,6 +46,7 @@ class CacheConfig:
     ttl_seconds: float = 300.0
     stale_seconds: float = 86400.0
     negative_ttl_seconds: float = 30.0
+    error_retry_seconds: float = 5.0
     max_repositories: int = 10000
     refresh_ahead: bool = False
 
@@ -486,6 +487,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         ttl_seconds=c.number("ttl_seconds", 300.0),
         stale_seconds=c.number("stale_seconds", 86400.0),
         negative_ttl_seconds=c.number("negative_ttl_seconds", 30.0),
+        error_retry_seconds=c.number("error_retry_seconds", 5.0),
         max_repositories=c.int("max_repositories", 10000, 1),
         refresh_ahead=c.bool("refresh_ahead", False),
     )

@@ -236,6 +236,8 @@ class _CacheCollector(Collector):
         "refresh_failures": ("gitreg_cache_refresh_failures", "Upstream tag list refreshes that failed."),
         "invalidations": ("gitreg_cache_invalidations", "Cache invalidations (webhooks)."),
         "evictions": ("gitreg_cache_evictions", "Tag lists dropped by [cache] max_repositories."),
+        "errors_served": ("gitreg_cache_errors_served",
+                          "Upstream failures answered again without a git call ([cache] error_retry_seconds)."),
     }
 
     def __init__(self, metrics: Metrics) -> None:

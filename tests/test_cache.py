@@ -52,7 +52,8 @@ async def test_100_concurrent_cold_requests_make_exactly_one_ref_advertisement(m
 async def test_git_host_down_serves_last_good_versions_within_stale_seconds_then_a_clear_502(make_client, git_http, tmp_path):
     public_repo(tmp_path)
     config = make_config([rule(git_http.url("public.git"))],
-                         cache={"ttl_seconds": 0.2, "stale_seconds": 1.0, "negative_ttl_seconds": 0.1})
+                         cache={"ttl_seconds": 0.2, "stale_seconds": 1.0, "negative_ttl_seconds": 0.1,
+                                "error_retry_seconds": 0.1})
     client = await make_client(config)
     assert await versions_of(client) == ["1.0.0"]
     git_http.mode = "down"
@@ -80,6 +81,35 @@ async def test_a_failed_refresh_backs_off_instead_of_asking_a_down_host_on_every
         assert await versions_of(client) == ["1.0.0"]
     assert git_http.ref_advertisements("public.git") == 2  # the first fetch, then one failed refresh
     assert client.app[CACHE].stats.stale_served == 10
+
+
+async def test_a_failing_host_with_nothing_cached_is_asked_once_per_error_retry_seconds(make_client, git_http, tmp_path):
+    # CI fleets retry a failed `terraform init`: with nothing cached to serve, every retry
+    # used to be one more git call to a host that is already failing.
+    public_repo(tmp_path)
+    config = make_config([rule(git_http.url("public.git"))], cache={"error_retry_seconds": 0.5})
+    client = await make_client(config)
+    git_http.mode = "error"
+    for _ in range(20):
+        text = await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
+        assert "could not list tags of" in text and "returned error: 500" in text
+    assert git_http.ref_advertisements("public.git") == 1  # counted in every mode, failing ones too
+    assert client.app[CACHE].stats.errors_served == 19
+    git_http.mode = "ok"
+    assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 502  # still inside the window
+    await asyncio.sleep(0.6)
+    assert await versions_of(client) == ["1.0.0"]  # asked again, and the host is back
+
+
+async def test_a_webhook_clears_a_remembered_failure(make_client, git_http, tmp_path):
+    public_repo(tmp_path)
+    client = await make_client(make_config([rule(git_http.url("public.git"))], cache={"error_retry_seconds": 60}))
+    git_http.mode = "down"
+    await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
+    git_http.mode = "ok"
+    await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
+    assert client.app[CACHE].invalidate(git_http.url("public.git"))  # what a webhook delivery does
+    assert await versions_of(client) == ["1.0.0"]
 
 
 async def test_not_found_for_a_repository_that_was_there_serves_the_last_good_list(make_client, git_http, tmp_path):

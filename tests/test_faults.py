@@ -160,7 +160,7 @@ async def test_a_misbehaving_host_with_a_cold_cache_gets_a_clear_error_while_the
     mode, make_client, git_http, tmp_path, caplog
 ):
     status, fragments = FAULTS[mode]
-    client = await make_client(fault_config(git_http, tmp_path))
+    client = await make_client(fault_config(git_http, tmp_path, error_retry_seconds=1.0))
     git_http.mode, git_http.delay = mode, 30
     faulty = asyncio.ensure_future(client.get(FAULTY))
     await eventually(lambda: git_http.ref_advertisements("private.git") > 0, "the request reached the git host")
@@ -172,7 +172,13 @@ async def test_a_misbehaving_host_with_a_cold_cache_gets_a_clear_error_while_the
     assert_no_secret(text, caplog.text)
     assert all(c.isprintable() for c in text)  # no raw bytes of what the host sent
     await assert_healthy(client)
-    git_http.mode = "ok"  # a failure is not remembered as "not found": the next request asks again
+    git_http.mode = "ok"
+    # Within [cache] error_retry_seconds a retry gets the same answer without a git call...
+    asked = git_http.ref_advertisements("private.git")
+    await assert_error(await client.get(FAULTY), status, "private.git", *fragments)
+    assert git_http.ref_advertisements("private.git") == asked
+    # ...then the host is asked again: a failure is never remembered as "not found".
+    await asyncio.sleep(1.05)
     assert await versions(client) == ["1.1.0", "1.0.0"]
 
 
