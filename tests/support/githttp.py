@@ -3,7 +3,7 @@
 Basic auth, per-repository counters of ref advertisements, and switchable faults for the
 fault tests and benchmarks: "down" (closes the connection), "slow" (answers after `delay`
 seconds), "trickle" (answers at once, then sends a byte every `trickle_interval` seconds,
-forever), "garbage" (random bytes), "error" (HTTP 500), "unauthorized" (HTTP 401).
+forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" (HTTP 500), "unauthorized" (HTTP 401).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
+
+# What a host answers in "garbage" mode: a captive portal's page followed by binary noise.
+GARBAGE = b"<!DOCTYPE html><html><body>Sign in to continue</body></html>\n" + bytes(range(256)) * 2
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._trickle()
             return
         elif mode == "garbage":
-            self._reply(200, os.urandom(512), {"Content-Type": "application/x-git-upload-pack-advertisement"})
+            # Fixed bytes, so git fails the same way every run ("bad line length character": the
+            # first four bytes must be a hex length). Random bytes made git's reaction a lottery.
+            self._reply(200, GARBAGE, {"Content-Type": "application/x-git-upload-pack-advertisement"})
             return
         elif mode == "error":
             self._reply(500, b"internal error\n", {"Content-Type": "text/plain"})
