@@ -110,7 +110,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor)
     mirrors.prepare()
     app[MIRRORS] = mirrors
-    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(adapter), executor, config.storage.max_bytes)
+    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), executor, config.storage.max_bytes)
     if any(rule.download == "archive" for rule in config.modules):
         archives.prepare()
     app[ARCHIVES] = archives

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-import git
+from git import GitCommandError
 
 from .errors import GitregError, UpstreamUnavailable, VersionNotFound
-from .git_adapter import _SHA_RE, GitAdapter, mask_url
+from .git_adapter import _SHA_RE, MirrorGit, _text, mask_url
 from .mirrors import MirrorStore
 
 log = logging.getLogger(__name__)
@@ -66,15 +66,8 @@ class MissingCommit(Exception):
 class ArchiveBuilder:
     """The git side of a build, run in the executor: checks, `git archive`, normalization."""
 
-    def __init__(self, adapter: GitAdapter) -> None:
-        self.adapter = adapter
-
-    def _git(self, mirror: Path, args: list[str], **kwargs: object) -> str:
-        out = git.cmd.Git(str(mirror)).execute(
-            ["git", *args], env=self.adapter.environment(""),
-            kill_after_timeout=self.adapter.config.timeout_seconds, **kwargs,
-        )
-        return out if isinstance(out, str) else ""
+    def __init__(self, git: MirrorGit) -> None:
+        self.git = git
 
     def build(self, mirror: Path, key: ArchiveKey, dest: Path) -> None:
         """Write the archive of `key` from `mirror` to `dest` (a temporary name the caller renames).
@@ -86,10 +79,10 @@ class ArchiveBuilder:
             raise ValueError("not a commit SHA")
         with tempfile.TemporaryFile(dir=dest.parent) as raw:
             try:
-                self._git(mirror, ["archive", "--format=tar", "--end-of-options", f"{key.sha}:{key.path}"],
-                          output_stream=raw)
-            except git.GitCommandError as e:
-                if not self._has_commit(mirror, key.sha):
+                self.git.local(str(mirror), ["archive", "--format=tar", "--end-of-options", f"{key.sha}:{key.path}"],
+                               output_stream=raw)
+            except GitCommandError as e:
+                if not self.git.has_commit(str(mirror), key.sha):
                     raise MissingCommit(key.sha) from e  # not fetched yet: the caller fetches and retries
                 if "not a valid object name" in _text(e.stderr):
                     raise VersionNotFound(
@@ -104,13 +97,6 @@ class ArchiveBuilder:
                 f"the module at commit {key.sha[:12]} contains Git submodules ({shown}), which an archive cannot "
                 'include; serve it with download = "git" (clients then need access to the submodules too)'
             )
-
-    def _has_commit(self, mirror: Path, sha: str) -> bool:
-        try:
-            self._git(mirror, ["cat-file", "-e", f"{sha}^{{commit}}"])
-        except git.GitCommandError:
-            return False
-        return True
 
 
 # Every entry gets this time (1980-01-01, as reproducible builds use): the bytes of an archive
@@ -189,10 +175,6 @@ def _octal(field: bytes) -> int:
         return int.from_bytes(field[1:], "big")
     text = field.rstrip(b"\0 ").strip()
     return int(text, 8) if text else 0
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
 class ArchiveStore:

@@ -57,14 +57,10 @@ class _Entry:
 
 
 @dataclass
-class _Negative:
-    error: ModuleNotFound
-    expires: float
+class _Remembered:
+    """An upstream answer given again without asking: "not found", or a failure."""
 
-
-@dataclass
-class _Failure:
-    error: GitregError  # UpstreamUnavailable or UpstreamTimeout
+    error: GitregError
     expires: float
 
     def fresh(self) -> GitregError:
@@ -83,9 +79,9 @@ class TagCache:
         # touching their recency, and cachetools' views go through __getitem__.
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # "Not found" lives apart, so a flood of typos under a wildcard rule cannot evict good lists.
-        self._negative: OrderedDict[str, _Negative] = OrderedDict()
+        self._negative: OrderedDict[str, _Remembered] = OrderedDict()
         # Failed calls for repositories with no cached list, kept apart for the same reason.
-        self._failures: OrderedDict[str, _Failure] = OrderedDict()
+        self._failures: OrderedDict[str, _Remembered] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[TagList]] = {}
         self._dirty: set[str] = set()  # invalidated while their upstream call ran
         self._background: set[asyncio.Task[None]] = set()
@@ -98,8 +94,7 @@ class TagCache:
         if negative is not None:
             if now < negative.expires:
                 self.stats.negative_hits += 1
-                # A fresh exception each time: re-raising one instance grows its traceback.
-                raise ModuleNotFound(negative.error.message)
+                raise negative.fresh()
             del self._negative[key]
         entry = self._entries.get(key)
         if entry is not None:
@@ -215,18 +210,18 @@ class TagCache:
             self.stats.evictions += 1
 
     def _store_negative(self, key: str, e: ModuleNotFound) -> None:
-        self._negative[key] = _Negative(e, self._clock() + self.config.negative_ttl_seconds)
-        self._negative.move_to_end(key)
-        while len(self._negative) > self.config.max_repositories:
-            self._negative.popitem(last=False)
+        self._remember(self._negative, key, e, self.config.negative_ttl_seconds)
 
     def _store_failure(self, key: str, e: GitregError) -> None:
-        if self.config.error_retry_seconds <= 0:
+        self._remember(self._failures, key, e, self.config.error_retry_seconds)
+
+    def _remember(self, table: OrderedDict[str, _Remembered], key: str, e: GitregError, seconds: float) -> None:
+        if seconds <= 0:
             return
-        self._failures[key] = _Failure(e, self._clock() + self.config.error_retry_seconds)
-        self._failures.move_to_end(key)
-        while len(self._failures) > self.config.max_repositories:
-            self._failures.popitem(last=False)
+        table[key] = _Remembered(e, self._clock() + seconds)
+        table.move_to_end(key)
+        while len(table) > self.config.max_repositories:
+            table.popitem(last=False)
 
     def refresh_in_background(self, key: str) -> None:
         """Refresh `key` without anyone waiting; failures are logged, never raised."""

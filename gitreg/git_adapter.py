@@ -165,7 +165,6 @@ class GitAdapter:
         self.credentials = credentials
         # An empty HOME of our own: no ~/.gitconfig, ~/.netrc or ~/.ssh/config of the operator.
         self._home = home
-        self._git = git.cmd.Git()
         self._running: set[_GitRun] = set()
         self._running_lock = threading.Lock()
         self._closed = False
@@ -408,10 +407,17 @@ class MirrorGit:
         # Through the adapter: timeout, process-group kill, killed at shutdown, bounded output.
         return self.adapter.run(args, url, cwd)
 
+    def local(self, path: str | None, args: list[str], timeout: float | None = None, **kwargs: object) -> str:
+        """Run git on gitreg's own repository at `path` (no Git host involved); GitCommandError on failure."""
+        out = git.cmd.Git(path).execute(
+            ["git", *args], env=self.adapter.environment(""),
+            kill_after_timeout=self.adapter.config.timeout_seconds if timeout is None else timeout, **kwargs,
+        )
+        return out if isinstance(out, str) else ""
+
     def init(self, path: str) -> None:
         """Create an empty bare repository at `path`."""
-        git.cmd.Git().execute(["git", "init", "--quiet", "--bare", "--end-of-options", path],
-                              env=self.adapter.environment(""), kill_after_timeout=60)
+        self.local(None, ["init", "--quiet", "--bare", "--end-of-options", path], timeout=60)
 
     def fetch_tags(self, path: str, url: str) -> None:
         """Fetch every tag of `url` into the mirror at `path` (tags may move: force, prune)."""
@@ -426,8 +432,7 @@ class MirrorGit:
         if not _SHA_RE.fullmatch(sha):
             raise ValueError("not a commit SHA")
         try:
-            git.cmd.Git(path).execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"],
-                                      env=self.adapter.environment(""), kill_after_timeout=30)
+            self.local(path, ["cat-file", "-e", f"{sha}^{{commit}}"], timeout=30)
         except git.GitCommandError:
             return False
         return True
@@ -436,23 +441,20 @@ class MirrorGit:
         """Write `git archive --format=tar <sha> [-- <subdir>]` to the binary stream `out`."""
         if not _SHA_RE.fullmatch(sha):
             raise ValueError("not a commit SHA")
-        args = ["git", "archive", "--format=tar", sha]
+        args = ["archive", "--format=tar", sha]
         if subdir:
             args += ["--", subdir]
         try:
-            git.cmd.Git(path).execute(args, env=self.adapter.environment(""),
-                                      kill_after_timeout=self.adapter.config.timeout_seconds, output_stream=out)
+            self.local(path, args, output_stream=out)
         except git.GitCommandError as e:
             raise UpstreamUnavailable(f"could not build an archive of commit {sha[:12]}: {_last_line(_text(e.stderr))}") from None
 
     def tag_dates(self, path: str) -> dict[str, str]:
         """tag name -> ISO 8601 date (the tagger's date, or the commit's for a lightweight tag)."""
-        out = git.cmd.Git(path).execute(
-            ["git", "for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"],
-            env=self.adapter.environment(""), kill_after_timeout=60,
-        )
+        out = self.local(path, ["for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"],
+                         timeout=60)
         dates = {}
-        for line in str(out).splitlines():
+        for line in out.splitlines():
             name, _, date = line.partition("\0")
             if name and date:
                 dates[name] = date

@@ -27,15 +27,27 @@ class ModuleAddress:
         return f"{self.namespace}/{self.name}/{self.system}"
 
 
+_NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
+_SYSTEM_EXPECTED = "1-64 lowercase letters and digits"
+# Address segments (also route `match_info` keys) and the grammar each must match.
+_SEGMENTS = {
+    "namespace": (NAME_RE, _NAME_EXPECTED),
+    "name": (NAME_RE, _NAME_EXPECTED),
+    "system": (SYSTEM_RE, _SYSTEM_EXPECTED),
+}
+
+
+def _check_segment(label: str, value: str) -> None:
+    grammar, expected = _SEGMENTS[label]
+    if not grammar.fullmatch(value):
+        raise BadRequest(f"invalid module {label} {value[:80]!r}: expected {expected}")
+
+
 def parse_address(namespace: str, name: str, system: str) -> ModuleAddress:
     """Check request segments against the registry grammar; BadRequest names the bad one."""
-    for label, value, grammar, expected in (
-        ("namespace", namespace, NAME_RE, "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"),
-        ("name", name, NAME_RE, "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"),
-        ("system", system, SYSTEM_RE, "1-64 lowercase letters and digits"),
-    ):
-        if not grammar.fullmatch(value):
-            raise BadRequest(f"invalid module {label} {value[:80]!r}: expected {expected}")
+    _check_segment("namespace", namespace)
+    _check_segment("name", name)
+    _check_segment("system", system)
     return ModuleAddress(namespace, name, system)
 
 
@@ -47,19 +59,17 @@ SEMVER_RE = re.compile(
     re.ASCII,
 )
 
+
+def check_version(value: str) -> None:
+    """BadRequest unless `value` is SemVer 2.0 text, with or without a leading `v`."""
+    if not SEMVER_RE.fullmatch(value):
+        raise BadRequest(f"{value[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
+
 # What a query string may hold. The API's parameters are short (`q` at most 200 characters);
 # a longer query string is refused before anything parses it.
 MAX_QUERY_BYTES = 4096
 MAX_SEARCH_CHARS = 200
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
-_SYSTEM_EXPECTED = "1-64 lowercase letters and digits"
-# Path parameters (route `match_info` keys) and the grammar each must match.
-_SEGMENTS = {
-    "namespace": (NAME_RE, _NAME_EXPECTED),
-    "name": (NAME_RE, _NAME_EXPECTED),
-    "system": (SYSTEM_RE, _SYSTEM_EXPECTED),
-}
 
 
 class _Request(Protocol):
@@ -91,11 +101,9 @@ def check_request(request: _Request) -> None:
         raise BadRequest(f"the query string is longer than {MAX_QUERY_BYTES} bytes")
     for key, value in request.match_info.items():
         if key in _SEGMENTS:
-            grammar, expected = _SEGMENTS[key]
-            if not grammar.fullmatch(value):
-                raise BadRequest(f"invalid module {key} {value[:80]!r}: expected {expected}")
-        elif key == "version" and not SEMVER_RE.fullmatch(value):
-            raise BadRequest(f"{value[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
+            _check_segment(key, value)
+        elif key == "version":
+            check_version(value)
     query = request.query
     for key, value in query.items():
         if _CONTROL_RE.search(key) or _CONTROL_RE.search(value):

@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from .archives import ArchiveKey
 from .cache import TagCache
 from .config import _TEMPLATE_RE, Config, ModuleRule
-from .errors import BadRequest, ModuleNotFound, VersionNotFound
-from .names import SEMVER_RE, ModuleAddress
+from .errors import ModuleNotFound, VersionNotFound
+from .names import ModuleAddress, check_version
 from .rules import ResolvedModule, RuleIndex
 from .tagpins import TagPins
 from .versions import ModuleVersions, TaggedVersion, select_versions
@@ -27,13 +26,11 @@ _SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<
 class Registry:
     """Answers the module registry protocol from configured rules and Git tags."""
 
-    def __init__(self, config: Config, cache: TagCache, pins: TagPins | None = None,
-                 on_moved_tag: Callable[[ResolvedModule], None] | None = None) -> None:
+    def __init__(self, config: Config, cache: TagCache, pins: TagPins | None = None) -> None:
         self.config = config
         self.cache = cache
         self.rules = RuleIndex(config.modules)
         self.pins = pins
-        self.on_moved_tag = on_moved_tag
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
         """The rule serving `address`; ModuleNotFound when no rule allows it."""
@@ -63,8 +60,7 @@ class Registry:
 
     async def find_version(self, address: ModuleAddress, version: str) -> tuple[ResolvedModule, TaggedVersion]:
         """The tagged version a client asked for; VersionNotFound when it is not a tag."""
-        if not SEMVER_RE.fullmatch(version):
-            raise BadRequest(f"{version[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
+        check_version(version)
         resolved, versions = await self.versions(address)
         found = versions.find(version)
         if found is None:
@@ -76,12 +72,7 @@ class Registry:
         """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
         rule = resolved.rule
-        sha = found.sha
-        if self.pins is not None:
-            pinned = self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags)
-            sha = pinned.sha
-            if pinned.moved_to is not None and self.on_moved_tag is not None:
-                self.on_moved_tag(resolved)
+        sha = self._served_sha(resolved, found)
         if rule.download == "git":
             if rule.ref == "commit":
                 return Download(git_location(resolved.clone_url, rule.path, sha))
@@ -95,16 +86,19 @@ class Registry:
         resolved, found = await self.find_version(address, version)
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
-        sha = found.sha
-        if self.pins is not None:
-            sha = self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
-        return ArchiveKey(resolved.repository, sha, resolved.rule.path)
+        return ArchiveKey(resolved.repository, self._served_sha(resolved, found), resolved.rule.path)
+
+    def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
+        """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""
+        if self.pins is None:
+            return found.sha
+        return self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
 
 
 def _select_and_index(tags: dict[str, str], tag_prefix: str) -> ModuleVersions:
     """select_versions, plus the lookups every request needs next, made while still off the loop."""
     found = select_versions(tags, tag_prefix)
-    found.find("0.0.0")  # builds the version index (and each version's canonical text)
+    found.index  # noqa: B018 - builds the version index (and each version's canonical text)
     return found
 
 

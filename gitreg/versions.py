@@ -41,7 +41,7 @@ class ModuleVersions:
     memo: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @functools.cached_property
-    def _index(self) -> dict[str, TaggedVersion]:
+    def index(self) -> dict[str, TaggedVersion]:
         """canonical version (with and without build metadata) -> tagged version."""
         index: dict[str, TaggedVersion] = {}
         for tv in self.versions:
@@ -51,19 +51,9 @@ class ModuleVersions:
 
     def find(self, requested: str) -> TaggedVersion | None:
         """The listed version a client asked for (`1.2.3`, `v1.2.3`, with or without build metadata)."""
-        # Clients send the normalized form of what we listed: a dict hit is the warm path.
-        hit = self._index.get(requested[1:] if requested.startswith("v") else requested)
-        if hit is not None:
-            return hit
-        # SemVer text is canonical (no leading zeros, no spaces), so a version's normal form is
-        # its text: one more lookup, never a scan (an unknown version costs the same as a known one).
-        wanted = parse_version(requested)
-        if wanted is None:
-            return None
-        hit = self._index.get(str(wanted))
-        if hit is not None and wanted.build and wanted.build != hit.version.build:
-            return None
-        return hit
+        # SemVer text is canonical (no leading zeros, no spaces), so the text without its `v` IS
+        # the normal form: one dict lookup, never a parse or a scan, for known and unknown alike.
+        return self.index.get(requested[1:] if requested.startswith("v") else requested)
 
     def latest(self) -> TaggedVersion | None:
         """The highest release, or the highest prerelease when there is no release."""

@@ -25,7 +25,7 @@ from tests.conftest import GIT_PASSWORD, GIT_USER
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
+from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
 from tests.test_archives import mono_repo
 
 CLIENTS = terraform_clients()
@@ -51,7 +51,7 @@ def files_under(directory: Path) -> list[str]:
 
 def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_token(client, tmp_path):
     root = tmp_path / "repos"
-    mono = mono_repo(root, "mono")  # private: the smart-HTTP server wants gitreg's credentials
+    mono_repo(root, "mono")  # private: the smart-HTTP server wants gitreg's credentials
     hello = GitRepo(root, "hello")
     hello.commit({"main.tf": 'output "v" { value = "hello-1.2.0" }\n'})
     hello.tag("v1.2.0")
@@ -74,9 +74,7 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
                 'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "~> 1.0"\n}\n'
                 'module "hello" {\n  source  = "registry.example.test/demo/hello/null"\n  version = "1.2.0"\n}\n'
             )
-            (tmp_path / "cli.tfrc").write_text(
-                f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
-            )
+            cli_config(tmp_path / "cli.tfrc", server.url)
             empty_bin = tmp_path / "empty-bin"
             empty_bin.mkdir()
             env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
@@ -155,9 +153,7 @@ def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client,
             (work / "main.tf").write_text(
                 'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "1.1.0"\n}\n'
             )
-            (tmp_path / "cli.tfrc").write_text(
-                f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
-            )
+            cli_config(tmp_path / "cli.tfrc", server.url)
             env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
                             SSL_CERT_FILE=str(tmp_path / "ca.pem"), PATH=str(tmp_path))
             result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
@@ -22,7 +21,8 @@ from tests.conftest import assert_error, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
+from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.tls import write_tls_files
 
 ADMIN = "admin-registry-token-5e8c1b7a"  # a plain string: every namespace
 CI = "ci-registry-token-0d94f2c6e1"  # from ${CI_TOKEN}, scoped to acme and platform
@@ -283,11 +283,7 @@ def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_pat
         repo = GitRepo(repos, name)
         repo.commit({"main.tf": f'output "name" {{ value = "{name}" }}\n'})
         repo.tag("v1.0.0")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    write_tls_files(tmp_path)
     config = tmp_path / "gitreg.toml"
     config.write_text(
         f'[server]\ntls_cert = "{tmp_path / "cert.pem"}"\ntls_key = "{tmp_path / "key.pem"}"\n'
@@ -300,9 +296,7 @@ def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_pat
     with GitregProcess("--config", str(config), env=ENV) as server:
         host = server.url.removeprefix("https://")
         # TF_TOKEN_<host> cannot name a port: a CLI `host` block maps a plain name to the TLS endpoint.
-        (tmp_path / "cli.tfrc").write_text(
-            f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
-            f'credentials "{host}" {{\n  token = "{AUDIT}"\n}}\n')
+        cli_config(tmp_path / "cli.tfrc", server.url, f'credentials "{host}" {{\n  token = "{AUDIT}"\n}}\n')
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
                         SSL_CERT_FILE=str(tmp_path / "ca.pem"), TF_TOKEN_registry_example_test=CI)
         allowed = module_dir(tmp_path, "allowed", "registry.example.test/acme/vpc/aws")

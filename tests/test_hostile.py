@@ -36,7 +36,7 @@ from tests.conftest import make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
+from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
 
 # --- the grammar, as README.md states it ------------------------------------------------------
 
@@ -563,8 +563,7 @@ def test_terraform_installs_a_version_whose_tag_has_build_metadata(terraform, na
         work.mkdir()
         (work / "main.tf").write_text('module "m" {\n  source  = "registry.example.test/demo/hello/null"\n'
                                       '  version = "2.0.0+build.7"\n}\n')
-        (tmp_path / "cli.tfrc").write_text(
-            f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n')
+        cli_config(tmp_path / "cli.tfrc", server.url)
         result = terraform.run(["init", "-input=false", "-no-color"], cwd=work,
                                env=clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc")))
     assert result.returncode == 0, result.stdout + result.stderr

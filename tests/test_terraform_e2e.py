@@ -14,12 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import trustme
 
 from tests.gitreg_process import ROOT, GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
+from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.tls import write_tls_files
 
 CLIENTS = terraform_clients()
 TOKEN = "e2e-registry-token-5b9f0c1d"
@@ -85,9 +85,7 @@ def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(cli
     with GitregProcess("--config", str(config)) as server:
         work = tmp_path / "work"
         write_root_module(work, "registry.example.test")
-        (tmp_path / "cli.tfrc").write_text(
-            f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
-        )
+        cli_config(tmp_path / "cli.tfrc", server.url)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
                         TF_TOKEN_registry_example_test=TOKEN)
         result = run_init(client, work, env)
@@ -111,9 +109,7 @@ def test_init_without_the_registry_token_fails_cleanly(client, tmp_path):
     with GitregProcess("--config", str(config)) as server:
         work = tmp_path / "work"
         write_root_module(work, "registry.example.test")
-        (tmp_path / "cli.tfrc").write_text(
-            f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
-        )
+        cli_config(tmp_path / "cli.tfrc", server.url)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"))
         result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
     assert result.returncode != 0
@@ -122,11 +118,7 @@ def test_init_without_the_registry_token_fails_cleanly(client, tmp_path):
 
 def test_init_through_real_https_discovery_with_a_test_ca(client, tmp_path):
     repo = versioned_repo(tmp_path / "repos")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    write_tls_files(tmp_path)
     config = tmp_path / "gitreg.toml"
     config.write_text(
         f'[server]\ntls_cert = "{tmp_path / "cert.pem"}"\ntls_key = "{tmp_path / "key.pem"}"\n'
@@ -165,9 +157,7 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
             (work / "main.tf").write_text(
                 'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "< 2.0.0"\n}\n'
             )
-            (tmp_path / "cli.tfrc").write_text(
-                f'host "registry.example.test" {{\n  services = {{ "modules.v1" = "{server.url}/v1/modules/" }}\n}}\n'
-            )
+            cli_config(tmp_path / "cli.tfrc", server.url)
             run_init(client, work, clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc")))
         assert git_http.ref_advertisements("public.git") >= 2  # gitreg's ls-remote and Terraform's clone
     assert installed(work) == {"net": "1.4.0"}

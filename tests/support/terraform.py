@@ -62,6 +62,18 @@ def terraform_clients() -> list[TerraformClient]:
     return clients
 
 
+REGISTRY_HOST = "registry.example.test"
+
+
+def cli_config(path: Path, server_url: str, extra: str = "") -> Path:
+    """A Terraform CLI config whose `host` block sends REGISTRY_HOST's modules to `server_url`
+    (no discovery, so plain HTTP works); `extra` is appended (a `credentials` block...)."""
+    path.write_text(
+        f'host "{REGISTRY_HOST}" {{\n  services = {{ "modules.v1" = "{server_url}/v1/modules/" }}\n}}\n' + extra
+    )
+    return path
+
+
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """An environment with no ambient credentials or CLI config; `extra` on top."""
     home.mkdir(parents=True, exist_ok=True)
