@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -26,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from git import GitCommandError
-
-from .errors import GitregError, UpstreamUnavailable, VersionNotFound
-from .git_adapter import _SHA_RE, MirrorGit, _text, mask_url
+from .errors import GitregError, UpstreamTimeout, UpstreamUnavailable, VersionNotFound
+from .git_adapter import _SHA_RE, MirrorGit, mask_url
 from .mirrors import MirrorStore
 
 log = logging.getLogger(__name__)
@@ -73,24 +70,25 @@ class ArchiveBuilder:
         """Write the archive of `key` from `mirror` to `dest` (a temporary name the caller renames).
 
         One git process: `git archive <sha>:<path>` puts the module's files at the root. Its
-        tar is then restamped (see normalize) and gzipped in one streaming pass.
+        tar is restamped (see normalize) and gzipped as git writes it, so git and gzip run
+        side by side, as in `git archive | gzip`.
         """
         if not _SHA_RE.fullmatch(key.sha):
             raise ValueError("not a commit SHA")
-        with tempfile.TemporaryFile(dir=dest.parent) as raw:
-            try:
-                self.git.local(str(mirror), ["archive", "--format=tar", "--end-of-options", f"{key.sha}:{key.path}"],
-                               output_stream=raw)
-            except GitCommandError as e:
-                if not self.git.has_commit(str(mirror), key.sha):
-                    raise MissingCommit(key.sha) from e  # not fetched yet: the caller fetches and retries
-                if "not a valid object name" in _text(e.stderr):
-                    raise VersionNotFound(
-                        f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`") from None
-                raise UpstreamUnavailable(f"could not build the archive of commit {key.sha[:12]} (git archive failed)") from e
-            raw.seek(0)
-            with open(dest, "wb") as out:
-                submodules = normalize(raw, out)
+        args = ["archive", "--format=tar", "--end-of-options", f"{key.sha}:{key.path}"]
+        with open(dest, "wb") as out, self.git.stream(str(mirror), args) as run:
+            assert run.proc.stdout is not None
+            submodules = normalize(run.proc.stdout, out)
+        if run.killed == "timeout":
+            raise UpstreamTimeout(f"building the archive of commit {key.sha[:12]} took longer than [git] timeout_seconds")
+        if run.killed is not None:
+            raise UpstreamUnavailable("gitreg is shutting down; try again")
+        if run.proc.returncode != 0:
+            if not self.git.has_commit(str(mirror), key.sha):
+                raise MissingCommit(key.sha)  # not fetched yet: the caller fetches and retries
+            if "not a valid object name" in run.error_text:
+                raise VersionNotFound(f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`")
+            raise UpstreamUnavailable(f"could not build the archive of commit {key.sha[:12]} (git archive failed)")
         if submodules:
             shown = ", ".join(repr(f"{key.path}/{s}" if key.path else s) for s in submodules[:5])
             raise NotArchivable(

@@ -286,7 +286,7 @@ class GitAdapter:
         return len(runs)
 
     def running(self) -> int:
-        """How many git processes that talk to a Git host run now."""
+        """How many git processes gitreg runs with a timeout now (calls to Git hosts, archive builds)."""
         with self._running_lock:
             return len(self._running)
 
@@ -414,6 +414,16 @@ class MirrorGit:
             kill_after_timeout=self.adapter.config.timeout_seconds if timeout is None else timeout, **kwargs,
         )
         return out if isinstance(out, str) else ""
+
+    @contextlib.contextmanager
+    def stream(self, path: str, args: list[str]) -> Iterator[_GitRun]:
+        """Run git on the mirror at `path` with its stdout as a pipe, to read inside the block.
+
+        As for calls to a Git host: killed at [git] timeout_seconds or shutdown with its helpers;
+        afterwards `run.killed`, `run.proc.returncode` and `run.error_text` say how it ended.
+        """
+        with self.adapter._spawn(["git", *args], "", cwd=path) as run:
+            yield run
 
     def init(self, path: str) -> None:
         """Create an empty bare repository at `path`."""

@@ -99,7 +99,7 @@ class Metrics:
         self._hosts: set[str] = set()
 
     def watch_git(self, running: Callable[[], int]) -> None:
-        """Report `running()` (git processes talking to a Git host now) at scrape time."""
+        """Report `running()` (git processes running now: calls to Git hosts and archive builds) at scrape time."""
         self._git_running = running
 
     def watch_cache(self, cache: TagCache) -> None:
@@ -252,7 +252,7 @@ class _CacheCollector(Collector):
         if tasks is not None:
             yield GaugeMetricFamily("gitreg_event_loop_tasks", "asyncio tasks alive (requests, refreshes, builds).", value=tasks)
         if self._metrics._git_running is not None:
-            yield GaugeMetricFamily("gitreg_git_processes", "git processes talking to a Git host now.",
+            yield GaugeMetricFamily("gitreg_git_processes", "git processes running now (calls to Git hosts, archive builds).",
                                     value=self._metrics._git_running())
         cache = self._metrics._cache
         if cache is None:
