@@ -13,6 +13,7 @@ from .catalog import Catalog
 from .config import Config
 from .details import DetailsService
 from .git_adapter import GitAdapter
+from .index import ModuleIndex
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .registry import Registry
@@ -27,6 +28,7 @@ AUTH = web.AppKey("auth", TokenChecker)
 MIRRORS = web.AppKey("mirrors", MirrorStore)
 CATALOG = web.AppKey("catalog", Catalog)
 DETAILS = web.AppKey("details", DetailsService)
+INDEX = web.AppKey("index", ModuleIndex)
 METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)

@@ -9,7 +9,7 @@ before `.../{version}` for the same reason.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -20,11 +20,12 @@ from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 
-from .appkeys import CATALOG, CONFIG, DETAILS, EXECUTOR, MIRRORS, REGISTRY
+from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, EXECUTOR, INDEX, METRICS, MIRRORS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
-from .errors import BadRequest, GitregError, ModuleNotFound, VersionNotFound
+from .errors import BadRequest, ModuleNotFound, VersionNotFound
+from .index import IndexCollector, IndexedVersion, IndexEntry, ModuleIndex
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress, parse_address
 from .rules import ResolvedModule
 from .versions import ModuleVersions, TaggedVersion
@@ -41,8 +42,6 @@ _PAGE_PARAMS = ("namespace", "provider", "q", "verified")
 _SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
 _NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
 
-Keep = Callable[[ModuleAddress, ResolvedModule], bool]
-
 
 @dataclass(frozen=True)
 class Page:
@@ -50,16 +49,6 @@ class Page:
 
     offset: int
     limit: int
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A listable module with its versions (at least one) and the latest of them."""
-
-    address: ModuleAddress
-    resolved: ResolvedModule
-    versions: ModuleVersions
-    latest: TaggedVersion
 
 
 # ---------------------------------------------------------------------------------------
@@ -132,10 +121,12 @@ def source_url(clone_url: str) -> str:
     return f"{scheme}://{netloc}/{path}" if path else f"{scheme}://{netloc}"
 
 
-def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, version: TaggedVersion | None = None) -> dict[str, Any]:
+def summary(app: web.Application, entry: IndexEntry, version: IndexedVersion | None = None,
+            details: ModuleDetails | None = None) -> dict[str, Any]:
     """One module as the list, search and details endpoints show it."""
     shown = version or entry.latest
     a = entry.address
+    latest = shown == entry.latest
     return {
         "id": f"{a}/{shown.canonical}",
         "owner": "",
@@ -143,16 +134,16 @@ def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, v
         "name": a.name,
         "version": shown.canonical,
         "provider": a.system,
-        "description": details.description if details else "",
-        "source": source_url(entry.resolved.clone_url),
-        "published_at": details.published_at if details else "",
+        "description": entry.description if latest or details is None else details.description,
+        "source": entry.source,
+        "published_at": entry.published_at if latest or details is None else details.published_at,
         "downloads": app[CATALOG].downloads(a),
-        "verified": entry.resolved.rule.verified,
+        "verified": entry.verified,
     }
 
 
 # ---------------------------------------------------------------------------------------
-# Shared lookups
+# Shared lookups: everything below reads the index (no git, no API call)
 # ---------------------------------------------------------------------------------------
 
 
@@ -164,91 +155,76 @@ def _segment(request: web.Request, label: str) -> str:
     return value
 
 
-def _visible(request: web.Request, address: ModuleAddress) -> bool:
-    scope = allowed_namespaces(request)
-    return scope is None or address.namespace in scope
-
-
-async def _entry(app: web.Application, address: ModuleAddress) -> Entry | None:
-    """The module with its versions, or None (logged) when its repository cannot be listed."""
-    try:
-        resolved, versions = await app[REGISTRY].versions(address)
-    except ModuleNotFound as e:
-        app[CATALOG].forget(address)
-        log.info("not listing %s: %s", address, e.message)
-        return None
-    except GitregError as e:
-        log.warning("not listing %s: %s", address, e.message)
-        return None
-    latest = versions.latest()
-    return Entry(address, resolved, versions, latest) if latest is not None else None
-
-
-async def _entries(request: web.Request, keep: Keep) -> list[Entry]:
-    """Listed, visible modules for which `keep(address, resolved)` holds, with versions, sorted."""
-    listed = request.app[CATALOG].listed()
-    wanted = sorted(
-        (a for a, r in listed.items() if _visible(request, a) and keep(a, r)),
-        key=lambda a: (a.namespace.casefold(), a.name.casefold(), a.system, str(a)),
-    )
-    found = await asyncio.gather(*(_entry(request.app, a) for a in wanted))
-    return [e for e in found if e is not None]
-
-
-async def _details_for(app: web.Application, entries: list[Entry]) -> list[ModuleDetails | None]:
-    return list(await asyncio.gather(*(app[DETAILS].try_get(e.resolved, e.latest) for e in entries)))
-
-
-def _filters(request: web.Request, namespace: str | None = None) -> Keep:
+def _filters(request: web.Request, namespace: str | None = None,
+             name: str | None = None) -> tuple[Callable[[IndexEntry], bool], tuple[object, ...]]:
+    """What the caller may see and asked for, as a predicate and a memo key."""
     provider = _filter_value(request, "provider", SYSTEM_RE, "1-64 lowercase letters and digits")
     verified_only = request.query.get("verified", "").lower() == "true"
+    scope = allowed_namespaces(request)
 
-    def keep(address: ModuleAddress, resolved: ResolvedModule) -> bool:
+    def keep(entry: IndexEntry) -> bool:
+        a = entry.address
         return (
-            (namespace is None or address.namespace == namespace)
-            and (provider is None or address.system == provider)
-            and (not verified_only or resolved.rule.verified)
+            (scope is None or a.namespace in scope)
+            and (namespace is None or a.namespace == namespace)
+            and (name is None or a.name == name)
+            and (provider is None or a.system == provider)
+            and (not verified_only or entry.verified)
         )
 
-    return keep
+    return keep, (namespace, name, provider, verified_only, scope)
 
 
-async def _list_response(request: web.Request, entries: list[Entry]) -> web.Response:
+def _list_response(request: web.Request, entries: list[IndexEntry]) -> web.Response:
     page = parse_page(request)
     shown = entries[page.offset: page.offset + page.limit]
-    details = await _details_for(request.app, shown)
     body = {
         "meta": page_meta(request, page, len(entries)),
-        "modules": [summary(request.app, e, d) for e, d in zip(shown, details)],
+        "modules": [summary(request.app, e) for e in shown],
     }
     return web.json_response(body)
 
 
+def _indexed(request: web.Request) -> tuple[IndexEntry, ResolvedModule]:
+    """The indexed module a `{namespace}/{name}/{system}` path names; 404 when it is not listed."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    entry = request.app[INDEX].get(address)
+    resolved = request.app[REGISTRY].resolve(address)  # 404 when nothing serves it (any more)
+    if entry is None:
+        raise ModuleNotFound(
+            f"module {address} is not listed by this registry (yet): a module is listed once it has a SemVer "
+            "tag and the index has seen it (a wildcard rule's modules after their first `terraform init`)"
+        )
+    return entry, resolved
+
+
+async def _details_response(request: web.Request, entry: IndexEntry, resolved: ResolvedModule,
+                            shown: IndexedVersion) -> web.Response:
+    index = request.app[INDEX]
+    # The latest version's details are on disk once indexed; another version's are built once.
+    details = await index.details(resolved, shown, build=True)
+    assert details is not None
+    a = entry.address
+    systems = {e.address.system for e in index.listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)}
+    body = summary(request.app, entry, shown, details)
+    body.update(
+        root=details.root,
+        submodules=details.submodules,
+        providers=sorted(systems | {a.system}),
+        versions=[v.canonical for v in entry.versions],
+    )
+    return web.json_response(body)
+
+
 async def _served(request: web.Request) -> tuple[ModuleAddress, ResolvedModule, ModuleVersions]:
-    """The module a `{namespace}/{name}/{system}` path names, with its versions (remembered if listed by a wildcard)."""
+    """The module a path names, with its versions from the tag cache (the download redirect only)."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
     resolved, versions = await request.app[REGISTRY].versions(address)
     if versions.versions:
         request.app[CATALOG].remember(resolved)
     return address, resolved, versions
-
-
-async def _details_response(request: web.Request, address: ModuleAddress, resolved: ResolvedModule,
-                            versions: ModuleVersions, shown: TaggedVersion) -> web.Response:
-    latest = versions.latest()
-    assert latest is not None  # `shown` is one of the versions
-    entry = Entry(address, resolved, versions, latest)
-    details = await request.app[DETAILS].get(resolved, shown)
-    systems = {a.system for a in request.app[CATALOG].listed() if a.namespace == address.namespace and a.name == address.name}
-    body = summary(request.app, entry, details, shown)
-    body.update(
-        root=details.root,
-        submodules=details.submodules,
-        providers=sorted(systems | {address.system}),
-        versions=[tv.canonical for tv in versions.versions],
-    )
-    return web.json_response(body)
 
 
 def _latest_of(address: ModuleAddress, versions: ModuleVersions) -> TaggedVersion:
@@ -267,52 +243,47 @@ def _latest_of(address: ModuleAddress, versions: ModuleVersions) -> TaggedVersio
 @browse_routes.get("/v1/modules/")
 async def list_modules(request: web.Request) -> web.Response:
     """Every listed module the caller may see, filtered by `provider` and `verified`."""
-    return await _list_response(request, await _entries(request, _filters(request)))
+    keep, _ = _filters(request)
+    return _list_response(request, request.app[INDEX].listed(keep))
 
 
 @browse_routes.get("/v1/modules/search")
 async def search_modules(request: web.Request) -> web.Response:
-    """Search namespace, name, system and description; best matches first."""
+    """Search namespace, name, system, description, topics and README words; best matches first."""
     query = request.query.get("q", "").strip()
     if not query:
         raise BadRequest("search needs a query: /v1/modules/search?q=<words>")
     if len(query) > MAX_QUERY_CHARS:
         raise BadRequest(f"the search query is longer than {MAX_QUERY_CHARS} characters")
     namespace = _filter_value(request, "namespace", NAME_RE, _NAME_EXPECTED)
-    entries = await _entries(request, _filters(request, namespace))
-    details = await _details_for(request.app, entries)
-    ranked = []
-    for entry, detail in zip(entries, details):
-        rank = search_rank(query, entry.address, detail.description if detail else "")
-        if rank is not None:
-            downloads = request.app[CATALOG].downloads(entry.address)
-            ranked.append(((rank, -downloads, str(entry.address)), entry))
-    ranked.sort(key=lambda pair: pair[0])
-    return await _list_response(request, [entry for _, entry in ranked])
+    keep, memo_key = _filters(request, namespace)
+    found = request.app[INDEX].search(query, keep, memo_key, request.app[CATALOG].downloads)
+    return _list_response(request, found)
 
 
 @browse_routes.get("/v1/modules/{namespace}")
 async def list_namespace(request: web.Request) -> web.Response:
     """The listed modules of one namespace."""
-    namespace = _segment(request, "namespace")
-    return await _list_response(request, await _entries(request, _filters(request, namespace)))
+    keep, _ = _filters(request, _segment(request, "namespace"))
+    return _list_response(request, request.app[INDEX].listed(keep))
 
 
 @browse_routes.get("/v1/modules/{namespace}/{name}")
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
     namespace, name = _segment(request, "namespace"), _segment(request, "name")
-    entries = await _entries(request, lambda a, r: a.namespace == namespace and a.name == name)
+    keep, _ = _filters(request, namespace, name)
+    entries = request.app[INDEX].listed(keep)
     if not entries:
         raise ModuleNotFound(f"no module {namespace}/{name} is listed by this registry (for any system)")
-    return await _list_response(request, entries)
+    return _list_response(request, entries)
 
 
 @browse_routes.get("/v1/modules/{namespace}/{name}/{system}")
 async def latest_module(request: web.Request) -> web.Response:
     """The latest version of a module, with its details."""
-    address, resolved, versions = await _served(request)
-    return await _details_response(request, address, resolved, versions, _latest_of(address, versions))
+    entry, resolved = _indexed(request)
+    return await _details_response(request, entry, resolved, entry.latest)
 
 
 @browse_routes.get("/v1/modules/{namespace}/{name}/{system}/download")
@@ -325,41 +296,13 @@ async def download_latest(request: web.Request) -> web.Response:
 @browse_routes.get("/v1/modules/{namespace}/{name}/{system}/{version}")
 async def module_version(request: web.Request) -> web.Response:
     """One version of a module, with its details."""
-    address, resolved, versions = await _served(request)
-    _, found = await request.app[REGISTRY].find_version(address, request.match_info["version"])
-    return await _details_response(request, address, resolved, versions, found)
-
-
-# ---------------------------------------------------------------------------------------
-# Search ranking
-# ---------------------------------------------------------------------------------------
-
-
-def search_rank(query: str, address: ModuleAddress, description: str) -> int | None:
-    """Lower is better; None when the module does not match.
-
-    0 the name is the query; 1 the name starts with it; 2 the name contains it (or every
-    word of it); 3 the namespace or system is it, or `namespace/name/system` contains it;
-    4 the description contains it; 5 every word appears somewhere.
-    """
-    q = query.casefold()
-    name, namespace, system = address.name.casefold(), address.namespace.casefold(), address.system
-    words = [w for w in re.split(r"[\s/]+", q) if w]
-    if name == q:
-        return 0
-    if name.startswith(q):
-        return 1
-    if q in name or (len(words) > 1 and all(w in name for w in words)):
-        return 2
-    if q in (namespace, system) or q in f"{namespace}/{name}/{system}":
-        return 3
-    text = description.casefold()
-    if q in text:
-        return 4
-    haystack = f"{namespace}/{name}/{system} {text}"
-    if words and all(w in haystack for w in words):
-        return 5
-    return None
+    entry, resolved = _indexed(request)
+    requested = request.match_info["version"]
+    found = entry.find(requested)
+    if found is None:
+        listed = ", ".join(v.canonical for v in entry.versions[:5])
+        raise VersionNotFound(f"module {entry.address} has no version {requested}; the highest listed: {listed}")
+    return await _details_response(request, entry, resolved, found)
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,11 +311,22 @@ def search_rank(query: str, address: ModuleAddress, description: str) -> int | N
 
 
 async def browse_services(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context (after the core services): the catalog and the details service."""
+    """Cleanup context (after the core services): the catalog, the details service and the index."""
     config = app[CONFIG]
-    catalog = Catalog(config, Path(config.storage.path) / FILE_NAME)
+    storage = Path(config.storage.path)
+    catalog = Catalog(config, storage / FILE_NAME)
     app[CATALOG] = catalog
     mirrors = app[MIRRORS]
-    app[DETAILS] = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
-    async for _ in catalog.lifetime():
+    details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
+    registry = app[REGISTRY]
+    index = app[INDEX] = ModuleIndex(
+        storage, sources=catalog.listed, resolve=catalog.resolve, versions=registry.versions, details=details,
+        refresh_seconds=config.cache.ttl_seconds, on_gone=catalog.forget, enabled=config.index.enabled,
+    )
+    # A wildcard rule's module becomes listable when it is first served; any fetched tag list
+    # (a webhook, a `terraform init` after the TTL) may change what the index shows.
+    catalog.on_new = lambda address: index.notice([address])
+    app[CACHE].on_fetched.append(index.notice_repository)
+    app[METRICS].registry.register(IndexCollector(index))
+    async with contextlib.asynccontextmanager(catalog.lifetime)(), contextlib.asynccontextmanager(index.lifetime)():
         yield

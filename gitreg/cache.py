@@ -86,6 +86,8 @@ class TagCache:
         self._dirty: set[str] = set()  # invalidated while their upstream call ran
         self._background: set[asyncio.Task[None]] = set()
         self.stats = CacheStats()
+        # Told of each repository whose fetched tags differ from what was cached (the index listens).
+        self.on_fetched: list[Callable[[str], None]] = []
 
     async def get(self, key: str) -> TagList:
         """The tag list of repository `key`, from cache or one coalesced upstream call."""
@@ -189,9 +191,13 @@ class TagCache:
         now = self._clock()
         # An invalidated call's answer is kept (it is newer than what we had) but not fresh.
         fresh = key not in self._dirty
+        previous = self._entries.get(key)
         self._store(key, _Entry(tags, now, now + self.config.ttl_seconds if fresh else now))
         self._negative.pop(key, None)
         self._failures.pop(key, None)
+        if previous is None or previous.tags.tags != tags.tags:
+            for listener in self.on_fetched:
+                listener(key)
         return tags
 
     def _failed(self, key: str, entry: _Entry, e: GitregError) -> None:

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class Catalog:
         self._warned_full = False
         self._lock = asyncio.Lock()
         self.writes = 0
+        # Told of each module a wildcard rule serves for the first time (the index lists it).
+        self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
@@ -119,6 +121,13 @@ class Catalog:
                     found[address] = resolved
         return found
 
+    def resolve(self, address: ModuleAddress) -> ResolvedModule | None:
+        """The rule serving `address` when it is listable (explicit, or remembered), else None."""
+        resolved = self._rules.explicit.get((address.namespace, address.name, address.system))
+        if resolved is not None:
+            return resolved
+        return self._rules.match(address) if address in self._remembered else None
+
     def remember(self, resolved: ResolvedModule) -> None:
         """Record that a wildcard rule served this module (explicit rules are listed anyway)."""
         address = resolved.address
@@ -131,6 +140,7 @@ class Catalog:
             return
         self._remembered.add(address)
         self._dirty = True
+        self.on_new(address)
 
     def forget(self, address: ModuleAddress) -> None:
         """Drop a remembered module whose repository no longer exists."""

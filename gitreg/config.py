@@ -70,6 +70,14 @@ class StorageConfig:
 
 
 @dataclass(frozen=True)
+class IndexConfig:
+    """`[index]`: the background index that list, search, details and pages answer from."""
+
+    # Off: no background git at all, and nothing is listed (a registry only for `terraform init`).
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class WebhooksConfig:
     """`[webhooks]`: shared secrets of the GitHub and GitLab webhooks; unset disables one."""
 
@@ -149,6 +157,7 @@ class Config:
     auth: AuthConfig = AuthConfig()
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
     webhooks: WebhooksConfig = WebhooksConfig()
+    index: IndexConfig = IndexConfig()
     modules: tuple[ModuleRule, ...] = ()
     credentials: tuple[Credential, ...] = field(default=(), repr=False)
     source: str | None = None
@@ -526,6 +535,10 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     )
     st.finish()
 
+    ix = _Reader(root._get("index", False) or {}, "index", problems, env)
+    index = IndexConfig(enabled=ix.bool("enabled", True))
+    ix.finish()
+
     w = _Reader(root._get("webhooks", False) or {}, "webhooks", problems, env)
     webhooks = WebhooksConfig(github_secret=w.str("github_secret"), gitlab_token=w.str("gitlab_token"))
     for key in ("github_secret", "gitlab_token"):
@@ -562,6 +575,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         auth=auth,
         storage=storage,
         webhooks=webhooks,
+        index=index,
         modules=tuple(modules),
         credentials=tuple(credentials),
         source=source,

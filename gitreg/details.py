@@ -364,6 +364,14 @@ class DetailsService:
             fut.add_done_callback(lambda f: self._done(key, f))
         return await asyncio.shield(fut)
 
+    def cached(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails | None:
+        """The details when they are in memory, else None (no git)."""
+        return self._cache.get((resolved.repository, resolved.rule.path, tagged.tag, tagged.sha))
+
+    def remember(self, resolved: ResolvedModule, tagged: TaggedVersion, details: ModuleDetails) -> None:
+        """Keep details read from elsewhere (the index's disk store) in memory."""
+        self._cache[(resolved.repository, resolved.rule.path, tagged.tag, tagged.sha)] = details
+
     def _done(self, key: tuple[str, str, str, str], fut: asyncio.Future[ModuleDetails]) -> None:
         self._inflight.pop(key, None)
         if not fut.cancelled() and fut.exception() is None:

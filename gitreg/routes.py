@@ -8,7 +8,7 @@ import json
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, LIFECYCLE, METRICS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
 from .archives import ArchiveKey
 from .metrics import check_metrics_token
 from .names import parse_address
@@ -42,7 +42,12 @@ async def readyz(request: web.Request) -> web.Response:
     # shutdown, before the executor and cache are closed.
     if not (lifecycle.ready and CACHE in request.app and EXECUTOR in request.app):
         return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
-    return web.json_response({"status": "ready"})
+    # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
+    index = request.app[INDEX]
+    return web.json_response({"status": "ready", "index": {
+        "complete": index.complete, "modules": len(index), "queued": index.queue_depth(),
+        "age_seconds": round(index.age(), 1),
+    }})
 
 
 @routes.get("/metrics")
@@ -82,7 +87,9 @@ async def download(request: web.Request) -> web.Response:
         if request.app[CONFIG].auth.enabled:
             # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
             body["use_registry_credentials"] = True
-    request.app[CATALOG].count_download(address)  # in memory; the catalog writes it in batches
+    catalog = request.app[CATALOG]
+    catalog.count_download(address)  # in memory; the catalog writes it in batches
+    catalog.remember(request.app[REGISTRY].resolve(address))  # a wildcard rule's module becomes listable
     text = json.dumps({"location": location, **body}) if body else _location_json(location)
     return web.json_response(text=text, headers={"X-Terraform-Get": location})
 

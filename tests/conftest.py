@@ -70,6 +70,14 @@ def make_client(aiohttp_client):
     return make
 
 
+async def indexed(client):
+    """Wait until the app's index has indexed everything it knows of (list and search read it)."""
+    from gitreg.appkeys import INDEX
+
+    await client.app[INDEX].settled()
+    return client
+
+
 async def assert_error(resp, status: int, *fragments: str) -> str:
     """Assert the registry's one error shape: status, JSON `{"errors": [str, ...]}`, and what it says."""
     assert resp.status == status, await resp.text()

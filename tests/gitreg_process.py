@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +52,17 @@ class GitregProcess:
             self.stop()
             raise RuntimeError("gitreg did not start:\n" + "".join(self.log))
         return self
+
+    def wait_indexed(self, timeout: float = 30) -> None:
+        """Wait until the server's index has nothing left to do (`/readyz` says so)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=5) as resp:
+                index = json.loads(resp.read())["index"]
+            if index["complete"] and index["queued"] == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the index did not settle:\n" + "".join(self.log[-20:]))
 
     def stop(self, timeout: float = 15) -> int:
         """SIGTERM, wait, and return the exit code."""

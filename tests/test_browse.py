@@ -9,7 +9,7 @@ import pytest
 
 from gitreg.appkeys import CATALOG
 from gitreg.browse import DEFAULT_LIMIT, MAX_LIMIT, source_url
-from tests.conftest import assert_error, make_config
+from tests.conftest import assert_error, indexed, make_config
 from tests.support.repos import GitRepo
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -71,7 +71,7 @@ def rules_for(url: str) -> list[dict]:
 
 @pytest.fixture
 async def client(make_client, mono, tmp_path):
-    return await make_client(make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")}))
+    return await indexed(await make_client(make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")})))
 
 
 async def get_json(client, url: str, status: int = 200, **kwargs) -> dict:
@@ -208,7 +208,7 @@ async def test_module_name_lists_the_latest_version_for_every_system(client):
 
 async def test_latest_and_download_skip_prereleases(make_client, repo, tmp_path):
     config = make_config([{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url}])
-    client = await make_client(config)
+    client = await indexed(await make_client(config))
     body = await get_json(client, "/v1/modules/demo/hello/null")
     assert body["version"] == "1.1.0" and body["versions"] == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     assert body["providers"] == ["null"]
@@ -229,12 +229,12 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
     beta.tag("v0.1.0-alpha.1")
     beta.tag("v0.1.0-beta.2")
     beta.tag("not-semver")
-    client = await make_client(make_config([{"namespace": "demo", "name": "beta", "system": "null", "repository": beta.url}]))
+    client = await indexed(await make_client(make_config([{"namespace": "demo", "name": "beta", "system": "null", "repository": beta.url}])))
     assert (await get_json(client, "/v1/modules/demo/beta/null"))["version"] == "0.1.0-beta.2"
     empty = GitRepo(tmp_path / "repos", "empty")
     empty.commit({"main.tf": "# no versions\n"})
-    client = await make_client(make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}]))
-    await assert_error(await client.get("/v1/modules/demo/empty/null"), 404, "no versions")
+    client = await indexed(await make_client(make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}])))
+    await assert_error(await client.get("/v1/modules/demo/empty/null"), 404, "not listed")
     await assert_error(await client.get("/v1/modules/demo/empty/null/download", allow_redirects=False), 404, "no versions")
     assert ids(await get_json(client, "/v1/modules")) == []  # nothing to show for it
 
@@ -250,25 +250,29 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(make
     base = (tmp_path / "repos").as_uri()
     config = make_config([{"namespace": "acme", "repository": base + "/terraform-{system}-{name}.git"}],
                          storage={"path": str(tmp_path / "state")})
-    client = await make_client(config)
+    client = await indexed(await make_client(config))
     assert ids(await get_json(client, "/v1/modules")) == []  # a wildcard cannot be enumerated
+    # Browsing never runs git: a module a wildcard could serve is not listed before it was served.
+    await assert_error(await client.get("/v1/modules/acme/dns/aws"), 404, "not listed")
     await get_json(client, "/v1/modules/acme/vpc/aws/versions")  # what `terraform init` asks first
-    await get_json(client, "/v1/modules/acme/dns/aws")
+    await get_json(client, "/v1/modules/acme/dns/aws/0.1.0/download")
     await assert_error(await client.get("/v1/modules/acme/missing/aws/versions"), 404)
+    await indexed(client)
     assert ids(await get_json(client, "/v1/modules")) == ["acme/dns/aws", "acme/vpc/aws"]
+    assert (await get_json(client, "/v1/modules/acme/dns/aws"))["description"] == "The dns module."
     await client.close()  # shutdown writes the catalog
 
     saved = json.loads((tmp_path / "state" / "catalog.json").read_text())
     assert saved["modules"] == ["acme/dns/aws", "acme/vpc/aws"]
     assert not [p for p in (tmp_path / "state").iterdir() if p.name.endswith(".tmp")]  # written atomically
     (tmp_path / "repos" / "terraform-aws-dns.git").rename(tmp_path / "repos" / "gone.git")
-    restarted = await make_client(config)
+    restarted = await indexed(await make_client(config))
     assert ids(await get_json(restarted, "/v1/modules")) == ["acme/vpc/aws"]  # a deleted repository drops out
 
 
 async def test_downloads_are_counted_in_batches_and_kept_across_restarts(make_client, mono, tmp_path):
     config = make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")})
-    client = await make_client(config)
+    client = await indexed(await make_client(config))
     for _ in range(25):
         resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
         assert resp.status == 200
@@ -276,7 +280,7 @@ async def test_downloads_are_counted_in_batches_and_kept_across_restarts(make_cl
     assert (await get_json(client, "/v1/modules/acme/vpc/aws"))["downloads"] == 25
     assert client.app[CATALOG].writes <= 1  # not one write per request
     await client.close()
-    restarted = await make_client(config)
+    restarted = await indexed(await make_client(config))
     listed = {m["name"] + "/" + m["provider"]: m["downloads"] for m in (await get_json(restarted, "/v1/modules"))["modules"]}
     assert listed["vpc/aws"] == 25 and listed["dns/aws"] == 0
     # Popular modules come first among equally good search matches.
@@ -289,7 +293,7 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(make_client, mono, 
     state = tmp_path / "state"
     state.mkdir()
     (state / "catalog.json").write_text("{not json")
-    client = await make_client(make_config(rules_for(mono.url), storage={"path": str(state)}))
+    client = await indexed(await make_client(make_config(rules_for(mono.url), storage={"path": str(state)})))
     assert ids(await get_json(client, "/v1/modules")) == SORTED
     assert (state / "catalog.json.damaged").exists()
 
@@ -299,7 +303,7 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(make_client, mono, 
 
 async def test_scoped_tokens_never_list_or_find_other_namespaces(make_client, mono, tmp_path):
     tokens = [{"token": READ_ACME, "namespaces": ["acme"]}, READ_ALL]
-    client = await make_client(make_config(rules_for(mono.url), auth={"tokens": tokens}, storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config(rules_for(mono.url), auth={"tokens": tokens}, storage={"path": str(tmp_path / "state")})))
     acme = {"Authorization": f"Bearer {READ_ACME}"}
     everything = {"Authorization": f"Bearer {READ_ALL}"}
     assert ids(await get_json(client, "/v1/modules", headers=acme)) == [a for a in SORTED if a.startswith("acme/")]

@@ -8,8 +8,14 @@ import os
 from pathlib import Path
 
 from gitreg.appkeys import CACHE
-from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
+from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error
+from tests.conftest import make_config as _make_config
 from tests.support.repos import GitRepo
+
+
+def make_config(modules: list[dict], **sections: object):
+    """These tests count the cache's own git calls: no background index adding its own."""
+    return _make_config(modules, index={"enabled": False}, **sections)
 
 
 def rule(url: str) -> dict:

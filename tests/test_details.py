@@ -10,7 +10,7 @@ import pytest
 
 from gitreg.appkeys import DETAILS, MIRRORS
 from gitreg.details import description_from_readme
-from tests.conftest import assert_error, make_config
+from tests.conftest import indexed, assert_error, make_config
 from tests.support.repos import GitRepo
 
 README = """# terraform-aws-vpc
@@ -179,7 +179,7 @@ def vpc(tmp_path: Path) -> GitRepo:
 
 @pytest.fixture
 async def details(make_client, vpc, tmp_path) -> dict:
-    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     assert resp.status == 200, await resp.text()
     return await resp.json()
@@ -267,7 +267,7 @@ async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(make_c
     repo = GitRepo(tmp_path / "repos", "broken")
     repo.commit({"main.tf": 'resource "x" "y" {\n  a = "unterminated\n}\n', "deep.tf": "locals { a = " + "[" * 5000 + "]" * 5000 + " }\n"})
     repo.tag("v0.1.0")
-    client = await make_client(make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state")})))
     resp = await client.get("/v1/modules/acme/vpc/aws")
     assert resp.status == 200, await resp.text()
     root = (await resp.json())["root"]
@@ -278,7 +278,7 @@ async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(make_c
 async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, tmp_path):
     vpc.commit({"variables.tf": 'variable "renamed" { type = string }\n'})
     vpc.tag("v2.0.0")
-    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
     old = await (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).json()
     new = await (await client.get("/v1/modules/acme/vpc/aws")).json()
     assert "az_count" in by_name(old["root"]["inputs"]) and "renamed" not in by_name(old["root"]["inputs"])
@@ -287,7 +287,7 @@ async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, t
 
 
 async def test_details_are_cached_by_commit_and_the_mirror_is_fetched_once(make_client, vpc, tmp_path):
-    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
     for _ in range(3):
         assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
     assert (await client.get("/v1/modules/acme/vpc/aws")).status == 200  # latest is the same commit
@@ -306,7 +306,7 @@ async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_p
     mono.tag("network/v1.4.0")
     config = make_config([{"namespace": "acme", "name": "network", "system": "aws", "repository": mono.url,
                            "path": "modules/network", "tag_prefix": "network/"}], storage={"path": str(tmp_path / "state")})
-    client = await make_client(config)
+    client = await indexed(await make_client(config))
     body = await (await client.get("/v1/modules/acme/network/aws")).json()
     assert [i["name"] for i in body["root"]["inputs"]] == ["cidr"]
     assert [s["path"] for s in body["submodules"]] == ["modules/peering"]
@@ -319,7 +319,7 @@ async def test_published_at_is_the_tag_date_in_utc(details, vpc):
 
 async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(make_client, vpc, tmp_path):
     config = make_config([vpc_rule(vpc.url, path="modules/renamed")], storage={"path": str(tmp_path / "state")})
-    client = await make_client(config)
+    client = await indexed(await make_client(config))
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     assert resp.status == 200, await resp.text()
     root = (await resp.json())["root"]
@@ -327,7 +327,7 @@ async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(ma
 
 
 async def test_details_of_an_unknown_or_malformed_version_are_404_and_400(make_client, vpc, tmp_path):
-    client = await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/9.9.9"), 404, "no version 9.9.9")
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/1.0"), 400, "SemVer")
 

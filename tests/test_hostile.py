@@ -32,7 +32,7 @@ from gitreg.errors import ConfigError, GitregError
 from gitreg.git_adapter import GitAdapter
 from gitreg.registry import git_location
 from gitreg.versions import select_versions
-from tests.conftest import make_config
+from tests.conftest import indexed, make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
@@ -141,6 +141,8 @@ def hostile_config(git_host: GitHttpServer, tmp_path: Path, **sections: Any):
         {"repository": git_host.base_url + "/{namespace}/{name}-{system}.git"},
     ]
     sections.setdefault("storage", {"path": str(tmp_path / "state")})
+    # "No git call" is counted at the host: no background index asking for the explicit module.
+    sections.setdefault("index", {"enabled": False})
     return make_config(rules, **sections)
 
 
@@ -175,7 +177,11 @@ def assert_json_error(status: int, headers: dict[str, str], body: bytes) -> None
 
 @pytest.fixture
 async def app_client(aiohttp_client, git_host, tmp_path):
-    return await aiohttp_client(create_app(hostile_config(git_host, tmp_path)))
+    # Indexed before the test, so list and search have something to show; what the background
+    # index asked the host is done before any request below is counted.
+    client = await indexed(await aiohttp_client(create_app(hostile_config(git_host, tmp_path, index={"enabled": True}))))
+    git_host.reset_counters()
+    return client
 
 
 # --- paths ---------------------------------------------------------------------------------------
@@ -658,10 +664,10 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)
     assert "v6.6.6" in plain.stdout  # the files alone redirect it too
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'url.{evil.url}.insteadof'='{good.url}'")
-    client = await make_client(make_config([{"namespace": "demo", "name": "hello", "system": "null",
-                                             "repository": good.url}], storage={"path": str(tmp_path / "state")}))
+    client = await indexed(await make_client(make_config([{"namespace": "demo", "name": "hello", "system": "null",
+                                             "repository": good.url}], storage={"path": str(tmp_path / "state")})))
     resp = await client.get("/v1/modules/demo/hello/null/versions")
     assert [v["version"] for v in (await resp.json())["modules"][0]["versions"]] == ["1.0.0"]
-    resp = await client.get("/v1/modules/demo/hello/null")  # details: a fetch into gitreg's mirror
+    resp = await client.get("/v1/modules/demo/hello/null")  # details: read by the index from gitreg's mirror
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["versions"] == ["1.0.0"]

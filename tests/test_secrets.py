@@ -24,6 +24,7 @@ from gitreg.app import create_app
 from gitreg.appkeys import AUTH, GIT
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
+from tests.conftest import indexed
 from tests.gitreg_process import GitregProcess, run_gitreg
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
@@ -104,12 +105,14 @@ def processes_naming(needle: str) -> dict[int, tuple[list[str], str]]:
 async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(aiohttp_client, private_host, tmp_path):
     client = await aiohttp_client(create_app(parse_config(config_data(private_host, tmp_path), ENV)))
     private_host.mode, private_host.delay = "slow", 0.5  # every git request waits: the children live long enough to read
-    request = asyncio.ensure_future(client.get("/v1/modules/demo/hello/null", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"}))
+    # The background index runs ls-remote, then a fetch into the mirror for the details.
+    indexing = asyncio.ensure_future(indexed(client))
     seen: dict[int, tuple[list[str], str]] = {}
-    while not request.done():
+    while not indexing.done():
         seen.update(processes_naming(private_host.base_url))
         await asyncio.sleep(0.01)
-    resp = await request
+    await indexing
+    resp = await client.get("/v1/modules/demo/hello/null", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"})
     assert resp.status == 200, await resp.text()  # ls-remote and the fetch into the mirror both ran
     commands = [argv for argv, _ in seen.values()]
     url = private_host.url("private.git")
@@ -120,7 +123,8 @@ async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(ai
         assert leaked(" ".join(argv)) == [], argv
     for argv in ls_remote + fetch:
         # the one user-derived value comes after --end-of-options: it can never be read as an option
-        assert argv[argv.index(url) - 1] == "--end-of-options", argv
+        repo_url = next(arg for arg in argv if arg.startswith(private_host.base_url))  # private.git or broken.git
+        assert argv[argv.index(repo_url) - 1] == "--end-of-options", argv
     # The credential reaches git through its environment (http.<url>.extraHeader), as documented.
     assert any(f"Authorization: Basic {basic(GIT_USER, GIT_PASSWORD)}" in env for _, env in seen.values())
 
@@ -149,7 +153,8 @@ async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_
         good = {"Authorization": f"Bearer {REGISTRY_TOKEN}"}
         async with aiohttp.ClientSession() as s:
             assert await call(s, "GET", "/v1/modules/demo/hello/null/versions", headers=good) == 200
-            assert await call(s, "GET", "/v1/modules/demo/hello/null", headers=good) == 200  # fetch into the mirror
+            server.wait_indexed()
+            assert await call(s, "GET", "/v1/modules/demo/hello/null", headers=good) == 200  # read from the mirror
             assert await call(s, "GET", "/v1/modules/demo/hello/null/1.0.0/download", headers=good) == 200
             assert await call(s, "GET", "/v1/modules", headers={"Authorization": f"Bearer {SCOPED_TOKEN}"}) == 200
             # a secret in a query string (where a careless client puts it) is masked in the access log

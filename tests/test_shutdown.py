@@ -9,6 +9,7 @@ restarted server serves only complete data and removes what the crash left.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import signal
@@ -25,14 +26,22 @@ from tests.test_faults import alive, eventually, get, git_children, tagged_repo,
 VERSIONS = "/v1/modules/demo/{}/null/versions"
 
 
-def config_text(tmp_path: Path, modules: dict[str, str], git: str = "", cache: str = "") -> str:
-    """A TOML config: explicit demo/<name>/null rules, storage in tmp_path, http allowed."""
+def config_text(tmp_path: Path, modules: dict[str, str], git: str = "", cache: str = "", rule: str = "") -> str:
+    """A TOML config: explicit demo/<name>/null rules, storage in tmp_path, http allowed.
+
+    No background index: these tests watch the git processes their own requests start.
+    """
     rules = "".join(
-        f'[[modules]]\nnamespace = "demo"\nname = "{name}"\nsystem = "null"\nrepository = "{url}"\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "{name}"\nsystem = "null"\nrepository = "{url}"\n{rule}\n'
         for name, url in modules.items()
     )
-    return (f'[git]\nprotocols = ["http", "file"]\n{git}\n[cache]\n{cache}\n'
+    return (f'[git]\nprotocols = ["http", "file"]\n{git}\n[cache]\n{cache}\n[index]\nenabled = false\n'
             f'[storage]\npath = "{tmp_path / "state"}"\n{rules}')
+
+
+async def get_archive(session: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+        return resp.status, await resp.read()
 
 
 def wait_exit(server: GitregProcess, seconds: float) -> int:
@@ -145,6 +154,8 @@ async def test_sigkill_while_writing_the_catalog_keeps_the_last_complete_one_and
     config = write_config(tmp_path / "gitreg.toml", f"""
 [storage]
 path = "{storage}"
+[index]
+enabled = false  # 50,000 remembered modules: the test is about the catalog, not indexing them
 [[modules]]
 namespace = "acme"
 repository = "{(tmp_path / 'repos').as_uri()}/{{name}}.git"
@@ -167,9 +178,12 @@ repository = "{(tmp_path / 'repos').as_uri()}/{{name}}.git"
     (storage / ".catalog-planted.tmp").write_text('{"format": 1, "modules": ["acme/vpc/nu')  # and a torn one
     with GitregProcess("--config", str(config)) as server:
         async with aiohttp.ClientSession() as session:
-            status, body = await get(session, server.url + "/v1/modules/acme/vpc/null")
-    assert status == 200 and body["downloads"] == catalog["downloads"]["acme/vpc/null"]
+            status, _ = await get(session, server.url + "/v1/modules/acme/vpc/null/1.0.0/download")
+            assert status == 200
     assert not list(storage.glob(".catalog-*.tmp"))
+    # The restarted server went on from the last complete catalog: one more download on top of it.
+    assert json.loads((storage / "catalog.json").read_text())["downloads"]["acme/vpc/null"] == \
+        catalog["downloads"]["acme/vpc/null"] + 1
     assert not (storage / "catalog.json.damaged").exists()
 
 
@@ -177,10 +191,11 @@ repository = "{(tmp_path / 'repos').as_uri()}/{{name}}.git"
 
 async def test_sigkill_while_making_a_mirror_then_restart_serves_complete_mirrors_and_cleans_up(git_http, tmp_path):
     repo = tagged_repo(tmp_path / "repos", "public", "v1.0.0")
+    # Archive mode: an archive request makes the mirror (with no index, nothing else does).
     config = write_config(tmp_path / "gitreg.toml", config_text(
-        tmp_path, {"hello": git_http.url("public.git")}, git="timeout_seconds = 2"))
+        tmp_path, {"hello": git_http.url("public.git")}, git="timeout_seconds = 2", rule='download = "archive"'))
     mirrors = tmp_path / "state" / "mirrors"
-    details = "/v1/modules/demo/hello/null/{}"
+    details = "/v1/modules/demo/hello/null/{}/archive.tar.gz"
     with GitregProcess("--config", str(config)) as server:
         pid = server.proc.pid
         async with aiohttp.ClientSession() as session:
@@ -203,8 +218,8 @@ async def test_sigkill_while_making_a_mirror_then_restart_serves_complete_mirror
     git_http.mode = "ok"
     with GitregProcess("--config", str(config)) as server:
         async with aiohttp.ClientSession() as session:
-            status, body = await get(session, server.url + details.format("1.0.0"))
-            assert status == 200 and "The public module." in body["root"]["readme"], body
+            status, body = await get_archive(session, server.url + details.format("1.0.0"))
+            assert status == 200 and b"The public module." in gzip.decompress(body)
     [mirror] = mirrors.iterdir()  # the half-made ones are gone; the new one is complete
     assert mirror.suffix == ".git"
 
@@ -218,6 +233,6 @@ async def test_sigkill_while_making_a_mirror_then_restart_serves_complete_mirror
         path.write_bytes(b"PACK\x00\x00\x00\x02 half")
     with GitregProcess("--config", str(config)) as server:
         async with aiohttp.ClientSession() as session:
-            status, body = await get(session, server.url + details.format("1.1.0"))
-    assert status == 200 and body["version"] == "1.1.0", body  # fetched: no stale lock blocked the tag
+            status, body = await get_archive(session, server.url + details.format("1.1.0"))
+    assert status == 200 and b'value = "again"' in gzip.decompress(body)  # fetched: no stale lock blocked the tag
     assert not [p for p in planted if p.exists()]

@@ -154,7 +154,8 @@ async def test_webhook_refreshes_repositories_a_wildcard_rule_has_resolved(make_
 async def test_after_a_webhook_the_refresh_runs_in_the_background_once(make_client, git_http, tmp_path):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await long_ttl_client(make_client, [rule(url)])
+    # Counts the cache's git calls: no background index asking too.
+    client = await long_ttl_client(make_client, [rule(url)], index={"enabled": False})
     await versions_of(client)
     repo.tag("v1.2.0")
     resp = await post_github(client, pointed_at(fixture("github-push-tag.json"), url))
@@ -230,7 +231,7 @@ async def test_gitlab_webhook_with_a_wrong_token_is_401_and_changes_nothing(make
 
 async def test_unknown_repository_is_202_with_a_note_and_no_git_call(make_client, git_http, tmp_path):
     public_repo(tmp_path)
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"))])
+    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"))], index={"enabled": False})
     await versions_of(client)
     resp = await post_github(client, fixture("github-push-tag.json"))  # github.com/Codertocat/Hello-World
     assert resp.status == 202

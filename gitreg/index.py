@@ -1,0 +1,660 @@
+"""The module index: what list, search, latest and details answer from, kept in memory and on disk.
+
+Browsing never runs git or calls a Git host's API inside a request: it reads this index. The
+index is built and kept fresh in the background, below `terraform init`'s work:
+
+- which modules: every fully specified `[[modules]]` rule, every module a wildcard rule has
+  served (the catalog remembers them), and every module an `[[orgs]]` source enumerates;
+- for each: its versions (through the tag cache, so one `ls-remote` serves both the index and
+  the versions endpoint), then the details of its latest version (README, inputs, outputs...),
+  which depend only on the commit and are kept on disk under `[storage] path/details`;
+- when: all of them at start (from the persisted index first, so a restart serves at once),
+  again whenever the tag cache fetched a repository's tags (a webhook, a `terraform init` after
+  the TTL), when an org source reports a repository changed, and every `[cache] ttl_seconds` for
+  rule modules (the tag cache answers from memory within its TTL, so that costs no git).
+
+`index.json` is written atomically (temp file + `os.replace`) at most every FLUSH_SECONDS and at
+shutdown. A module without a SemVer tag, or whose repository is gone, is not listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .details import DetailsService, ModuleDetails
+from .errors import GitregError, ModuleNotFound
+from .names import NAME_RE, SYSTEM_RE, ModuleAddress
+from .rules import ResolvedModule
+from .versions import TaggedVersion, parse_version
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "index.json"
+DETAILS_DIR = "details"
+FORMAT = 1
+FLUSH_SECONDS = 2.0
+# Modules indexed at once: a bounded share of the git pool, so `terraform init` goes first.
+WORKERS = 4
+# README words kept per module for search (distinct, lowercased).
+MAX_WORDS = 2000
+# Search answers remembered per index generation (a new generation forgets them all).
+SEARCH_MEMO = 256
+_WORD_RE = re.compile(r"[a-z0-9][a-z0-9_-]{1,39}")
+_TMP_PREFIX, _TMP_SUFFIX = ".index-", ".tmp"
+
+Sources = Callable[[], Mapping[ModuleAddress, ResolvedModule]]
+Resolve = Callable[[ModuleAddress], ResolvedModule | None]
+Versions = Callable[[ModuleAddress], Any]  # async: (ResolvedModule, ModuleVersions)
+
+
+@dataclass(frozen=True)
+class OrgInfo:
+    """What an org source knows about a module beyond its repository (from the host's API)."""
+
+    source: str = ""  # the repository's web page
+    description: str = ""
+    topics: tuple[str, ...] = ()
+    marker: str = ""  # changes when the repository was pushed to (GitHub pushed_at...)
+
+
+@dataclass(frozen=True)
+class IndexedVersion:
+    """One listed version: its text, the tag it comes from and the tag's commit."""
+
+    canonical: str
+    tag: str
+    sha: str
+
+    def tagged(self) -> TaggedVersion:
+        """As the registry's TaggedVersion (what details are keyed by)."""
+        version = parse_version(self.canonical)
+        assert version is not None  # written from a parsed version
+        return TaggedVersion(version, self.tag, self.sha)
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One listed module, as list, search and the details endpoints show it."""
+
+    address: ModuleAddress
+    repository: str  # the cache key: what gitreg runs `ls-remote` on
+    path: str  # the module's directory in the repository
+    source: str  # the repository's web page ("" when unknown)
+    versions: tuple[IndexedVersion, ...]  # highest first
+    latest: IndexedVersion
+    description: str
+    published_at: str
+    verified: bool
+    topics: tuple[str, ...] = ()
+    words: str = ""  # README words, space-separated, for search
+    marker: str = ""  # the org source's change marker this was indexed at
+    details: bool = False  # the latest version's details are on disk
+    indexed_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["address"] = str(self.address)
+        data["versions"] = [[v.canonical, v.tag, v.sha] for v in self.versions]
+        data["latest"] = self.latest.canonical
+        data["topics"] = list(self.topics)
+        return data
+
+    @staticmethod
+    def from_json(data: Any) -> IndexEntry | None:
+        """An entry from index.json, or None when it is not one (the file may be edited or damaged)."""
+        try:
+            address = _parse_address(data["address"])
+            versions = tuple(IndexedVersion(str(c), str(t), str(s)) for c, t, s in data["versions"])
+            latest = next(v for v in versions if v.canonical == data["latest"])
+            if address is None or any(parse_version(v.canonical) is None for v in versions):
+                return None
+            return IndexEntry(
+                address=address, repository=str(data["repository"]), path=str(data.get("path", "")),
+                source=str(data.get("source", "")), versions=versions, latest=latest,
+                description=str(data.get("description", "")), published_at=str(data.get("published_at", "")),
+                verified=bool(data.get("verified", False)), topics=tuple(str(t) for t in data.get("topics", ())),
+                words=str(data.get("words", "")), marker=str(data.get("marker", "")),
+                details=bool(data.get("details", False)), indexed_at=float(data.get("indexed_at", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError, StopIteration):
+            return None
+
+    def find(self, requested: str) -> IndexedVersion | None:
+        """The listed version a client asked for (`1.2.3` or `v1.2.3`, build metadata optional)."""
+        wanted = requested[1:] if requested.startswith("v") else requested
+        for v in self.versions:
+            if v.canonical == wanted or v.canonical.split("+", 1)[0] == wanted:
+                return v
+        return None
+
+
+def _parse_address(key: object) -> ModuleAddress | None:
+    if not isinstance(key, str):
+        return None
+    parts = key.split("/")
+    if len(parts) != 3 or not NAME_RE.fullmatch(parts[0]) or not NAME_RE.fullmatch(parts[1]) or not SYSTEM_RE.fullmatch(parts[2]):
+        return None
+    return ModuleAddress(*parts)
+
+
+def readme_words(readme: str) -> str:
+    """The distinct words of a README (lowercased, in order of first use), for search."""
+    seen: dict[str, None] = {}
+    for word in _WORD_RE.findall(readme.casefold()):
+        seen.setdefault(word, None)
+        if len(seen) >= MAX_WORDS:
+            break
+    return " ".join(seen)
+
+
+def search_rank(query: str, entry: IndexEntry) -> int | None:
+    """Lower is better; None when the module does not match.
+
+    0 the name is the query; 1 the name starts with it; 2 the name contains it (or every
+    word of it); 3 the namespace, system or a topic is it, or `namespace/name/system` contains
+    it; 4 the description contains it; 5 every word appears somewhere (name, description,
+    topics, README).
+    """
+    q = query.casefold()
+    a = entry.address
+    name, namespace, system = a.name.casefold(), a.namespace.casefold(), a.system
+    words = [w for w in re.split(r"[\s/]+", q) if w]
+    if name == q:
+        return 0
+    if name.startswith(q):
+        return 1
+    if q in name or (len(words) > 1 and all(w in name for w in words)):
+        return 2
+    topics = [t.casefold() for t in entry.topics]
+    if q in (namespace, system) or q in topics or q in f"{namespace}/{name}/{system}":
+        return 3
+    text = entry.description.casefold()
+    if q in text:
+        return 4
+    haystack = f"{namespace}/{name}/{system} {text} {' '.join(topics)} {entry.words}"
+    if words and all(w in haystack for w in words):
+        return 5
+    return None
+
+
+class _Blob:
+    """One text per entry, joined, so `str.find` (C speed) finds the entries containing a word."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        parts: list[str] = []
+        self.starts: list[int] = []
+        offset = 0
+        for text in texts:
+            self.starts.append(offset)
+            clean = text.replace("\n", " ")
+            parts.append(clean)
+            offset += len(clean) + 1
+        self.text = "\n".join(parts)
+
+    def matching(self, needle: str) -> set[int]:
+        """Indexes of the entries whose text contains `needle`."""
+        found: set[int] = set()
+        if not needle or "\n" in needle:
+            return found
+        pos = self.text.find(needle)
+        while pos >= 0:
+            i = bisect.bisect_right(self.starts, pos) - 1
+            found.add(i)
+            nxt = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.text)
+            pos = self.text.find(needle, nxt)
+        return found
+
+
+class _View:
+    """The entries of one index generation, sorted for listing, with search blobs."""
+
+    def __init__(self, entries: Iterable[IndexEntry]) -> None:
+        self.ordered = sorted(
+            entries, key=lambda e: (e.address.namespace.casefold(), e.address.name.casefold(), e.address.system, str(e.address))
+        )
+        self.haystacks = _Blob(
+            f"{e.address.namespace}/{e.address.name}/{e.address.system} {e.description} {' '.join(e.topics)} {e.words}".casefold()
+            for e in self.ordered
+        )
+        self.searches: OrderedDict[tuple[object, ...], list[IndexEntry]] = OrderedDict()
+
+    def candidates(self, query: str) -> list[IndexEntry]:
+        """Entries that may match `query` (each word appears in their text); ranking decides."""
+        words = [w for w in re.split(r"[\s/]+", query.casefold()) if w]
+        if not words:
+            return []
+        # The whole query as one substring (ranks 0-4), or every word somewhere (ranks 2 and 5).
+        hits = self.haystacks.matching(query.casefold())
+        common: set[int] | None = None
+        for word in words:
+            found = self.haystacks.matching(word)
+            common = found if common is None else common & found
+            if not common:
+                break
+        hits |= common or set()
+        return [self.ordered[i] for i in sorted(hits)]
+
+
+class DetailsStore:
+    """Details of module versions on disk (`<storage>/details/<hash>.json`): immutable per commit."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @staticmethod
+    def key(repository: str, path: str, sha: str) -> str:
+        return hashlib.sha256(f"{repository}\0{path}\0{sha}".encode()).hexdigest()[:40]
+
+    def load(self, repository: str, path: str, sha: str) -> ModuleDetails | None:
+        """Blocking: the stored details, or None (absent or unreadable: built again)."""
+        try:
+            data = json.loads((self.root / f"{self.key(repository, path, sha)}.json").read_text(encoding="utf-8"))
+            return ModuleDetails(str(data["description"]), str(data["published_at"]), dict(data["root"]),
+                                 list(data["submodules"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def save(self, repository: str, path: str, sha: str, details: ModuleDetails) -> None:
+        """Blocking: write the details atomically."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        _write_atomically(self.root / f"{self.key(repository, path, sha)}.json", json.dumps(asdict(details)))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class IndexStats:
+    """Counters for /metrics and the benchmarks."""
+
+    indexed: int = 0  # modules (re)indexed
+    failures: int = 0  # indexing attempts that failed (kept the previous entry)
+    details_built: int = 0  # details computed (not found on disk)
+    writes: int = 0  # index.json writes
+    passes: int = 0  # complete passes over every listable module
+    last_pass: float = field(default_factory=time.time)
+
+
+class ModuleIndex:
+    """Listable modules with their versions and latest details, served from memory."""
+
+    def __init__(self, root: Path, sources: Sources, resolve: Resolve, versions: Versions, details: DetailsService,
+                 refresh_seconds: float, org_info: Callable[[ModuleAddress], OrgInfo | None] | None = None,
+                 on_gone: Callable[[ModuleAddress], None] | None = None, enabled: bool = True) -> None:
+        self.path = root / FILE_NAME
+        self.store = DetailsStore(root / DETAILS_DIR)
+        self._sources = sources  # every listable module (a pass)
+        self._resolve = resolve  # one listable module, O(1)
+        self._by_repository: dict[str, set[ModuleAddress]] = {}
+        self._versions = versions
+        self._details = details
+        self._org_info = org_info or (lambda _a: None)
+        self._on_gone = on_gone or (lambda _a: None)
+        # Rule modules are looked at again this often (the tag cache's TTL, at least a minute).
+        self.refresh_seconds = max(60.0, refresh_seconds)
+        self.enabled = enabled
+        self._entries: dict[ModuleAddress, IndexEntry] = {}
+        self._view: _View | None = None
+        self._pending: OrderedDict[ModuleAddress, None] = OrderedDict()
+        self._active: set[ModuleAddress] = set()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._dirty = False
+        self._complete = False
+        self._pass: set[ModuleAddress] | None = None  # what the running pass has still to index
+        self.stats = IndexStats()
+
+    # --- reads (event loop, no I/O) -----------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        """True once every listable module was indexed at least once (or loaded from disk)."""
+        return self._complete
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, address: ModuleAddress) -> IndexEntry | None:
+        """The indexed module at `address`, or None when it is not listed."""
+        return self._entries.get(address)
+
+    def view(self) -> _View:
+        """The current generation's sorted entries (rebuilt lazily after a change)."""
+        if self._view is None:
+            self._view = _View(self._entries.values())
+        return self._view
+
+    def listed(self, keep: Callable[[IndexEntry], bool]) -> list[IndexEntry]:
+        """Listed modules for which `keep` holds, in list order."""
+        return [e for e in self.view().ordered if keep(e)]
+
+    def search(self, query: str, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...],
+               downloads: Callable[[ModuleAddress], int]) -> list[IndexEntry]:
+        """Matching modules, best first (ties: most downloaded, then by address)."""
+        view = self.view()
+        key = (query.casefold(), *memo_key)
+        found = view.searches.get(key)
+        if found is not None:
+            view.searches.move_to_end(key)
+            return found
+        ranked = []
+        for entry in view.candidates(query):
+            if not keep(entry):
+                continue
+            rank = search_rank(query, entry)
+            if rank is not None:
+                ranked.append(((rank, -downloads(entry.address), str(entry.address)), entry))
+        ranked.sort(key=lambda pair: pair[0])
+        found = [entry for _, entry in ranked]
+        view.searches[key] = found
+        while len(view.searches) > SEARCH_MEMO:
+            view.searches.popitem(last=False)
+        return found
+
+    def forget_searches(self) -> None:
+        """Download counts changed the order of equal matches: rank again on the next search."""
+        if self._view is not None:
+            self._view.searches.clear()
+
+    def age(self) -> float:
+        """Seconds since the last complete pass over every listable module."""
+        return max(0.0, time.time() - self.stats.last_pass)
+
+    def queue_depth(self) -> int:
+        """Modules waiting to be (re)indexed."""
+        return len(self._pending) + len(self._active)
+
+    # --- details (the latest's from disk; others built once, then on disk) ------------------------
+
+    async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None:
+        """Details of one version: memory, then disk, then (when `build`) computed from the mirror."""
+        tagged = version.tagged()
+        cached = self._details.cached(resolved, tagged)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        stored = await loop.run_in_executor(None, self.store.load, resolved.repository, resolved.rule.path, version.sha)
+        if stored is not None:
+            self._details.remember(resolved, tagged, stored)
+            return stored
+        if not build:
+            return None
+        built = await self._details.get(resolved, tagged)
+        self.stats.details_built += 1
+        await loop.run_in_executor(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
+        return built
+
+    # --- changes --------------------------------------------------------------------------------
+
+    def notice(self, addresses: Iterable[ModuleAddress]) -> None:
+        """(Re)index these modules soon (a new module served, an org repository changed)."""
+        for address in addresses:
+            self._pending[address] = None
+        if self._pending:
+            self._idle.clear()
+            self._wake.set()
+
+    def notice_repository(self, repository: str) -> None:
+        """The tag cache fetched new tags of `repository`: reindex the listed modules it serves.
+
+        (A module not listed yet is indexed anyway: it is pending, or not listable.)
+        """
+        self.notice(list(self._by_repository.get(repository, ())))
+
+    async def settled(self, timeout: float = 30.0) -> None:
+        """Wait until nothing is waiting to be indexed (tests, benchmarks)."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # --- the background work ------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read index.json (blocking, at start); a damaged file is set aside, never fatal."""
+        with contextlib.suppress(OSError):
+            for tmp in self.path.parent.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+                tmp.unlink(missing_ok=True)
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            log.warning("%s could not be read (%s); the index is built again", self.path, type(e).__name__)
+            with contextlib.suppress(OSError):
+                os.replace(self.path, self.path.with_name(self.path.name + ".damaged"))
+            return
+        if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
+            return
+        for item in data["entries"]:
+            entry = IndexEntry.from_json(item)
+            if entry is not None:
+                self._entries[entry.address] = entry
+                self._by_repository.setdefault(entry.repository, set()).add(entry.address)
+        self._complete = bool(data.get("complete")) and bool(self._entries)
+        log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
+
+    async def lifetime(self) -> AsyncIterator[None]:
+        """Load, index in the background while the app runs, write once more at shutdown."""
+        if not self.enabled:
+            yield
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self.load)
+        tasks = [asyncio.ensure_future(self._schedule()), asyncio.ensure_future(self._flusher())]
+        tasks += [asyncio.ensure_future(self._worker()) for _ in range(WORKERS)]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.flush()
+
+    async def _schedule(self) -> None:
+        """A pass at start and every refresh_seconds; modules no longer listable drop out.
+
+        A pass indexes every rule module again (the tag cache answers from memory within its
+        TTL, so that is no git call until the TTL expired) but an org module only when its
+        repository changed (the org source's marker, e.g. GitHub's pushed_at), so a pass over
+        an org where nothing changed costs no git at all.
+        """
+        while True:
+            listable = self._sources()
+            for address in [a for a in self._entries if a not in listable]:
+                self._drop(address, "no rule or org serves it any more")
+            todo = [a for a in listable if self._needs_index(a)]
+            self._pass = (self._pass or set()) | set(todo)
+            if not self._pass:
+                self._pass_done()
+            self.notice(todo)
+            await asyncio.sleep(self.refresh_seconds)
+
+    def _needs_index(self, address: ModuleAddress) -> bool:
+        entry = self._entries.get(address)
+        org = self._org_info(address)
+        return entry is None or org is None or org.marker != entry.marker or not entry.details
+
+    def _pass_done(self) -> None:
+        self._pass = None
+        self._complete = True
+        self.stats.passes += 1
+        self.stats.last_pass = time.time()
+        self._dirty = True
+
+    async def _worker(self) -> None:
+        while True:
+            while not self._pending:
+                if not self._active:
+                    self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+            address, _ = self._pending.popitem(last=False)
+            if address in self._active:  # another worker has it: index it again after that one
+                self._pending[address] = None
+                await asyncio.sleep(0.01)
+                continue
+            self._active.add(address)
+            try:
+                await self._index(address)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one odd module must never stop the indexer
+                self.stats.failures += 1
+                log.exception("indexing %s failed", address)
+            finally:
+                self._active.discard(address)
+                if self._pass is not None:
+                    self._pass.discard(address)
+                    if not self._pass:
+                        self._pass_done()
+                if not self._pending and not self._active:
+                    self._idle.set()
+
+    async def _index(self, address: ModuleAddress) -> None:
+        """Versions, then (when the latest changed) details: one module's entry made current."""
+        resolved = self._resolve(address)
+        if resolved is None:
+            self._drop(address, "no rule or org serves it any more")
+            return
+        try:
+            resolved, found = await self._versions(address)
+        except ModuleNotFound as e:
+            self._drop(address, e.message)
+            self._on_gone(address)
+            return
+        except GitregError as e:
+            self.stats.failures += 1
+            log.warning("not indexing %s now (the last indexed state stays): %s", address, e.message)
+            return
+        latest = found.latest()
+        if latest is None:
+            self._drop(address, "no tag is a SemVer version")
+            return
+        versions = tuple(IndexedVersion(tv.canonical, tv.tag, tv.sha) for tv in found.versions)
+        newest = next(v for v in versions if v.tag == latest.tag)
+        org = self._org_info(address)
+        old = self._entries.get(address)
+        details: ModuleDetails | None = None
+        if old is not None and old.details and old.latest == newest and old.repository == resolved.repository \
+                and old.path == resolved.rule.path:
+            description, published, words = old.description, old.published_at, old.words
+        else:
+            try:
+                details = await self.details(resolved, newest, build=True)
+            except GitregError as e:
+                self.stats.failures += 1
+                log.warning("no details for %s %s (listed without them): %s", address, newest.canonical, e.message)
+            description = details.description if details else ""
+            published = details.published_at if details else ""
+            words = readme_words(details.root.get("readme", "")) if details else ""
+        entry = IndexEntry(
+            address=address, repository=resolved.repository, path=resolved.rule.path,
+            source=(org.source if org and org.source else _web_url(resolved.clone_url)),
+            versions=versions, latest=newest,
+            description=(org.description if org and org.description else description),
+            published_at=published, verified=resolved.rule.verified,
+            topics=org.topics if org else (), words=words, marker=org.marker if org else "",
+            details=details is not None or (old is not None and old.details and old.latest == newest),
+            indexed_at=time.time(),
+        )
+        self.stats.indexed += 1
+        if old != _same_time(entry, old):
+            self._set(entry)
+
+    def _set(self, entry: IndexEntry) -> None:
+        old = self._entries.get(entry.address)
+        if old is not None:
+            self._by_repository.get(old.repository, set()).discard(entry.address)
+        self._entries[entry.address] = entry
+        self._by_repository.setdefault(entry.repository, set()).add(entry.address)
+        self._changed()
+
+    def _drop(self, address: ModuleAddress, why: str) -> None:
+        old = self._entries.pop(address, None)
+        if old is not None:
+            self._by_repository.get(old.repository, set()).discard(address)
+            log.info("%s is no longer listed: %s", address, why)
+            self._changed()
+
+    def _changed(self) -> None:
+        self._view = None
+        self._dirty = True
+
+    async def flush(self) -> None:
+        """Write index.json if anything changed (off the event loop)."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        data = {"format": FORMAT, "complete": self._complete,
+                "entries": [e.to_json() for e in sorted(self._entries.values(), key=lambda e: str(e.address))]}
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._write, json.dumps(data))
+        except OSError as e:
+            self._dirty = True
+            log.warning("could not write %s: %s", self.path, e)
+
+    def _write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(self.path, text)
+        self.stats.writes += 1
+
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            await self.flush()
+
+
+def _same_time(entry: IndexEntry, old: IndexEntry | None) -> IndexEntry:
+    """`entry` with the old entry's `indexed_at`, so an unchanged module does not count as a change."""
+    if old is None:
+        return entry
+    from dataclasses import replace
+
+    return replace(entry, indexed_at=old.indexed_at)
+
+
+def _web_url(clone_url: str) -> str:
+    from .browse import source_url  # browse imports this module
+
+    return source_url(clone_url)
+
+
+class IndexCollector:
+    """Prometheus view of the index (read at scrape time)."""
+
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        index = self.index
+        yield GaugeMetricFamily("gitreg_index_modules", "Modules listed by the index.", value=len(index))
+        yield GaugeMetricFamily("gitreg_index_complete", "1 once every listable module was indexed at least once.",
+                                value=1 if index.complete else 0)
+        yield GaugeMetricFamily("gitreg_index_age_seconds", "Seconds since the index's last complete pass.",
+                                value=index.age())
+        yield GaugeMetricFamily("gitreg_index_queue_depth", "Modules waiting to be (re)indexed.",
+                                value=index.queue_depth())
+        yield CounterMetricFamily("gitreg_index_failures", "Indexing attempts that failed (the last state stays).",
+                                  value=index.stats.failures)

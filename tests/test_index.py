@@ -1,0 +1,158 @@
+"""The module index: list, search and details answer from memory and disk, never from git."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+from gitreg.appkeys import INDEX
+from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed
+from tests.conftest import make_config as _make_config
+from tests.support.repos import GitRepo
+from tests.test_webhooks import WEBHOOKS, pointed_at, post_github
+from tests.test_webhooks import fixture as webhook_fixture
+
+README = """# Virtual network
+
+Creates a virtual network with **peering** and flow logs.
+
+## Usage
+
+Attach a bastion host or a NAT gateway; subnets are spread across zones.
+"""
+
+
+def make_config(modules: list[dict], git_http=None, **sections: object):
+    """With the test Git server's credentials when one is used."""
+    if git_http is not None:
+        sections["credentials"] = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
+    return _make_config(modules, **sections)
+
+
+def module_repo(tmp_path: Path, name: str, readme: str = README) -> GitRepo:
+    repo = GitRepo(tmp_path / "repos", name)
+    repo.commit({"README.md": readme, "main.tf": 'variable "cidr" {\n  type = string\n}\n'})
+    repo.tag("v1.0.0")
+    return repo
+
+
+def rules(git_http, names: list[str]) -> list[dict]:
+    return [{"namespace": "acme", "name": n, "system": "aws", "repository": git_http.url(f"public-{n}.git")}
+            for n in names]
+
+
+async def get_json(client, url: str) -> dict:
+    resp = await client.get(url)
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
+
+
+def names(body: dict) -> list[str]:
+    return [m["name"] for m in body["modules"]]
+
+
+async def test_browsing_a_settled_index_runs_no_git_at_all(make_client, git_http, tmp_path):
+    for n in ("vnet", "dns"):
+        module_repo(tmp_path, f"public-{n}")
+    client = await indexed(await make_client(make_config(rules(git_http, ["vnet", "dns"]), git_http,
+                                                         storage={"path": str(tmp_path / "state")})))
+    git_http.reset_counters()
+    for url in ("/v1/modules", "/v1/modules/acme", "/v1/modules/search?q=vnet", "/v1/modules/acme/vnet",
+                "/v1/modules/acme/vnet/aws", "/v1/modules/acme/vnet/aws/1.0.0"):
+        await get_json(client, url)
+    assert git_http.requests() == []  # not one request reached the Git host
+
+
+async def test_search_finds_readme_words_and_ranks_names_first(make_client, git_http, tmp_path):
+    module_repo(tmp_path, "public-vnet")
+    module_repo(tmp_path, "public-bastion", "# Bastion\n\nA jump host.\n")
+    client = await indexed(await make_client(make_config(rules(git_http, ["vnet", "bastion"]), git_http,
+                                                         storage={"path": str(tmp_path / "state")})))
+    # "bastion" is the second module's name and a word deep in the first one's README.
+    assert names(await get_json(client, "/v1/modules/search?q=bastion")) == ["bastion", "vnet"]
+    assert names(await get_json(client, "/v1/modules/search?q=nat%20gateway")) == ["vnet"]
+    assert names(await get_json(client, "/v1/modules/search?q=no-such-word")) == []
+    vnet = (await get_json(client, "/v1/modules/acme/vnet/aws"))
+    assert vnet["description"] == "Creates a virtual network with peering and flow logs."
+
+
+async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(make_client, git_http, tmp_path):
+    repo = module_repo(tmp_path, "public-vnet")
+    config = make_config(rules(git_http, ["vnet"]), git_http, cache={"ttl_seconds": 3600}, webhooks=WEBHOOKS,
+                         storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    assert (await get_json(client, "/v1/modules"))["modules"][0]["version"] == "1.0.0"
+    repo.commit({"README.md": "# Virtual network\n\nNow with IPv6.\n"})
+    repo.tag("v1.1.0")
+    started = time.monotonic()
+    resp = await post_github(client, pointed_at(webhook_fixture("github-push-tag.json"), git_http.url("public-vnet.git")))
+    assert resp.status == 200
+    while (await get_json(client, "/v1/modules"))["modules"][0]["version"] != "1.1.0":
+        assert time.monotonic() - started < 5, "the new tag was not listed"
+        await asyncio.sleep(0.02)
+    listed = await get_json(client, "/v1/modules/acme/vnet/aws")
+    assert listed["versions"] == ["1.1.0", "1.0.0"] and listed["description"] == "Now with IPv6."
+
+
+async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_host_down(make_client, git_http, tmp_path):
+    module_repo(tmp_path, "public-vnet")
+    module_repo(tmp_path, "public-dns", "# DNS\n\nRecords.\n")
+    state = tmp_path / "state"
+    config = make_config(rules(git_http, ["vnet", "dns"]), git_http, storage={"path": str(state)})
+    client = await indexed(await make_client(config))
+    before = await get_json(client, "/v1/modules/acme/vnet/aws")
+    await client.close()  # shutdown writes index.json
+    saved = json.loads((state / "index.json").read_text())
+    assert sorted(e["address"] for e in saved["entries"]) == ["acme/dns/aws", "acme/vnet/aws"]
+    assert not [p for p in state.iterdir() if p.name.endswith(".tmp")]  # written atomically
+
+    git_http.mode = "down"
+    shutil.rmtree(state / "mirrors")  # no mirror to read details from: they must come from disk
+    git_http.reset_counters()
+    restarted = await make_client(config)
+    assert names(await get_json(restarted, "/v1/modules")) == ["dns", "vnet"]  # at once, not after a pass
+    assert names(await get_json(restarted, "/v1/modules/search?q=zones")) == ["vnet"]
+    assert await get_json(restarted, "/v1/modules/acme/vnet/aws") == before
+    assert (await restarted.get("/readyz")).status == 200
+    await asyncio.sleep(0.3)  # the background pass fails against the down host...
+    assert names(await get_json(restarted, "/v1/modules")) == ["dns", "vnet"]  # ...and changes nothing
+
+
+async def test_a_damaged_index_file_is_set_aside_and_built_again(make_client, git_http, tmp_path):
+    module_repo(tmp_path, "public-vnet")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "index.json").write_text('{"format": 1, "entries": [')
+    client = await indexed(await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)})))
+    assert names(await get_json(client, "/v1/modules")) == ["vnet"]
+    assert (state / "index.json.damaged").exists()
+
+
+async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client, tmp_path):
+    repo = GitRepo(tmp_path / "repos", "vnet")
+    repo.commit({"main.tf": "# v\n"})
+    repo.tag("v1.0.0")
+    config = make_config([{"namespace": "acme", "name": "vnet", "system": "aws", "repository": repo.url}],
+                         cache={"ttl_seconds": 0.1}, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    assert names(await get_json(client, "/v1/modules")) == ["vnet"]
+    repo.delete_tag("v1.0.0")
+    await asyncio.sleep(0.2)
+    await client.get("/v1/modules/acme/vnet/aws/versions")  # the cache fetches: no SemVer tag any more
+    await indexed(client)
+    assert names(await get_json(client, "/v1/modules")) == []
+    await assert_error(await client.get("/v1/modules/acme/vnet/aws"), 404, "not listed")
+
+
+async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_runs(make_client, git_http, tmp_path):
+    module_repo(tmp_path, "public-vnet")
+    client = await make_client(make_config(rules(git_http, ["vnet"]), git_http, index={"enabled": False},
+                                           storage={"path": str(tmp_path / "state")}))
+    await asyncio.sleep(0.3)
+    assert git_http.requests() == []
+    assert names(await get_json(client, "/v1/modules")) == []
+    assert (await get_json(client, "/v1/modules/acme/vnet/aws/versions"))["modules"][0]["versions"] == [{"version": "1.0.0"}]
+    assert client.app[INDEX].complete is False
