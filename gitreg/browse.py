@@ -243,8 +243,8 @@ def _latest_of(address: ModuleAddress, versions: ModuleVersions) -> TaggedVersio
 @browse_routes.get("/v1/modules/")
 async def list_modules(request: web.Request) -> web.Response:
     """Every listed module the caller may see, filtered by `provider` and `verified`."""
-    keep, _ = _filters(request)
-    return _list_response(request, request.app[INDEX].listed(keep))
+    keep, memo_key = _filters(request)
+    return _list_response(request, request.app[INDEX].listed(keep, memo_key, allowed_namespaces(request)))
 
 
 @browse_routes.get("/v1/modules/search")
@@ -257,23 +257,25 @@ async def search_modules(request: web.Request) -> web.Response:
         raise BadRequest(f"the search query is longer than {MAX_QUERY_CHARS} characters")
     namespace = _filter_value(request, "namespace", NAME_RE, _NAME_EXPECTED)
     keep, memo_key = _filters(request, namespace)
-    found = request.app[INDEX].search(query, keep, memo_key, request.app[CATALOG].downloads)
+    catalog = request.app[CATALOG]
+    found = request.app[INDEX].search(query, keep, (*memo_key, catalog.downloads_version), catalog.downloads)
     return _list_response(request, found)
 
 
 @browse_routes.get("/v1/modules/{namespace}")
 async def list_namespace(request: web.Request) -> web.Response:
     """The listed modules of one namespace."""
-    keep, _ = _filters(request, _segment(request, "namespace"))
-    return _list_response(request, request.app[INDEX].listed(keep))
+    namespace = _segment(request, "namespace")
+    keep, memo_key = _filters(request, namespace)
+    return _list_response(request, request.app[INDEX].listed(keep, memo_key, [namespace]))
 
 
 @browse_routes.get("/v1/modules/{namespace}/{name}")
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
     namespace, name = _segment(request, "namespace"), _segment(request, "name")
-    keep, _ = _filters(request, namespace, name)
-    entries = request.app[INDEX].listed(keep)
+    keep, memo_key = _filters(request, namespace, name)
+    entries = request.app[INDEX].listed(keep, memo_key, [namespace])
     if not entries:
         raise ModuleNotFound(f"no module {namespace}/{name} is listed by this registry (for any system)")
     return _list_response(request, entries)

@@ -62,6 +62,8 @@ class Catalog:
         self.writes = 0
         # Told of each module a wildcard rule serves for the first time (the index lists it).
         self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
+        # Advances with every counted download: search results (ties by downloads) depend on it.
+        self.downloads_version = 0
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
@@ -152,6 +154,7 @@ class Catalog:
         """One more download request answered for `address`."""
         self._downloads[address] = self._downloads.get(address, 0) + 1
         self._dirty = True
+        self.downloads_version += 1
 
     def downloads(self, address: ModuleAddress) -> int:
         """Download requests answered for `address`, across restarts."""

@@ -53,6 +53,8 @@ WORKERS = 4
 MAX_WORDS = 2000
 # Search answers remembered per index generation (a new generation forgets them all).
 SEARCH_MEMO = 256
+# While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
+VIEW_STALE_SECONDS = 1.0
 _WORD_RE = re.compile(r"[a-z0-9][a-z0-9_-]{1,39}")
 _TMP_PREFIX, _TMP_SUFFIX = ".index-", ".tmp"
 
@@ -161,18 +163,18 @@ def readme_words(readme: str) -> str:
     return " ".join(seen)
 
 
-def search_rank(query: str, entry: IndexEntry) -> int | None:
+def search_rank(query: str, entry: IndexEntry, readme: Callable[[str], bool] | None = None) -> int | None:
     """Lower is better; None when the module does not match.
 
     0 the name is the query; 1 the name starts with it; 2 the name contains it (or every
     word of it); 3 the namespace, system or a topic is it, or `namespace/name/system` contains
-    it; 4 the description contains it; 5 every word appears somewhere (name, description,
-    topics, README).
+    it; 4 the description contains it; 5 every word appears somewhere (in the name, namespace,
+    system, description or topics, or as a word of the README: `readme(word)`).
     """
     q = query.casefold()
     a = entry.address
     name, namespace, system = a.name.casefold(), a.namespace.casefold(), a.system
-    words = [w for w in re.split(r"[\s/]+", q) if w]
+    words = _words(q)
     if name == q:
         return 0
     if name.startswith(q):
@@ -185,14 +187,19 @@ def search_rank(query: str, entry: IndexEntry) -> int | None:
     text = entry.description.casefold()
     if q in text:
         return 4
-    haystack = f"{namespace}/{name}/{system} {text} {' '.join(topics)} {entry.words}"
-    if words and all(w in haystack for w in words):
+    haystack = f"{namespace}/{name}/{system} {text} {' '.join(topics)}"
+    in_readme = readme or (lambda w: f" {w} " in f" {entry.words} ")
+    if words and all(w in haystack or in_readme(w) for w in words):
         return 5
     return None
 
 
+def _words(query: str) -> list[str]:
+    return [w for w in re.split(r"[\s/]+", query) if w]
+
+
 class _Blob:
-    """One text per entry, joined, so `str.find` (C speed) finds the entries containing a word."""
+    """One short text per entry, joined, so `str.find` (C speed) finds the entries containing a string."""
 
     def __init__(self, texts: Iterable[str]) -> None:
         parts: list[str] = []
@@ -220,33 +227,57 @@ class _Blob:
 
 
 class _View:
-    """The entries of one index generation, sorted for listing, with search blobs."""
+    """The entries of one index generation: sorted for listing, with what search looks in.
 
-    def __init__(self, entries: Iterable[IndexEntry]) -> None:
+    Built once per change of the index; lists and searches of a generation are remembered
+    (bounded), so a warm list or search is a dictionary lookup and a slice.
+    """
+
+    def __init__(self, entries: Iterable[IndexEntry], readme: Mapping[str, set[ModuleAddress]]) -> None:
         self.ordered = sorted(
             entries, key=lambda e: (e.address.namespace.casefold(), e.address.name.casefold(), e.address.system, str(e.address))
         )
-        self.haystacks = _Blob(
-            f"{e.address.namespace}/{e.address.name}/{e.address.system} {e.description} {' '.join(e.topics)} {e.words}".casefold()
-            for e in self.ordered
-        )
-        self.searches: OrderedDict[tuple[object, ...], list[IndexEntry]] = OrderedDict()
+        self.by_namespace: dict[str, list[IndexEntry]] = {}
+        for e in self.ordered:
+            self.by_namespace.setdefault(e.address.namespace, []).append(e)
+        # Names, descriptions and topics: substring search. README words: whole words only.
+        self.ids = _Blob(str(e.address).casefold() for e in self.ordered)
+        self.texts = _Blob(f"{e.description} {' '.join(e.topics)}".casefold() for e in self.ordered)
+        self.position = {e.address: i for i, e in enumerate(self.ordered)}
+        self.readme = readme  # word -> modules whose README has it (kept by the index as it changes)
+        self.memo: OrderedDict[tuple[object, ...], list[IndexEntry]] = OrderedDict()
+
+    def remembered(self, key: tuple[object, ...], make: Callable[[], list[IndexEntry]]) -> list[IndexEntry]:
+        """The answer for `key` in this generation, made once."""
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = make()
+            while len(self.memo) > SEARCH_MEMO:
+                self.memo.popitem(last=False)
+        else:
+            self.memo.move_to_end(key)
+        return found
 
     def candidates(self, query: str) -> list[IndexEntry]:
-        """Entries that may match `query` (each word appears in their text); ranking decides."""
-        words = [w for w in re.split(r"[\s/]+", query.casefold()) if w]
+        """Entries that may match `query`; search_rank decides (and orders)."""
+        q = query.casefold()
+        words = _words(q)
         if not words:
             return []
-        # The whole query as one substring (ranks 0-4), or every word somewhere (ranks 2 and 5).
-        hits = self.haystacks.matching(query.casefold())
+        hits = self.ids.matching(q) | self.texts.matching(q)
         common: set[int] | None = None
         for word in words:
-            found = self.haystacks.matching(word)
+            found = self.ids.matching(word) | self.texts.matching(word) | self.in_readme(word)
             common = found if common is None else common & found
             if not common:
                 break
         hits |= common or set()
         return [self.ordered[i] for i in sorted(hits)]
+
+    def in_readme(self, word: str) -> set[int]:
+        """Positions of the modules whose README has `word`."""
+        position = self.position
+        return {position[a] for a in self.readme.get(word, ()) if a in position}
 
 
 class DetailsStore:
@@ -308,6 +339,7 @@ class ModuleIndex:
         self._sources = sources  # every listable module (a pass)
         self._resolve = resolve  # one listable module, O(1)
         self._by_repository: dict[str, set[ModuleAddress]] = {}
+        self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
         self._versions = versions
         self._details = details
         self._org_info = org_info or (lambda _a: None)
@@ -317,6 +349,8 @@ class ModuleIndex:
         self.enabled = enabled
         self._entries: dict[ModuleAddress, IndexEntry] = {}
         self._view: _View | None = None
+        self._view_stale = False
+        self._view_built = 0.0
         self._pending: OrderedDict[ModuleAddress, None] = OrderedDict()
         self._active: set[ModuleAddress] = set()
         self._wake = asyncio.Event()
@@ -342,42 +376,58 @@ class ModuleIndex:
         return self._entries.get(address)
 
     def view(self) -> _View:
-        """The current generation's sorted entries (rebuilt lazily after a change)."""
-        if self._view is None:
-            self._view = _View(self._entries.values())
-        return self._view
+        """The current generation's sorted entries, rebuilt lazily after a change.
 
-    def listed(self, keep: Callable[[IndexEntry], bool]) -> list[IndexEntry]:
-        """Listed modules for which `keep` holds, in list order."""
-        return [e for e in self.view().ordered if keep(e)]
+        While the indexer is busy (the first pass over a large org changes the index many
+        times a second) a view up to VIEW_STALE_SECONDS old is served, so requests do not
+        rebuild it after every module; once the indexer is idle, the next request sees all.
+        """
+        view = self._view
+        if view is not None and (not self._view_stale or (
+                self.queue_depth() and time.monotonic() - self._view_built < VIEW_STALE_SECONDS)):
+            return view
+        self._view = view = _View(self._entries.values(), self._readme)
+        self._view_stale = False
+        self._view_built = time.monotonic()
+        return view
+
+    def listed(self, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...] | None = None,
+               namespaces: Iterable[str] | None = None) -> list[IndexEntry]:
+        """Listed modules for which `keep` holds, in list order; remembered per `memo_key`.
+
+        `namespaces`, when given, bounds the work to those namespaces' modules.
+        """
+        view = self.view()
+
+        def make() -> list[IndexEntry]:
+            if namespaces is None:
+                pool: Iterable[IndexEntry] = view.ordered
+            else:
+                wanted = sorted(set(namespaces), key=lambda n: (n.casefold(), n))
+                pool = [e for n in wanted for e in view.by_namespace.get(n, ())]
+            return [e for e in pool if keep(e)]
+
+        if memo_key is None:
+            return make()
+        return view.remembered(("list", *memo_key), make)
 
     def search(self, query: str, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...],
                downloads: Callable[[ModuleAddress], int]) -> list[IndexEntry]:
         """Matching modules, best first (ties: most downloaded, then by address)."""
         view = self.view()
-        key = (query.casefold(), *memo_key)
-        found = view.searches.get(key)
-        if found is not None:
-            view.searches.move_to_end(key)
-            return found
-        ranked = []
-        for entry in view.candidates(query):
-            if not keep(entry):
-                continue
-            rank = search_rank(query, entry)
-            if rank is not None:
-                ranked.append(((rank, -downloads(entry.address), str(entry.address)), entry))
-        ranked.sort(key=lambda pair: pair[0])
-        found = [entry for _, entry in ranked]
-        view.searches[key] = found
-        while len(view.searches) > SEARCH_MEMO:
-            view.searches.popitem(last=False)
-        return found
 
-    def forget_searches(self) -> None:
-        """Download counts changed the order of equal matches: rank again on the next search."""
-        if self._view is not None:
-            self._view.searches.clear()
+        def make() -> list[IndexEntry]:
+            ranked = []
+            for entry in view.candidates(query):
+                if not keep(entry):
+                    continue
+                rank = search_rank(query, entry, lambda w, a=entry.address: a in view.readme.get(w, ()))
+                if rank is not None:
+                    ranked.append(((rank, -downloads(entry.address), str(entry.address)), entry))
+            ranked.sort(key=lambda pair: pair[0])
+            return [entry for _, entry in ranked]
+
+        return view.remembered(("search", query.casefold(), *memo_key), make)
 
     def age(self) -> float:
         """Seconds since the last complete pass over every listable module."""
@@ -450,7 +500,7 @@ class ModuleIndex:
             entry = IndexEntry.from_json(item)
             if entry is not None:
                 self._entries[entry.address] = entry
-                self._by_repository.setdefault(entry.repository, set()).add(entry.address)
+                self._link(entry)
         self._complete = bool(data.get("complete")) and bool(self._entries)
         log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
 
@@ -584,20 +634,34 @@ class ModuleIndex:
     def _set(self, entry: IndexEntry) -> None:
         old = self._entries.get(entry.address)
         if old is not None:
-            self._by_repository.get(old.repository, set()).discard(entry.address)
+            self._unlink(old)
         self._entries[entry.address] = entry
-        self._by_repository.setdefault(entry.repository, set()).add(entry.address)
+        self._link(entry)
         self._changed()
 
     def _drop(self, address: ModuleAddress, why: str) -> None:
         old = self._entries.pop(address, None)
         if old is not None:
-            self._by_repository.get(old.repository, set()).discard(address)
+            self._unlink(old)
             log.info("%s is no longer listed: %s", address, why)
             self._changed()
 
+    def _link(self, entry: IndexEntry) -> None:
+        self._by_repository.setdefault(entry.repository, set()).add(entry.address)
+        for word in entry.words.split():
+            self._readme.setdefault(word, set()).add(entry.address)
+
+    def _unlink(self, entry: IndexEntry) -> None:
+        self._by_repository.get(entry.repository, set()).discard(entry.address)
+        for word in entry.words.split():
+            modules = self._readme.get(word)
+            if modules is not None:
+                modules.discard(entry.address)
+                if not modules:
+                    del self._readme[word]
+
     def _changed(self) -> None:
-        self._view = None
+        self._view_stale = True
         self._dirty = True
 
     async def flush(self) -> None:
