@@ -28,6 +28,7 @@ from .registry import Registry
 from .routes import routes
 from .signing import UrlSigner
 from .tagpins import TagPins
+from .ui import SECURITY_HEADERS, add_ui, is_page, page_error
 from .webhooks import PATHS as WEBHOOK_PATHS
 from .webhooks import webhook_routes
 
@@ -52,6 +53,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     One middleware, not three: each layer costs a coroutine per request, which shows on the
     warm path (bench/warm_path.py).
     """
+    if is_page(request):
+        return await _page(request, handler)
     try:
         authorize_request(request)
         # Every path segment and query parameter, before any handler, rule or git call.
@@ -75,6 +78,24 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal error in gitreg; the server log has details")
+
+
+async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A browser page: its own session check, HTML errors, and the security headers on every answer."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:  # a redirect (to /login, after a login)
+            e.headers.update(SECURITY_HEADERS)
+            raise
+        response = page_error(request, e.status, e.reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = page_error(request, 500, "Something went wrong in gitreg; the server log has details.")
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def authorize_request(request: web.Request) -> None:
@@ -159,6 +180,7 @@ def create_app(config: Config) -> web.Application:
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
+    add_ui(app)
     app.cleanup_ctx.append(_readiness)  # keep last: ready only when every service above is up
     app.on_shutdown.append(_stopping)
     return app

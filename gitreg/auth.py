@@ -37,6 +37,15 @@ class TokenChecker:
         """True when tokens are configured."""
         return bool(self._tokens)
 
+    def find(self, presented: str) -> TokenConfig | None:
+        """The configured token `presented` is (compared with every one, in constant time), or None."""
+        digest = hashlib.sha256(presented.encode("utf-8", "surrogateescape")).digest()
+        matched: TokenConfig | None = None
+        for secret, token in self._tokens:
+            if hmac.compare_digest(digest, secret) and matched is None:
+                matched = token
+        return matched
+
     def check(self, request: web.Request) -> TokenConfig:
         """The token the request carries; Unauthorized unless it is a configured one."""
         header = request.headers.get("Authorization", "")
@@ -45,13 +54,8 @@ class TokenChecker:
             raise Unauthorized("this registry needs a token: set TF_TOKEN_<host> or a credentials block in the CLI config")
         if scheme.lower() != "bearer" or not presented.strip():
             raise Unauthorized("the Authorization header must be 'Bearer <token>'")
-        candidate = presented.strip().encode("utf-8", "surrogateescape")
-        digest = hashlib.sha256(candidate).digest()
-        # Compare with every token, always, so timing says nothing about which (if any) matched.
-        matched: TokenConfig | None = None
-        for secret, token in self._tokens:
-            if hmac.compare_digest(digest, secret) and matched is None:
-                matched = token
+        # Compared with every token, always, so timing says nothing about which (if any) matched.
+        matched = self.find(presented.strip())
         if matched is None:
             raise Unauthorized("the registry token is not valid")
         return matched

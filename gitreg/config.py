@@ -70,6 +70,14 @@ class StorageConfig:
 
 
 @dataclass(frozen=True)
+class UiConfig:
+    """`[ui]`: the module browser pages (`/`, `/modules/...`)."""
+
+    enabled: bool = True
+    title: str = "gitreg"
+
+
+@dataclass(frozen=True)
 class IndexConfig:
     """`[index]`: the background index that list, search, details and pages answer from."""
 
@@ -158,6 +166,7 @@ class Config:
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
     webhooks: WebhooksConfig = WebhooksConfig()
     index: IndexConfig = IndexConfig()
+    ui: UiConfig = UiConfig()
     modules: tuple[ModuleRule, ...] = ()
     credentials: tuple[Credential, ...] = field(default=(), repr=False)
     source: str | None = None
@@ -539,6 +548,12 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     index = IndexConfig(enabled=ix.bool("enabled", True))
     ix.finish()
 
+    u = _Reader(root._get("ui", False) or {}, "ui", problems, env)
+    ui = UiConfig(enabled=u.bool("enabled", True), title=u.str("title", "gitreg") or "gitreg")
+    if len(ui.title) > 100:
+        u.error("title", "is longer than 100 characters")
+    u.finish()
+
     w = _Reader(root._get("webhooks", False) or {}, "webhooks", problems, env)
     webhooks = WebhooksConfig(github_secret=w.str("github_secret"), gitlab_token=w.str("gitlab_token"))
     for key in ("github_secret", "gitlab_token"):
@@ -576,6 +591,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         storage=storage,
         webhooks=webhooks,
         index=index,
+        ui=ui,
         modules=tuple(modules),
         credentials=tuple(credentials),
         source=source,
