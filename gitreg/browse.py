@@ -211,6 +211,7 @@ async def _details_response(request: web.Request, entry: IndexEntry, resolved: R
     body.update(
         root=details.root,
         submodules=details.submodules,
+        examples=details.examples,
         providers=sorted(systems | {a.system}),
         versions=[v.canonical for v in entry.versions],
     )

@@ -61,6 +61,7 @@ class ModuleDetails:
     published_at: str
     root: dict[str, Any]
     submodules: list[dict[str, Any]] = field(default_factory=list)
+    examples: list[dict[str, Any]] = field(default_factory=list)  # each `examples/*` directory
 
 
 def hcl_text(value: Any) -> str:
@@ -243,8 +244,8 @@ def read_tree(stream: Any, base: str) -> tuple[dict[str, dict[str, bytes]], list
                 parts = rel.split("/")
                 if len(parts) == 1:
                     directory, fname = "", parts[0]
-                elif len(parts) >= 2 and parts[0] == "modules":
-                    directory = f"modules/{parts[1]}"
+                elif len(parts) >= 2 and parts[0] in ("modules", "examples"):
+                    directory = f"{parts[0]}/{parts[1]}"
                     if directory not in dirs:
                         if len(dirs) > MAX_SUBMODULES:
                             continue
@@ -314,13 +315,14 @@ def build_details(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged:
         notes.append(f"the module tree is larger than {MAX_TREE_BYTES} bytes; details may be incomplete")
     root = analyze(dirs.pop(""), "")
     root["notes"] = notes + root["notes"]
-    submodules = [analyze(files, path) for path, files in sorted(dirs.items())]
+    submodules = [analyze(files, path) for path, files in sorted(dirs.items()) if path.startswith("modules/")]
+    examples = [analyze(files, path) for path, files in sorted(dirs.items()) if path.startswith("examples/")]
     published = ""
     try:
         published = utc_timestamp(git.tag_dates(mirror).get(tagged.tag, ""))
     except Exception as e:  # noqa: BLE001 - a date is nice to have, never worth failing the details
         log.warning("could not read the date of tag %s: %s", tagged.tag, type(e).__name__)
-    return ModuleDetails(description_from_readme(root["readme"]), published, root, submodules)
+    return ModuleDetails(description_from_readme(root["readme"]), published, root, submodules, examples)
 
 
 def utc_timestamp(iso: str) -> str:

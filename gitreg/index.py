@@ -295,7 +295,7 @@ class DetailsStore:
         try:
             data = json.loads((self.root / f"{self.key(repository, path, sha)}.json").read_text(encoding="utf-8"))
             return ModuleDetails(str(data["description"]), str(data["published_at"]), dict(data["root"]),
-                                 list(data["submodules"]))
+                                 list(data["submodules"]), list(data.get("examples", [])))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

@@ -334,8 +334,7 @@ async def module_page(request: web.Request) -> web.Response:
     base = entry.path
     readme_html = render_readme(root.get("readme", ""), entry.source, version.tag, base) if details else ""
     submodules = details.submodules if details else []
-    examples = getattr(details, "examples", None) or [s for s in submodules if str(s.get("path", "")).startswith("examples/")]
-    submodules = [s for s in submodules if not str(s.get("path", "")).startswith("examples/")]
+    examples = details.examples if details else []
     systems = [e.address.system for e in index.listed(
         lambda e: e.address.namespace == address.namespace and e.address.name == address.name)]
     return _render(
