@@ -1,0 +1,148 @@
+"""The module browser's HTTP behaviour: headers, errors, sessions, CSRF, no git while rendering."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
+from tests.support.repos import GitRepo
+
+TOKEN_ACME = "ui-token-acme-only-0123456789"
+TOKEN_ALL = "ui-token-everything-987654321"
+
+
+def repos(tmp_path: Path) -> dict[str, GitRepo]:
+    found = {}
+    for name in ("vpc", "net"):
+        repo = GitRepo(tmp_path / "repos", name)
+        repo.commit({"README.md": f"# {name}\n\nThe {name} module. [guide](docs/guide.md)\n", "main.tf": "# m\n"})
+        repo.tag("v1.0.0")
+        found[name] = repo
+    return found
+
+
+def rules(found: dict[str, GitRepo]) -> list[dict]:
+    return [{"namespace": "acme", "name": "vpc", "system": "aws", "repository": found["vpc"].url},
+            {"namespace": "other", "name": "net", "system": "azurerm", "repository": found["net"].url}]
+
+
+@pytest.fixture
+async def open_client(make_client, tmp_path):
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"title": "Acme <modules>"})
+    return await indexed(await make_client(config))
+
+
+@pytest.fixture
+async def auth_client(make_client, tmp_path):
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")},
+                         auth={"tokens": [{"token": TOKEN_ACME, "namespaces": ["acme"]}, TOKEN_ALL],
+                               "signing_key": "s" * 40})
+    return await indexed(await make_client(config))
+
+
+def origin(client) -> dict[str, str]:
+    return {"Origin": f"http://{client.server.host}:{client.server.port}"}
+
+
+async def login(client, token: str) -> None:
+    resp = await client.post("/login", data={"token": token, "next": "/"}, headers=origin(client), allow_redirects=False)
+    assert resp.status == 302, await resp.text()
+
+
+async def test_every_page_carries_the_security_headers(open_client):
+    for path in ("/", "/?q=vpc", "/modules/acme/vpc/aws", "/modules/acme/vpc/aws/1.0.0", "/modules/acme/nope/aws",
+                 "/static/style.css"):
+        resp = await open_client.get(path)
+        csp = resp.headers["Content-Security-Policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp, path
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["Referrer-Policy"] == "same-origin"
+
+
+async def test_the_title_is_configurable_and_escaped(open_client):
+    text = await (await open_client.get("/")).text()
+    assert "Acme &lt;modules&gt;" in text and "Acme <modules>" not in text
+
+
+async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_json(open_client):
+    for path in ("/modules/acme/nope/aws", "/modules/acme/vpc/aws/9.9.9", "/modules/acme/vpc/aws/not-a-version",
+                 "/modules/Bad!/x/y"):
+        resp = await open_client.get(path)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+    await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
+
+
+async def test_no_page_starts_git(open_client, tmp_path):
+    (tmp_path / "repos" / "vpc.git").rename(tmp_path / "repos" / "moved.git")  # any git call would now fail
+    for path in ("/", "/?q=net", "/?namespace=acme", "/modules/acme/vpc/aws", "/modules/acme/vpc/aws/1.0.0"):
+        resp = await open_client.get(path)
+        assert resp.status == 200, path
+
+
+async def test_with_the_ui_disabled_the_root_is_404_and_the_api_works(make_client, tmp_path):
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"enabled": False})
+    client = await make_client(config)
+    await assert_error(await client.get("/"), 404)
+    await assert_error(await client.get("/modules/acme/vpc/aws"), 404)
+    assert (await client.get("/v1/modules/acme/vpc/aws/versions")).status == 200
+
+
+async def test_pages_need_a_session_when_tokens_are_configured(auth_client):
+    resp = await auth_client.get("/modules/acme/vpc/aws", allow_redirects=False)
+    assert resp.status == 302 and resp.headers["Location"] == "/login?next=/modules/acme/vpc/aws"
+    # A registry token in the Authorization header is not a page session (pages are for browsers).
+    resp = await auth_client.get("/", headers={"Authorization": f"Bearer {TOKEN_ALL}"}, allow_redirects=False)
+    assert resp.status == 302
+    assert (await auth_client.get("/login")).status == 200
+
+
+async def test_a_session_cookie_is_signed_http_only_strict_and_shows_only_the_tokens_namespaces(auth_client):
+    resp = await auth_client.post("/login", data={"token": TOKEN_ACME, "next": "/"}, headers=origin(auth_client),
+                                  allow_redirects=False)
+    assert resp.status == 302 and resp.headers["Location"] == "/"
+    cookie = resp.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie and "Path=/" in cookie
+    assert TOKEN_ACME not in cookie
+    text = await (await auth_client.get("/")).text()
+    assert "acme/vpc/aws" in text and "other/net/azurerm" not in text
+    assert (await auth_client.get("/modules/other/net/azurerm")).status == 404
+    # A tampered cookie is no session.
+    value = re.search(r"gitreg_session=([^;]+)", cookie).group(1)
+    auth_client.session.cookie_jar.clear()
+    auth_client.session.cookie_jar.update_cookies({"gitreg_session": value[:-2] + "xx"})
+    assert (await auth_client.get("/", allow_redirects=False)).status == 302
+
+
+async def test_login_and_logout_refuse_cross_site_posts(auth_client):
+    for headers in ({}, {"Origin": "https://evil.example"}, {"Origin": "null"}, {"Referer": "https://evil.example/x"}):
+        resp = await auth_client.post("/login", data={"token": TOKEN_ALL}, headers=headers, allow_redirects=False)
+        assert resp.status == 403 and "Set-Cookie" not in resp.headers, headers
+    await login(auth_client, TOKEN_ALL)
+    resp = await auth_client.post("/logout", headers={"Origin": "https://evil.example"}, allow_redirects=False)
+    assert resp.status == 403
+    assert (await auth_client.get("/", allow_redirects=False)).status == 200  # still logged in
+    resp = await auth_client.post("/logout", headers=origin(auth_client), allow_redirects=False)
+    assert resp.status == 302
+    assert (await auth_client.get("/", allow_redirects=False)).status == 302
+
+
+async def test_a_wrong_token_is_401_and_next_never_leaves_the_site(auth_client):
+    resp = await auth_client.post("/login", data={"token": "wrong-token-0000000000"}, headers=origin(auth_client))
+    assert resp.status == 401 and "not valid" in await resp.text()
+    for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
+        resp = await auth_client.post("/login", data={"token": TOKEN_ALL, "next": target}, headers=origin(auth_client),
+                                      allow_redirects=False)
+        assert resp.headers["Location"] == "/", target
+
+
+async def test_relative_readme_links_point_into_the_repository(make_client, tmp_path):
+    found = repos(tmp_path)
+    config = make_config([{**rules(found)[0], "clone_url": "git@gitlab.example.com:acme/terraform-aws-vpc.git"}],
+                         storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    text = await (await client.get("/modules/acme/vpc/aws")).text()
+    assert 'href="https://gitlab.example.com/acme/terraform-aws-vpc/-/blob/v1.0.0/docs/guide.md"' in text
+    assert GIT_USER not in text and GIT_PASSWORD not in text
