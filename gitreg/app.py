@@ -80,6 +80,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 def authorize_request(request: web.Request) -> None:
     """Require a registry token on the API when `[auth] tokens` is set."""
     checker = request.app[AUTH]
+    # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
+    # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
+    if request.match_info.http_exception is not None:
+        return
     if checker.enabled and request.path not in OPEN_PATHS:
         if request.match_info.route.name == "archive" and "signature" in request.query:
             # Terraform fetches the archive without its token: the signed URL is the authorization.

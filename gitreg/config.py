@@ -7,6 +7,7 @@ Every problem is collected (not just the first) and named by its key path, e.g.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import tomllib
@@ -194,7 +195,19 @@ class _Reader:
         if not isinstance(value, str):
             self.error(key, f"must be a string, not {_type_name(value)}")
             return default
-        return expand_env(value, self.env, lambda reason: self.error(key, reason))
+        return self._expand(key, value, default)
+
+    def _expand(self, key: str, value: str, default: str | None) -> str | None:
+        """`value` with `${VAR}` expanded; `default` when a variable is unset (reported once, here).
+
+        A value missing its variable is not checked further: "${TOKEN} is not set" is the one
+        problem, not also "shorter than 16 characters" or "not a Git URL".
+        """
+        failed: list[str] = []
+        expanded = expand_env(value, self.env, failed.append)
+        for reason in failed:
+            self.error(key, reason)
+        return default if failed else expanded
 
     def number(self, key: str, default: float, minimum: float = 0.0) -> float:
         value = self._get(key, False)
@@ -242,7 +255,9 @@ class _Reader:
             if not isinstance(item, str):
                 self.error(f"{key}[{i}]", f"must be a string, not {_type_name(item)}")
                 continue
-            out.append(expand_env(item, self.env, lambda reason, i=i: self.error(f"{key}[{i}]", reason)))
+            expanded = self._expand(f"{key}[{i}]", item, None)
+            if expanded is not None:
+                out.append(expanded)
         return tuple(out)
 
     def table_list(self, key: str) -> list[Any]:
@@ -255,15 +270,29 @@ class _Reader:
         return value
 
     def problems_for(self, key: str) -> bool:
-        """True when a problem was already recorded for `key`."""
-        prefix = f"{self.key(key)}:"
-        return any(p.startswith(prefix) for p in self.problems)
+        """True when a problem was already recorded for `key` or a key inside it."""
+        full = self.key(key)
+        return any(p.startswith((f"{full}:", f"{full}.", f"{full}[")) for p in self.problems)
 
     def finish(self) -> None:
         """Report keys nobody asked for: a typo must not be silently ignored."""
         for key in self.table:
             if key not in self.seen:
-                self.error(key, "unknown key")
+                self.error(key, "unknown key" + did_you_mean(key, self.seen))
+
+
+def did_you_mean(key: str, known: set[str] | frozenset[str]) -> str:
+    """`; did you mean X?` for the known key a typo most likely meant, else "".
+
+    A known key the typo begins (`repo` -> `repository`) comes first, then the closest by
+    difflib's ratio (`repsitory`, `tag_prefx`).
+    """
+    if not isinstance(key, str) or not known:
+        return ""
+    lowered = key.lower()
+    prefixed = sorted(k for k in known if len(lowered) >= 3 and k.startswith(lowered) and k != lowered)
+    close = prefixed[:1] or difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _type_name(value: Any) -> str:
@@ -413,7 +442,10 @@ def _parse_tokens(a: _Reader) -> tuple[TokenConfig, ...]:
     for i, item in enumerate(value):
         key = f"tokens[{i}]"
         if isinstance(item, str):
-            token, namespaces = expand_env(item, a.env, lambda reason, key=key: a.error(key, reason)), None
+            expanded = a._expand(key, item, None)
+            if expanded is None:  # its variable is unset: reported once, nothing more to check
+                continue
+            token, namespaces = expanded, None
         elif isinstance(item, dict):
             t = _Reader(item, a.key(key), a.problems, a.env)
             token = t.str("token", required=True) or ""
@@ -473,7 +505,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         if not valid:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
-    if (server.tls_cert is None) != (server.tls_key is None):
+    if (server.tls_cert is None) != (server.tls_key is None) and not (s.problems_for("tls_cert") or s.problems_for("tls_key")):
         missing = "tls_key" if server.tls_key is None else "tls_cert"
         s.error(missing, "tls_cert and tls_key must be given together (both or neither)")
     for key in ("tls_cert", "tls_key"):
@@ -539,7 +571,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         rule = _parse_rule(_Reader(table, f"modules[{i}]", problems, env), gitcfg.protocols)
         if rule is not None:
             modules.append(rule)
-    if auth.tokens and auth.signing_key is None:
+    if auth.tokens and auth.signing_key is None and not a.problems_for("signing_key"):
         for i, rule in enumerate(modules):
             if rule.download == "archive":
                 problems.append(
