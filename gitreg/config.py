@@ -291,7 +291,7 @@ def did_you_mean(key: str, known: set[str] | frozenset[str]) -> str:
         return ""
     lowered = key.lower()
     prefixed = sorted(k for k in known if len(lowered) >= 3 and k.startswith(lowered) and k != lowered)
-    close = prefixed[:1] or difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.6)
+    close = prefixed[:1] or difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.75)
     return f"; did you mean {close[0]}?" if close else ""
 
 

@@ -361,3 +361,20 @@ async def test_responses_have_the_fields_and_types_of_the_spec_samples(client, g
     assert_same_shape(spec, ours)
     if "meta" in spec:  # present exactly when it applies: not in every sample
         assert ("next_offset" in ours["meta"]) == ("next_offset" in spec["meta"])
+
+
+async def test_the_versions_answer_names_the_repository_web_page_as_its_source(client):
+    # Renovate links a module's changes from `source` when it is an http(s) URL; the CLIs ignore it.
+    versions = await get_json(client, "/v1/modules/acme/vpc/aws/versions")
+    assert versions["modules"][0]["source"] == "https://git.example.com/acme/modules"  # no user, no .git
+    assert versions["modules"][0]["versions"] == [{"version": "1.0.0"}]
+    summary = await get_json(client, "/v1/modules/acme/vpc/aws")
+    assert summary["source"] == versions["modules"][0]["source"]  # one answer, whichever endpoint
+
+
+async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(make_client, repo, tmp_path):
+    config = make_config([{"namespace": "demo", "repository": repo.url,
+                           "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git"}])
+    client = await make_client(config)
+    versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
+    assert versions["modules"][0]["source"] == "https://git.example.com/demo/terraform-null-hello"

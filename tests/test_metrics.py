@@ -207,6 +207,26 @@ async def test_access_log_uses_the_combined_log_format_by_default(repo, tmp_path
     assert "hunter2-secret" not in "".join(proc.log)
 
 
+def _body(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read()
+    except urllib.error.HTTPError as e:
+        return e.read()
+
+
+async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
+    # The combined log format's byte count is the response body: 16 for /healthz's {"status": "ok"}.
+    paths = ["/healthz", "/v1/modules/demo/hello/null/versions", "/nope"]
+    with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as proc:
+        bodies = {path: await asyncio.to_thread(_body, proc.url + path) for path in paths}
+        lines = {path: (await _wait_for_log(proc, f'"GET {path} '))[0] for path in paths}
+    assert len(bodies["/healthz"]) == 16
+    for path in paths:
+        logged = int(re.search(r'" \d{3} (\d+) "', lines[path]).group(1))
+        assert logged == len(bodies[path]), (path, lines[path])
+
+
 async def test_log_format_json_writes_one_json_object_per_line(repo, tmp_path):
     args = ("--module", f"demo/hello/null={repo.url}", "--log-format", "json")
     with GitregProcess(*args, cwd=tmp_path) as proc:
