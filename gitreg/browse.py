@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from aiohttp import web
 
+from . import urls
 from .appkeys import CATALOG, CONFIG, DETAILS, EXECUTOR, MIRRORS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
@@ -38,7 +39,6 @@ MAX_LIMIT = 100
 MAX_QUERY_CHARS = 200
 # Query parameters carried into `next_url` (anything else a client sent is dropped).
 _PAGE_PARAMS = ("namespace", "provider", "q", "verified")
-_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
 _NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
 
 Keep = Callable[[ModuleAddress, ResolvedModule], bool]
@@ -108,28 +108,8 @@ def _filter_value(request: web.Request, key: str, grammar: re.Pattern[str], expe
     return value
 
 
-def source_url(clone_url: str) -> str:
-    """The repository's web URL: https for http(s)/ssh/scp/git clone URLs, no `.git`, no credentials."""
-    scp = _SCP_RE.match(clone_url) if "://" not in clone_url else None
-    if scp is not None:
-        host, path = scp.group("host"), scp.group("path")
-        scheme, port = "https", None
-    else:
-        parts = urlsplit(clone_url)
-        if parts.scheme not in ("https", "http", "ssh", "git", "git+ssh", "ssh+git") or not parts.hostname:
-            return ""  # file:// and the like have no web page
-        host, path = parts.hostname, parts.path
-        # An ssh or git port is not the web server's port; an http(s) one is.
-        scheme = parts.scheme if parts.scheme in ("https", "http") else "https"
-        try:
-            port = parts.port if parts.scheme in ("https", "http") else None
-        except ValueError:  # a port that is not a number: show the host alone
-            port = None
-    path = path.strip("/").removesuffix(".git").removesuffix("/")
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 address
-    netloc = f"{host}:{port}" if port else host
-    return f"{scheme}://{netloc}/{path}" if path else f"{scheme}://{netloc}"
+# Kept for callers of the old name; the one implementation is urls.web_url.
+source_url = urls.web_url
 
 
 def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, version: TaggedVersion | None = None) -> dict[str, Any]:
@@ -144,7 +124,7 @@ def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, v
         "version": shown.canonical,
         "provider": a.system,
         "description": details.description if details else "",
-        "source": source_url(entry.resolved.clone_url),
+        "source": urls.web_url(entry.resolved.clone_url),
         "published_at": details.published_at if details else "",
         "downloads": app[CATALOG].downloads(a),
         "verified": entry.resolved.rule.verified,

@@ -30,13 +30,12 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 import git
 
+from . import urls
 from .config import Credential, GitConfig
 from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
 
@@ -82,18 +81,8 @@ _MAX_STDERR = 64 * 1024
 LOW_SPEED_LIMIT = 1000
 
 
-def mask_url(url: str) -> str:
-    """The URL with any user-info password replaced, for logs and messages."""
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # `https://[x`, a port that is not a number: hide all user info
-        return _USERINFO_RE.sub("***@", url)
-    return urlunsplit(parts._replace(netloc=netloc))
+# Kept for callers of the old name (cli, cache, mirrors, archives, tagpins); the one implementation is urls.mask.
+mask_url = urls.mask
 
 
 @dataclass(frozen=True)
@@ -101,7 +90,6 @@ class TagList:
     """The tags of one repository: tag name -> commit SHA (annotated tags peeled)."""
 
     tags: Mapping[str, str]
-    fetched_at: float
     # What the hot path derives from these tags (versions per tag_prefix), computed once per fetch.
     derived: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
@@ -308,7 +296,7 @@ class GitAdapter:
                 parser.feed(line)
         self._check(run, url, f"{mask_url(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
                     "of tag refs); gitreg refuses to read them all")
-        return TagList(parser.result(), time.time())
+        return TagList(parser.result())
 
     def _timeout(self, shown: str) -> UpstreamTimeout:
         log.warning("git %s timed out after %gs", shown, self.config.timeout_seconds)
@@ -367,16 +355,6 @@ class _RefParser:
         tags = self._tags
         tags.update((name, sha) for name, sha in self._peeled.items() if name in tags)
         return tags
-
-
-def parse_ls_remote(out: str, url: str = "") -> dict[str, str]:
-    """Parse `git ls-remote --tags` output; peeled `^{}` lines win for annotated tags."""
-    parser = _RefParser(url)
-    for line in out.splitlines():
-        if parser.lines >= MAX_REFS:
-            raise UpstreamUnavailable(f"{mask_url(url)} has more than {MAX_REFS} tags; gitreg refuses to hold them")
-        parser.feed(line)
-    return parser.result()
 
 
 def _text(value: object) -> str:

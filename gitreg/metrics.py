@@ -10,13 +10,10 @@ MAX_HOSTS distinct values.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -25,7 +22,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from . import urls
 from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
+from .secrets import digest, same_secret
 
 if TYPE_CHECKING:
     from .cache import TagCache
@@ -39,22 +38,6 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 GIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MAX_HOSTS = 100
 UNMATCHED_ROUTE = "unmatched"
-
-
-def git_host(url: str) -> str:
-    """The host part of a repository URL, for a metric label: no user, port, path or query."""
-    if "://" in url:
-        try:
-            parts = urlsplit(url)
-            if parts.scheme == "file":
-                return "local"
-            host = parts.hostname
-        except ValueError:
-            host = None
-        return (host or "unknown").lower()
-    # scp-like user@host:path
-    host = url.split(":", 1)[0].rpartition("@")[2]
-    return host.lower() or "unknown"
 
 
 class Lifecycle:
@@ -122,7 +105,7 @@ class Metrics:
         latency.total += seconds
 
     def _host_label(self, url: str) -> str:
-        host = git_host(url)
+        host = urls.host_label(url)
         if host not in self._hosts:
             if len(self._hosts) >= MAX_HOSTS:
                 return "other"
@@ -308,7 +291,5 @@ def check_metrics_token(request: web.Request, token: str | None) -> None:
     if token is None:
         return
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    # Digest to digest, 32 bytes each: the time taken says nothing about the token's length.
-    presented_digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented_digest, hashlib.sha256(token.encode()).digest()):
+    if scheme.lower() != "bearer" or not same_secret(presented, digest(token)):
         raise Unauthorized("GET /metrics needs 'Authorization: Bearer <[auth] metrics_token>'")
