@@ -106,11 +106,11 @@ def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, 
     return index
 
 
-def matching_repositories(config: Config, cached: Iterable[str], urls: Iterable[str]) -> list[str]:
-    """The configured repositories (cache keys) that any of `urls` names."""
+def matching_repositories(config: Config, cached: Iterable[str], addresses: Iterable[str]) -> list[str]:
+    """The configured repositories (cache keys) that any of `addresses` (repository URLs) names."""
     index = configured_repositories(config, cached)
     found: dict[str, None] = {}
-    for url in urls:
+    for url in addresses:
         identity = urls.identity(url)
         for key in sorted(index.get(identity, ())) if identity is not None else ():
             found[key] = None
@@ -160,10 +160,10 @@ def _urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str, ...]:
     if not isinstance(section, dict):
         raise MalformedPayload(f"the payload has no {what} object")
     # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
-    urls = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
-    if not urls:
+    found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
+    if not found:
         raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")
-    return urls
+    return found
 
 
 def github_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
