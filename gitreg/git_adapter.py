@@ -283,7 +283,7 @@ class GitAdapter:
         return len(runs)
 
     def running(self) -> int:
-        """How many git processes gitreg runs with a timeout now (calls to Git hosts, archive builds)."""
+        """How many git processes run now (calls to Git hosts, and on gitreg's mirrors)."""
         with self._running_lock:
             return len(self._running)
 
