@@ -16,16 +16,17 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from aiohttp import web
 
+from . import urls
 from .appkeys import CATALOG, CONFIG, DETAILS, EXECUTOR, MIRRORS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
 from .errors import BadRequest, GitregError, ModuleNotFound, VersionNotFound
-from .names import NAME_RE, SYSTEM_RE, ModuleAddress, parse_address
+from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule
 from .versions import ModuleVersions, TaggedVersion
 
@@ -35,11 +36,8 @@ browse_routes = web.RouteTableDef()
 
 DEFAULT_LIMIT = 15
 MAX_LIMIT = 100
-MAX_QUERY_CHARS = 200
 # Query parameters carried into `next_url` (anything else a client sent is dropped).
 _PAGE_PARAMS = ("namespace", "provider", "q", "verified")
-_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
-_NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
 
 Keep = Callable[[ModuleAddress, ResolvedModule], bool]
 
@@ -67,20 +65,13 @@ class Entry:
 # ---------------------------------------------------------------------------------------
 
 
-def _non_negative(request: web.Request, key: str) -> int | None:
-    raw = request.query.get(key)
-    if raw is None:
-        return None
-    # Digits only: "-1", "1.5", "1e3" and "" are refused, and a huge value cannot cost us.
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
-        raise BadRequest(f"{key} must be a non-negative integer (at most 12 digits), not {raw[:40]!r}")
-    return int(raw)
-
-
 def parse_page(request: web.Request) -> Page:
-    """`offset` (default 0) and `limit` (default 15; 0 means the default; above 100 means 100)."""
-    offset = _non_negative(request, "offset") or 0
-    limit = _non_negative(request, "limit") or DEFAULT_LIMIT
+    """`offset` (default 0) and `limit` (default 15; 0 means the default; above 100 means 100).
+
+    Both are already digits only: names.check_request refused anything else before any handler.
+    """
+    offset = int(request.query.get("offset") or 0)
+    limit = int(request.query.get("limit") or 0) or DEFAULT_LIMIT
     return Page(offset, min(limit, MAX_LIMIT))
 
 
@@ -99,37 +90,8 @@ def page_meta(request: web.Request, page: Page, total: int) -> dict[str, Any]:
     return meta
 
 
-def _filter_value(request: web.Request, key: str, grammar: re.Pattern[str], expected: str) -> str | None:
-    value = request.query.get(key)
-    if value is None or value == "":
-        return None
-    if not grammar.fullmatch(value):
-        raise BadRequest(f"invalid {key} filter {value[:80]!r}: expected {expected}")
-    return value
-
-
-def source_url(clone_url: str) -> str:
-    """The repository's web URL: https for http(s)/ssh/scp/git clone URLs, no `.git`, no credentials."""
-    scp = _SCP_RE.match(clone_url) if "://" not in clone_url else None
-    if scp is not None:
-        host, path = scp.group("host"), scp.group("path")
-        scheme, port = "https", None
-    else:
-        parts = urlsplit(clone_url)
-        if parts.scheme not in ("https", "http", "ssh", "git", "git+ssh", "ssh+git") or not parts.hostname:
-            return ""  # file:// and the like have no web page
-        host, path = parts.hostname, parts.path
-        # An ssh or git port is not the web server's port; an http(s) one is.
-        scheme = parts.scheme if parts.scheme in ("https", "http") else "https"
-        try:
-            port = parts.port if parts.scheme in ("https", "http") else None
-        except ValueError:  # a port that is not a number: show the host alone
-            port = None
-    path = path.strip("/").removesuffix(".git").removesuffix("/")
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 address
-    netloc = f"{host}:{port}" if port else host
-    return f"{scheme}://{netloc}/{path}" if path else f"{scheme}://{netloc}"
+# Kept for callers of the old name; the one implementation is urls.web_url.
+source_url = urls.web_url
 
 
 def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, version: TaggedVersion | None = None) -> dict[str, Any]:
@@ -144,7 +106,7 @@ def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, v
         "version": shown.canonical,
         "provider": a.system,
         "description": details.description if details else "",
-        "source": source_url(entry.resolved.clone_url),
+        "source": urls.web_url(entry.resolved.clone_url),
         "published_at": details.published_at if details else "",
         "downloads": app[CATALOG].downloads(a),
         "verified": entry.resolved.rule.verified,
@@ -154,14 +116,6 @@ def summary(app: web.Application, entry: Entry, details: ModuleDetails | None, v
 # ---------------------------------------------------------------------------------------
 # Shared lookups
 # ---------------------------------------------------------------------------------------
-
-
-def _segment(request: web.Request, label: str) -> str:
-    """A `{namespace}` or `{name}` path segment, checked against the registry grammar."""
-    value = request.match_info[label]
-    if not NAME_RE.fullmatch(value):
-        raise BadRequest(f"invalid module {label} {value[:80]!r}: expected {_NAME_EXPECTED}")
-    return value
 
 
 def _visible(request: web.Request, address: ModuleAddress) -> bool:
@@ -200,7 +154,7 @@ async def _details_for(app: web.Application, entries: list[Entry]) -> list[Modul
 
 
 def _filters(request: web.Request, namespace: str | None = None) -> Keep:
-    provider = _filter_value(request, "provider", SYSTEM_RE, "1-64 lowercase letters and digits")
+    provider = request.query.get("provider") or None  # grammar-checked by names.check_request
     verified_only = request.query.get("verified", "").lower() == "true"
 
     def keep(address: ModuleAddress, resolved: ResolvedModule) -> bool:
@@ -276,9 +230,7 @@ async def search_modules(request: web.Request) -> web.Response:
     query = request.query.get("q", "").strip()
     if not query:
         raise BadRequest("search needs a query: /v1/modules/search?q=<words>")
-    if len(query) > MAX_QUERY_CHARS:
-        raise BadRequest(f"the search query is longer than {MAX_QUERY_CHARS} characters")
-    namespace = _filter_value(request, "namespace", NAME_RE, _NAME_EXPECTED)
+    namespace = request.query.get("namespace") or None
     entries = await _entries(request, _filters(request, namespace))
     details = await _details_for(request.app, entries)
     ranked = []
@@ -294,14 +246,14 @@ async def search_modules(request: web.Request) -> web.Response:
 @browse_routes.get("/v1/modules/{namespace}")
 async def list_namespace(request: web.Request) -> web.Response:
     """The listed modules of one namespace."""
-    namespace = _segment(request, "namespace")
+    namespace = request.match_info["namespace"]
     return await _list_response(request, await _entries(request, _filters(request, namespace)))
 
 
 @browse_routes.get("/v1/modules/{namespace}/{name}")
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
-    namespace, name = _segment(request, "namespace"), _segment(request, "name")
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
     entries = await _entries(request, lambda a, r: a.namespace == namespace and a.name == name)
     if not entries:
         raise ModuleNotFound(f"no module {namespace}/{name} is listed by this registry (for any system)")

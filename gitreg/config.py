@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
-
+from . import urls
 from .errors import ConfigError
 from .names import NAME_RE, SYSTEM_RE
 
@@ -26,7 +25,6 @@ DEFAULT_PROTOCOLS = ("https", "ssh", "git", "file")
 KNOWN_PROTOCOLS = ("https", "http", "ssh", "git", "file")
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
-_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)(?!:)")
 
 
 @dataclass(frozen=True)
@@ -321,42 +319,29 @@ def expand_env(value: str, env: Mapping[str, str], error: Any) -> str:
     return _ENV_RE.sub(replace, value)
 
 
-def url_scheme(url: str) -> str | None:
-    """The transport git would use for `url` (`ssh` for scp-like `host:path`)."""
-    if "://" in url:
-        return url.partition("://")[0].lower()
-    if _SCP_RE.match(url):
-        return "ssh"
-    return None
+def _check_placeholders(r: _Reader, key: str, template: str, allowed: tuple[str, ...]) -> None:
+    """Every `{placeholder}` in `template` must be one of `allowed`."""
+    for placeholder in _TEMPLATE_RE.findall(template):
+        if placeholder not in allowed:
+            names = [f"{{{p}}}" for p in allowed]
+            r.error(key, f"unknown placeholder {{{placeholder}}}; use {', '.join(names[:-1])} or {names[-1]}")
 
 
 def _check_url(r: _Reader, key: str, url: str, protocols: tuple[str, ...], template: bool) -> None:
     """A repository URL must be a transport we allow, and carry no password."""
     if template:
-        for placeholder in _TEMPLATE_RE.findall(url):
-            if placeholder not in PLACEHOLDERS:
-                r.error(key, f"unknown placeholder {{{placeholder}}}; use {{namespace}}, {{name}} or {{system}}")
+        _check_placeholders(r, key, url, PLACEHOLDERS)
     # Placeholders are filled from grammar-checked segments: check the URL's shape with a stand-in.
-    sample = _TEMPLATE_RE.sub("x", url) if template else url
-    scheme = url_scheme(sample)
-    if scheme is None:
-        r.error(key, f"{url!r} is not a Git URL (expected https://, ssh://, git://, file:// or user@host:path)")
+    found = urls.parse_or_reason(_TEMPLATE_RE.sub("x", url) if template else url)
+    if isinstance(found, str):
+        r.error(key, f"{url!r} is {found}")
         return
-    if scheme not in protocols:
-        r.error(key, f"transport {scheme!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
-    if "://" in sample:
-        try:
-            parts = urlsplit(sample)
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-        except ValueError as e:
-            r.error(key, f"{url!r} is not a valid URL: {e}")
-            return
-        if parts.password is not None:
-            r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
-        if parts.query or parts.fragment:
-            r.error(key, "must not contain a query string or fragment")
-    if sample.startswith("-"):
-        r.error(key, "must not start with '-'")
+    if found.transport not in protocols:
+        r.error(key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
+    if found.password is not None:
+        r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
+    if found.query or found.fragment:
+        r.error(key, "must not contain a query string or fragment")
 
 
 def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
@@ -374,30 +359,24 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
                 r.error(key, f"{value!r} is not a valid {key}: expected {expected}")
         fields[key] = value
     repository = r.str("repository", required=True)
-    path = (r.str("path", "") or "").strip("/")
-    tag_prefix = r.str("tag_prefix", "") or ""
+    path = (r.str("path", ModuleRule.path) or "").strip("/")
+    tag_prefix = r.str("tag_prefix", ModuleRule.tag_prefix) or ""
     clone_url = r.str("clone_url")
-    ref = r.str("ref", "tag")
-    download = r.str("download", "git") or "git"
-    verified = r.bool("verified", False)
+    ref = r.str("ref", ModuleRule.ref)
+    download = r.str("download", ModuleRule.download) or ModuleRule.download
+    verified = r.bool("verified", ModuleRule.verified)
     archive_root = r.str("archive_root")
     if archive_root is not None and not download.startswith("https://"):
         r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
     if archive_root is not None:
-        for placeholder in _TEMPLATE_RE.findall(archive_root):
-            if placeholder not in DOWNLOAD_PLACEHOLDERS:
-                r.error("archive_root", f"unknown placeholder {{{placeholder}}}; use one of "
-                        + ", ".join(f"{{{p}}}" for p in DOWNLOAD_PLACEHOLDERS))
+        _check_placeholders(r, "archive_root", archive_root, DOWNLOAD_PLACEHOLDERS)
         if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
             r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
     if download not in ("git", "archive"):
         if not download.startswith("https://"):
             r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
         else:
-            for placeholder in _TEMPLATE_RE.findall(download):
-                if placeholder not in DOWNLOAD_PLACEHOLDERS:
-                    r.error("download", f"unknown placeholder {{{placeholder}}}; use one of "
-                            + ", ".join(f"{{{p}}}" for p in DOWNLOAD_PLACEHOLDERS))
+            _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
     if repository is not None:
         _check_url(r, "repository", repository, protocols, template=True)
     if clone_url is not None:
@@ -411,7 +390,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
     if ref not in ("tag", "commit"):
         r.error("ref", f"must be \"tag\" or \"commit\", not {ref!r}")
-        ref = "tag"
+        ref = ModuleRule.ref
     r.finish()
     if repository is None:
         return None
@@ -473,7 +452,7 @@ def _parse_credential(r: _Reader) -> Credential | None:
     url = r.str("url", required=True)
     username = r.str("username", required=True)
     password = r.str("password", required=True)
-    if url is not None and url_scheme(url) not in ("https", "http"):
+    if url is not None and urls.transport(url) not in ("https", "http"):
         r.error("url", f"{url!r} must be an https:// (or http://) URL prefix; ssh uses keys, not passwords")
     r.finish()
     if url is None or username is None or password is None:
@@ -487,22 +466,18 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     problems: list[str] = []
     root = _Reader(dict(data), "", problems, env)
 
+    # Defaults are the dataclasses' own: stated once, there.
     s = _Reader(root._get("server", False) or {}, "server", problems, env)
     server = ServerConfig(
-        host=s.str("host", "127.0.0.1") or "127.0.0.1",
-        port=s.int("port", 8080, 0, 65535),
+        host=s.str("host", ServerConfig.host) or ServerConfig.host,
+        port=s.int("port", ServerConfig.port, 0, 65535),
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
     )
     if server.public_url is not None:
-        try:
-            parts = urlsplit(server.public_url)
-            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-        except ValueError:
-            valid = False
-        if not valid:
+        public = urls.parse(server.public_url)
+        if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
     if (server.tls_cert is None) != (server.tls_key is None) and not (s.problems_for("tls_cert") or s.problems_for("tls_key")):
@@ -516,25 +491,25 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
 
     c = _Reader(root._get("cache", False) or {}, "cache", problems, env)
     cache = CacheConfig(
-        ttl_seconds=c.number("ttl_seconds", 300.0),
-        stale_seconds=c.number("stale_seconds", 86400.0),
-        negative_ttl_seconds=c.number("negative_ttl_seconds", 30.0),
-        error_retry_seconds=c.number("error_retry_seconds", 5.0),
-        max_repositories=c.int("max_repositories", 10000, 1),
-        refresh_ahead=c.bool("refresh_ahead", False),
+        ttl_seconds=c.number("ttl_seconds", CacheConfig.ttl_seconds),
+        stale_seconds=c.number("stale_seconds", CacheConfig.stale_seconds),
+        negative_ttl_seconds=c.number("negative_ttl_seconds", CacheConfig.negative_ttl_seconds),
+        error_retry_seconds=c.number("error_retry_seconds", CacheConfig.error_retry_seconds),
+        max_repositories=c.int("max_repositories", CacheConfig.max_repositories, 1),
+        refresh_ahead=c.bool("refresh_ahead", CacheConfig.refresh_ahead),
     )
     c.finish()
 
     g = _Reader(root._get("git", False) or {}, "git", problems, env)
-    protocols = g.str_list("protocols", DEFAULT_PROTOCOLS)
+    protocols = g.str_list("protocols", GitConfig.protocols)
     for i, proto in enumerate(protocols):
         if proto not in KNOWN_PROTOCOLS:
             g.error(f"protocols[{i}]", f"unknown transport {proto!r}; choose from {', '.join(KNOWN_PROTOCOLS)}")
     gitcfg = GitConfig(
-        timeout_seconds=g.number("timeout_seconds", 30.0, minimum=0.1),
-        max_concurrency=g.int("max_concurrency", 8, 1, 256),
+        timeout_seconds=g.number("timeout_seconds", GitConfig.timeout_seconds, minimum=0.1),
+        max_concurrency=g.int("max_concurrency", GitConfig.max_concurrency, 1, 256),
         protocols=tuple(p for p in protocols if p in KNOWN_PROTOCOLS),
-        allow_moved_tags=g.bool("allow_moved_tags", False),
+        allow_moved_tags=g.bool("allow_moved_tags", GitConfig.allow_moved_tags),
     )
     g.finish()
 
@@ -543,7 +518,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tokens=_parse_tokens(a),
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
-        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", 600.0, minimum=10.0),
+        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -554,7 +529,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     st = _Reader(root._get("storage", False) or {}, "storage", problems, env)
     storage = StorageConfig(
         path=st.str("path") or default_storage_path(),
-        max_bytes=st.int("max_bytes", 5 * 1024**3, 1024 * 1024),
+        max_bytes=st.int("max_bytes", StorageConfig.max_bytes, 1024 * 1024),
     )
     st.finish()
 

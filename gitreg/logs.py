@@ -41,11 +41,6 @@ def mask_query(raw_path: str) -> str:
     return f"{path}?{'&'.join(parts)}"
 
 
-def masked_path(request: web.BaseRequest) -> str:
-    """The request's path and query as sent, sensitive query values replaced by `***`."""
-    return mask_query(request.raw_path)
-
-
 class AccessEntry(NamedTuple):
     """What the access log keeps of one request until its line is written."""
 

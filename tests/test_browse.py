@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitreg.appkeys import CATALOG
-from gitreg.browse import DEFAULT_LIMIT, MAX_LIMIT, source_url
+from gitreg.browse import DEFAULT_LIMIT, MAX_LIMIT
 from tests.conftest import assert_error, make_config
 from tests.support.repos import GitRepo
 
@@ -309,21 +309,6 @@ async def test_scoped_tokens_never_list_or_find_other_namespaces(make_client, mo
     await assert_error(await client.get("/v1/modules/other/network/azurerm", headers=acme), 403)
     assert ids(await get_json(client, "/v1/modules", headers=everything)) == SORTED
     await assert_error(await client.get("/v1/modules"), 401)
-
-
-# --- source URLs ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("clone_url", "web"), [
-    ("https://github.com/acme/terraform-aws-vpc.git", "https://github.com/acme/terraform-aws-vpc"),
-    ("https://user:secret@gitlab.example.com:8443/group/sub/vpc.git/", "https://gitlab.example.com:8443/group/sub/vpc"),
-    ("ssh://git@github.com:22/acme/vpc.git", "https://github.com/acme/vpc"),
-    ("git@github.com:acme/vpc.git", "https://github.com/acme/vpc"),
-    ("git://git.example.com/acme/vpc", "https://git.example.com/acme/vpc"),
-    ("file:///srv/git/vpc.git", ""),
-])
-def test_source_is_the_web_url_of_the_clone_url(clone_url, web):
-    assert source_url(clone_url) == web
 
 
 # --- golden files: field names and JSON types as in the spec's samples ----------------------
