@@ -9,13 +9,18 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY gitreg ./gitreg
-RUN pip install --no-cache-dir . && rm -rf /src
+# Dependencies at the versions requirements.lock pins, so a rebuild installs what was tested.
+RUN pip install --no-cache-dir -c requirements.lock . && rm -rf /src
 
 RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/gitreg --shell /usr/sbin/nologin gitreg
 USER 10001
 WORKDIR /var/lib/gitreg
+# [storage] path defaults to $XDG_STATE_HOME/gitreg = /var/lib/gitreg: mirrors, archives, the
+# first-served commit of each tag and download counts, kept across container restarts.
+ENV XDG_STATE_HOME=/var/lib
+VOLUME ["/var/lib/gitreg"]
 
 EXPOSE 8080
 # The config in /etc/gitreg must listen on 0.0.0.0:8080 for this check and EXPOSE to hold.

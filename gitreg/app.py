@@ -6,13 +6,14 @@ import asyncio
 import logging
 import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY, SIGNER
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
@@ -101,6 +102,10 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
 def authorize_request(request: web.Request) -> None:
     """Require a registry token on the API when `[auth] tokens` is set."""
     checker = request.app[AUTH]
+    # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
+    # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
+    if request.match_info.http_exception is not None:
+        return
     if checker.enabled and request.path not in OPEN_PATHS:
         if request.match_info.route.name == "archive" and "signature" in request.query:
             # Terraform fetches the archive without its token: the signed URL is the authorization.
@@ -119,7 +124,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     async def load(url: str) -> TagList:
         return await asyncio.get_running_loop().run_in_executor(executor, adapter.ls_remote_tags, url)
 
-    cache = TagCache(config.cache, app[METRICS].instrument_loader(load))
+    cache = TagCache(config.cache, app[METRICS].instrument_loader(load), app[CLOCK])
     app[METRICS].watch_cache(cache)
     app[METRICS].watch_git(adapter.running)
     app[EXECUTOR] = executor
@@ -160,8 +165,8 @@ async def _stopping(app: web.Application) -> None:
     app[LIFECYCLE].ready, app[LIFECYCLE].reason = False, "stopping"
 
 
-def create_app(config: Config) -> web.Application:
-    """Build the aiohttp application for an already-validated config."""
+def create_app(config: Config, clock: Callable[[], float] = time.monotonic) -> web.Application:
+    """Build the aiohttp application for an already-validated config; `clock` is the tag cache's."""
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(
         middlewares=[metrics_middleware(metrics), errors_middleware],
@@ -170,6 +175,7 @@ def create_app(config: Config) -> web.Application:
         handler_args={"logger": ServerLogger(logging.getLogger("aiohttp.server"))},
     )
     app[CONFIG] = config
+    app[CLOCK] = clock
     app[AUTH] = TokenChecker(config.auth)
     # Without a configured key (auth off: archive URLs need no signature) a random one will do.
     app[SIGNER] = UrlSigner(config.auth.signing_key or secrets.token_hex(32), config.auth.signed_url_ttl_seconds)

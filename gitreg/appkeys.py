@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -33,3 +34,5 @@ METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
+# What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
+CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")

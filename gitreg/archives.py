@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from .errors import GitregError, UpstreamTimeout, UpstreamUnavailable, VersionNotFound
-from .git_adapter import _SHA_RE, MirrorGit, mask_url
+from .errors import GitregError, UpstreamUnavailable, VersionNotFound
+from .git_adapter import MirrorGit, NoSuchTree, mask_url
 from .mirrors import MirrorStore
 
 log = logging.getLogger(__name__)
@@ -73,22 +73,13 @@ class ArchiveBuilder:
         tar is restamped (see normalize) and gzipped as git writes it, so git and gzip run
         side by side, as in `git archive | gzip`.
         """
-        if not _SHA_RE.fullmatch(key.sha):
-            raise ValueError("not a commit SHA")
-        args = ["archive", "--format=tar", "--end-of-options", f"{key.sha}:{key.path}"]
-        with open(dest, "wb") as out, self.git.stream(str(mirror), args) as run:
-            assert run.proc.stdout is not None
-            submodules = normalize(run.proc.stdout, out)
-        if run.killed == "timeout":
-            raise UpstreamTimeout(f"building the archive of commit {key.sha[:12]} took longer than [git] timeout_seconds")
-        if run.killed is not None:
-            raise UpstreamUnavailable("gitreg is shutting down; try again")
-        if run.proc.returncode != 0:
-            if not self.git.has_commit(str(mirror), key.sha):
-                raise MissingCommit(key.sha)  # not fetched yet: the caller fetches and retries
-            if "not a valid object name" in run.error_text:
-                raise VersionNotFound(f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`")
-            raise UpstreamUnavailable(f"could not build the archive of commit {key.sha[:12]} (git archive failed)")
+        with open(dest, "wb") as out:
+            try:
+                submodules = self.git.archive(str(mirror), key.sha, key.path, lambda tar: normalize(tar, out))
+            except NoSuchTree as e:
+                if e.commit_missing:
+                    raise MissingCommit(key.sha) from None  # not fetched yet: the caller fetches and retries
+                raise VersionNotFound(f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`") from None
         if submodules:
             shown = ", ".join(repr(f"{key.path}/{s}" if key.path else s) for s in submodules[:5])
             raise NotArchivable(

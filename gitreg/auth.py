@@ -7,14 +7,13 @@ app.py records the caller's scope on the request; handlers that list modules rea
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Any
 
 from aiohttp import web
 
 from .config import AuthConfig, TokenConfig
 from .errors import Forbidden, Unauthorized
+from .secrets import digest, same_secret
 
 # The caller's namespaces (None: all of them), recorded on the request by `authorize`. A typed
 # request key where aiohttp has them (3.12+; a plain string key warns there), else a string.
@@ -28,7 +27,7 @@ class TokenChecker:
         # Every token is kept as its SHA-256: a presented token is compared digest to digest,
         # 32 bytes each, so not even a token's length shows in the time a comparison takes.
         self._tokens: tuple[tuple[bytes, TokenConfig], ...] = tuple(
-            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else hashlib.sha256(t.token.encode()).digest(), t)
+            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else digest(t.token), t)
             for t in config.tokens
         )
 
@@ -39,10 +38,9 @@ class TokenChecker:
 
     def find(self, presented: str) -> TokenConfig | None:
         """The configured token `presented` is (compared with every one, in constant time), or None."""
-        digest = hashlib.sha256(presented.encode("utf-8", "surrogateescape")).digest()
         matched: TokenConfig | None = None
         for secret, token in self._tokens:
-            if hmac.compare_digest(digest, secret) and matched is None:
+            if same_secret(presented, secret) and matched is None:
                 matched = token
         return matched
 

@@ -16,17 +16,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from aiohttp import web
 
+from . import urls
 from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, EXECUTOR, INDEX, METRICS, MIRRORS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
 from .errors import BadRequest, ModuleNotFound, VersionNotFound
 from .index import IndexCollector, IndexedVersion, IndexEntry, ModuleIndex
-from .names import NAME_RE, SYSTEM_RE, ModuleAddress, parse_address
+from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule
 from .versions import ModuleVersions, TaggedVersion
 
@@ -36,11 +37,8 @@ browse_routes = web.RouteTableDef()
 
 DEFAULT_LIMIT = 15
 MAX_LIMIT = 100
-MAX_QUERY_CHARS = 200
 # Query parameters carried into `next_url` (anything else a client sent is dropped).
 _PAGE_PARAMS = ("namespace", "provider", "q", "verified")
-_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
-_NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
 
 
 @dataclass(frozen=True)
@@ -56,20 +54,13 @@ class Page:
 # ---------------------------------------------------------------------------------------
 
 
-def _non_negative(request: web.Request, key: str) -> int | None:
-    raw = request.query.get(key)
-    if raw is None:
-        return None
-    # Digits only: "-1", "1.5", "1e3" and "" are refused, and a huge value cannot cost us.
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
-        raise BadRequest(f"{key} must be a non-negative integer (at most 12 digits), not {raw[:40]!r}")
-    return int(raw)
-
-
 def parse_page(request: web.Request) -> Page:
-    """`offset` (default 0) and `limit` (default 15; 0 means the default; above 100 means 100)."""
-    offset = _non_negative(request, "offset") or 0
-    limit = _non_negative(request, "limit") or DEFAULT_LIMIT
+    """`offset` (default 0) and `limit` (default 15; 0 means the default; above 100 means 100).
+
+    Both are already digits only: names.check_request refused anything else before any handler.
+    """
+    offset = int(request.query.get("offset") or 0)
+    limit = int(request.query.get("limit") or 0) or DEFAULT_LIMIT
     return Page(offset, min(limit, MAX_LIMIT))
 
 
@@ -88,37 +79,8 @@ def page_meta(request: web.Request, page: Page, total: int) -> dict[str, Any]:
     return meta
 
 
-def _filter_value(request: web.Request, key: str, grammar: re.Pattern[str], expected: str) -> str | None:
-    value = request.query.get(key)
-    if value is None or value == "":
-        return None
-    if not grammar.fullmatch(value):
-        raise BadRequest(f"invalid {key} filter {value[:80]!r}: expected {expected}")
-    return value
-
-
-def source_url(clone_url: str) -> str:
-    """The repository's web URL: https for http(s)/ssh/scp/git clone URLs, no `.git`, no credentials."""
-    scp = _SCP_RE.match(clone_url) if "://" not in clone_url else None
-    if scp is not None:
-        host, path = scp.group("host"), scp.group("path")
-        scheme, port = "https", None
-    else:
-        parts = urlsplit(clone_url)
-        if parts.scheme not in ("https", "http", "ssh", "git", "git+ssh", "ssh+git") or not parts.hostname:
-            return ""  # file:// and the like have no web page
-        host, path = parts.hostname, parts.path
-        # An ssh or git port is not the web server's port; an http(s) one is.
-        scheme = parts.scheme if parts.scheme in ("https", "http") else "https"
-        try:
-            port = parts.port if parts.scheme in ("https", "http") else None
-        except ValueError:  # a port that is not a number: show the host alone
-            port = None
-    path = path.strip("/").removesuffix(".git").removesuffix("/")
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 address
-    netloc = f"{host}:{port}" if port else host
-    return f"{scheme}://{netloc}/{path}" if path else f"{scheme}://{netloc}"
+# Kept for callers of the old name; the one implementation is urls.web_url.
+source_url = urls.web_url
 
 
 def summary(app: web.Application, entry: IndexEntry, version: IndexedVersion | None = None,
@@ -147,18 +109,10 @@ def summary(app: web.Application, entry: IndexEntry, version: IndexedVersion | N
 # ---------------------------------------------------------------------------------------
 
 
-def _segment(request: web.Request, label: str) -> str:
-    """A `{namespace}` or `{name}` path segment, checked against the registry grammar."""
-    value = request.match_info[label]
-    if not NAME_RE.fullmatch(value):
-        raise BadRequest(f"invalid module {label} {value[:80]!r}: expected {_NAME_EXPECTED}")
-    return value
-
-
 def _filters(request: web.Request, namespace: str | None = None,
              name: str | None = None) -> tuple[Callable[[IndexEntry], bool], tuple[object, ...]]:
     """What the caller may see and asked for, as a predicate and a memo key."""
-    provider = _filter_value(request, "provider", SYSTEM_RE, "1-64 lowercase letters and digits")
+    provider = request.query.get("provider") or None  # grammar-checked by names.check_request
     verified_only = request.query.get("verified", "").lower() == "true"
     scope = allowed_namespaces(request)
 
@@ -254,9 +208,7 @@ async def search_modules(request: web.Request) -> web.Response:
     query = request.query.get("q", "").strip()
     if not query:
         raise BadRequest("search needs a query: /v1/modules/search?q=<words>")
-    if len(query) > MAX_QUERY_CHARS:
-        raise BadRequest(f"the search query is longer than {MAX_QUERY_CHARS} characters")
-    namespace = _filter_value(request, "namespace", NAME_RE, _NAME_EXPECTED)
+    namespace = request.query.get("namespace") or None  # grammar-checked by names.check_request
     keep, memo_key = _filters(request, namespace)
     catalog = request.app[CATALOG]
     found = request.app[INDEX].search(query, keep, (*memo_key, catalog.downloads_version), catalog.downloads)
@@ -266,7 +218,7 @@ async def search_modules(request: web.Request) -> web.Response:
 @browse_routes.get("/v1/modules/{namespace}")
 async def list_namespace(request: web.Request) -> web.Response:
     """The listed modules of one namespace."""
-    namespace = _segment(request, "namespace")
+    namespace = request.match_info["namespace"]
     keep, memo_key = _filters(request, namespace)
     return _list_response(request, request.app[INDEX].listed(keep, memo_key, [namespace]))
 
@@ -274,7 +226,7 @@ async def list_namespace(request: web.Request) -> web.Response:
 @browse_routes.get("/v1/modules/{namespace}/{name}")
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
-    namespace, name = _segment(request, "namespace"), _segment(request, "name")
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
     keep, memo_key = _filters(request, namespace, name)
     entries = request.app[INDEX].listed(keep, memo_key, [namespace])
     if not entries:

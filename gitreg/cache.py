@@ -269,11 +269,6 @@ class TagCache:
         """Every repository with a cached tag list or an upstream call in flight."""
         return list(dict.fromkeys([*self._entries, *self._inflight]))
 
-    def peek(self, key: str) -> TagList | None:
-        """The cached tags of `key`, fresh or not, without any upstream call or recency change."""
-        entry = self._entries.get(key)
-        return entry.tags if entry is not None else None
-
     def oldest_age(self) -> float:
         """Seconds since the oldest cached tag list was fetched (0 when empty)."""
         now = self._clock()

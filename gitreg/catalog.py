@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .names import NAME_RE, SYSTEM_RE, ModuleAddress
+from .errors import BadRequest
+from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule, RuleIndex
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,12 @@ def _parse_key(key: object) -> ModuleAddress | None:
     if not isinstance(key, str):
         return None
     parts = key.split("/")
-    if len(parts) != 3 or not NAME_RE.fullmatch(parts[0]) or not NAME_RE.fullmatch(parts[1]) or not SYSTEM_RE.fullmatch(parts[2]):
+    if len(parts) != 3:
         return None
-    return ModuleAddress(*parts)
+    try:
+        return parse_address(*parts)
+    except BadRequest:
+        return None
 
 
 class Catalog:

@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .config import Config, load_config, module_rule_from_flag
-from .errors import ConfigError, GitregError
+from .config import Config, ModuleRule, load_config, module_rule_from_flag
+from .errors import BadRequest, ConfigError, GitregError
 from .git_adapter import GitAdapter, mask_url
+from .names import parse_address
+from .rules import RuleIndex, shadowed_rules
 from .versions import select_versions
 
 log = logging.getLogger("gitreg")
@@ -52,7 +54,11 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
     common(check)
-    check.add_argument("--probe", action="store_true", help="also list each explicit module's versions and skipped tags")
+    check.add_argument(
+        "--probe", nargs="?", const=True, default=None, metavar="NAMESPACE/NAME/SYSTEM",
+        help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
+             "through whichever rule serves it (wildcard rules too)",
+    )
     return parser
 
 
@@ -83,9 +89,21 @@ def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[s
     return dataclasses.replace(config, server=server)
 
 
+def module_sources(config: Config) -> int:
+    """How many sources of modules the config names: `serve` and `check` both refuse none."""
+    return len(config.modules)  # each further kind of source (e.g. [[orgs]]) is one more term here
+
+
+def _refuse_nothing_to_serve(config: Config) -> bool:
+    """Say so on stderr and return True when the config serves no module at all."""
+    if module_sources(config):
+        return False
+    print("gitreg: no modules to serve: add [[modules]] to the config or pass --module NS/NAME/SYSTEM=URL", file=sys.stderr)
+    return True
+
+
 def _serve(config: Config) -> int:
-    if not config.modules:
-        print("gitreg: no modules to serve: add [[modules]] to the config or pass --module NS/NAME/SYSTEM=URL", file=sys.stderr)
+    if _refuse_nothing_to_serve(config):
         return EXIT_CONFIG
     ssl_context = None
     if config.server.tls_cert and config.server.tls_key:
@@ -135,9 +153,27 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
         await runner.cleanup()
 
 
-def _check(config: Config, probe: bool) -> int:
+def _rule_labels(config: Config, flag_rules: int) -> list[str]:
+    """How the operator wrote each rule: `--module ADDRESS` (they come first) or `modules[i]` of the file."""
+    return [
+        f"--module {_pattern(rule)}" if i < flag_rules else f"modules[{i - flag_rules}]"
+        for i, rule in enumerate(config.modules)
+    ]
+
+
+def _pattern(rule: ModuleRule) -> str:
+    return f"{rule.namespace or '*'}/{rule.name or '*'}/{rule.system or '*'}"
+
+
+def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int:
+    if _refuse_nothing_to_serve(config):
+        return EXIT_CONFIG
+    labels = _rule_labels(config, flag_rules)
     print(f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
           + (f" from {config.source}" if config.source else ""))
+    for hidden, winner in shadowed_rules(config.modules):
+        print(f"warning: {labels[hidden]} ({_pattern(config.modules[hidden])}) never serves anything: "
+              f"{labels[winner]} has the same namespace, name and system and wins", file=sys.stderr)
     from .webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
 
     for line in webhook_instructions(config):
@@ -145,39 +181,82 @@ def _check(config: Config, probe: bool) -> int:
     if not probe:
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
-        return _probe(config, GitAdapter(config.git, config.credentials, home))
+        adapter = GitAdapter(config.git, config.credentials, home)
+        if isinstance(probe, str):
+            return _probe_address(config, adapter, probe, labels)
+        return _probe(config, adapter)
 
 
 def _probe(config: Config, adapter: GitAdapter) -> int:
     failed = False
     for i, rule in enumerate(config.modules):
         if not rule.explicit:
-            print(f"\nrule {i}: {rule.namespace or '*'}/{rule.name or '*'}/{rule.system or '*'} -> "
-                  f"{mask_url(rule.repository)} (a wildcard rule: probed when a module is requested)")
+            print(f"\nrule {i}: {_pattern(rule)} -> "
+                  f"{mask_url(rule.repository)} (a wildcard rule: probe one of its modules with --probe NAMESPACE/NAME/SYSTEM)")
             continue
         print(f"\n{rule.namespace}/{rule.name}/{rule.system} <- {mask_url(rule.repository)}"
               + (f" path={rule.path}" if rule.path else "") + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else ""))
-        try:
-            tags = adapter.ls_remote_tags(rule.repository)
-        except GitregError as e:
-            failed = True
-            print(f"  ERROR: {e.message}")
-            continue
-        found = select_versions(tags.tags, rule.tag_prefix)
-        if found.versions:
-            print(f"  versions ({len(found.versions)}): " + ", ".join(tv.canonical for tv in found.versions))
-            latest = found.latest()
-            if latest is not None:
-                print(f"  latest: {latest.canonical} (tag {latest.tag}, commit {latest.sha[:12]})")
-        else:
-            print("  versions: none (push a tag like " + f"{rule.tag_prefix}v1.0.0)")
-        for skipped in found.skipped:
-            print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
     return EXIT_PROBE_FAILED if failed else EXIT_OK
+
+
+def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[str]) -> int:
+    """Probe one module address through the rule that serves it, as a request for it would."""
+    parts = text.split("/")
+    try:
+        if len(parts) != 3:
+            raise BadRequest(f"--probe {text[:200]!r}: expected NAMESPACE/NAME/SYSTEM")
+        address = parse_address(*parts)
+    except GitregError as e:
+        print(f"gitreg: {e.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    resolved = RuleIndex(config.modules).match(address)  # the same choice a request makes
+    if resolved is None:
+        print(f"\n{address}: no rule serves it (a request for it gets 404)")
+        return EXIT_PROBE_FAILED
+    rule = resolved.rule
+    label = labels[config.modules.index(rule)]
+    print(f"\n{address} <- {mask_url(resolved.repository)} (rule {label}: {_pattern(rule)})"
+          + (f" path={rule.path}" if rule.path else "") + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else ""))
+    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+
+
+def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
+    """Print the versions and skipped tags of one repository; False when it cannot be listed."""
+    try:
+        tags = adapter.ls_remote_tags(repository)
+    except GitregError as e:
+        print(f"  ERROR: {e.message}")
+        return False
+    found = select_versions(tags.tags, tag_prefix)
+    if found.versions:
+        print(f"  versions ({len(found.versions)}): " + ", ".join(tv.canonical for tv in found.versions))
+        latest = found.latest()
+        if latest is not None:
+            print(f"  latest: {latest.canonical} (tag {latest.tag}, commit {latest.sha[:12]})")
+    else:
+        print("  versions: none (push a tag like " + f"{tag_prefix}v1.0.0)")
+    for skipped in found.skipped:
+        print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `gitreg` and `python -m gitreg`; returns the exit code."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        # `gitreg check | head -1`: the reader has gone, which is not an error worth a traceback.
+        # Point stdout at /dev/null so the interpreter's own final flush stays quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PROBE_FAILED
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -204,5 +283,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check":
-        return _check(config, args.probe)
+        return _check(config, args.probe, flag_rules=len(args.module))
     return _serve(config)

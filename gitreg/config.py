@@ -7,6 +7,7 @@ Every problem is collected (not just the first) and named by its key path, e.g.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import tomllib
@@ -14,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
-
+from . import urls
 from .errors import ConfigError
 from .names import NAME_RE, SYSTEM_RE
 
@@ -25,7 +25,6 @@ DEFAULT_PROTOCOLS = ("https", "ssh", "git", "file")
 KNOWN_PROTOCOLS = ("https", "http", "ssh", "git", "file")
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
-_SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)(?!:)")
 
 
 @dataclass(frozen=True)
@@ -212,7 +211,19 @@ class _Reader:
         if not isinstance(value, str):
             self.error(key, f"must be a string, not {_type_name(value)}")
             return default
-        return expand_env(value, self.env, lambda reason: self.error(key, reason))
+        return self._expand(key, value, default)
+
+    def _expand(self, key: str, value: str, default: str | None) -> str | None:
+        """`value` with `${VAR}` expanded; `default` when a variable is unset (reported once, here).
+
+        A value missing its variable is not checked further: "${TOKEN} is not set" is the one
+        problem, not also "shorter than 16 characters" or "not a Git URL".
+        """
+        failed: list[str] = []
+        expanded = expand_env(value, self.env, failed.append)
+        for reason in failed:
+            self.error(key, reason)
+        return default if failed else expanded
 
     def number(self, key: str, default: float, minimum: float = 0.0) -> float:
         value = self._get(key, False)
@@ -260,7 +271,9 @@ class _Reader:
             if not isinstance(item, str):
                 self.error(f"{key}[{i}]", f"must be a string, not {_type_name(item)}")
                 continue
-            out.append(expand_env(item, self.env, lambda reason, i=i: self.error(f"{key}[{i}]", reason)))
+            expanded = self._expand(f"{key}[{i}]", item, None)
+            if expanded is not None:
+                out.append(expanded)
         return tuple(out)
 
     def table_list(self, key: str) -> list[Any]:
@@ -273,15 +286,29 @@ class _Reader:
         return value
 
     def problems_for(self, key: str) -> bool:
-        """True when a problem was already recorded for `key`."""
-        prefix = f"{self.key(key)}:"
-        return any(p.startswith(prefix) for p in self.problems)
+        """True when a problem was already recorded for `key` or a key inside it."""
+        full = self.key(key)
+        return any(p.startswith((f"{full}:", f"{full}.", f"{full}[")) for p in self.problems)
 
     def finish(self) -> None:
         """Report keys nobody asked for: a typo must not be silently ignored."""
         for key in self.table:
             if key not in self.seen:
-                self.error(key, "unknown key")
+                self.error(key, "unknown key" + did_you_mean(key, self.seen))
+
+
+def did_you_mean(key: str, known: set[str] | frozenset[str]) -> str:
+    """`; did you mean X?` for the known key a typo most likely meant, else "".
+
+    A known key the typo begins (`repo` -> `repository`) comes first, then the closest by
+    difflib's ratio (`repsitory`, `tag_prefx`).
+    """
+    if not isinstance(key, str) or not known:
+        return ""
+    lowered = key.lower()
+    prefixed = sorted(k for k in known if len(lowered) >= 3 and k.startswith(lowered) and k != lowered)
+    close = prefixed[:1] or difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _type_name(value: Any) -> str:
@@ -310,42 +337,29 @@ def expand_env(value: str, env: Mapping[str, str], error: Any) -> str:
     return _ENV_RE.sub(replace, value)
 
 
-def url_scheme(url: str) -> str | None:
-    """The transport git would use for `url` (`ssh` for scp-like `host:path`)."""
-    if "://" in url:
-        return url.partition("://")[0].lower()
-    if _SCP_RE.match(url):
-        return "ssh"
-    return None
+def _check_placeholders(r: _Reader, key: str, template: str, allowed: tuple[str, ...]) -> None:
+    """Every `{placeholder}` in `template` must be one of `allowed`."""
+    for placeholder in _TEMPLATE_RE.findall(template):
+        if placeholder not in allowed:
+            names = [f"{{{p}}}" for p in allowed]
+            r.error(key, f"unknown placeholder {{{placeholder}}}; use {', '.join(names[:-1])} or {names[-1]}")
 
 
 def _check_url(r: _Reader, key: str, url: str, protocols: tuple[str, ...], template: bool) -> None:
     """A repository URL must be a transport we allow, and carry no password."""
     if template:
-        for placeholder in _TEMPLATE_RE.findall(url):
-            if placeholder not in PLACEHOLDERS:
-                r.error(key, f"unknown placeholder {{{placeholder}}}; use {{namespace}}, {{name}} or {{system}}")
+        _check_placeholders(r, key, url, PLACEHOLDERS)
     # Placeholders are filled from grammar-checked segments: check the URL's shape with a stand-in.
-    sample = _TEMPLATE_RE.sub("x", url) if template else url
-    scheme = url_scheme(sample)
-    if scheme is None:
-        r.error(key, f"{url!r} is not a Git URL (expected https://, ssh://, git://, file:// or user@host:path)")
+    found = urls.parse_or_reason(_TEMPLATE_RE.sub("x", url) if template else url)
+    if isinstance(found, str):
+        r.error(key, f"{url!r} is {found}")
         return
-    if scheme not in protocols:
-        r.error(key, f"transport {scheme!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
-    if "://" in sample:
-        try:
-            parts = urlsplit(sample)
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-        except ValueError as e:
-            r.error(key, f"{url!r} is not a valid URL: {e}")
-            return
-        if parts.password is not None:
-            r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
-        if parts.query or parts.fragment:
-            r.error(key, "must not contain a query string or fragment")
-    if sample.startswith("-"):
-        r.error(key, "must not start with '-'")
+    if found.transport not in protocols:
+        r.error(key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
+    if found.password is not None:
+        r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
+    if found.query or found.fragment:
+        r.error(key, "must not contain a query string or fragment")
 
 
 def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
@@ -363,30 +377,24 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
                 r.error(key, f"{value!r} is not a valid {key}: expected {expected}")
         fields[key] = value
     repository = r.str("repository", required=True)
-    path = (r.str("path", "") or "").strip("/")
-    tag_prefix = r.str("tag_prefix", "") or ""
+    path = (r.str("path", ModuleRule.path) or "").strip("/")
+    tag_prefix = r.str("tag_prefix", ModuleRule.tag_prefix) or ""
     clone_url = r.str("clone_url")
-    ref = r.str("ref", "tag")
-    download = r.str("download", "git") or "git"
-    verified = r.bool("verified", False)
+    ref = r.str("ref", ModuleRule.ref)
+    download = r.str("download", ModuleRule.download) or ModuleRule.download
+    verified = r.bool("verified", ModuleRule.verified)
     archive_root = r.str("archive_root")
     if archive_root is not None and not download.startswith("https://"):
         r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
     if archive_root is not None:
-        for placeholder in _TEMPLATE_RE.findall(archive_root):
-            if placeholder not in DOWNLOAD_PLACEHOLDERS:
-                r.error("archive_root", f"unknown placeholder {{{placeholder}}}; use one of "
-                        + ", ".join(f"{{{p}}}" for p in DOWNLOAD_PLACEHOLDERS))
+        _check_placeholders(r, "archive_root", archive_root, DOWNLOAD_PLACEHOLDERS)
         if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
             r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
     if download not in ("git", "archive"):
         if not download.startswith("https://"):
             r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
         else:
-            for placeholder in _TEMPLATE_RE.findall(download):
-                if placeholder not in DOWNLOAD_PLACEHOLDERS:
-                    r.error("download", f"unknown placeholder {{{placeholder}}}; use one of "
-                            + ", ".join(f"{{{p}}}" for p in DOWNLOAD_PLACEHOLDERS))
+            _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
     if repository is not None:
         _check_url(r, "repository", repository, protocols, template=True)
     if clone_url is not None:
@@ -400,7 +408,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
     if ref not in ("tag", "commit"):
         r.error("ref", f"must be \"tag\" or \"commit\", not {ref!r}")
-        ref = "tag"
+        ref = ModuleRule.ref
     r.finish()
     if repository is None:
         return None
@@ -431,7 +439,10 @@ def _parse_tokens(a: _Reader) -> tuple[TokenConfig, ...]:
     for i, item in enumerate(value):
         key = f"tokens[{i}]"
         if isinstance(item, str):
-            token, namespaces = expand_env(item, a.env, lambda reason, key=key: a.error(key, reason)), None
+            expanded = a._expand(key, item, None)
+            if expanded is None:  # its variable is unset: reported once, nothing more to check
+                continue
+            token, namespaces = expanded, None
         elif isinstance(item, dict):
             t = _Reader(item, a.key(key), a.problems, a.env)
             token = t.str("token", required=True) or ""
@@ -459,7 +470,7 @@ def _parse_credential(r: _Reader) -> Credential | None:
     url = r.str("url", required=True)
     username = r.str("username", required=True)
     password = r.str("password", required=True)
-    if url is not None and url_scheme(url) not in ("https", "http"):
+    if url is not None and urls.transport(url) not in ("https", "http"):
         r.error("url", f"{url!r} must be an https:// (or http://) URL prefix; ssh uses keys, not passwords")
     r.finish()
     if url is None or username is None or password is None:
@@ -473,25 +484,21 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     problems: list[str] = []
     root = _Reader(dict(data), "", problems, env)
 
+    # Defaults are the dataclasses' own: stated once, there.
     s = _Reader(root._get("server", False) or {}, "server", problems, env)
     server = ServerConfig(
-        host=s.str("host", "127.0.0.1") or "127.0.0.1",
-        port=s.int("port", 8080, 0, 65535),
+        host=s.str("host", ServerConfig.host) or ServerConfig.host,
+        port=s.int("port", ServerConfig.port, 0, 65535),
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
     )
     if server.public_url is not None:
-        try:
-            parts = urlsplit(server.public_url)
-            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
-            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-        except ValueError:
-            valid = False
-        if not valid:
+        public = urls.parse(server.public_url)
+        if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
-    if (server.tls_cert is None) != (server.tls_key is None):
+    if (server.tls_cert is None) != (server.tls_key is None) and not (s.problems_for("tls_cert") or s.problems_for("tls_key")):
         missing = "tls_key" if server.tls_key is None else "tls_cert"
         s.error(missing, "tls_cert and tls_key must be given together (both or neither)")
     for key in ("tls_cert", "tls_key"):
@@ -502,25 +509,25 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
 
     c = _Reader(root._get("cache", False) or {}, "cache", problems, env)
     cache = CacheConfig(
-        ttl_seconds=c.number("ttl_seconds", 300.0),
-        stale_seconds=c.number("stale_seconds", 86400.0),
-        negative_ttl_seconds=c.number("negative_ttl_seconds", 30.0),
-        error_retry_seconds=c.number("error_retry_seconds", 5.0),
-        max_repositories=c.int("max_repositories", 10000, 1),
-        refresh_ahead=c.bool("refresh_ahead", False),
+        ttl_seconds=c.number("ttl_seconds", CacheConfig.ttl_seconds),
+        stale_seconds=c.number("stale_seconds", CacheConfig.stale_seconds),
+        negative_ttl_seconds=c.number("negative_ttl_seconds", CacheConfig.negative_ttl_seconds),
+        error_retry_seconds=c.number("error_retry_seconds", CacheConfig.error_retry_seconds),
+        max_repositories=c.int("max_repositories", CacheConfig.max_repositories, 1),
+        refresh_ahead=c.bool("refresh_ahead", CacheConfig.refresh_ahead),
     )
     c.finish()
 
     g = _Reader(root._get("git", False) or {}, "git", problems, env)
-    protocols = g.str_list("protocols", DEFAULT_PROTOCOLS)
+    protocols = g.str_list("protocols", GitConfig.protocols)
     for i, proto in enumerate(protocols):
         if proto not in KNOWN_PROTOCOLS:
             g.error(f"protocols[{i}]", f"unknown transport {proto!r}; choose from {', '.join(KNOWN_PROTOCOLS)}")
     gitcfg = GitConfig(
-        timeout_seconds=g.number("timeout_seconds", 30.0, minimum=0.1),
-        max_concurrency=g.int("max_concurrency", 8, 1, 256),
+        timeout_seconds=g.number("timeout_seconds", GitConfig.timeout_seconds, minimum=0.1),
+        max_concurrency=g.int("max_concurrency", GitConfig.max_concurrency, 1, 256),
         protocols=tuple(p for p in protocols if p in KNOWN_PROTOCOLS),
-        allow_moved_tags=g.bool("allow_moved_tags", False),
+        allow_moved_tags=g.bool("allow_moved_tags", GitConfig.allow_moved_tags),
     )
     g.finish()
 
@@ -529,7 +536,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tokens=_parse_tokens(a),
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
-        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", 600.0, minimum=10.0),
+        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -540,7 +547,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     st = _Reader(root._get("storage", False) or {}, "storage", problems, env)
     storage = StorageConfig(
         path=st.str("path") or default_storage_path(),
-        max_bytes=st.int("max_bytes", 5 * 1024**3, 1024 * 1024),
+        max_bytes=st.int("max_bytes", StorageConfig.max_bytes, 1024 * 1024),
     )
     st.finish()
 
@@ -567,7 +574,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         rule = _parse_rule(_Reader(table, f"modules[{i}]", problems, env), gitcfg.protocols)
         if rule is not None:
             modules.append(rule)
-    if auth.tokens and auth.signing_key is None:
+    if auth.tokens and auth.signing_key is None and not a.problems_for("signing_key"):
         for i, rule in enumerate(modules):
             if rule.download == "archive":
                 problems.append(

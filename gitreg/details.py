@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import re
+import shutil
 import tarfile
 import tempfile
 import textwrap
@@ -27,7 +28,7 @@ from cachetools import LRUCache
 from hcl2.utils import SerializationOptions
 
 from .errors import GitregError, UpstreamUnavailable
-from .git_adapter import MirrorGit
+from .git_adapter import MirrorGit, NoSuchTree
 from .mirrors import MirrorStore
 from .rules import ResolvedModule
 from .versions import TaggedVersion
@@ -301,16 +302,16 @@ def build_details(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged:
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
         writer = _CappedWriter(spool, MAX_TREE_BYTES)
         try:
-            git.archive_tar(mirror, tagged.sha, base, writer)
-        except UpstreamUnavailable as e:
-            if not base or "did not match" not in e.message:
-                raise
+            git.archive(mirror, tagged.sha, base, lambda tar: shutil.copyfileobj(tar, writer))
+        except NoSuchTree as e:
+            if e.commit_missing:
+                raise UpstreamUnavailable(f"commit {tagged.sha[:12]} is not in gitreg's mirror") from None
             # The rule's `path` is not in this commit: an empty module says so better than a 502.
             empty = analyze({}, "")
             empty["notes"] = [f"the path {base!r} does not exist at tag {tagged.tag!r}"]
             return ModuleDetails("", "", empty, [])
         spool.seek(0)
-        dirs, notes = read_tree(spool, base)
+        dirs, notes = read_tree(spool, "")  # `git archive <sha>:<path>`: the module's files are at the root
     if writer.truncated:
         notes.append(f"the module tree is larger than {MAX_TREE_BYTES} bytes; details may be incomplete")
     root = analyze(dirs.pop(""), "")
@@ -361,7 +362,7 @@ class DetailsService:
             return cached
         fut = self._inflight.get(key)
         if fut is None:
-            fut = asyncio.ensure_future(self._build(key, resolved, tagged))
+            fut = asyncio.ensure_future(self._build(resolved, tagged))
             self._inflight[key] = fut
             fut.add_done_callback(lambda f: self._done(key, f))
         return await asyncio.shield(fut)
@@ -379,7 +380,7 @@ class DetailsService:
         if not fut.cancelled() and fut.exception() is None:
             self._cache[key] = fut.result()
 
-    async def _build(self, key: tuple[str, str, str, str], resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
+    async def _build(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
         mirror = await self.mirrors.ensure(resolved.repository, tagged.sha)
         self.builds += 1
         return await self._call(build_details, self.git, str(mirror), resolved, tagged)

@@ -6,11 +6,16 @@ Hardening, in one place:
 - system and global git config are ignored and `HOME` is gitreg's own, so an operator's
   `~/.gitconfig` (`url.insteadOf`, credential helpers) cannot change what runs;
 - only the configured transports are allowed (`GIT_ALLOW_PROTOCOL`: no `ext::`);
-- nothing prompts (`GIT_TERMINAL_PROMPT=0`, ssh `BatchMode`), and every call has a timeout
-  that kills the process (GitPython's `kill_after_timeout`);
-- calls that talk to a Git host (`ls-remote`, `fetch`) run in their own process group, so a
-  timeout, an oversized answer or shutdown kills git *and* its helpers (`git-remote-http`,
-  `ssh`, `index-pack`) at once, and nothing is left behind even when git itself had exited;
+- nothing prompts (`GIT_TERMINAL_PROMPT=0`, ssh `BatchMode`);
+- every git process, whether it talks to a Git host (`ls-remote`, `fetch`) or reads gitreg's
+  own mirrors (`archive`, `cat-file`, `for-each-ref`, `init`), is started by one runner
+  (`GitAdapter._spawn`): in its own process group, so a timeout, an oversized answer or
+  shutdown kills git *and* its helpers (`git-remote-http`, `ssh`, `index-pack`) at once and
+  nothing is left behind even when git itself had exited; timed; counted (`running()`, the
+  `gitreg_git_processes` gauge); killed at shutdown. (GitPython's `execute` was used for the
+  mirror commands before: its `kill_after_timeout` kills git alone, not its helpers, and its
+  processes were neither counted nor stopped at shutdown. gitreg used nothing else of it, so
+  the runner here is the one way, and GitPython is no longer a dependency.)
   curl and ssh also give up by themselves on a host that stalls (`GIT_HTTP_LOW_SPEED_*`,
   `ConnectTimeout`/`ServerAliveInterval`), which matters for git processes that outlive a
   gitreg killed with SIGKILL;
@@ -30,17 +35,16 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from typing import BinaryIO, TypeVar
 
-import git
-
+from . import urls
 from .config import Credential, GitConfig
 from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Upstream stderr that means "this repository is not there" rather than "the host failed":
 # git's HTTP 404 (`repository '<url>/' not found`), GitHub/Bitbucket (`Repository not found`),
@@ -82,18 +86,8 @@ _MAX_STDERR = 64 * 1024
 LOW_SPEED_LIMIT = 1000
 
 
-def mask_url(url: str) -> str:
-    """The URL with any user-info password replaced, for logs and messages."""
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # `https://[x`, a port that is not a number: hide all user info
-        return _USERINFO_RE.sub("***@", url)
-    return urlunsplit(parts._replace(netloc=netloc))
+# Kept for callers of the old name (cli, cache, mirrors, archives, tagpins); the one implementation is urls.mask.
+mask_url = urls.mask
 
 
 @dataclass(frozen=True)
@@ -101,7 +95,6 @@ class TagList:
     """The tags of one repository: tag name -> commit SHA (annotated tags peeled)."""
 
     tags: Mapping[str, str]
-    fetched_at: float
     # What the hot path derives from these tags (versions per tag_prefix), computed once per fetch.
     derived: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
@@ -221,8 +214,12 @@ class GitAdapter:
         return best
 
     @contextlib.contextmanager
-    def _spawn(self, args: list[str], url: str, cwd: str | None = None) -> Iterator[_GitRun]:
-        """Run git against `url` with a timeout; on leaving, git and all its helpers are gone."""
+    def _spawn(self, args: list[str], url: str, cwd: str | None = None, timeout: float | None = None) -> Iterator[_GitRun]:
+        """The one way gitreg starts git: against `url` (credentials) or its own repositories (url "").
+
+        In its own process group, killed with its helpers at `timeout` (default [git]
+        timeout_seconds) or shutdown, counted in running(); on leaving, all of it is gone.
+        """
         if self._closed:
             raise UpstreamUnavailable("gitreg is shutting down; try again")
         env = {**os.environ, "LC_ALL": "C", "LANGUAGE": "C", **self.environment(url)}  # English errors to classify
@@ -231,7 +228,7 @@ class GitAdapter:
             run = _GitRun(args, env, cwd or self._home, subprocess.PIPE)
         except FileNotFoundError:
             raise UpstreamUnavailable("git is not installed on the registry server") from None
-        timer = threading.Timer(self.config.timeout_seconds, run.kill, ("timeout",))
+        timer = threading.Timer(self.config.timeout_seconds if timeout is None else timeout, run.kill, ("timeout",))
         timer.daemon = True
         with self._running_lock:
             self._running.add(run)
@@ -286,7 +283,7 @@ class GitAdapter:
         return len(runs)
 
     def running(self) -> int:
-        """How many git processes gitreg runs with a timeout now (calls to Git hosts, archive builds)."""
+        """How many git processes run now (calls to Git hosts, and on gitreg's mirrors)."""
         with self._running_lock:
             return len(self._running)
 
@@ -308,7 +305,7 @@ class GitAdapter:
                 parser.feed(line)
         self._check(run, url, f"{mask_url(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
                     "of tag refs); gitreg refuses to read them all")
-        return TagList(parser.result(), time.time())
+        return TagList(parser.result())
 
     def _timeout(self, shown: str) -> UpstreamTimeout:
         log.warning("git %s timed out after %gs", shown, self.config.timeout_seconds)
@@ -369,22 +366,6 @@ class _RefParser:
         return tags
 
 
-def parse_ls_remote(out: str, url: str = "") -> dict[str, str]:
-    """Parse `git ls-remote --tags` output; peeled `^{}` lines win for annotated tags."""
-    parser = _RefParser(url)
-    for line in out.splitlines():
-        if parser.lines >= MAX_REFS:
-            raise UpstreamUnavailable(f"{mask_url(url)} has more than {MAX_REFS} tags; gitreg refuses to hold them")
-        parser.feed(line)
-    return parser.result()
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value or "")
-
-
 def _last_line(stderr: str) -> str:
     """git's last informative stderr line (not its "make sure ... the repository exists" advice)."""
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
@@ -397,41 +378,52 @@ def _last_line(stderr: str) -> str:
     return line[:300]
 
 
+class NoSuchTree(Exception):
+    """`git archive <sha>:<path>` found no such tree: the commit is not in the mirror, or has no such directory."""
+
+    def __init__(self, sha: str, path: str, commit_missing: bool) -> None:
+        super().__init__(f"{sha[:12]}:{path}")
+        self.commit_missing = commit_missing
+
+
 class MirrorGit:
-    """Git commands on gitreg's own bare mirrors (archive mode, module details)."""
+    """Git commands on gitreg's own bare mirrors (archive mode, module details).
+
+    Every one goes through the adapter's runner (`GitAdapter._spawn`), as calls to Git hosts
+    do: timed, in its own process group, counted, killed at shutdown.
+    """
 
     def __init__(self, adapter: GitAdapter) -> None:
         self.adapter = adapter
 
-    def _run(self, args: list[str], url: str, cwd: str) -> str:
-        # Through the adapter: timeout, process-group kill, killed at shutdown, bounded output.
-        return self.adapter.run(args, url, cwd)
+    def _local(self, path: str | None, args: list[str], timeout: float | None = None) -> tuple[int, str]:
+        """Run git on gitreg's own repository at `path` (no Git host involved): exit status and stdout."""
+        with self.adapter._spawn(["git", *args], "", cwd=path, timeout=timeout) as run:
+            assert run.proc.stdout is not None
+            out = run.proc.stdout.read(MAX_OUTPUT_BYTES + 1)
+            if len(out) > MAX_OUTPUT_BYTES:
+                run.kill("too_large")
+        self._raise_if_killed(run, f"git {args[0]}")
+        return run.proc.returncode, out.decode("utf-8", "replace")
 
-    def local(self, path: str | None, args: list[str], timeout: float | None = None, **kwargs: object) -> str:
-        """Run git on gitreg's own repository at `path` (no Git host involved); GitCommandError on failure."""
-        out = git.cmd.Git(path).execute(
-            ["git", *args], env=self.adapter.environment(""),
-            kill_after_timeout=self.adapter.config.timeout_seconds if timeout is None else timeout, **kwargs,
-        )
-        return out if isinstance(out, str) else ""
-
-    @contextlib.contextmanager
-    def stream(self, path: str, args: list[str]) -> Iterator[_GitRun]:
-        """Run git on the mirror at `path` with its stdout as a pipe, to read inside the block.
-
-        As for calls to a Git host: killed at [git] timeout_seconds or shutdown with its helpers;
-        afterwards `run.killed`, `run.proc.returncode` and `run.error_text` say how it ended.
-        """
-        with self.adapter._spawn(["git", *args], "", cwd=path) as run:
-            yield run
+    def _raise_if_killed(self, run: _GitRun, what: str) -> None:
+        if run.killed == "timeout":
+            raise UpstreamTimeout(f"{what} on gitreg's mirror took longer than [git] timeout_seconds")
+        if run.killed == "too_large":
+            raise UpstreamUnavailable(f"{what} wrote more than {MAX_OUTPUT_BYTES // 2**20} MiB")
+        if run.killed is not None:
+            raise UpstreamUnavailable("gitreg is shutting down; try again")
 
     def init(self, path: str) -> None:
         """Create an empty bare repository at `path`."""
-        self.local(None, ["init", "--quiet", "--bare", "--end-of-options", path], timeout=60)
+        # Absolute: git runs in gitreg's own empty HOME, not in the server's working directory.
+        status, _ = self._local(None, ["init", "--quiet", "--bare", "--end-of-options", os.path.abspath(path)], timeout=60)
+        if status != 0:
+            raise UpstreamUnavailable(f"could not create a mirror repository (git init exited with {status})")
 
     def fetch_tags(self, path: str, url: str) -> None:
         """Fetch every tag of `url` into the mirror at `path` (tags may move: force, prune)."""
-        self._run(
+        self.adapter.run(
             ["git", "fetch", "--quiet", "--force", "--prune", "--no-write-fetch-head", "--end-of-options", url,
              "+refs/tags/*:refs/tags/*"],
             url, path,
@@ -441,28 +433,36 @@ class MirrorGit:
         """True when the mirror at `path` holds commit `sha` (a validated SHA from ls-remote)."""
         if not _SHA_RE.fullmatch(sha):
             raise ValueError("not a commit SHA")
-        try:
-            self.local(path, ["cat-file", "-e", f"{sha}^{{commit}}"], timeout=30)
-        except git.GitCommandError:
-            return False
-        return True
+        status, _ = self._local(path, ["cat-file", "-e", f"{sha}^{{commit}}"], timeout=30)
+        return status == 0
 
-    def archive_tar(self, path: str, sha: str, subdir: str, out: object) -> None:
-        """Write `git archive --format=tar <sha> [-- <subdir>]` to the binary stream `out`."""
+    def archive(self, path: str, sha: str, subdir: str, consume: Callable[[BinaryIO], T]) -> T:
+        """`git archive --format=tar <sha>:<subdir>` of the mirror at `path`, read by `consume` as git writes it.
+
+        The directory's files are at the root of the tar. Raises UpstreamTimeout, or
+        UpstreamUnavailable (shutdown, git failed), or NoSuchTree: the caller says what that means.
+        """
         if not _SHA_RE.fullmatch(sha):
             raise ValueError("not a commit SHA")
-        args = ["archive", "--format=tar", sha]
-        if subdir:
-            args += ["--", subdir]
-        try:
-            self.local(path, args, output_stream=out)
-        except git.GitCommandError as e:
-            raise UpstreamUnavailable(f"could not build an archive of commit {sha[:12]}: {_last_line(_text(e.stderr))}") from None
+        args = ["git", "archive", "--format=tar", "--end-of-options", f"{sha}:{subdir}"]
+        with self.adapter._spawn(args, "", cwd=path) as run:
+            assert run.proc.stdout is not None
+            result = consume(run.proc.stdout)  # type: ignore[arg-type]
+        self._raise_if_killed(run, f"git archive of commit {sha[:12]}")
+        if run.proc.returncode != 0:
+            if not self.has_commit(path, sha):
+                raise NoSuchTree(sha, subdir, commit_missing=True)
+            if "not a valid object name" in run.error_text or "not a tree object" in run.error_text:
+                raise NoSuchTree(sha, subdir, commit_missing=False)
+            raise UpstreamUnavailable(f"could not read commit {sha[:12]} from gitreg's mirror: {_last_line(run.error_text)}")
+        return result
 
     def tag_dates(self, path: str) -> dict[str, str]:
         """tag name -> ISO 8601 date (the tagger's date, or the commit's for a lightweight tag)."""
-        out = self.local(path, ["for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"],
-                         timeout=60)
+        status, out = self._local(
+            path, ["for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"], timeout=60)
+        if status != 0:
+            raise UpstreamUnavailable(f"could not read the tag dates of gitreg's mirror (git exited with {status})")
         dates = {}
         for line in out.splitlines():
             name, _, date = line.partition("\0")

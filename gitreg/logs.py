@@ -41,11 +41,6 @@ def mask_query(raw_path: str) -> str:
     return f"{path}?{'&'.join(parts)}"
 
 
-def masked_path(request: web.BaseRequest) -> str:
-    """The request's path and query as sent, sensitive query values replaced by `***`."""
-    return mask_query(request.raw_path)
-
-
 class AccessEntry(NamedTuple):
     """What the access log keeps of one request until its line is written."""
 
@@ -117,6 +112,21 @@ def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> No
     logger.handle(record)
 
 
+def body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> int:
+    """The bytes of the response body sent, as the combined log format counts them (no headers).
+
+    aiohttp's `body_length` is everything written to the connection, the status line and
+    headers included; those are taken off again, measured as aiohttp serializes them.
+    """
+    written = response.body_length
+    if not written:
+        return 0
+    version = request.version
+    head = f"HTTP/{version[0]}.{version[1]} {response.status} {response.reason}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in response.headers.items()) + "\r\n"
+    return max(written - len(head.encode("utf-8")), 0)
+
+
 class AccessLogger(AbstractAccessLogger):
     """One line per request: the combined log format plus the duration in seconds.
 
@@ -144,7 +154,7 @@ class AccessLogger(AbstractAccessLogger):
         headers = request.headers
         entry = AccessEntry(
             time.time(), request.remote, request.method, request.raw_path, request.version, response.status,
-            response.body_length, headers.get("Referer", ""), headers.get("User-Agent", ""), time_taken,
+            body_bytes(request, response), headers.get("Referer", ""), headers.get("User-Agent", ""), time_taken,
         )
         batch = self._batch
         if batch is None:

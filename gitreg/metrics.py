@@ -2,21 +2,18 @@
 
 Each application owns its own `CollectorRegistry` (no process-wide default registry: two
 apps in one process, as in the tests, must not share or clash over counters). Labels are
-bounded: the route label is the route *template* (`/v1/modules/{namespace}/...`), and the
-git host label is the host name only (never user info, a path or a query), capped at
-MAX_HOSTS distinct values.
+bounded: the route label is the route *template* (`/v1/modules/{namespace}/...`), the method
+one of METHODS or `other`, and the git host label is the host name only (never user info, a
+path or a query: urls.host_label), capped at MAX_HOSTS distinct values.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -25,7 +22,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from . import urls
 from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
+from .secrets import digest, same_secret
 
 if TYPE_CHECKING:
     from .cache import TagCache
@@ -39,22 +38,10 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 GIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MAX_HOSTS = 100
 UNMATCHED_ROUTE = "unmatched"
-
-
-def git_host(url: str) -> str:
-    """The host part of a repository URL, for a metric label: no user, port, path or query."""
-    if "://" in url:
-        try:
-            parts = urlsplit(url)
-            if parts.scheme == "file":
-                return "local"
-            host = parts.hostname
-        except ValueError:
-            host = None
-        return (host or "unknown").lower()
-    # scp-like user@host:path
-    host = url.split(":", 1)[0].rpartition("@")[2]
-    return host.lower() or "unknown"
+# The method label's values: a client may send any token as a method (aiohttp's pure-Python
+# parser passes it on), and each would otherwise become a time series of its own.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+OTHER_METHOD = "other"
 
 
 class Lifecycle:
@@ -99,7 +86,7 @@ class Metrics:
         self._hosts: set[str] = set()
 
     def watch_git(self, running: Callable[[], int]) -> None:
-        """Report `running()` (git processes running now: calls to Git hosts and archive builds) at scrape time."""
+        """Report `running()` (git processes running now: calls to Git hosts and on gitreg's mirrors) at scrape time."""
         self._git_running = running
 
     def watch_cache(self, cache: TagCache) -> None:
@@ -122,7 +109,7 @@ class Metrics:
         latency.total += seconds
 
     def _host_label(self, url: str) -> str:
-        host = git_host(url)
+        host = urls.host_label(url)
         if host not in self._hosts:
             if len(self._hosts) >= MAX_HOSTS:
                 return "other"
@@ -252,7 +239,7 @@ class _CacheCollector(Collector):
         if tasks is not None:
             yield GaugeMetricFamily("gitreg_event_loop_tasks", "asyncio tasks alive (requests, refreshes, builds).", value=tasks)
         if self._metrics._git_running is not None:
-            yield GaugeMetricFamily("gitreg_git_processes", "git processes running now (calls to Git hosts, archive builds).",
+            yield GaugeMetricFamily("gitreg_git_processes", "git processes running now (calls to Git hosts, and on gitreg's mirrors: archives, details).",
                                     value=self._metrics._git_running())
         cache = self._metrics._cache
         if cache is None:
@@ -298,7 +285,8 @@ def metrics_middleware(metrics: Metrics) -> Callable[[web.Request, Handler], Awa
             status = 499  # the client went away (nginx's convention)
             raise
         finally:
-            metrics.observe_request(route_label(request), request.method, status, time.perf_counter() - started)
+            method = request.method if request.method in METHODS else OTHER_METHOD
+            metrics.observe_request(route_label(request), method, status, time.perf_counter() - started)
 
     return middleware
 
@@ -308,7 +296,5 @@ def check_metrics_token(request: web.Request, token: str | None) -> None:
     if token is None:
         return
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    # Digest to digest, 32 bytes each: the time taken says nothing about the token's length.
-    presented_digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented_digest, hashlib.sha256(token.encode()).digest()):
+    if scheme.lower() != "bearer" or not same_secret(presented, digest(token)):
         raise Unauthorized("GET /metrics needs 'Authorization: Bearer <[auth] metrics_token>'")

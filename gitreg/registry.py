@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from . import urls
 from .archives import ArchiveKey
 from .cache import TagCache
 from .config import _TEMPLATE_RE, Config, ModuleRule
@@ -20,13 +21,12 @@ from .versions import ModuleVersions, TaggedVersion, select_versions
 # Tag lists longer than this are turned into versions off the event loop.
 BIG_TAG_LIST = 1000
 ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows it by the suffix
-_SCP_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>(?!//).*)$")
 
 
 class Registry:
     """Answers the module registry protocol from configured rules and Git tags."""
 
-    def __init__(self, config: Config, cache: TagCache, pins: TagPins | None = None) -> None:
+    def __init__(self, config: Config, cache: TagCache, pins: TagPins) -> None:
         self.config = config
         self.cache = cache
         self.rules = RuleIndex(config.modules)
@@ -90,8 +90,6 @@ class Registry:
 
     def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""
-        if self.pins is None:
-            return found.sha
         return self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
 
 
@@ -163,9 +161,5 @@ def infer_archive_root(url: str, tag: str, sha: str) -> str:
 @functools.lru_cache(maxsize=4096)  # a pure function of config and tags, asked on every download
 def git_location(clone_url: str, path: str, ref: str) -> str:
     """`git::<url>[//<path>]?ref=<ref>`, with `ref` percent-encoded (a `+` must reach git as `+`)."""
-    scp = _SCP_RE.match(clone_url) if "://" not in clone_url else None
-    if scp is not None:
-        # go-getter's forced git:: form wants a URL; scp-like `user@host:path` is ssh.
-        clone_url = f"ssh://{scp.group('user') or ''}{scp.group('host')}/{scp.group('path').lstrip('/')}"
     subdir = f"//{path}" if path else ""
-    return f"git::{clone_url}{subdir}?ref={quote(ref, safe='/')}"
+    return f"{urls.as_go_getter(clone_url)}{subdir}?ref={quote(ref, safe='/')}"

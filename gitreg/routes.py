@@ -10,6 +10,7 @@ from aiohttp import web
 
 from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
 from .archives import ArchiveKey
+from .browse import source_url
 from .metrics import check_metrics_token
 from .names import parse_address
 from .registry import ARCHIVE_NAME
@@ -66,11 +67,14 @@ async def versions(request: web.Request) -> web.Response:
     resolved, found = await request.app[REGISTRY].versions(address)
     if found.versions:
         request.app[CATALOG].remember(resolved)  # a wildcard rule's module becomes listable
-    source = str(address)
-    text = found.memo.get(source)
+    key = str(address)
+    text = found.memo.get(key)
     if text is None:
+        # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
+        # module's source link when it is an http(s) URL: the repository's web page, when known.
+        source = source_url(resolved.clone_url) or key
         body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-        text = found.memo[source] = json.dumps(body)
+        text = found.memo[key] = json.dumps(body)
     return web.json_response(text=text)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .config import ModuleRule
@@ -68,3 +69,24 @@ def _resolve(rule: ModuleRule, address: ModuleAddress) -> ResolvedModule:
     repository = fill(rule.repository, address)
     clone_url = fill(rule.clone_url, address) if rule.clone_url else repository
     return ResolvedModule(address, rule, repository, clone_url)
+
+
+def shadowed_rules(rules: Sequence[ModuleRule]) -> list[tuple[int, int]]:
+    """(index of a rule that never serves anything, index of the rule that wins instead), in order.
+
+    A request is served by the most specific matching rule, then the earliest. So a rule never
+    serves anything exactly when an earlier rule has the same namespace, name and system (each
+    given with the same value, or each omitted): it matches the same addresses with the same
+    specificity and always loses. More specific rules cannot hide a wildcard, wherever they are
+    listed: each names one value of a field the wildcard leaves open, and the wildcard still
+    serves every other value.
+    """
+    first: dict[tuple[str | None, str | None, str | None], int] = {}
+    hidden = []
+    for i, rule in enumerate(rules):
+        key = (rule.namespace, rule.name, rule.system)
+        if key in first:
+            hidden.append((i, first[key]))
+        else:
+            first[key] = i
+    return hidden

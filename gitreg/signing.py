@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 from .errors import Forbidden
+from .secrets import digest, same_secret
 
 
 class UrlSigner:
@@ -40,7 +41,7 @@ class UrlSigner:
             raise Forbidden("this archive URL is not signed correctly: ask the registry's download endpoint for a new one")
         expires = int(expires_text)
         # Checked before the expiry so a tampered URL never learns whether its time was right.
-        if not hmac.compare_digest(self._mac(path, expires).encode(), signature.encode("utf-8", "surrogateescape")):
+        if not same_secret(signature, digest(self._mac(path, expires))):
             raise Forbidden("this archive URL's signature does not match: ask the registry's download endpoint for a new one")
         if expires < (time.time() if now is None else now):
             raise Forbidden("this archive URL has expired: run `terraform init` again to get a fresh one")

@@ -22,10 +22,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Pinned:
-    """What to serve for a tag: `sha`, and whether the tag now points elsewhere (`moved_to`)."""
+    """What to serve for a tag: the commit `sha`."""
 
     sha: str
-    moved_to: str | None = None
 
 
 class TagPins:
@@ -93,8 +92,8 @@ class TagPins:
             if allow_moved:
                 self._append(repository, tag, sha)
                 self._pins[key] = sha
-                return Pinned(sha, moved_to=sha)
-            return Pinned(first, moved_to=sha)
+                return Pinned(sha)
+            return Pinned(first)
 
     def _append(self, repository: str, tag: str, sha: str) -> None:
         line = json.dumps({"repository": repository, "tag": tag, "sha": sha}, ensure_ascii=False) + "\n"

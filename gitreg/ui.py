@@ -34,6 +34,7 @@ from .config import TokenConfig
 from .errors import GitregError, ModuleNotFound
 from .index import IndexedVersion, IndexEntry
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress, check_version, parse_address
+from .secrets import digest, same_secret
 
 HERE = Path(__file__).parent
 ui_routes = web.RouteTableDef()
@@ -150,7 +151,7 @@ class Sessions:
         if not value or value.count(".") != 2:
             return None
         token_id, expires, mac = value.split(".")
-        if not hmac.compare_digest(self._mac(f"{token_id}.{expires}").encode(), mac.encode("utf-8", "surrogateescape")):
+        if not same_secret(mac, digest(self._mac(f"{token_id}.{expires}"))):
             return None
         if not expires.isdigit() or int(expires) < (time.time() if now is None else now):
             return None
@@ -175,7 +176,7 @@ def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | Non
     if found is None:
         return False, frozenset()
     for token in config.auth.tokens:
-        if hmac.compare_digest(token_id(token), found):
+        if token_id(token) == found:  # not a secret: the signed cookie's MAC was checked above
             return True, frozenset(token.namespaces) if token.namespaces is not None else None
     return False, frozenset()  # the token was removed from the config since
 

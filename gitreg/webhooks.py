@@ -22,16 +22,16 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from aiohttp import web
 
+from . import urls
 from .appkeys import CACHE, CONFIG, METRICS
 from .config import Config
 from .errors import GitregError
-from .git_adapter import mask_url
+from .secrets import digest, same_secret
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,6 @@ PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
 # push with many commits and still bounds what an unauthenticated caller can make us read.
 MAX_BODY_BYTES = 1024 * 1024
 _PLACEHOLDER_RE = re.compile(r"\{(namespace|name|system)\}")
-_SCP_RE = re.compile(r"^(?:[^@/:]+@)?(?P<host>[^@/:]+):(?P<path>(?!//).*)$")
 
 GITHUB_URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
 GITLAB_URL_FIELDS = ("git_http_url", "git_ssh_url", "web_url", "http_url", "ssh_url", "url", "homepage")
@@ -82,39 +81,6 @@ class TagEvent:
     ref: str
 
 
-@lru_cache(maxsize=65536)
-def repository_identity(url: str) -> str | None:
-    """`host/path` of a Git URL, lowercased, without `.git`, user, port or trailing slashes.
-
-    `https://GitHub.com/Acme/VPC.git/`, `git@github.com:acme/vpc.git`,
-    `ssh://git@github.com:22/acme/vpc` and `https://github.com/acme/vpc` are one repository.
-    Hosts and (on GitHub and GitLab) paths are case-insensitive, so case is dropped; a
-    false match costs one extra `git ls-remote`, a missed one a stale version.
-    """
-    url = url.strip()
-    if not url:
-        return None
-    if "://" in url:
-        try:
-            parts = urlsplit(url)
-            host = parts.hostname or ""
-        except ValueError:
-            return None
-        if parts.scheme.lower() == "file":
-            host = "file:"
-        path = parts.path
-    else:
-        m = _SCP_RE.match(url)
-        if m is None:
-            return None
-        host, path = m.group("host"), m.group("path")
-    path = re.sub(r"/+", "/", path).strip("/")
-    path = path.removesuffix(".git").rstrip("/")
-    if not host or not path:
-        return None
-    return f"{host.lower()}/{path.lower()}"
-
-
 def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
     """identity -> the repository URLs (cache keys) it stands for.
 
@@ -127,7 +93,7 @@ def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, 
     def add(url: str | None, key: str) -> None:
         if url is None or _PLACEHOLDER_RE.search(url):
             return
-        identity = repository_identity(url)
+        identity = urls.identity(url)
         if identity is not None:
             index.setdefault(identity, set()).add(key)
 
@@ -140,12 +106,12 @@ def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, 
     return index
 
 
-def matching_repositories(config: Config, cached: Iterable[str], urls: Iterable[str]) -> list[str]:
-    """The configured repositories (cache keys) that any of `urls` names."""
+def matching_repositories(config: Config, cached: Iterable[str], addresses: Iterable[str]) -> list[str]:
+    """The configured repositories (cache keys) that any of `addresses` (repository URLs) names."""
     index = configured_repositories(config, cached)
     found: dict[str, None] = {}
-    for url in urls:
-        identity = repository_identity(url)
+    for url in addresses:
+        identity = urls.identity(url)
         for key in sorted(index.get(identity, ())) if identity is not None else ():
             found[key] = None
     return list(found)
@@ -165,26 +131,15 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def _header_bytes(value: str) -> bytes:
-    # aiohttp decodes header bytes with surrogateescape: this gets the original bytes back,
-    # and compare_digest on bytes never raises for non-ASCII input.
-    return value.strip().encode("utf-8", "surrogateescape")
-
-
 def verify_github(secret: str, body: bytes, signature: str | None) -> bool:
     """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, compared in constant time."""
-    if not signature:
-        return False
     expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(_header_bytes(signature), expected.encode())
+    return same_secret(signature, digest(expected))
 
 
 def verify_gitlab(token: str, presented: str | None) -> bool:
     """`X-Gitlab-Token` equals the configured token (constant time)."""
-    if not presented:
-        return False
-    # Digests of equal length: the time taken says nothing about the token's length either.
-    return hmac.compare_digest(hashlib.sha256(_header_bytes(presented)).digest(), hashlib.sha256(token.encode()).digest())
+    return same_secret(presented, digest(token))
 
 
 def _json_object(body: bytes, content_type: str) -> Mapping[str, Any]:
@@ -205,10 +160,10 @@ def _urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str, ...]:
     if not isinstance(section, dict):
         raise MalformedPayload(f"the payload has no {what} object")
     # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
-    urls = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
-    if not urls:
+    found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
+    if not found:
         raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")
-    return urls
+    return found
 
 
 def github_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
@@ -248,7 +203,7 @@ def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Respon
     """Invalidate and refresh every configured repository the event names."""
     cache = request.app[CACHE]
     keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
-    shown = mask_url(event.urls[0])[:200]
+    shown = urls.mask(event.urls[0])[:200]
     if not keys:
         request.app[METRICS].webhook(provider, "unknown_repository")
         log.info("%s webhook: %s on %s: no configured repository matches; ignored", provider, event.ref[:200], shown)
@@ -333,10 +288,10 @@ def webhook_hosts(config: Config) -> dict[str, list[str]]:
     """host -> repositories (masked) configured on it, for `gitreg check` (local file:// repos left out)."""
     hosts: dict[str, list[str]] = {}
     for rule in config.modules:
-        identity = repository_identity(_PLACEHOLDER_RE.sub("x", rule.repository))
+        identity = urls.identity(_PLACEHOLDER_RE.sub("x", rule.repository))
         if identity is None or identity.startswith("file:"):
             continue
-        hosts.setdefault(identity.split("/", 1)[0], []).append(mask_url(rule.repository))
+        hosts.setdefault(identity.split("/", 1)[0], []).append(urls.mask(rule.repository))
     return hosts
 
 

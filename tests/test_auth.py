@@ -99,7 +99,6 @@ API = [
     "/v1/modules/acme/vpc/aws", "/v1/modules/acme/vpc/aws/versions", "/v1/modules/acme/vpc/aws/download",
     "/v1/modules/acme/vpc/aws/1.0.0", "/v1/modules/acme/vpc/aws/1.0.0/download",
     "/v1/modules/nobody/x/aws/versions",  # unknown modules are no different: 401, not 404
-    "/v1/nothing-here", "/", "/favicon.ico",
 ]
 
 
@@ -114,6 +113,19 @@ async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_be
             if method == "GET":
                 await assert_error(resp, 401)
     assert git_host.requests() == []  # no refused request reached git
+
+
+async def test_a_path_that_is_no_endpoint_is_404_with_or_without_a_token(client, git_host):
+    # Only the API's endpoints need the token: a typo'd URL says "no such endpoint", not "401".
+    # (`/` is the module browser's page: with tokens it sends a browser to /login, see test_ui.py.)
+    for path in ("/nope", "/v1/nothing-here", "/favicon.ico", "/v1/modules/acme/vpc/aws/1.0.0/download/extra"):
+        for headers in ({}, bearer("wrong-token-but-long-enough"), bearer(ADMIN)):
+            resp = await client.get(path, headers=headers)
+            await assert_error(resp, 404, "no such endpoint")
+            assert "WWW-Authenticate" not in resp.headers
+    # A method an endpoint does not take is the router's answer too, and reads nothing.
+    await assert_error(await client.post("/v1/modules/acme/vpc/aws/versions"), 405)
+    assert git_host.requests() == []
 
 
 async def test_discovery_and_health_stay_open(client):

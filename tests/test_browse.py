@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitreg.appkeys import CATALOG
-from gitreg.browse import DEFAULT_LIMIT, MAX_LIMIT, source_url
+from gitreg.browse import DEFAULT_LIMIT, MAX_LIMIT
 from tests.conftest import assert_error, indexed, make_config
 from tests.support.repos import GitRepo
 
@@ -315,21 +315,6 @@ async def test_scoped_tokens_never_list_or_find_other_namespaces(make_client, mo
     await assert_error(await client.get("/v1/modules"), 401)
 
 
-# --- source URLs ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("clone_url", "web"), [
-    ("https://github.com/acme/terraform-aws-vpc.git", "https://github.com/acme/terraform-aws-vpc"),
-    ("https://user:secret@gitlab.example.com:8443/group/sub/vpc.git/", "https://gitlab.example.com:8443/group/sub/vpc"),
-    ("ssh://git@github.com:22/acme/vpc.git", "https://github.com/acme/vpc"),
-    ("git@github.com:acme/vpc.git", "https://github.com/acme/vpc"),
-    ("git://git.example.com/acme/vpc", "https://git.example.com/acme/vpc"),
-    ("file:///srv/git/vpc.git", ""),
-])
-def test_source_is_the_web_url_of_the_clone_url(clone_url, web):
-    assert source_url(clone_url) == web
-
-
 # --- golden files: field names and JSON types as in the spec's samples ----------------------
 
 
@@ -365,3 +350,20 @@ async def test_responses_have_the_fields_and_types_of_the_spec_samples(client, g
     assert_same_shape(spec, ours)
     if "meta" in spec:  # present exactly when it applies: not in every sample
         assert ("next_offset" in ours["meta"]) == ("next_offset" in spec["meta"])
+
+
+async def test_the_versions_answer_names_the_repository_web_page_as_its_source(client):
+    # Renovate links a module's changes from `source` when it is an http(s) URL; the CLIs ignore it.
+    versions = await get_json(client, "/v1/modules/acme/vpc/aws/versions")
+    assert versions["modules"][0]["source"] == "https://git.example.com/acme/modules"  # no user, no .git
+    assert versions["modules"][0]["versions"] == [{"version": "1.0.0"}]
+    summary = await get_json(client, "/v1/modules/acme/vpc/aws")
+    assert summary["source"] == versions["modules"][0]["source"]  # one answer, whichever endpoint
+
+
+async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(make_client, repo, tmp_path):
+    config = make_config([{"namespace": "demo", "repository": repo.url,
+                           "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git"}])
+    client = await make_client(config)
+    versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
+    assert versions["modules"][0]["source"] == "https://git.example.com/demo/terraform-null-hello"

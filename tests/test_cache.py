@@ -7,6 +7,9 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
+from gitreg.app import create_app
 from gitreg.appkeys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error
 from tests.conftest import make_config as _make_config
@@ -16,6 +19,34 @@ from tests.support.repos import GitRepo
 def make_config(modules: list[dict], **sections: object):
     """These tests count the cache's own git calls: no background index adding its own."""
     return _make_config(modules, index={"enabled": False}, **sections)
+
+
+class Clock:
+    """The tag cache's clock, moved by hand: TTLs pass without the test sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def clocked_client(aiohttp_client, clock):
+    """Start a test client for create_app(config) whose tag cache reads `clock`."""
+
+    async def make(config):
+        return await aiohttp_client(create_app(config, clock))
+
+    return make
 
 
 def rule(url: str) -> dict:
@@ -55,46 +86,50 @@ async def test_100_concurrent_cold_requests_make_exactly_one_ref_advertisement(m
     assert (stats.refreshes, stats.misses, stats.coalesced) == (1, 100, 99)
 
 
-async def test_git_host_down_serves_last_good_versions_within_stale_seconds_then_a_clear_502(make_client, git_http, tmp_path):
+async def test_git_host_down_serves_last_good_versions_within_stale_seconds_then_a_clear_502(
+        clocked_client, clock, git_http, tmp_path):
     public_repo(tmp_path)
     config = make_config([rule(git_http.url("public.git"))],
-                         cache={"ttl_seconds": 0.2, "stale_seconds": 1.0, "negative_ttl_seconds": 0.1,
-                                "error_retry_seconds": 0.1})
-    client = await make_client(config)
+                         cache={"ttl_seconds": 300, "stale_seconds": 3600, "negative_ttl_seconds": 30,
+                                "error_retry_seconds": 5})
+    client = await clocked_client(config)
     assert await versions_of(client) == ["1.0.0"]
     git_http.mode = "down"
-    await asyncio.sleep(0.3)  # expired, inside stale_seconds
+    clock.advance(301)  # expired, inside stale_seconds
     assert await versions_of(client) == ["1.0.0"]
     assert client.app[CACHE].stats.stale_served == 1
     assert client.app[CACHE].stats.refresh_failures == 1
-    await asyncio.sleep(1.1)  # past stale_seconds
+    clock.advance(3600)  # past stale_seconds
     text = await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
     assert "could not list tags" in text
     git_http.mode = "ok"
-    await asyncio.sleep(0.15)  # past the retry back-off: the host is asked again and recovers
+    assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 502  # within error_retry_seconds
+    clock.advance(6)  # past the retry back-off: the host is asked again and recovers
     assert await versions_of(client) == ["1.0.0"]
 
 
-async def test_a_failed_refresh_backs_off_instead_of_asking_a_down_host_on_every_request(make_client, git_http, tmp_path):
+async def test_a_failed_refresh_backs_off_instead_of_asking_a_down_host_on_every_request(
+        clocked_client, clock, git_http, tmp_path):
     public_repo(tmp_path)
     config = make_config([rule(git_http.url("public.git"))],
-                         cache={"ttl_seconds": 0.1, "negative_ttl_seconds": 60})
-    client = await make_client(config)
+                         cache={"ttl_seconds": 300, "negative_ttl_seconds": 60})
+    client = await clocked_client(config)
     await versions_of(client)
     git_http.mode = "error"
-    await asyncio.sleep(0.15)
+    clock.advance(301)
     for _ in range(10):
         assert await versions_of(client) == ["1.0.0"]
     assert git_http.ref_advertisements("public.git") == 2  # the first fetch, then one failed refresh
     assert client.app[CACHE].stats.stale_served == 10
 
 
-async def test_a_failing_host_with_nothing_cached_is_asked_once_per_error_retry_seconds(make_client, git_http, tmp_path):
+async def test_a_failing_host_with_nothing_cached_is_asked_once_per_error_retry_seconds(
+        clocked_client, clock, git_http, tmp_path):
     # CI fleets retry a failed `terraform init`: with nothing cached to serve, every retry
     # used to be one more git call to a host that is already failing.
     public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))], cache={"error_retry_seconds": 0.5})
-    client = await make_client(config)
+    config = make_config([rule(git_http.url("public.git"))], cache={"error_retry_seconds": 5})
+    client = await clocked_client(config)
     git_http.mode = "error"
     for _ in range(20):
         text = await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
@@ -102,8 +137,9 @@ async def test_a_failing_host_with_nothing_cached_is_asked_once_per_error_retry_
     assert git_http.ref_advertisements("public.git") == 1  # counted in every mode, failing ones too
     assert client.app[CACHE].stats.errors_served == 19
     git_http.mode = "ok"
+    clock.advance(4.9)
     assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 502  # still inside the window
-    await asyncio.sleep(0.6)
+    clock.advance(0.2)
     assert await versions_of(client) == ["1.0.0"]  # asked again, and the host is back
 
 
@@ -118,15 +154,16 @@ async def test_a_webhook_clears_a_remembered_failure(make_client, git_http, tmp_
     assert await versions_of(client) == ["1.0.0"]
 
 
-async def test_not_found_for_a_repository_that_was_there_serves_the_last_good_list(make_client, git_http, tmp_path):
+async def test_not_found_for_a_repository_that_was_there_serves_the_last_good_list(
+        clocked_client, clock, git_http, tmp_path):
     # "Repository not found" from GitHub also means "token revoked": do not turn a day of
     # stale-if-error into an outage of 404s.
     repo = public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 0.1})
-    client = await make_client(config)
+    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300})
+    client = await clocked_client(config)
     assert await versions_of(client) == ["1.0.0"]
     repo.bare.rename(repo.bare.with_name("moved.git"))
-    await asyncio.sleep(0.15)
+    clock.advance(301)
     assert await versions_of(client) == ["1.0.0"]
     assert client.app[CACHE].stats.stale_served == 1
 
@@ -200,13 +237,13 @@ async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behin
     assert _processes_mentioning(git_http.base_url) == []
 
 
-async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(make_client, git_http, tmp_path):
+async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(clocked_client, clock, git_http, tmp_path):
     repo = public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 0.2, "refresh_ahead": True})
-    client = await make_client(config)
+    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300, "refresh_ahead": True})
+    client = await clocked_client(config)
     assert await versions_of(client) == ["1.0.0"]
     repo.tag("v1.1.0")
-    await asyncio.sleep(0.3)
+    clock.advance(301)
     git_http.mode, git_http.delay = "slow", 0.4  # the refresh takes a while; nobody waits for it
     results = await asyncio.gather(*(versions_of(client) for _ in range(10)))
     assert results == [["1.0.0"]] * 10  # all answered from the expired list, before git finished
@@ -217,16 +254,16 @@ async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
 
 
-async def test_negative_results_are_cached_so_a_typo_makes_one_git_call(make_client, git_http, tmp_path):
+async def test_negative_results_are_cached_so_a_typo_makes_one_git_call(clocked_client, clock, git_http, tmp_path):
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
     config = make_config([{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
-                         credentials=credentials, cache={"negative_ttl_seconds": 0.3})
-    client = await make_client(config)
+                         credentials=credentials, cache={"negative_ttl_seconds": 30})
+    client = await clocked_client(config)
     for _ in range(5):
         await assert_error(await client.get("/v1/modules/acme/typo/aws/versions"), 404, "does not exist upstream")
     assert git_http.ref_advertisements("typo.git") == 1
     assert client.app[CACHE].stats.negative_hits == 4
-    await asyncio.sleep(0.35)  # remembered only briefly: a repository created later is found
+    clock.advance(31)  # remembered only briefly: a repository created later is found
     public_repo(tmp_path, "typo")
     assert await versions_of(client, "acme/typo/aws") == ["1.0.0"]
 
@@ -284,13 +321,13 @@ async def test_invalidation_during_an_upstream_call_is_followed_by_one_more_refr
     assert git_http.ref_advertisements("public.git") == 2  # and the second answer is fresh for the TTL
 
 
-async def test_invalidating_never_extends_how_long_a_stale_list_is_served(make_client, git_http, tmp_path):
+async def test_invalidating_never_extends_how_long_a_stale_list_is_served(clocked_client, clock, git_http, tmp_path):
     public_repo(tmp_path)
     url = git_http.url("public.git")
-    config = make_config([rule(url)], cache={"ttl_seconds": 0.1, "stale_seconds": 0.3, "negative_ttl_seconds": 0.05})
-    client = await make_client(config)
+    config = make_config([rule(url)], cache={"ttl_seconds": 300, "stale_seconds": 600, "negative_ttl_seconds": 30})
+    client = await clocked_client(config)
     await versions_of(client)
     git_http.mode = "error"
-    await asyncio.sleep(0.5)  # past ttl + stale_seconds
+    clock.advance(901)  # past ttl + stale_seconds
     client.app[CACHE].invalidate(url)  # e.g. a webhook while the host is down
     await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -104,3 +107,83 @@ def test_bad_module_flag_is_a_config_error(tmp_path):
     result = run_gitreg("serve", "--module", "demo/hello=file:///x", cwd=tmp_path)
     assert result.returncode == 2
     assert "NAMESPACE/NAME/SYSTEM=REPOSITORY_URL" in result.stderr
+
+
+def test_check_refuses_a_config_with_nothing_to_serve_as_serve_does(tmp_path):
+    check = run_gitreg("check", cwd=tmp_path)
+    serve = run_gitreg("serve", cwd=tmp_path)
+    assert check.returncode == serve.returncode == 2
+    assert check.stderr == serve.stderr
+    assert "no modules to serve" in check.stderr and "--module" in check.stderr
+    assert "config OK" not in check.stdout
+
+
+def test_check_into_a_pipe_closed_early_exits_without_a_traceback(tmp_path):
+    # `gitreg check | head -1`: the reader is gone before gitreg writes (here: before it even starts).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gitreg", "check", "--config", str(ROOT / "config.example.toml")],
+        cwd=tmp_path, env={**os.environ, "GITLAB_TOKEN": "x", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert err == ""
+
+
+def test_check_piped_into_head_prints_the_first_line_only(tmp_path):
+    result = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -m gitreg check --config "{ROOT / "config.example.toml"}" | head -1'],
+        cwd=tmp_path, env={**os.environ, "GITLAB_TOKEN": "x", "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.stdout.startswith("config OK") and result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+
+
+def test_check_warns_about_rules_an_earlier_rule_always_wins_over(tmp_path):
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        '[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\nrepository = "https://h/acme/vpc.git"\n'
+        '[[modules]]\nnamespace = "acme"\nrepository = "https://h/acme/{name}.git"\n'
+        '[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\nrepository = "https://h/acme/vpc2.git"\n'
+        '[[modules]]\nnamespace = "acme"\nrepository = "https://h/other/{name}.git"\n'
+        '[[modules]]\nnamespace = "acme"\nsystem = "aws"\nrepository = "https://h/acme/{name}-aws.git"\n'
+    )
+    result = run_gitreg("check", "--config", str(config), "--module", "acme/net/aws=https://h/acme/net.git", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: modules[2] (acme/vpc/aws) never serves anything: modules[0] has the same namespace, name and system and wins",
+        "warning: modules[3] (acme/*/*) never serves anything: modules[1] has the same namespace, name and system and wins",
+    ]
+    # A --module rule overrides a file rule of the same module: the file rule is the one named.
+    result = run_gitreg("check", "--config", str(config), "--module", "acme/vpc/aws=https://h/acme/v.git", cwd=tmp_path)
+    assert "warning: modules[0] (acme/vpc/aws) never serves anything: --module acme/vpc/aws has the same" in result.stderr
+
+
+def test_check_probe_of_an_address_goes_through_the_wildcard_rule_that_serves_it(tmp_path):
+    repo = tagged_repo(tmp_path)
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        '[[modules]]\nnamespace = "other"\nrepository = "file:///nowhere/{name}.git"\n'
+        f'[[modules]]\nnamespace = "demo"\nrepository = "{tmp_path.as_uri()}/{{name}}.git"\n'
+    )
+    result = run_gitreg("check", "--probe", "demo/hello/null", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"demo/hello/null <- {repo.url} (rule modules[1]: demo/*/*)" in result.stdout
+    assert "versions (2): 1.1.0, 1.0.0" in result.stdout
+    assert "skipped tag 'latest':" in result.stdout
+    assert "other/" not in result.stdout  # only the one address is probed
+
+    nobody = run_gitreg("check", "--probe", "nobody/hello/null", cwd=tmp_path)
+    assert nobody.returncode == 1
+    assert "nobody/hello/null: no rule serves it" in nobody.stdout
+
+    missing = run_gitreg("check", "--probe", "demo/gone/null", cwd=tmp_path)
+    assert missing.returncode == 1 and "does not exist upstream" in missing.stdout
+
+    for bad in ("demo/hello", "demo/hello/NULL", "-x/y/z"):
+        result = run_gitreg("check", "--probe", bad, cwd=tmp_path)
+        assert result.returncode == 2, (bad, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr

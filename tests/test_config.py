@@ -82,7 +82,7 @@ def test_missing_repository_is_named_by_key_path():
 def test_unknown_keys_and_wrong_types_are_all_reported():
     found = problems({"server": {"port": "80", "hots": "x"}, "cache": {"ttl_seconds": True}, "extra": 1})
     assert "server.port: must be an integer, not a string" in found
-    assert "server.hots: unknown key" in found
+    assert "server.hots: unknown key; did you mean host?" in found
     assert "cache.ttl_seconds: must be a number, not a boolean" in found
     assert "extra: unknown key" in found
 
@@ -184,3 +184,39 @@ def test_invalid_toml_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "not valid TOML" in info.value.problems[0]
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    ({"modules": [{"namespace": "acme", "repo": "https://h/x.git"}]},
+     "modules[0].repo: unknown key; did you mean repository?"),
+    ({"modules": [{"repository": "https://h/x.git", "tag_prefx": "net/"}]},
+     "modules[0].tag_prefx: unknown key; did you mean tag_prefix?"),
+    ({"cache": {"ttl": 60}}, "cache.ttl: unknown key; did you mean ttl_seconds?"),
+    ({"servr": {"port": 80}}, "servr: unknown key; did you mean server?"),
+])
+def test_an_unknown_key_names_the_key_it_probably_meant(data, expected):
+    assert expected in problems(data)
+
+
+def test_an_unknown_key_like_no_known_key_gets_no_guess():
+    assert "modules[0].colour: unknown key" in problems({"modules": [{"repository": "https://h/x.git", "colour": "red"}]})
+
+
+@pytest.mark.parametrize("data", [
+    {"modules": [{"namespace": "acme", "repository": "${UNSET}"}]},
+    {"modules": [{"namespace": "acme", "repository": "https://${UNSET}/acme/{name}.git"}]},
+    {"modules": [{"namespace": "acme", "repository": "https://h/x.git", "clone_url": "${UNSET}"}]},
+    {"auth": {"tokens": ["${UNSET}"]}},
+    {"auth": {"tokens": [{"token": "${UNSET}", "namespaces": ["acme"]}]}},
+    {"auth": {"metrics_token": "${UNSET}"}},
+    {"auth": {"tokens": ["registry-token-long-enough"], "signing_key": "${UNSET}"},
+     "modules": [{"namespace": "acme", "repository": "https://h/x.git", "download": "archive"}]},
+    {"webhooks": {"github_secret": "${UNSET}"}},
+    {"server": {"public_url": "${UNSET}"}},
+    {"server": {"tls_cert": "${UNSET}", "tls_key": "/etc/key.pem"}},
+    {"credentials": [{"url": "${UNSET}", "username": "u", "password": "p"}]},
+    {"git": {"protocols": ["${UNSET}"]}},
+])
+def test_one_unset_environment_variable_is_one_problem(data):
+    found = [p for p in problems(data) if "key.pem" not in p]  # tls_key's own file check is another fact
+    assert len(found) == 1 and found[0].endswith("environment variable UNSET is not set"), found

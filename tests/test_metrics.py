@@ -83,20 +83,21 @@ async def test_cache_counters_show_hits_misses_and_coalesced_waits(make_client, 
     assert value(samples, "gitreg_upstream_git_duration_seconds_count", host="127.0.0.1") == 1
 
 
-async def test_a_down_git_host_shows_as_failures_stale_serves_and_the_age_served(make_client, git_http, tmp_path):
+async def test_a_down_git_host_shows_as_failures_stale_serves_and_the_age_served(aiohttp_client, git_http, tmp_path):
     public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 0.2})
-    client = await make_client(config)
+    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300})
+    now = [1000.0]
+    client = await aiohttp_client(create_app(config, clock=lambda: now[0]))  # the tag cache's clock
     assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
     git_http.mode = "down"
-    await asyncio.sleep(0.3)
+    now[0] += 301
     assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200  # stale
     samples = await scrape(client)
     assert value(samples, "gitreg_cache_stale_served_total") == 1
     assert value(samples, "gitreg_cache_refresh_failures_total") == 1
     assert value(samples, "gitreg_upstream_git_failures_total", host="127.0.0.1", reason="error") == 1
     assert value(samples, "gitreg_upstream_git_calls_total", host="127.0.0.1") == 2
-    assert value(samples, "gitreg_cache_oldest_served_age_seconds") >= 0.3
+    assert value(samples, "gitreg_cache_oldest_served_age_seconds") == 301
 
 
 async def test_a_timeout_is_counted_as_a_timeout(make_client, git_http, tmp_path):
@@ -211,6 +212,26 @@ async def test_access_log_uses_the_combined_log_format_by_default(repo, tmp_path
     assert "hunter2-secret" not in "".join(proc.log)
 
 
+def _body(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read()
+    except urllib.error.HTTPError as e:
+        return e.read()
+
+
+async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
+    # The combined log format's byte count is the response body: 16 for /healthz's {"status": "ok"}.
+    paths = ["/healthz", "/v1/modules/demo/hello/null/versions", "/nope"]
+    with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as proc:
+        bodies = {path: await asyncio.to_thread(_body, proc.url + path) for path in paths}
+        lines = {path: (await _wait_for_log(proc, f'"GET {path} '))[0] for path in paths}
+    assert len(bodies["/healthz"]) == 16
+    for path in paths:
+        logged = int(re.search(r'" \d{3} (\d+) "', lines[path]).group(1))
+        assert logged == len(bodies[path]), (path, lines[path])
+
+
 async def test_log_format_json_writes_one_json_object_per_line(repo, tmp_path):
     args = ("--module", f"demo/hello/null={repo.url}", "--log-format", "json")
     with GitregProcess(*args, cwd=tmp_path) as proc:
@@ -268,3 +289,32 @@ async def test_tasks_and_git_processes_are_back_to_idle_after_requests(make_clie
     after = await scrape(client)
     assert value(after, "gitreg_git_processes") == 0
     assert value(after, "gitreg_event_loop_tasks") == value(idle, "gitreg_event_loop_tasks") >= 1
+
+
+async def _raw_method(port: int, method: str) -> int:
+    """Send `method` exactly as written (no client would); the status line's code."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{method} /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.read(-1), 20)
+    writer.close()
+    return int(head.split(b" ", 2)[1])
+
+
+async def test_invented_http_methods_share_one_method_label_so_series_stay_bounded(repo, tmp_path):
+    # aiohttp's pure-Python HTTP parser (no C extensions, as on some platforms) passes any
+    # token on as the method: each one used to become a time series of its own.
+    invented = [f"X{i}INVENTED" for i in range(50)]
+    env = {"AIOHTTP_NO_EXTENSIONS": "1"}
+    with GitregProcess("--module", f"demo/hello/null={repo.url}", env=env, cwd=tmp_path) as proc:
+        port = int(proc.url.rsplit(":", 1)[1])
+        statuses = [await _raw_method(port, method) for method in invented]
+        assert set(statuses) == {405}, statuses  # answered by gitreg, so counted by its middleware
+        for method in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            await _raw_method(port, method)
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(proc.url + "/metrics", timeout=10).read().decode())
+    series = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "gitreg_http_requests_total"]
+    methods = {s.labels["method"] for s in series}
+    assert methods <= {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other"}, methods
+    assert sum(s.value for s in series if s.labels["method"] == "other") == 50
+    assert len(series) <= 6, [s.labels for s in series]

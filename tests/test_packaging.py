@@ -36,3 +36,38 @@ def test_ci_runs_exactly_the_readme_test_command():
     test_command = next(line for block in blocks for line in block.splitlines() if "pytest" in line)
     ci_lines = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()]
     assert test_command.strip() in ci_lines
+
+
+def _name(requirement: str) -> str:
+    """A requirement's project name, normalized (PEP 503): `GitPython>=3.1` -> `gitpython`."""
+    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9._-]+)", requirement).group(1)).lower()
+
+
+def test_the_image_installs_dependencies_at_the_versions_requirements_lock_pins():
+    import tomllib
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^COPY .*\brequirements\.lock\b", dockerfile, re.MULTILINE)
+    assert re.search(r"^RUN pip install .*-c requirements\.lock \.", dockerfile, re.MULTILINE)
+    pinned = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version.strip(), f"requirements.lock: {line!r} is not pinned with =="
+            pinned[_name(name)] = version.strip()
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    missing = [d for d in dependencies if _name(d) not in pinned]
+    assert not missing, f"pyproject.toml dependencies not pinned in requirements.lock: {missing}"
+
+
+def test_the_image_keeps_its_storage_path_in_a_volume(monkeypatch):
+    from gitreg.config import default_storage_path
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    env = dict(re.findall(r"^ENV (\w+)=(\S+)", dockerfile, re.MULTILINE))
+    volumes = re.findall(r'^VOLUME \["([^"]+)"\]', dockerfile, re.MULTILINE)
+    monkeypatch.setenv("XDG_STATE_HOME", env["XDG_STATE_HOME"])
+    # Where gitreg keeps mirrors, archives and its records when the config names no [storage] path.
+    assert default_storage_path() in volumes
+    # The volume is the gitreg user's own directory, so it is writable by the non-root user.
+    assert re.search(rf"useradd .*--home-dir {re.escape(default_storage_path())}\b", dockerfile)

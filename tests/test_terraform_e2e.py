@@ -166,12 +166,50 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
     assert 'value = "net-1.4.0"' in (net_dir / "main.tf").read_text()
 
 
+# What `terraform init` (and apply) leave in a working directory: never part of an example.
+TERRAFORM_WORKING_FILES = (".terraform", ".terraform.lock.hcl", "terraform.tfstate*", ".terraform.tfstate.lock.info")
+
+
+def copy_example(source: Path, target: Path) -> None:
+    """Copy an example directory without Terraform's working files, whatever a user ran in it before."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*TERRAFORM_WORKING_FILES))
+
+
+def leave_a_quickstart_run_behind(example: Path) -> None:
+    """The files a user's own quickstart run leaves in examples/terraform: the module already installed."""
+    modules = example / ".terraform/modules"
+    (modules / "hello").mkdir(parents=True)
+    (modules / "hello/main.tf").write_text('output "greeting" { value = "hello from an old run" }\n')
+    (modules / "modules.json").write_text(json.dumps({"Modules": [
+        {"Key": "", "Source": "", "Dir": "."},
+        {"Key": "hello", "Source": "registry.example.test/demo/hello/null", "Version": "1.2.0",
+         "Dir": ".terraform/modules/hello"},
+    ]}))
+    (example / ".terraform.lock.hcl").write_text("# This file is maintained automatically by \"terraform init\".\n")
+    (example / "terraform.tfstate").write_text('{"version": 4, "serial": 1, "lineage": "old", "outputs": {}, "resources": []}\n')
+    (example / "terraform.tfstate.backup").write_text("{}\n")
+
+
+def test_copying_an_example_leaves_terraform_working_files_behind(tmp_path):
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "examples/terraform", checkout, ignore=shutil.ignore_patterns(*TERRAFORM_WORKING_FILES))
+    leave_a_quickstart_run_behind(checkout)
+    copy_example(checkout, tmp_path / "copy")
+    copied = {p.name for p in (tmp_path / "copy").iterdir()}
+    assert {"main.tf", "cli.tfrc"} <= copied
+    assert not copied & {".terraform", ".terraform.lock.hcl", "terraform.tfstate", "terraform.tfstate.backup"}
+
+
 def test_readme_quickstart_installs_the_demo_module(client, tmp_path):
     demo = tmp_path / "demo"
     subprocess.run(["bash", str(ROOT / "examples/demo-repo.sh"), str(demo)], check=True, capture_output=True)
+    # The checkout as a user has it after following the quickstart once: the test must not care.
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "examples/terraform", checkout, ignore=shutil.ignore_patterns(*TERRAFORM_WORKING_FILES))
+    leave_a_quickstart_run_behind(checkout)
     with GitregProcess("--module", f"demo/hello/null=file://{demo}/hello.git", cwd=tmp_path) as server:
         work = tmp_path / "terraform"
-        shutil.copytree(ROOT / "examples/terraform", work)
+        copy_example(checkout, work)
         tfrc = (work / "cli.tfrc").read_text().replace("http://127.0.0.1:8080", server.url)
         (work / "cli.tfrc").write_text(tfrc)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE="cli.tfrc")

@@ -13,7 +13,6 @@ from urllib.parse import urlencode
 import pytest
 
 from gitreg.appkeys import CACHE
-from gitreg.webhooks import repository_identity
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.repos import GitRepo
@@ -334,25 +333,6 @@ async def test_webhooks_are_not_behind_registry_tokens(make_client, git_http, tm
 async def test_wrong_method_on_a_webhook_is_405_json(make_client, repo):
     client = await long_ttl_client(make_client, [rule(repo.url)])
     await assert_error(await client.get("/webhooks/github"), 405)
-
-
-@pytest.mark.parametrize("a,b", [
-    ("https://GitHub.com/Acme/VPC.git/", "git@github.com:acme/vpc.git"),
-    ("ssh://git@github.com:22/acme/vpc", "https://github.com/acme/vpc"),
-    ("git://github.com/acme/vpc.git", "https://user@github.com/acme/vpc/"),
-    ("https://gitlab.example.com/a/b/c/d.git", "git@gitlab.example.com:a/b/c/d.git"),
-])
-def test_spellings_of_one_repository_have_one_identity(a, b):
-    assert repository_identity(a) == repository_identity(b) is not None
-
-
-@pytest.mark.parametrize("a,b", [
-    ("https://github.com/acme/vpc.git", "https://github.com/acme/vpc2.git"),
-    ("https://github.com/acme/vpc.git", "https://gitlab.com/acme/vpc.git"),
-    ("https://gitlab.example.com/a/b/vpc.git", "https://gitlab.example.com/a/vpc.git"),
-])
-def test_different_repositories_have_different_identities(a, b):
-    assert repository_identity(a) != repository_identity(b)
 
 
 def test_check_prints_the_webhook_url_for_each_host_and_whether_the_secret_is_set(tmp_path):

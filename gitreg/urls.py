@@ -1,0 +1,210 @@
+"""Git URLs and scp-like addresses: one grammar, and every view of a URL gitreg needs.
+
+`parse` is the one reader of a repository address; everything else here is derived from
+its result, so config validation, webhook matching, `source` links, log masking, metric
+host labels and `git::` download locations agree on what a URL is:
+
+- `transport(url)`: the transport git would use (`ssh` for `user@host:path`), for
+  `[git] protocols` and `[[credentials]]` checks;
+- `identity(url)`: `host/path` without user, port or `.git`, for webhook matching;
+- `web_url(url)`: the repository's https page, never with user info, for `source` links;
+- `host_label(url)`: the host alone, for metric labels;
+- `mask(url)`: the URL with any password replaced by `***`, for logs and messages;
+- `as_go_getter(url)`: the `git::` address go-getter (Terraform, OpenTofu) understands.
+
+The grammar follows git's own (`connect.c`, `transport.c`): `scheme://...` is a URL (the
+scheme `[A-Za-z0-9][A-Za-z0-9+.-]*`); `name::address` is a remote helper, which gitreg
+never accepts; otherwise a colon before any slash makes an scp-like `[user@]host:path`,
+which git reaches over ssh. Anything else (a local path, arbitrary text) is not a Git URL:
+`parse` returns None and the views return their empty answer, never an exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+NOT_A_GIT_URL = "not a Git URL (expected https://, ssh://, git://, file:// or user@host:path)"
+
+_URL_RE = re.compile(r"(?P<scheme>[A-Za-z0-9][A-Za-z0-9+.-]*)://(?P<rest>.*)", re.DOTALL)
+_HELPER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+.-]*::")
+# scp-like: `[user@]host:path` with a DNS name or IPv4 address for host. Stricter than git
+# (which hands any host to ssh): what we accept must rebuild into a clean ssh:// URL, and a
+# host starting with `-` would be an option to ssh.
+_SCP_RE = re.compile(r"(?:(?P<user>[A-Za-z0-9._~+-]+)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<path>.*)", re.DOTALL)
+# Characters no host, user or path of a usable Git URL contains (git and curl would see
+# something other than what Python's urlsplit, which drops tabs and newlines, sees).
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_BAD_HOST_RE = re.compile(r"[\x00-\x20\x7f/?#@\[\]\\]")
+# The transports git knows by these names (git+ssh and ssh+git are ssh to git itself).
+_SSH_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git"})
+_WEB_SCHEMES = frozenset({"https", "http", "ssh", "git", "git+ssh", "ssh+git"})
+# Remembered answers of identity(): webhooks ask for the same few URLs on every delivery.
+_IDENTITY_CACHE = 65536
+
+
+@dataclass(frozen=True)
+class GitUrl:
+    """A parsed repository address. `host` is lowercased and without IPv6 brackets; `path` as written."""
+
+    scheme: str  # lowercased; "ssh" for an scp-like address
+    host: str  # "" only for file://
+    path: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    port: int | None = None
+    query: str = ""
+    fragment: str = ""
+    is_scp: bool = False
+    # The authority as written (user info, host, port), so masking changes nothing but the password.
+    netloc: str = field(default="", repr=False)
+
+    @property
+    def transport(self) -> str:
+        """The transport git uses: the scheme, with ssh's aliases (and scp-like) as `ssh`."""
+        return "ssh" if self.scheme in _SSH_SCHEMES else self.scheme
+
+    @property
+    def bracketed_host(self) -> str:
+        """The host as it goes into a URL (an IPv6 address in brackets)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+
+def parse(url: str) -> GitUrl | None:
+    """The Git URL or scp-like address `url`, or None when git would not read it as one."""
+    found = parse_or_reason(url)
+    return found if isinstance(found, GitUrl) else None
+
+
+def parse_or_reason(url: str) -> GitUrl | str:
+    """Like `parse`, but for text that is not a Git URL the reason, e.g. `not a valid URL: ...`."""
+    if not isinstance(url, str) or not url:
+        return NOT_A_GIT_URL
+    m = _URL_RE.match(url)
+    if m is not None:
+        return _parse_url(url, m.group("scheme").lower())
+    if _HELPER_RE.match(url):
+        return NOT_A_GIT_URL  # `ext::...` and other remote helpers run commands: never
+    colon, slash = url.find(":"), url.find("/")
+    if colon < 0 or (0 <= slash < colon):
+        return NOT_A_GIT_URL  # a local path
+    m = _SCP_RE.fullmatch(url)
+    path = m.group("path") if m is not None else ""
+    if m is None or path.startswith(("//", ":")) or _CONTROL_RE.search(path):
+        return NOT_A_GIT_URL
+    host = m.group("host").lower()
+    user = m.group("user")
+    netloc = f"{user}@{m.group('host')}" if user is not None else m.group("host")
+    return GitUrl("ssh", host, path, user=user, is_scp=True, netloc=netloc)
+
+
+def _parse_url(url: str, scheme: str) -> GitUrl | str:
+    if _CONTROL_RE.search(url):  # a space may be in a path (git takes it); nothing else unprintable
+        return "not a valid URL: it contains a control character"
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:
+        return f"not a valid URL: {e}"
+    netloc = parts.netloc
+    userinfo, at, hostport = netloc.rpartition("@")
+    user = password = None
+    if at:
+        user, colon, pw = userinfo.partition(":")
+        password = pw if colon else None
+    if hostport.startswith("["):
+        host, bracket, after = hostport[1:].partition("]")
+        if not bracket or not re.fullmatch(r"[0-9A-Fa-f:.]+", host):
+            return "not a valid URL: Invalid IPv6 URL"
+        if after and not after.startswith(":"):
+            return f"not a valid URL: {after!r} after the IPv6 address"
+        port_text = after[1:]
+    else:
+        host, _, port_text = hostport.partition(":")
+    port = None
+    if port_text:
+        if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
+            return f"not a valid URL: Port {port_text[:20]!r} is not a number from 0 to 65535"
+        port = int(port_text)
+    if _BAD_HOST_RE.search(host) or (not host and scheme != "file"):
+        return "not a valid URL: no usable host"
+    return GitUrl(scheme, host.lower(), parts.path, user=user, password=password, port=port,
+                  query=parts.query, fragment=parts.fragment, netloc=netloc)
+
+
+def transport(url: str) -> str | None:
+    """The transport git would use for `url` (`ssh` for scp-like `host:path`); None when not a Git URL."""
+    found = parse(url)
+    return found.transport if found is not None else None
+
+
+@functools.lru_cache(maxsize=_IDENTITY_CACHE)
+def identity(url: str) -> str | None:
+    """`host/path` of a Git URL, lowercased, without `.git`, user, port or trailing slashes.
+
+    `https://GitHub.com/Acme/VPC.git/`, `git@github.com:acme/vpc.git`,
+    `ssh://git@github.com:22/acme/vpc` and `https://github.com/acme/vpc` are one repository.
+    Hosts and (on GitHub and GitLab) paths are case-insensitive, so case is dropped; a
+    false match costs one extra `git ls-remote`, a missed one a stale version.
+    """
+    found = parse(url.strip())
+    if found is None:
+        return None
+    host = "file:" if found.scheme == "file" else found.host
+    path = re.sub(r"/+", "/", found.path).strip("/").removesuffix(".git").rstrip("/")
+    if not host or not path:
+        return None
+    return f"{host}/{path.lower()}"
+
+
+def web_url(url: str) -> str:
+    """The repository's web page: https for http(s)/ssh/scp/git addresses, no `.git`, no user info; "" if none."""
+    found = parse(url)
+    if found is None or found.scheme not in _WEB_SCHEMES or not found.host:
+        return ""  # file:// and the like have no web page
+    # An ssh or git port is not the web server's port; an http(s) one is.
+    web = found.scheme in ("https", "http")
+    scheme = found.scheme if web else "https"
+    netloc = found.bracketed_host + (f":{found.port}" if web and found.port else "")
+    path = found.path.strip("/").removesuffix(".git").removesuffix("/")
+    return f"{scheme}://{netloc}/{path}" if path else f"{scheme}://{netloc}"
+
+
+def host_label(url: str) -> str:
+    """The host of a repository URL for a metric label: no user, port or path; `local` for file://."""
+    found = parse(url)
+    if found is None:
+        return "unknown"
+    if found.scheme == "file":
+        return "local"
+    return found.host or "unknown"
+
+
+_MASK_RE = re.compile(r"(?<=://).*@", re.DOTALL)
+
+
+def mask(url: str) -> str:
+    """`url` with its password (if any) replaced by `***`, for logs and messages; nothing else changes.
+
+    Text that is not a valid URL but looks like one loses everything between `://` and its
+    last `@`: whatever a password would be, it is gone.
+    """
+    found = parse(url)
+    if found is None:
+        return _MASK_RE.sub("***@", url) if "://" in url else url
+    if found.password is None:
+        return url
+    userinfo, _, hostport = found.netloc.rpartition("@")
+    masked = f"{found.user}:***@{hostport}"
+    start = url.index("://") + 3
+    return url[:start] + masked + url[start + len(found.netloc):]
+
+
+def as_go_getter(url: str) -> str:
+    """`git::<url>`, the address go-getter's git getter takes; scp-like `user@host:path` becomes ssh://."""
+    found = parse(url)
+    if found is not None and found.is_scp:
+        user = f"{found.user}@" if found.user is not None else ""
+        url = f"ssh://{user}{found.bracketed_host}/{found.path.lstrip('/')}"
+    return f"git::{url}"
