@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitreg.app import create_app
-from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
+from tests.conftest import indexed, GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo
 
@@ -281,7 +281,7 @@ async def test_every_metric_the_readme_documents_is_exposed(make_client, repo):
 
 
 async def test_tasks_and_git_processes_are_back_to_idle_after_requests(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)]))
+    client = await indexed(await make_client(make_config([rule(repo.url)])))  # the index's first pass is done
     idle = await scrape(client)
     # Connection: close, as keep-alive connections rightly hold a task each while open.
     burst = [client.get("/v1/modules/demo/hello/null/versions", headers={"Connection": "close"}) for _ in range(20)]
