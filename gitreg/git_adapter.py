@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import git
@@ -182,7 +183,7 @@ class _GitRun:
         for line in text.splitlines():
             traced = _TRACE_LINE.match(line)
             if traced:
-                self.trace.append(traced.groups())  # type: ignore[arg-type]
+                self.trace.append((traced[1], traced[2], traced[3]))
             else:
                 lines.append(line)
         self.error_text = "\n".join(lines)
@@ -325,31 +326,16 @@ class GitAdapter:
         the dumb protocol, and an HTML page without a newline is then a repository without tags.
         """
         shown = mask_url(url)
-        request = ""
-        answers: list[tuple[str, int, str, str]] = []  # (request path, status, content type, location)
-        for direction, kind, text in run.trace:
-            if direction == "=>" and kind == "Send header" and text.endswith((" HTTP/1.1", " HTTP/1.0", " HTTP/2")):
-                request = urlsplit(text.split(" ")[1]).path if " " in text else ""
-            elif direction == "<=" and kind == "Recv header":
-                name, sep, value = text.partition(":")
-                if started := _STATUS_LINE.match(text):  # a status line starts an answer
-                    answers.append((request, int(started.group(1)), "", ""))
-                elif sep and answers and name.strip().lower() in ("content-type", "location"):
-                    path, code, ctype, location = answers[-1]
-                    if name.strip().lower() == "content-type":
-                        ctype = value.split(";")[0].strip().lower()
-                    else:
-                        location = value.strip()
-                    answers[-1] = (path, code, ctype, location)
-        for path, code, ctype, location in answers:
-            expected = next((t for end, t in _GIT_CONTENT_TYPES.items() if path.endswith(end)), None)
+        answers = _http_answers(run.trace)
+        for answer in answers:
+            expected = next((t for end, t in _GIT_CONTENT_TYPES.items() if answer.path.endswith(end)), None)
             if expected is None:
                 continue  # not a request to git (a proxy's CONNECT)
-            if 300 <= code < 400:
-                return self._redirect_error(url, code, location)
-            if 200 <= code < 300 and ctype != expected:
-                got = _printable(ctype, 80) or "no content type"
-                log.warning("git %s: the host answered %s with %s, not git", shown, path, got)
+            if 300 <= answer.status < 400:
+                return self._redirect_error(url, answer.status, answer.location)
+            if 200 <= answer.status < 300 and answer.content_type != expected:
+                got = _printable(answer.content_type, 80) or "no content type"
+                log.warning("git %s: the host answered %s with %s, not git", shown, answer.path, got)
                 return UpstreamUnavailable(
                     f"the Git host did not answer with the git protocol for {shown}: it sent {got} instead of "
                     f"{expected} (a login page or a proxy's error page?)"
@@ -357,7 +343,7 @@ class GitAdapter:
         if run.proc.returncode != 0:
             if _REDIRECTED.search(run.error_text):  # the trace was cut short: no target known
                 return self._redirect_error(url, 0, "")
-            good = [a for a in answers if a[1] == 200 and a[2] in _GIT_CONTENT_TYPES.values()]
+            good = [a for a in answers if a.status == 200 and a.content_type in _GIT_CONTENT_TYPES.values()]
             if good and _CUT_SHORT.search(run.error_text) and not _CURL_FAILED.search(run.error_text):
                 # Every answer arrived whole with git's content type, yet git found the protocol
                 # unfinished: the body was not git's pkt-line framing (empty, or stopped early).
@@ -495,6 +481,34 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value or "")
+
+
+class _HttpAnswer(NamedTuple):
+    """One HTTP answer git received, as its header trace shows it."""
+
+    path: str  # of the request it answers
+    status: int
+    content_type: str = ""  # lowercase, without parameters
+    location: str = ""
+
+
+def _http_answers(trace: list[tuple[str, str, str]]) -> list[_HttpAnswer]:
+    """The answers in git's GIT_TRACE_CURL lines, each with the path of the request it answers."""
+    request = ""
+    answers: list[_HttpAnswer] = []
+    for direction, kind, text in trace:
+        if direction == "=>" and kind == "Send header" and text.endswith((" HTTP/1.1", " HTTP/1.0", " HTTP/2")):
+            request = urlsplit(text.split(" ")[1]).path  # "GET /repo.git/info/refs?service=... HTTP/1.1"
+        elif direction == "<=" and kind == "Recv header":
+            name, sep, value = text.partition(":")
+            name = name.strip().lower()
+            if started := _STATUS_LINE.match(text):  # a status line starts an answer (1xx ones too)
+                answers.append(_HttpAnswer(request, int(started[1])))
+            elif sep and answers and name == "content-type":
+                answers[-1] = answers[-1]._replace(content_type=value.split(";")[0].strip().lower())
+            elif sep and answers and name == "location":
+                answers[-1] = answers[-1]._replace(location=value.strip())
+    return answers
 
 
 def _printable(text: str, limit: int) -> str:
