@@ -3,6 +3,13 @@
 Hardening, in one place:
 - credentials reach git through its environment (`GIT_CONFIG_COUNT`/`KEY`/`VALUE` with
   `http.<url>.extraHeader`), never argv or a URL;
+- git follows no HTTP redirect (`http.followRedirects=false`): git attaches the extraHeader to
+  every request of the process, so a redirect followed would carry the credential to whatever
+  host the redirect names. A redirect is an error naming its target instead;
+- over HTTP, git traces the headers of its requests and answers (`GIT_TRACE_CURL`, no data,
+  `Authorization` redacted) into its stderr, so gitreg sees where a redirect pointed and what
+  content type each answer had: an answer that is not git's smart protocol (an SSO page, a
+  proxy's error page) is an error, not the "no tags" git's dumb-protocol fallback makes of it;
 - system and global git config are ignored and `HOME` is gitreg's own, so an operator's
   `~/.gitconfig` (`url.insteadOf`, credential helpers) cannot change what runs;
 - only the configured transports are allowed (`GIT_ALLOW_PROTOCOL`: no `ext::`);
@@ -37,7 +44,8 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, NamedTuple, TypeVar
+from urllib.parse import urljoin, urlsplit
 
 from . import urls
 from .config import Credential, GitConfig
@@ -57,7 +65,8 @@ _NOT_FOUND = re.compile(
     re.IGNORECASE,
 )
 _AUTH_FAILED = re.compile(
-    r"authentication failed|HTTP 401|HTTP 403|could not read Username|terminal prompts disabled|Permission denied",
+    r"authentication failed|HTTP 401|HTTP 403|returned error: 40[13]\b|could not read Username|terminal prompts disabled|"
+    r"Permission denied",
     re.IGNORECASE,
 )
 # curl's low-speed abort and ssh's ConnectTimeout: the host stalled, like a timeout.
@@ -68,6 +77,21 @@ _NOT_GIT = re.compile(
     r"unexpected (?:flush|packet)|expected flush",
     re.IGNORECASE,
 )
+# What git says when an answer with git's content type ends before the protocol does (a host
+# sending an empty or cut-short body); a network failure says more (curl's reason, "RPC failed").
+_CUT_SHORT = re.compile(r"remote end hung up unexpectedly|could not read from remote repository", re.IGNORECASE)
+_CURL_FAILED = re.compile(r"RPC failed|unable to access|curl \d+|early EOF", re.IGNORECASE)
+_STATUS_LINE = re.compile(r"HTTP/[\d.]+ (\d{3})\b", re.IGNORECASE)
+_REDIRECTED = re.compile(r"returned error: 3\d\d\b")
+# A line of git's GIT_TRACE_CURL output ("15:00:53.893252 http.c:684  => Send header: ..."),
+# kept apart from git's own messages: header values are the host's words, not git's.
+_TRACE_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d+ \S+:\d+ +(=>|<=|==) ([^:,]*)[:,] ?(.*)$")
+# What a smart-HTTP host answers to git's two requests (anything else made git fall back to
+# the dumb protocol, which turns an HTML page into "no tags", or is not git at all).
+_GIT_CONTENT_TYPES = {
+    "/info/refs": "application/x-git-upload-pack-advertisement",
+    "/git-upload-pack": "application/x-git-upload-pack-result",
+}
 # What git adds after any ssh failure; the line before it says what happened.
 _BOILERPLATE = re.compile(
     r"could not read from remote repository|make sure you have the correct access rights|^and the repository exists",
@@ -117,7 +141,8 @@ class _GitRun:
             self.stderr.close()
             raise
         self.killed: str | None = None  # why gitreg killed it: "timeout", "too_large", "shutdown"
-        self.error_text = ""  # the end of git's stderr, once finished
+        self.error_text = ""  # the end of git's stderr, once finished (without GIT_TRACE_CURL lines)
+        self.trace: list[tuple[str, str, str]] = []  # GIT_TRACE_CURL lines: (direction, kind, text)
         self._lock = threading.Lock()
         self._reaped = False
 
@@ -146,7 +171,15 @@ class _GitRun:
         with self.stderr:
             self.stderr.seek(0, os.SEEK_END)
             self.stderr.seek(max(0, self.stderr.tell() - _MAX_STDERR))  # only git's last words matter
-            self.error_text = self.stderr.read().decode("utf-8", "replace")
+            text = self.stderr.read().decode("utf-8", "replace")
+        lines = []
+        for line in text.splitlines():
+            traced = _TRACE_LINE.match(line)
+            if traced:
+                self.trace.append((traced[1], traced[2], traced[3]))
+            else:
+                lines.append(line)
+        self.error_text = "\n".join(lines)
         return status
 
 
@@ -178,7 +211,15 @@ class GitAdapter:
             # A stalled transfer ends by itself, even in a git that outlived a killed gitreg.
             "GIT_HTTP_LOW_SPEED_LIMIT": str(LOW_SPEED_LIMIT),
             "GIT_HTTP_LOW_SPEED_TIME": str(self._stall_seconds()),
-            "GIT_CONFIG_COUNT": "0",
+            # Never follow a redirect (see the module docstring); also disables dumb-HTTP alternates.
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.followRedirects",
+            "GIT_CONFIG_VALUE_0": "false",
+            # Headers only, credentials redacted (whatever gitreg's own environment says): read
+            # by _http_answers to see redirects and answers that are not git.
+            "GIT_TRACE_CURL": "1" if url.startswith(("http://", "https://")) else "0",
+            "GIT_TRACE_CURL_NO_DATA": "1",
+            "GIT_TRACE_REDACT": "1",
             # `git -c` settings inherited from gitreg's own environment do not apply either,
             "GIT_CONFIG_PARAMETERS": "",
             # nor the config of a repository gitreg happens to be started in (see _spawn's cwd).
@@ -188,11 +229,20 @@ class GitAdapter:
         if cred is not None:
             token = base64.b64encode(f"{cred.username}:{cred.password}".encode()).decode()
             env.update(
-                GIT_CONFIG_COUNT="1",
-                GIT_CONFIG_KEY_0=f"http.{cred.url}.extraHeader",
-                GIT_CONFIG_VALUE_0=f"Authorization: Basic {token}",
+                GIT_CONFIG_COUNT="2",
+                GIT_CONFIG_KEY_1=f"http.{cred.url}.extraHeader",
+                GIT_CONFIG_VALUE_1=f"Authorization: Basic {token}",
             )
         return env
+
+    def _scrub(self, text: str) -> str:
+        """`text` (the host's words) with any configured Git password or Basic token in it masked."""
+        for cred in self.credentials:
+            token = base64.b64encode(f"{cred.username}:{cred.password}".encode()).decode()
+            for secret in (token, cred.password):
+                if len(secret) >= 4:  # a shorter one would mask letters of every word
+                    text = text.replace(secret, "***")
+        return text
 
     def _stall_seconds(self) -> int:
         return max(1, math.ceil(self.config.timeout_seconds))
@@ -260,8 +310,56 @@ class GitAdapter:
         if run.killed == "too_large":
             log.warning("git %s: %s", shown, too_large)
             raise UpstreamUnavailable(too_large)
+        answered = self._http_answers(run, url)
+        if answered is not None:
+            raise answered
         if run.proc.returncode != 0:
             raise self._classify(url, run.error_text, run.proc.returncode)
+
+    def _http_answers(self, run: _GitRun, url: str) -> GitregError | None:
+        """The error the host's HTTP answers stand for, from git's header trace: a redirect, or not git.
+
+        Checked whether or not git succeeded: on an answer that is not git, git falls back to
+        the dumb protocol, and an HTML page without a newline is then a repository without tags.
+        """
+        shown = mask_url(url)
+        answers = _http_answers(run.trace)
+        for answer in answers:
+            expected = next((t for end, t in _GIT_CONTENT_TYPES.items() if answer.path.endswith(end)), None)
+            if expected is None:
+                continue  # not a request to git (a proxy's CONNECT)
+            if 300 <= answer.status < 400:
+                return self._redirect_error(url, answer.status, answer.location)
+            if 200 <= answer.status < 300 and answer.content_type != expected:
+                got = _printable(answer.content_type, 80) or "no content type"
+                log.warning("git %s: the host answered %s with %s, not git", shown, answer.path, got)
+                return UpstreamUnavailable(
+                    f"the Git host did not answer with the git protocol for {shown}: it sent {got} instead of "
+                    f"{expected} (a login page or a proxy's error page?)"
+                )
+        if run.proc.returncode != 0:
+            if _REDIRECTED.search(run.error_text):  # the trace was cut short: no target known
+                return self._redirect_error(url, 0, "")
+            good = [a for a in answers if a.status == 200 and a.content_type in _GIT_CONTENT_TYPES.values()]
+            if good and _CUT_SHORT.search(run.error_text) and not _CURL_FAILED.search(run.error_text):
+                # Every answer arrived whole with git's content type, yet git found the protocol
+                # unfinished: the body was not git's pkt-line framing (empty, or stopped early).
+                log.warning("git %s failed: %s", shown, self._scrub(_last_line(run.error_text)))
+                return UpstreamUnavailable(
+                    f"the Git host did not answer with the git protocol for {shown}: its answer ended before "
+                    "the ref advertisement did"
+                )
+        return None
+
+    def _redirect_error(self, url: str, status: int, location: str) -> UpstreamUnavailable:
+        shown = mask_url(url)
+        target = self._scrub(_redirect_target(url, location))
+        log.warning("git %s: the host redirected to %s (HTTP %s); not followed", shown, target or "?", status or "3xx")
+        where = f"to {target}" if target else "elsewhere"
+        return UpstreamUnavailable(
+            f"the Git host redirected gitreg {where} for {shown}; gitreg follows no redirect, so that a "
+            "credential never leaves its host: if that is the same repository, configure its URL instead"
+        )
 
     def run(self, args: list[str], url: str, cwd: str | None = None) -> str:
         """Run a git command that talks to `url` (e.g. a fetch); its stdout, bounded by MAX_OUTPUT_BYTES."""
@@ -319,7 +417,7 @@ class GitAdapter:
         shown = mask_url(url)
         if "did not complete in" in stderr or _STALLED.search(stderr):
             return self._timeout(shown)
-        detail = _last_line(stderr)
+        detail = self._scrub(_last_line(stderr))
         log.warning("git %s failed (exit %s): %s", shown, status, detail)
         if _AUTH_FAILED.search(stderr):
             if self.credential_for(url) is None:
@@ -366,6 +464,56 @@ class _RefParser:
         return tags
 
 
+class _HttpAnswer(NamedTuple):
+    """One HTTP answer git received, as its header trace shows it."""
+
+    path: str  # of the request it answers
+    status: int
+    content_type: str = ""  # lowercase, without parameters
+    location: str = ""
+
+
+def _http_answers(trace: list[tuple[str, str, str]]) -> list[_HttpAnswer]:
+    """The answers in git's GIT_TRACE_CURL lines, each with the path of the request it answers."""
+    request = ""
+    answers: list[_HttpAnswer] = []
+    for direction, kind, text in trace:
+        if direction == "=>" and kind == "Send header" and text.endswith((" HTTP/1.1", " HTTP/1.0", " HTTP/2")):
+            request = urlsplit(text.split(" ")[1]).path  # "GET /repo.git/info/refs?service=... HTTP/1.1"
+        elif direction == "<=" and kind == "Recv header":
+            name, sep, value = text.partition(":")
+            name = name.strip().lower()
+            if started := _STATUS_LINE.match(text):  # a status line starts an answer (1xx ones too)
+                answers.append(_HttpAnswer(request, int(started[1])))
+            elif sep and answers and name == "content-type":
+                answers[-1] = answers[-1]._replace(content_type=value.split(";")[0].strip().lower())
+            elif sep and answers and name == "location":
+                answers[-1] = answers[-1]._replace(location=value.strip())
+    return answers
+
+
+def _printable(text: str, limit: int) -> str:
+    """`text` without control bytes and at most `limit` characters: it came from the host."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+
+
+def _redirect_target(url: str, location: str) -> str:
+    """Where a redirect pointed: scheme, host, port and repository path, never user info or query."""
+    if not location:
+        return ""
+    try:
+        parts = urlsplit(urljoin(url.rstrip("/") + "/info/refs", location))
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return ""
+    if not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    path = parts.path.removesuffix("/info/refs").removesuffix("/git-upload-pack")
+    return _printable(f"{parts.scheme}://{host}" + (f":{port}" if port else "") + path, 200)
+
+
 def _last_line(stderr: str) -> str:
     """git's last informative stderr line (not its "make sure ... the repository exists" advice)."""
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
@@ -374,8 +522,7 @@ def _last_line(stderr: str) -> str:
     line = line.removeprefix("stderr:").strip().strip("'").strip()
     # Whatever the host sent may be echoed here: no credentials in URLs, no control bytes.
     line = _USERINFO_RE.sub("", line)
-    line = "".join(c if c.isprintable() else "?" for c in line)
-    return line[:300]
+    return _printable(line, 300)
 
 
 class NoSuchTree(Exception):

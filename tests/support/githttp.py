@@ -3,7 +3,11 @@
 Basic auth, per-repository counters of ref advertisements, and switchable faults for the
 fault tests and benchmarks: "down" (closes the connection), "slow" (answers after `delay`
 seconds), "trickle" (answers at once, then sends a byte every `trickle_interval` seconds,
-forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" (HTTP 500), "unauthorized" (HTTP 401).
+forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" (HTTP 500), "unauthorized" (HTTP 401),
+"redirect" (a 302 to the same path and query under `redirect_to`, e.g. another server's base URL)
+and "answer" (the fixed `answer`: status, headers, body; an SSO page, a JSON error...).
+Every request is recorded with its headers (`requests()`, `authorizations()`), so a test can see
+which credential reached which server.
 """
 
 from __future__ import annotations
@@ -103,6 +107,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         elif mode == "unauthorized":
             self._reply(401, b"no\n", {"WWW-Authenticate": 'Basic realm="git"'})
+            return
+        elif mode == "redirect":
+            location = owner.redirect_to.rstrip("/") + parts.path + (f"?{parts.query}" if parts.query else "")
+            self._reply(302, b"moved\n", {"Location": location, "Content-Type": "text/plain"})
+            return
+        elif mode == "answer" and parts.path.endswith(owner.answer_path):
+            status, headers, body = owner.answer
+            self._reply(status, body, headers)
             return
         user = None
         if owner.username is not None and repo not in owner.public:
@@ -207,6 +219,10 @@ class GitHttpServer:
         self.mode = "ok"
         self.delay = 30.0
         self.trickle_interval = 0.1
+        self.redirect_to = ""  # "redirect" mode: the base URL every request is sent on to
+        # "answer" mode: what every request gets, (status, headers, body)
+        self.answer: tuple[int, dict[str, str], bytes] = (200, {"Content-Type": "text/html"}, b"<html></html>")
+        self.answer_path = ""  # "answer" mode: only for paths ending so ("/git-upload-pack"); git serves the rest
         self.git = shutil.which("git") or "git"
         self._lock = threading.Lock()
         self._advertisements: dict[str, int] = {}
@@ -269,8 +285,17 @@ class GitHttpServer:
         with self._lock:
             return list(self._requests)
 
+    def authorizations(self) -> list[tuple[str, str, str | None]]:
+        """(method, path, Authorization header or None) of every request seen so far, in order."""
+        return [(r.method, r.path, _header(r.headers, "Authorization")) for r in self.requests()]
+
     def reset_counters(self) -> None:
         """Forget counted advertisements and requests."""
         with self._lock:
             self._advertisements.clear()
             self._requests.clear()
+
+
+def _header(headers: dict[str, str], name: str) -> str | None:
+    """A header's value, whatever the case the client spelled its name in."""
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
