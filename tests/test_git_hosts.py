@@ -45,6 +45,7 @@ def host_config(git_http: GitHttpServer, tmp_path: Path, with_credentials: bool 
     return make_config(
         [{"namespace": "demo", "name": "hello", "system": "null", "repository": git_http.url("private.git")}],
         credentials=credentials if with_credentials else [], git={"timeout_seconds": 5}, cache=cache,
+        index={"enabled": False},  # the host's requests counted here are the tag cache's alone
     )
 
 
