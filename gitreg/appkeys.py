@@ -15,6 +15,7 @@ from .details import DetailsService
 from .git_adapter import GitAdapter
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
+from .orgs import OrgCatalog
 from .registry import Registry
 from .signing import UrlSigner
 
@@ -31,3 +32,4 @@ METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
+ORGS = web.AppKey("orgs", OrgCatalog)

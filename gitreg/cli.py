@@ -84,8 +84,9 @@ def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[s
 
 
 def _serve(config: Config) -> int:
-    if not config.modules:
-        print("gitreg: no modules to serve: add [[modules]] to the config or pass --module NS/NAME/SYSTEM=URL", file=sys.stderr)
+    if not config.modules and not config.orgs:
+        print("gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
+              file=sys.stderr)
         return EXIT_CONFIG
     ssl_context = None
     if config.server.tls_cert and config.server.tls_key:
@@ -137,6 +138,7 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
 
 def _check(config: Config, probe: bool) -> int:
     print(f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
+          + (f", {len(config.orgs)} org(s)" if config.orgs else "")
           + (f" from {config.source}" if config.source else ""))
     from .webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
 
@@ -145,7 +147,9 @@ def _check(config: Config, probe: bool) -> int:
     if not probe:
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
-        return _probe(config, GitAdapter(config.git, config.credentials, home))
+        adapter = GitAdapter(config.git, config.credentials, home)
+        failed = _probe(config, adapter)
+        return max(failed, _probe_orgs(config, adapter))
 
 
 def _probe(config: Config, adapter: GitAdapter) -> int:
@@ -173,6 +177,41 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
             print("  versions: none (push a tag like " + f"{rule.tag_prefix}v1.0.0)")
         for skipped in found.skipped:
             print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    return EXIT_PROBE_FAILED if failed else EXIT_OK
+
+
+def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
+    """Per org: the repositories its API lists, the modules they became (with versions), the rest and why."""
+    if not config.orgs:
+        return EXIT_OK
+    from .orgs import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
+
+    reports = asyncio.run(probe_orgs(config))
+    failed = False
+    for report in reports:
+        org = report.org
+        print(f"\norg {org.label} ({org.api_url}) -> namespace {org.namespace}")
+        if report.error is not None:
+            failed = True
+            print(f"  ERROR: {report.error}")
+            continue
+        print(f"  {report.found} repositories found, {len(report.modules)} module(s), {len(report.ignored)} ignored")
+        for repo in report.modules:
+            print(f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})")
+            try:
+                tags = adapter.ls_remote_tags(repo.repository)
+            except GitregError as e:
+                failed = True
+                print(f"    ERROR: {e.message}")
+                continue
+            found = select_versions(tags.tags, "")
+            if not found.versions:
+                print("    not listed: no SemVer tag (push a tag like v1.0.0)")
+                continue
+            shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (", ..." if len(found.versions) > 10 else "")
+            print(f"    versions ({len(found.versions)}): {shown}")
+        for full_name, reason in report.ignored:
+            print(f"  ignored {full_name}: {reason}")
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 

@@ -28,10 +28,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from aiohttp import web
 
-from .appkeys import CACHE, CONFIG, METRICS
+from .appkeys import CACHE, CONFIG, METRICS, ORGS
 from .config import Config
 from .errors import GitregError
 from .git_adapter import mask_url
+from .orgs import RepositoryEvent, github_repository_event, gitlab_project_event
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +116,14 @@ def repository_identity(url: str) -> str | None:
     return f"{host.lower()}/{path.lower()}"
 
 
-def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
+def configured_repositories(config: Config, cached: Iterable[str],
+                            known: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
     """identity -> the repository URLs (cache keys) it stands for.
 
     From explicit rules (their `repository`, and their `clone_url`, which names the same
-    repository for clients) and from every repository a wildcard rule has resolved: those
-    are the cache's keys.
+    repository for clients), from every repository a wildcard rule has resolved (those are
+    the cache's keys), and from `known` (url, cache key) pairs: org repositories by their
+    clone, ssh and web URLs.
     """
     index: dict[str, set[str]] = {}
 
@@ -137,12 +140,15 @@ def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, 
             add(rule.clone_url, rule.repository)
     for key in cached:
         add(key, key)
+    for url, key in known:
+        add(url, key)
     return index
 
 
-def matching_repositories(config: Config, cached: Iterable[str], urls: Iterable[str]) -> list[str]:
+def matching_repositories(config: Config, cached: Iterable[str], urls: Iterable[str],
+                          known: Iterable[tuple[str, str]] = ()) -> list[str]:
     """The configured repositories (cache keys) that any of `urls` names."""
-    index = configured_repositories(config, cached)
+    index = configured_repositories(config, cached, known)
     found: dict[str, None] = {}
     for url in urls:
         identity = repository_identity(url)
@@ -247,7 +253,8 @@ def gitlab_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
 def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
     """Invalidate and refresh every configured repository the event names."""
     cache = request.app[CACHE]
-    keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
+    orgs = request.app[ORGS]
+    keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls, orgs.repository_urls())
     shown = mask_url(event.urls[0])[:200]
     if not keys:
         request.app[METRICS].webhook(provider, "unknown_repository")
@@ -260,9 +267,24 @@ def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Respon
     for key in keys:
         cache.invalidate(key)
         cache.refresh_in_background(key)
+    orgs.notify_pushed(keys)  # the module index looks at those org modules again
     request.app[METRICS].webhook(provider, "refreshed")
     log.info("%s webhook: %s on %s: refreshing %d repository(ies)", provider, event.ref[:200], shown, len(keys))
     return web.json_response({"result": "refreshing", "repositories": len(keys), "ref": event.ref[:200]})
+
+
+async def _apply_repository_event(request: web.Request, event: RepositoryEvent) -> web.Response:
+    """A repository was created, deleted, renamed, transferred or (un)archived: update the org listings now."""
+    concerned = await request.app[ORGS].apply(event)
+    shown = event.full_name[:200]
+    if not concerned:
+        request.app[METRICS].webhook(event.provider, "unknown_org")
+        return web.json_response(
+            {"result": "unknown_org", "note": f"no [[orgs]] entry of this registry lists {shown}; nothing was changed"},
+            status=202,
+        )
+    request.app[METRICS].webhook(event.provider, "org_updated")
+    return web.json_response({"result": "org_updated", "action": event.action[:40], "repository": shown})
 
 
 def _ignored(request: web.Request, provider: str, why: str) -> web.Response:
@@ -305,6 +327,12 @@ async def github(request: web.Request) -> web.Response:
         if event == "ping":
             request.app[METRICS].webhook("github", "ping")
             return web.json_response({"result": "pong"})
+        if event == "repository":
+            repository_event = github_repository_event(payload)
+            if repository_event is None:
+                raise MalformedPayload("a repository payload needs an 'action' and a 'repository' with "
+                                       "name, full_name and clone_url")
+            return await _apply_repository_event(request, repository_event)
         found = github_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("github", "malformed")
@@ -320,7 +348,12 @@ async def gitlab(request: web.Request) -> web.Response:
     body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)
     event = request.headers.get("X-Gitlab-Event", "")
     try:
-        found = gitlab_event(event, _json_object(body, request.content_type))
+        payload = _json_object(body, request.content_type)
+        # System hooks, and group hooks' project events, say what happened to a project.
+        repository_event = gitlab_project_event(payload) if event in ("System Hook", "Project Hook") else None
+        if repository_event is not None:
+            return await _apply_repository_event(request, repository_event)
+        found = gitlab_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("gitlab", "malformed")
         raise
@@ -343,7 +376,7 @@ def webhook_hosts(config: Config) -> dict[str, list[str]]:
 def webhook_instructions(config: Config) -> list[str]:
     """Lines telling an operator which webhook URL to configure for each Git host."""
     hosts = webhook_hosts(config)
-    if not hosts:
+    if not hosts and not config.orgs:
         return ["webhooks: no repository on a remote Git host; nothing to configure"]
     base = config.server.public_url or "https://<this registry>"
     names = {"github": "GitHub", "gitlab": "GitLab"}
@@ -366,6 +399,16 @@ def webhook_instructions(config: Config) -> list[str]:
             path = GITHUB_PATH if provider == "github" else GITLAB_PATH
             lines.append(f"  {host} ({names[provider]}): {base}{path}; {events[provider]}; "
                          f"secret [webhooks] {key}: {state}")
+    for org in config.orgs:
+        key, is_set = secrets[org.provider]
+        state = "set" if is_set else "NOT SET, the endpoint answers 404"
+        if org.provider == "github":
+            where = (f"organization webhook of {org.group}: {base}{GITHUB_PATH}; events: repositories, pushes, "
+                     "branch or tag creation and deletion")
+        else:
+            where = (f"group webhook of {org.group} (tag push and project events), or a system hook: "
+                     f"{base}{GITLAB_PATH}")
+        lines.append(f"  org {org.label}: {where}; secret [webhooks] {key}: {state}")
     if config.server.public_url is None:
         lines.append("  (set [server] public_url to see the registry's real address here)")
     return lines
