@@ -689,13 +689,15 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
                 )
                 break
     orgs: list[OrgConfig] = []
+    seen_groups: dict[tuple[str, str, str], int] = {}
     for i, table in enumerate(root.table_list("orgs")):
         org = _parse_org(_Reader(table, f"orgs[{i}]", problems, env))
         if org is None:
             continue
-        for j, earlier in enumerate(orgs):
-            if (earlier.provider, earlier.api_url, earlier.group.lower()) == (org.provider, org.api_url, org.group.lower()):
-                problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{j}]")
+        key = (org.provider, org.api_url, org.group.lower())
+        if key in seen_groups:
+            problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{seen_groups[key]}]")
+        seen_groups.setdefault(key, i)
         orgs.append(org)
     if auth.tokens and auth.signing_key is None and any(org.download == "archive" for org in orgs):
         problems.append('orgs: download = "archive" with [auth] tokens needs [auth] signing_key')

@@ -141,7 +141,7 @@ class _Org:
     failures: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    listed: asyncio.Event = field(default_factory=asyncio.Event)
+    attempted: asyncio.Event = field(default_factory=asyncio.Event)  # a first enumeration ended (either way)
 
 
 def evaluate(org: OrgConfig, index: int, records: Iterable[RepoRecord],
@@ -249,16 +249,24 @@ class OrgCatalog:
                               f"lists the repositories of {labels}, and none of them is this module")
 
     async def wait_listed(self, namespace: str, timeout: float = FIRST_LISTING_WAIT) -> None:
-        """Return once every org of `namespace` has a listing; before the first one, wait (bounded), then 503."""
+        """Return once every org of `namespace` has a listing; 503 (OrgListingPending) when one has none.
+
+        Only before an org's first enumeration has ended does this wait (at most `timeout`).
+        """
         pending = [s for s in self._namespaces.get(namespace, ()) if s.records is None]
         if not pending:
             return
-        try:
-            await asyncio.wait_for(asyncio.gather(*(s.listed.wait() for s in pending)), timeout)
-        except asyncio.TimeoutError:
+        waiting = [s.attempted.wait() for s in pending if not s.attempted.is_set()]
+        if waiting:
+            try:
+                await asyncio.wait_for(asyncio.gather(*waiting), timeout)
+            except asyncio.TimeoutError:
+                pass
+        pending = [s for s in pending if s.records is None]
+        if pending:
             errors = "; ".join(s.error for s in pending if s.error) or "the first listing is still being fetched"
             raise OrgListingPending(f"namespace {namespace} is served from an org whose repositories are not listed "
-                                    f"yet ({errors}); try again shortly") from None
+                                    f"yet ({errors}); try again shortly")
 
     def repository_urls(self) -> list[tuple[str, str]]:
         """(url, repository) for every org module: its clone, web and ssh URLs name the repository gitreg lists."""
@@ -319,6 +327,8 @@ class OrgCatalog:
                 kept = f"keeping the last listing ({len(s.records)} repositories)" if s.records is not None else "no listing yet"
                 log.warning("org %s: listing failed: %s; %s", s.config.label, e.message, kept)
                 return False
+            finally:
+                s.attempted.set()
             since = s.enumerated_at
             s.enumerated_at = time.time()
             s.stats.last_success = s.enumerated_at
@@ -392,7 +402,6 @@ class OrgCatalog:
         s.records = records
         s.modules, s.ignored = evaluate(s.config, s.index, records.values(), self.config.git.protocols)
         s.stats.repositories = len(records)
-        s.listed.set()
         recent: set[ModuleAddress] = set()
         if since is not None:
             # GitLab moves its timestamps at most every few minutes per project: a push soon
