@@ -130,6 +130,8 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
             host, port = address[0], address[1]
             shown = f"[{host}]" if ":" in host else host
             log.info("gitreg %s serving %d module rule(s) on %s://%s:%d", __version__, len(config.modules), scheme, shown, port)
+        if config.orgs:
+            log.info("org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs))
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
     finally:

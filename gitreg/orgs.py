@@ -45,6 +45,8 @@ FORMAT = 1
 FIRST_LISTING_WAIT = 8.0
 # After a failed enumeration the next try comes sooner than refresh_seconds: 15 s, doubling.
 FAILURE_RETRY_SECONDS = 15.0
+# How long a GitLab webhook waits for the one project it names (GitLab gives up after 10 s).
+WEBHOOK_FETCH_SECONDS = 8.0
 _JITTER = 0.1
 _TMP_PREFIX, _TMP_SUFFIX = ".orgs-", ".tmp"
 
@@ -139,6 +141,9 @@ class _Org:
     loaded: bool = False
     error: str | None = None
     failures: int = 0
+    # Webhook changes applied while an enumeration runs: its pages may predate them, so they
+    # are applied again on top of its result.
+    journal: list[tuple[tuple[str, ...], RepoRecord | None]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     attempted: asyncio.Event = field(default_factory=asyncio.Event)  # a first enumeration ended (either way)
@@ -319,6 +324,7 @@ class OrgCatalog:
         s = self._orgs[index]
         assert s.client is not None, "open() first"
         async with s.lock:
+            s.journal.clear()
             try:
                 records = await s.client.list_repositories()
             except ForgeError as e:
@@ -335,7 +341,11 @@ class OrgCatalog:
             s.error, s.failures, s.loaded = None, 0, False
             if not records and s.records:
                 log.warning("org %s: the API now lists no repositories at all (it listed %d)", s.config.label, len(s.records))
-            self._set_records(s, {r.full_name.lower(): r for r in records}, since)
+            listing = {r.full_name.lower(): r for r in records}
+            for dropped, record in s.journal:
+                _patch(listing, dropped, record)
+            s.journal.clear()
+            self._set_records(s, listing, since)
         log.info("org %s: %d repositories, %d modules", s.config.label, len(records), len(s.modules))
         await self.flush()
         return True
@@ -364,18 +374,22 @@ class OrgCatalog:
                     record = event.record
                 elif isinstance(s.client, GitLabClient):
                     try:
-                        record = await s.client.get_project(event.project_id or event.full_name)
-                    except ForgeError as e:
+                        # Within GitLab's webhook timeout (10 s); past it, the next enumeration will do.
+                        record = await asyncio.wait_for(
+                            s.client.get_project(event.project_id or event.full_name), WEBHOOK_FETCH_SECONDS)
+                    except (ForgeError, asyncio.TimeoutError) as e:
+                        why = e.message if isinstance(e, ForgeError) else "no answer in time"
                         log.warning("org %s: webhook for %s: cannot fetch the project (%s); enumerating again",
-                                    s.config.label, event.full_name[:200], e.message)
+                                    s.config.label, event.full_name[:200], why)
                         self.refresh_soon(s.index)
                         continue
+            if record is not None and not self._owns(s.config, record.full_name):
+                record = None
+            dropped = tuple(name for name in (event.old_full_name, event.full_name) if name is not None)
+            if s.lock.locked():
+                s.journal.append((dropped, record))
             records = dict(s.records)
-            for name in (event.old_full_name, event.full_name):
-                if name is not None:
-                    records.pop(name.lower(), None)
-            if record is not None and self._owns(s.config, record.full_name):
-                records[record.full_name.lower()] = record
+            _patch(records, dropped, record)
             log.info("org %s: %s webhook: %s %s", s.config.label, event.provider, event.action[:40], event.full_name[:200])
             self._set_records(s, records, None)
         if concerned:
@@ -570,6 +584,14 @@ class OrgCatalog:
                     task.cancel()
                 await asyncio.gather(*self._tasks, return_exceptions=True)
                 await self.flush()
+
+
+def _patch(records: dict[str, RepoRecord], dropped: tuple[str, ...], record: RepoRecord | None) -> None:
+    """Drop repositories by full name, then add `record` (a webhook's change to a listing)."""
+    for name in dropped:
+        records.pop(name.lower(), None)
+    if record is not None:
+        records[record.full_name.lower()] = record
 
 
 def _read_json(path: Path) -> Any:

@@ -58,8 +58,9 @@ class Registry:
 
     async def versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
         """The module's versions from its repository's (cached) tags."""
-        if self.orgs is not None and (address.namespace, address.name, address.system) not in self.rules.explicit:
-            await self.orgs.wait_listed(address.namespace)  # returns at once after the first listing
+        if (self.orgs is not None and not self.orgs.complete()
+                and (address.namespace, address.name, address.system) not in self.rules.explicit):
+            await self.orgs.wait_listed(address.namespace)  # only until the org's first listing
         resolved = self.resolve(address)
         tags = await self.cache.get(resolved.repository)
         key = ("versions", resolved.rule.tag_prefix)

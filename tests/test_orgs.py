@@ -21,7 +21,7 @@ import pytest
 from gitreg.appkeys import ORGS
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
-from gitreg.orgs import ARCHIVED, OrgCatalog, OrgChanges
+from gitreg.orgs import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
 from gitreg.names import ModuleAddress
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import GitregProcess, run_gitreg
@@ -446,6 +446,48 @@ async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, gi
     assert resp.status == 200, await resp.text()
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
     assert changes == [OrgChanges(pushed=frozenset({VPC}))]
+
+
+async def test_a_webhook_during_an_enumeration_is_not_undone_by_its_older_pages(github, git_http, tmp_path):
+    github.add("terraform-aws-vpc")
+    catalog = OrgCatalog(org_config(github, git_http), None)
+    async with aiohttp.ClientSession() as session:
+        catalog.open(session)
+        assert await catalog.enumerate(0)
+        github.delay = 1.0
+        asked = github.started
+        running = asyncio.ensure_future(catalog.enumerate(0))
+        await until(lambda: github.started == asked + 1)  # the page is on its way, as the org was before
+        github.add("terraform-aws-iam")
+        event = github_repository_event(github.github_repository_event("created", "terraform-aws-iam"))
+        assert await catalog.apply(event) == 1
+        assert await running
+    assert sorted(map(str, catalog.modules())) == ["acme/iam/aws", "acme/vpc/aws"]
+
+
+async def test_a_malformed_repository_event_is_400_and_changes_nothing(make_client, github, git_http, tmp_path):
+    github.add("terraform-aws-vpc")
+    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS))
+    await until(client.app[ORGS].complete)
+    resp = await post_github(client, {"action": "deleted", "repository": {"name": "terraform-aws-vpc"}}, "repository")
+    await assert_error(resp, 400, "repository payload")
+    assert list(client.app[ORGS].modules()) == [VPC]
+
+
+async def test_a_gitlab_project_pushed_within_its_throttle_window_is_looked_at_again(gitlab, git_http, tmp_path):
+    # GitLab moves updated_at at most every 5 minutes per project: a second push soon after the
+    # first leaves it as it was. A marker that recent at the last enumeration is not trusted.
+    gitlab.add("terraform-aws-vpc", pushed=time.time() - 30)
+    gitlab.add("terraform-aws-iam", pushed=time.time() - 7200)
+    catalog = OrgCatalog(org_config(gitlab, git_http), None)
+    changes: list[OrgChanges] = []
+    catalog.subscribe(changes.append)
+    async with aiohttp.ClientSession() as session:
+        catalog.open(session)
+        assert await catalog.enumerate(0)
+        assert await catalog.enumerate(0)  # nothing moved
+    assert changes[0].added == {VPC, ModuleAddress("acme", "iam", "aws")}
+    assert changes[1:] == [OrgChanges(pushed=frozenset({VPC}))]
 
 
 # --- restart: the persisted listing serves before the API answers --------------------------------

@@ -60,6 +60,8 @@ class FakeForge:
         self.user = user  # GitHub: the group is a user account (/orgs/<it> answers 404)
         self.link_header = link_header  # GitLab: send Link besides X-Next-Page
         self.mode = "ok"  # "ok", or "down": every request answers 503
+        self.delay = 0.0  # seconds a listing page takes to arrive (its content is taken when asked)
+        self.started = 0  # requests received so far, answered or not
         self.org_id = 9919
         self._rate_limited = 0  # how many of the next listing requests answer "rate limited"
         self._rate_seconds = 1
@@ -226,6 +228,8 @@ class FakeForge:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        with self._lock:
+            self.started += 1
         if self.mode == "down":
             response: web.StreamResponse = web.Response(status=503, text="<html><body>503 Service Unavailable</body></html>",
                                                         content_type="text/html")
@@ -258,7 +262,7 @@ class FakeForge:
         self._record(request, response.status)
         return response
 
-    def _page(self, request: web.Request, items: list[dict[str, Any]]) -> web.Response:
+    async def _page(self, request: web.Request, items: list[dict[str, Any]]) -> web.Response:
         per_page = min(int(request.query.get("per_page", "30")), self.max_per_page)
         page = max(1, int(request.query.get("page", "1")))
         pages = max(1, -(-len(items) // per_page))
@@ -290,6 +294,8 @@ class FakeForge:
                 links += [f'<{url}?{urlencode({**query, "page": 1})}>; rel="first"',
                           f'<{url}?{urlencode({**query, "page": pages})}>; rel="last"']
                 headers["Link"] = ", ".join(links)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         return web.json_response(chunk, headers=headers)
 
     def _sorted(self) -> list[dict[str, Any]]:
@@ -300,17 +306,17 @@ class FakeForge:
         org = request.match_info["org"]
         if self.user or org.lower() != self.group.lower():
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
-        return self._page(request, self._sorted())
+        return await self._page(request, self._sorted())
 
     async def _github_org_repos_by_id(self, request: web.Request) -> web.Response:
         if request.match_info["id"] != str(self.org_id):
             return web.json_response({"message": "Not Found"}, status=404)
-        return self._page(request, self._sorted())
+        return await self._page(request, self._sorted())
 
     async def _github_user_repos(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["user"].lower() != self.group.lower():
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
-        return self._page(request, self._sorted())
+        return await self._page(request, self._sorted())
 
     async def _gitlab_group_projects(self, request: web.Request) -> web.Response:
         # The group's full path arrives URL-encoded (`platform%2Fterraform`): read it raw.
@@ -321,7 +327,7 @@ class FakeForge:
         items = self._sorted()
         if request.query.get("include_subgroups") != "true":
             items = [p for p in items if p["namespace"]["full_path"] == self.group]
-        return self._page(request, items)
+        return await self._page(request, items)
 
     async def _gitlab_project(self, request: web.Request) -> web.Response:
         raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/projects/")
@@ -348,7 +354,7 @@ class FakeForge:
     async def _github_org_repos_by_id_user(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["id"] != str(self.org_id):
             return web.json_response({"message": "Not Found"}, status=404)
-        return self._page(request, self._sorted())
+        return await self._page(request, self._sorted())
 
     # ---- running ------------------------------------------------------------------------
 
