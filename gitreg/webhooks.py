@@ -9,6 +9,11 @@ every configured repository that is the same repository (same host and path once
 trailing slashes, host case and scp-like vs ssh:// spelling are set aside) is invalidated in
 the tag cache and refreshed in the background, so the next `terraform init` is fresh and fast.
 
+Org mode (`[[orgs]]`): a GitHub organization webhook's `repository` event (created, deleted,
+renamed, archived, unarchived, transferred, edited) and a GitLab system hook's (or group
+hook's) project event (`project_create`, `project_destroy`, `project_rename`,
+`project_transfer`, `project_update`) change the org listing at once (orgs.OrgCatalog.apply).
+
 These endpoints are not behind the registry's bearer tokens: the shared secret is their
 authentication. Without a configured secret an endpoint does not exist (404).
 """
@@ -349,8 +354,9 @@ async def gitlab(request: web.Request) -> web.Response:
     event = request.headers.get("X-Gitlab-Event", "")
     try:
         payload = _json_object(body, request.content_type)
-        # System hooks, and group hooks' project events, say what happened to a project.
-        repository_event = gitlab_project_event(payload) if event in ("System Hook", "Project Hook") else None
+        # System hooks, and group hooks' project events, say what happened to a project by
+        # `event_name` (the X-Gitlab-Event header differs between them).
+        repository_event = gitlab_project_event(payload)
         if repository_event is not None:
             return await _apply_repository_event(request, repository_event)
         found = gitlab_event(event, payload)
