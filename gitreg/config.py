@@ -694,10 +694,10 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         org = _parse_org(_Reader(table, f"orgs[{i}]", problems, env))
         if org is None:
             continue
-        key = (org.provider, org.api_url, org.group.lower())
-        if key in seen_groups:
-            problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{seen_groups[key]}]")
-        seen_groups.setdefault(key, i)
+        group_key = (org.provider, org.api_url, org.group.lower())
+        if group_key in seen_groups:
+            problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{seen_groups[group_key]}]")
+        seen_groups.setdefault(group_key, i)
         orgs.append(org)
     if auth.tokens and auth.signing_key is None and any(org.download == "archive" for org in orgs):
         problems.append('orgs: download = "archive" with [auth] tokens needs [auth] signing_key')

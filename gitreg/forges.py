@@ -191,7 +191,7 @@ class ForgeClient:
         self.stats = stats or OrgStats()
         api = urlsplit(org.api_url)
         self._origin = (api.scheme, (api.hostname or "").lower(), api.port)
-        self._reset_at: float | None = None  # wall clock at which the rate limit resets
+        self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
 
     def headers(self) -> dict[str, str]:
@@ -244,8 +244,8 @@ class ForgeClient:
 
     async def _respect_remaining(self) -> None:
         """Before the next page: when the quota is spent, wait for its reset (within budget)."""
-        if self.stats.rate_remaining == 0 and self._reset_at is not None:
-            wait = self._reset_at - time.time()
+        if self.stats.rate_remaining == 0 and self.reset_at is not None:
+            wait = self.reset_at - time.time()
             if wait > 0:
                 await self._wait_for_rate_limit(wait)
 
@@ -268,7 +268,7 @@ class ForgeClient:
             self.stats.calls += 1
             try:
                 status, headers, body = await self._get(url)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 reason, message = "timeout", f"{self.org.label}: the API did not answer within {API_TIMEOUT_SECONDS:g} s"
             except aiohttp.ClientError as e:
                 reason, message = "error", f"{self.org.label}: cannot reach the API: {type(e).__name__}"
@@ -277,7 +277,7 @@ class ForgeClient:
                 if remaining is not None:
                     self.stats.rate_remaining = remaining
                 if reset is not None:
-                    self._reset_at = reset
+                    self.reset_at = reset
                 wait = self._rate_limited(status, headers, remaining, reset)
                 if wait is not None:
                     self.stats.failed("rate_limited")

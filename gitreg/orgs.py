@@ -31,7 +31,15 @@ import aiohttp
 
 from .config import KNOWN_PROTOCOLS, Config, ModuleRule, OrgConfig, url_scheme
 from .errors import ModuleNotFound, UpstreamUnavailable
-from .forges import ForgeClient, ForgeError, GitLabClient, OrgStats, RepoRecord, client_for, github_record
+from .forges import (
+    ForgeClient,
+    ForgeError,
+    GitLabClient,
+    OrgStats,
+    RepoRecord,
+    client_for,
+    github_record,
+)
 from .git_adapter import mask_url
 from .names import ModuleAddress
 from .rules import ResolvedModule
@@ -265,7 +273,7 @@ class OrgCatalog:
         if waiting:
             try:
                 await asyncio.wait_for(asyncio.gather(*waiting), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         pending = [s for s in pending if s.records is None]
         if pending:
@@ -377,7 +385,7 @@ class OrgCatalog:
                         # Within GitLab's webhook timeout (10 s); past it, the next enumeration will do.
                         record = await asyncio.wait_for(
                             s.client.get_project(event.project_id or event.full_name), WEBHOOK_FETCH_SECONDS)
-                    except (ForgeError, asyncio.TimeoutError) as e:
+                    except (TimeoutError, ForgeError) as e:
                         why = e.message if isinstance(e, ForgeError) else "no answer in time"
                         log.warning("org %s: webhook for %s: cannot fetch the project (%s); enumerating again",
                                     s.config.label, event.full_name[:200], why)
@@ -546,7 +554,7 @@ class OrgCatalog:
             if delay > 0:
                 try:
                     await asyncio.wait_for(s.wake.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             s.wake.clear()
             try:
@@ -559,8 +567,8 @@ class OrgCatalog:
             refresh = s.config.refresh_seconds
             delay = refresh if ok else min(refresh, FAILURE_RETRY_SECONDS * 2 ** min(s.failures - 1, 10))
             client = s.client
-            if not ok and client is not None and s.stats.rate_remaining == 0 and client._reset_at:
-                delay = max(delay, client._reset_at - time.time())  # never ask again before the quota resets
+            if not ok and client is not None and s.stats.rate_remaining == 0 and client.reset_at:
+                delay = max(delay, client.reset_at - time.time())  # never ask again before the quota resets
             delay *= random.uniform(1 - _JITTER, 1 + _JITTER)  # orgs sharing a host do not fire together
 
     async def lifetime(self) -> AsyncIterator[None]:

@@ -21,15 +21,25 @@ import pytest
 from gitreg.appkeys import ORGS
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
-from gitreg.orgs import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
 from gitreg.names import ModuleAddress
+from gitreg.orgs import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import GitregProcess, run_gitreg
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
-from tests.test_webhooks import GITHUB_SECRET, GITLAB_TOKEN, WEBHOOKS, github_headers, gitlab_headers
+from tests.support.terraform import (
+    TerraformClient,
+    clean_env,
+    cli_config,
+    require_clients,
+    terraform_clients,
+)
+from tests.test_webhooks import (
+    WEBHOOKS,
+    github_headers,
+    gitlab_headers,
+)
 
 API_TOKEN = "ghp_fake-api-token-4f1d2c9e8b7a"
 CLIENTS = terraform_clients()
