@@ -215,6 +215,7 @@ class OrgCatalog:
             self._namespaces.setdefault(state.config.namespace, []).append(state)
         self._listing: dict[ModuleAddress, OrgRepo] = {}
         self._by_repository: dict[str, set[ModuleAddress]] = {}
+        self._identities: dict[str, set[str]] | None = None  # built on the first webhook after a change
         self._resolved: dict[ModuleAddress, tuple[OrgRepo, ResolvedModule]] = {}
         self._shadowed: dict[int, dict[str, str]] = {}  # org index -> full_name -> why (a clash across orgs)
         self._clashes_logged: set[tuple[ModuleAddress, str]] = set()
@@ -281,14 +282,27 @@ class OrgCatalog:
             raise OrgListingPending(f"namespace {namespace} is served from an org whose repositories are not listed "
                                     f"yet ({errors}); try again shortly")
 
-    def repository_urls(self) -> list[tuple[str, str]]:
-        """(url, repository) for every org module: its clone, web and ssh URLs name the repository gitreg lists."""
-        pairs = []
-        for repo in self._listing.values():
-            for url in (repo.repository, repo.clone_url, repo.web_url):
-                if url:
-                    pairs.append((url, repo.repository))
-        return pairs
+    def repositories_named(self, urls: Iterable[str], identity: Callable[[str], str | None]) -> list[str]:
+        """The org repositories (cache keys) that any of `urls` names, by `identity` (webhooks.repository_identity).
+
+        A module's https, clone and web URLs all name its repository. The index is built once
+        per listing change, not per webhook.
+        """
+        index = self._identities
+        if index is None:
+            index = {}
+            for repo in self._listing.values():
+                for url in (repo.repository, repo.clone_url, repo.web_url):
+                    key = identity(url) if url else None
+                    if key is not None:
+                        index.setdefault(key, set()).add(repo.repository)
+            self._identities = index
+        found: dict[str, None] = {}
+        for url in urls:
+            key = identity(url)
+            for repository in sorted(index.get(key, ())) if key is not None else ():
+                found[repository] = None
+        return list(found)
 
     def complete(self) -> bool:
         """True when every org has a listing (enumerated, or loaded from orgs.json)."""
@@ -456,6 +470,7 @@ class OrgCatalog:
         for address, repo in new.items():
             by_repository.setdefault(repo.repository, set()).add(address)
         self._by_repository = by_repository
+        self._identities = None
         for s in self._orgs:
             s.stats.modules = sum(1 for repo in new.values() if repo.org == s.index)
         added = frozenset(new.keys() - old.keys())

@@ -121,14 +121,12 @@ def repository_identity(url: str) -> str | None:
     return f"{host.lower()}/{path.lower()}"
 
 
-def configured_repositories(config: Config, cached: Iterable[str],
-                            known: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
+def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
     """identity -> the repository URLs (cache keys) it stands for.
 
     From explicit rules (their `repository`, and their `clone_url`, which names the same
-    repository for clients), from every repository a wildcard rule has resolved (those are
-    the cache's keys), and from `known` (url, cache key) pairs: org repositories by their
-    clone, ssh and web URLs.
+    repository for clients) and from every repository a wildcard rule has resolved: those
+    are the cache's keys.
     """
     index: dict[str, set[str]] = {}
 
@@ -145,15 +143,12 @@ def configured_repositories(config: Config, cached: Iterable[str],
             add(rule.clone_url, rule.repository)
     for key in cached:
         add(key, key)
-    for url, key in known:
-        add(url, key)
     return index
 
 
-def matching_repositories(config: Config, cached: Iterable[str], urls: Iterable[str],
-                          known: Iterable[tuple[str, str]] = ()) -> list[str]:
+def matching_repositories(config: Config, cached: Iterable[str], urls: Iterable[str]) -> list[str]:
     """The configured repositories (cache keys) that any of `urls` names."""
-    index = configured_repositories(config, cached, known)
+    index = configured_repositories(config, cached)
     found: dict[str, None] = {}
     for url in urls:
         identity = repository_identity(url)
@@ -259,7 +254,9 @@ def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Respon
     """Invalidate and refresh every configured repository the event names."""
     cache = request.app[CACHE]
     orgs = request.app[ORGS]
-    keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls, orgs.repository_urls())
+    keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
+    # Org repositories, by their https, clone and web URLs (the payload may name any of them).
+    keys += [key for key in orgs.repositories_named(event.urls, repository_identity) if key not in keys]
     shown = mask_url(event.urls[0])[:200]
     if not keys:
         request.app[METRICS].webhook(provider, "unknown_repository")
