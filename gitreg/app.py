@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SIGNER
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
@@ -25,6 +25,8 @@ from .metrics import Lifecycle, Metrics, metrics_middleware
 from .logs import ServerLogger
 from .names import check_request
 from .mirrors import MirrorStore
+from .orgs import FILE_NAME as ORGS_FILE
+from .orgs import OrgCatalog
 from .registry import Registry
 from .routes import routes
 from .signing import UrlSigner
@@ -132,7 +134,10 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[CACHE] = cache
     storage = Path(config.storage.path)
     pins = TagPins(storage / "tagpins.jsonl")
-    app[REGISTRY] = Registry(config, cache, pins)
+    orgs = OrgCatalog(config, storage / ORGS_FILE)  # started by _org_listings
+    app[ORGS] = orgs
+    app[METRICS].watch_orgs(orgs)
+    app[REGISTRY] = Registry(config, cache, pins, orgs)
     mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor)
     mirrors.prepare()
     app[MIRRORS] = mirrors
@@ -150,6 +155,12 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         log.info("shutdown: stopped %d running git process(es)", killed)
     executor.shutdown(wait=False, cancel_futures=True)
     home.cleanup()
+
+
+async def _org_listings(app: web.Application) -> AsyncIterator[None]:
+    """Org listings: loaded from disk, then enumerated in the background until shutdown."""
+    async for _ in app[ORGS].lifetime():
+        yield
 
 
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
@@ -182,6 +193,7 @@ def create_app(config: Config, clock: Callable[[], float] = time.monotonic) -> w
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle()
     app.cleanup_ctx.append(_services)
+    app.cleanup_ctx.append(_org_listings)  # needs the services above
     app.cleanup_ctx.append(browse_services)  # needs the services above
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}

@@ -17,6 +17,7 @@ from .git_adapter import GitAdapter
 from .index import ModuleIndex
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
+from .orgs import OrgCatalog
 from .registry import Registry
 from .signing import UrlSigner
 
@@ -36,3 +37,4 @@ ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
+ORGS = web.AppKey("orgs", OrgCatalog)

@@ -91,14 +91,15 @@ def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[s
 
 def module_sources(config: Config) -> int:
     """How many sources of modules the config names: `serve` and `check` both refuse none."""
-    return len(config.modules)  # each further kind of source (e.g. [[orgs]]) is one more term here
+    return len(config.modules) + len(config.orgs)
 
 
 def _refuse_nothing_to_serve(config: Config) -> bool:
     """Say so on stderr and return True when the config serves no module at all."""
     if module_sources(config):
         return False
-    print("gitreg: no modules to serve: add [[modules]] to the config or pass --module NS/NAME/SYSTEM=URL", file=sys.stderr)
+    print("gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
+          file=sys.stderr)
     return True
 
 
@@ -147,6 +148,8 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
             host, port = address[0], address[1]
             shown = f"[{host}]" if ":" in host else host
             log.info("gitreg %s serving %d module rule(s) on %s://%s:%d", __version__, len(config.modules), scheme, shown, port)
+        if config.orgs:
+            log.info("org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs))
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
     finally:
@@ -170,6 +173,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         return EXIT_CONFIG
     labels = _rule_labels(config, flag_rules)
     print(f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
+          + (f", {len(config.orgs)} org(s)" if config.orgs else "")
           + (f" from {config.source}" if config.source else ""))
     for hidden, winner in shadowed_rules(config.modules):
         print(f"warning: {labels[hidden]} ({_pattern(config.modules[hidden])}) never serves anything: "
@@ -184,7 +188,8 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         adapter = GitAdapter(config.git, config.credentials, home)
         if isinstance(probe, str):
             return _probe_address(config, adapter, probe, labels)
-        return _probe(config, adapter)
+        failed = _probe(config, adapter)
+        return max(failed, _probe_orgs(config, adapter))
 
 
 def _probe(config: Config, adapter: GitAdapter) -> int:
@@ -210,7 +215,22 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     except GitregError as e:
         print(f"gitreg: {e.message}", file=sys.stderr)
         return EXIT_CONFIG
-    resolved = RuleIndex(config.modules).match(address)  # the same choice a request makes
+    # The same choice a request makes: an explicit rule, then an org's module (a name an org
+    # namespace does not list is a 404), then a wildcard rule.
+    rules = RuleIndex(config.modules)
+    resolved = rules.explicit.get((address.namespace, address.name, address.system))
+    if resolved is None and any(org.namespace == address.namespace for org in config.orgs):
+        from .orgs import probe_orgs  # imports aiohttp: only a probe with orgs needs it
+
+        repo = next((r for report in asyncio.run(probe_orgs(config)) for r in report.modules if r.address == address), None)
+        if repo is None:
+            print(f"\n{address}: namespace {address.namespace} is an org's, and its listing has no such module "
+                  "(a request for it gets 404; `gitreg check --probe` lists the org)")
+            return EXIT_PROBE_FAILED
+        print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
+        return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
+    if resolved is None:
+        resolved = rules.match(address)
     if resolved is None:
         print(f"\n{address}: no rule serves it (a request for it gets 404)")
         return EXIT_PROBE_FAILED
@@ -239,6 +259,41 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
     return True
+
+
+def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
+    """Per org: the repositories its API lists, the modules they became (with versions), the rest and why."""
+    if not config.orgs:
+        return EXIT_OK
+    from .orgs import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
+
+    reports = asyncio.run(probe_orgs(config))
+    failed = False
+    for report in reports:
+        org = report.org
+        print(f"\norg {org.label} ({org.api_url}) -> namespace {org.namespace}")
+        if report.error is not None:
+            failed = True
+            print(f"  ERROR: {report.error}")
+            continue
+        print(f"  {report.found} repositories found, {len(report.modules)} module(s), {len(report.ignored)} ignored")
+        for repo in report.modules:
+            print(f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})")
+            try:
+                tags = adapter.ls_remote_tags(repo.repository)
+            except GitregError as e:
+                failed = True
+                print(f"    ERROR: {e.message}")
+                continue
+            found = select_versions(tags.tags, "")
+            if not found.versions:
+                print("    not listed: no SemVer tag (push a tag like v1.0.0)")
+                continue
+            shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (", ..." if len(found.versions) > 10 else "")
+            print(f"    versions ({len(found.versions)}): {shown}")
+        for full_name, reason in report.ignored:
+            print(f"  ignored {full_name}: {reason}")
+    return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import math
 import os
 import re
 import tomllib
@@ -154,6 +156,51 @@ class Credential:
     password: str = field(repr=False)
 
 
+DEFAULT_REPOSITORY_PATTERN = "terraform-{system}-{name}"
+DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
+# An org listing costs one API call per 100 repositories: more often than this hammers the
+# host (GitHub allows 5,000 calls an hour); less often than this leaves the listing stale.
+MIN_REFRESH_SECONDS = 10.0
+MAX_REFRESH_SECONDS = 7 * 86400.0
+_GITHUB_OWNER_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", re.ASCII)
+_GITLAB_SEGMENT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class OrgConfig:
+    """One `[[orgs]]` entry: a GitLab group or GitHub organization whose repositories are modules."""
+
+    provider: Literal["gitlab", "github"]
+    api_url: str
+    group: str
+    namespace: str
+    token: str | None = field(default=None, repr=False)
+    repository_pattern: str = DEFAULT_REPOSITORY_PATTERN
+    topic: str | None = None
+    clone: Literal["https", "ssh"] = "https"
+    download: str = "git"
+    refresh_seconds: float = 600.0
+    include_archived: bool = False
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """`repository_pattern` as an anchored regex with `name` and `system` groups."""
+        return compile_repository_pattern(self.repository_pattern)
+
+    @property
+    def label(self) -> str:
+        """How logs, metrics and reports name the org (no token, no URL)."""
+        return f"{self.provider}:{self.group}"
+
+
+@functools.lru_cache(maxsize=256)
+def compile_repository_pattern(pattern: str) -> re.Pattern[str]:
+    """`terraform-{system}-{name}` -> an anchored regex; {name} and {system} follow the registry grammar."""
+    parts = re.split(r"(\{name\}|\{system\})", pattern)
+    groups = {"{name}": f"(?P<name>{NAME_RE.pattern})", "{system}": f"(?P<system>{SYSTEM_RE.pattern})"}
+    return re.compile(r"\A" + "".join(groups.get(part) or re.escape(part) for part in parts) + r"\Z", re.ASCII)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole, validated configuration."""
@@ -169,6 +216,7 @@ class Config:
     modules: tuple[ModuleRule, ...] = ()
     credentials: tuple[Credential, ...] = field(default=(), repr=False)
     source: str | None = None
+    orgs: tuple[OrgConfig, ...] = ()
 
 
 def default_storage_path() -> str:
@@ -362,6 +410,15 @@ def _check_url(r: _Reader, key: str, url: str, protocols: tuple[str, ...], templ
         r.error(key, "must not contain a query string or fragment")
 
 
+def _check_download(r: _Reader, download: str) -> None:
+    """`download` is "git", "archive" or an https:// tarball URL template (for [[modules]] and [[orgs]])."""
+    if download not in ("git", "archive"):
+        if not download.startswith("https://"):
+            r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
+        else:
+            _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
+
+
 def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
     fields: dict[str, str | None] = {}
     for key in PLACEHOLDERS:
@@ -390,11 +447,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         _check_placeholders(r, "archive_root", archive_root, DOWNLOAD_PLACEHOLDERS)
         if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
             r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
-    if download not in ("git", "archive"):
-        if not download.startswith("https://"):
-            r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
-        else:
-            _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
+    _check_download(r, download)
     if repository is not None:
         _check_url(r, "repository", repository, protocols, template=True)
     if clone_url is not None:
@@ -424,6 +477,89 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         download=download,
         verified=verified,
         archive_root=archive_root.strip("/") if archive_root else None,
+    )
+
+
+def _check_repository_pattern(r: _Reader, pattern: str) -> None:
+    """The pattern names {name} and {system} once each, apart, and nothing else in braces."""
+    for placeholder in ("name", "system"):
+        count = pattern.count(f"{{{placeholder}}}")
+        if count != 1:
+            r.error("repository_pattern", f"must contain {{{placeholder}}} exactly once, e.g. {DEFAULT_REPOSITORY_PATTERN!r}")
+    rest = pattern.replace("{name}", "").replace("{system}", "")
+    if "{" in rest or "}" in rest:
+        r.error("repository_pattern", "only {name} and {system} may appear in braces")
+    if "{name}{system}" in pattern or "{system}{name}" in pattern:
+        r.error("repository_pattern", "{name} and {system} need a separator between them, e.g. '-'")
+    if len(pattern) > 200:
+        r.error("repository_pattern", "is longer than 200 characters")
+
+
+def _check_api_url(r: _Reader, url: str) -> None:
+    parts = urls.parse(url)  # the one URL parser
+    if parts is None or parts.is_scp or parts.scheme not in ("https", "http") or not parts.host:
+        r.error("api_url", f"{url!r} must be an https:// URL like https://gitlab.example.com/api/v4")
+        return
+    if parts.user is not None or parts.password is not None:
+        r.error("api_url", "must not contain user info; put the API token in `token`")
+    if parts.query or parts.fragment:
+        r.error("api_url", "must not contain a query string or fragment")
+
+
+def _parse_org(r: _Reader) -> OrgConfig | None:
+    provider = r.str("provider", required=True)
+    if provider is not None and provider not in ("gitlab", "github"):
+        r.error("provider", f'must be "gitlab" or "github", not {provider!r}')
+        provider = None
+    api_url = r.str("api_url")
+    if api_url is None and provider is not None:
+        api_url = DEFAULT_API_URLS[provider]
+    if api_url is not None:
+        api_url = api_url.rstrip("/")
+        _check_api_url(r, api_url)
+    group = r.str("group", required=True)
+    if group is not None and provider == "github" and not _GITHUB_OWNER_RE.fullmatch(group):
+        r.error("group", f"{group!r} is not a GitHub organization or user name")
+    if group is not None and provider == "gitlab":
+        group = group.strip("/")
+        if not group or not all(_GITLAB_SEGMENT_RE.fullmatch(s) and s not in (".", "..") for s in group.split("/")):
+            r.error("group", f"{group!r} is not a GitLab group path like 'platform/terraform'")
+    namespace = r.str("namespace", required=True)
+    if namespace is not None and not NAME_RE.fullmatch(namespace):
+        r.error("namespace", f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
+                "starting and ending with a letter or digit")
+    token = r.str("token") or None
+    pattern = r.str("repository_pattern", DEFAULT_REPOSITORY_PATTERN) or DEFAULT_REPOSITORY_PATTERN
+    _check_repository_pattern(r, pattern)
+    topic = r.str("topic")
+    if topic is not None and not topic.strip():
+        r.error("topic", "must not be empty; leave it out to take repositories with any topics")
+    clone = r.str("clone", "https")
+    if clone not in ("https", "ssh"):
+        r.error("clone", f'must be "https" or "ssh", not {clone!r}')
+        clone = "https"
+    download = r.str("download", "git") or "git"
+    _check_download(r, download)
+    refresh = r.number("refresh_seconds", 600.0, minimum=MIN_REFRESH_SECONDS)
+    if not math.isfinite(refresh) or refresh > MAX_REFRESH_SECONDS:
+        r.error("refresh_seconds", f"must be at most {MAX_REFRESH_SECONDS:g} (a week), not {refresh:g}")
+        refresh = 600.0
+    include_archived = r.bool("include_archived", False)
+    r.finish()
+    if provider is None or api_url is None or group is None or namespace is None:
+        return None
+    return OrgConfig(
+        provider=provider,  # type: ignore[arg-type]
+        api_url=api_url,
+        group=group,
+        namespace=namespace,
+        token=token,
+        repository_pattern=pattern,
+        topic=topic.strip() if topic else None,
+        clone=clone,  # type: ignore[arg-type]
+        download=download,
+        refresh_seconds=refresh,
+        include_archived=include_archived,
     )
 
 
@@ -582,6 +718,19 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
                     "archive URLs Terraform fetches without its token (e.g. signing_key = \"${GITREG_SIGNING_KEY}\")"
                 )
                 break
+    orgs: list[OrgConfig] = []
+    seen_groups: dict[tuple[str, str, str], int] = {}
+    for i, table in enumerate(root.table_list("orgs")):
+        org = _parse_org(_Reader(table, f"orgs[{i}]", problems, env))
+        if org is None:
+            continue
+        group_key = (org.provider, org.api_url, org.group.lower())
+        if group_key in seen_groups:
+            problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{seen_groups[group_key]}]")
+        seen_groups.setdefault(group_key, i)
+        orgs.append(org)
+    if auth.tokens and auth.signing_key is None and any(org.download == "archive" for org in orgs):
+        problems.append('orgs: download = "archive" with [auth] tokens needs [auth] signing_key')
     credentials = []
     for i, table in enumerate(root.table_list("credentials")):
         cred = _parse_credential(_Reader(table, f"credentials[{i}]", problems, env))
@@ -602,6 +751,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         modules=tuple(modules),
         credentials=tuple(credentials),
         source=source,
+        orgs=tuple(orgs),
     )
 
 

@@ -29,6 +29,7 @@ from .secrets import digest, same_secret
 if TYPE_CHECKING:
     from .cache import TagCache
     from .git_adapter import TagList
+    from .orgs import OrgCatalog
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Loader = Callable[[str], Awaitable["TagList"]]
@@ -83,11 +84,17 @@ class Metrics:
         self._cache: TagCache | None = None
         self._git_running: Callable[[], int] | None = None
         self.registry.register(_CacheCollector(self))
+        self._orgs: OrgCatalog | None = None
+        self.registry.register(_OrgCollector(self))
         self._hosts: set[str] = set()
 
     def watch_git(self, running: Callable[[], int]) -> None:
         """Report `running()` (git processes running now: calls to Git hosts and on gitreg's mirrors) at scrape time."""
         self._git_running = running
+
+    def watch_orgs(self, orgs: OrgCatalog) -> None:
+        """Expose each org's API calls, failures, rate-limit quota, modules and listing age (read at scrape time)."""
+        self._orgs = orgs
 
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""
@@ -256,6 +263,43 @@ class _CacheCollector(Collector):
             "gitreg_cache_oldest_entry_age_seconds", "Seconds since the oldest cached tag list was fetched.",
             value=cache.oldest_age(),
         )
+
+
+class _OrgCollector(Collector):
+    """Reads the org catalog's per-org counters at scrape time; the label is the org as configured
+    (`provider:group`), so there are as many label values as `[[orgs]]` entries."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        orgs = self._metrics._orgs
+        if orgs is None or not orgs.config.orgs:
+            return
+        calls = CounterMetricFamily("gitreg_org_api_calls", "REST API calls made to list an org's repositories.",
+                                    labels=["org"])
+        failures = CounterMetricFamily(
+            "gitreg_org_api_failures",
+            "Failed or rate-limited org API calls, by reason (rate_limited, timeout, error, not_found, unauthorized, bad_json).",
+            labels=["org", "reason"])
+        remaining = GaugeMetricFamily("gitreg_org_rate_limit_remaining",
+                                      "API calls left in the current rate-limit window, as the host last said.", labels=["org"])
+        modules = GaugeMetricFamily("gitreg_org_modules", "Modules the org's listing serves.", labels=["org"])
+        repositories = GaugeMetricFamily("gitreg_org_repositories", "Repositories in the org's listing.", labels=["org"])
+        age = GaugeMetricFamily("gitreg_org_listing_age_seconds",
+                                "Seconds since the org was last listed successfully (+Inf: never).", labels=["org"])
+        now = time.time()
+        for org, stats in orgs.stats():
+            label = org.label[:100]
+            calls.add_metric([label], stats.calls)
+            for reason, count in sorted(stats.failures.items()):
+                failures.add_metric([label, reason], count)
+            if stats.rate_remaining is not None:
+                remaining.add_metric([label], stats.rate_remaining)
+            modules.add_metric([label], stats.modules)
+            repositories.add_metric([label], stats.repositories)
+            age.add_metric([label], now - stats.last_success if stats.last_success is not None else float("inf"))
+        yield from (calls, failures, remaining, modules, repositories, age)
 
 
 def route_label(request: web.Request) -> str:

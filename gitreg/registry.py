@@ -14,7 +14,8 @@ from .cache import TagCache
 from .config import _TEMPLATE_RE, Config, ModuleRule
 from .errors import ModuleNotFound, VersionNotFound
 from .names import ModuleAddress, check_version
-from .rules import ResolvedModule, RuleIndex
+from .orgs import OrgCatalog
+from .rules import ResolvedModule, RuleIndex, match_rule
 from .tagpins import TagPins
 from .versions import ModuleVersions, TaggedVersion, select_versions
 
@@ -26,21 +27,39 @@ ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows
 class Registry:
     """Answers the module registry protocol from configured rules and Git tags."""
 
-    def __init__(self, config: Config, cache: TagCache, pins: TagPins) -> None:
+    def __init__(self, config: Config, cache: TagCache, pins: TagPins, orgs: OrgCatalog | None = None) -> None:
         self.config = config
         self.cache = cache
         self.rules = RuleIndex(config.modules)
         self.pins = pins
+        self.orgs = orgs if orgs is not None and config.orgs else None
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
-        """The rule serving `address`; ModuleNotFound when no rule allows it."""
-        resolved = self.rules.match(address)
+        """The rule or org serving `address`; ModuleNotFound when none does.
+
+        An explicit [[modules]] rule wins; then an org module; a name an org namespace does not
+        list is a 404 without any git call (no wildcard rule guesses a repository for it); then
+        wildcard rules.
+        """
+        resolved = self.rules.explicit.get((address.namespace, address.name, address.system))
+        if resolved is not None:
+            return resolved
+        if self.orgs is not None:
+            resolved = self.orgs.resolve(address)
+            if resolved is not None:
+                return resolved
+            if self.orgs.serves_namespace(address.namespace):
+                raise self.orgs.not_found(address)
+        resolved = match_rule(self.rules.wildcards, address)
         if resolved is None:
             raise ModuleNotFound(f"module {address} is not served by this registry: no [[modules]] rule matches it")
         return resolved
 
     async def versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
         """The module's versions from its repository's (cached) tags."""
+        if (self.orgs is not None and not self.orgs.complete()
+                and (address.namespace, address.name, address.system) not in self.rules.explicit):
+            await self.orgs.wait_listed(address.namespace)  # only until the org's first listing
         resolved = self.resolve(address)
         tags = await self.cache.get(resolved.repository)
         key = ("versions", resolved.rule.tag_prefix)

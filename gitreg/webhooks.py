@@ -9,6 +9,11 @@ every configured repository that is the same repository (same host and path once
 trailing slashes, host case and scp-like vs ssh:// spelling are set aside) is invalidated in
 the tag cache and refreshed in the background, so the next `terraform init` is fresh and fast.
 
+Org mode (`[[orgs]]`): a GitHub organization webhook's `repository` event (created, deleted,
+renamed, archived, unarchived, transferred, edited) and a GitLab system hook's (or group
+hook's) project event (`project_create`, `project_destroy`, `project_rename`,
+`project_transfer`, `project_update`) change the org listing at once (orgs.OrgCatalog.apply).
+
 These endpoints are not behind the registry's bearer tokens: the shared secret is their
 authentication. Without a configured secret an endpoint does not exist (404).
 """
@@ -28,9 +33,10 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CONFIG, METRICS
+from .appkeys import CACHE, CONFIG, METRICS, ORGS
 from .config import Config
 from .errors import GitregError
+from .orgs import RepositoryEvent, github_repository_event, gitlab_project_event
 from .secrets import digest, same_secret
 
 log = logging.getLogger(__name__)
@@ -202,7 +208,10 @@ def gitlab_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
 def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
     """Invalidate and refresh every configured repository the event names."""
     cache = request.app[CACHE]
+    orgs = request.app[ORGS]
     keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
+    # Org repositories, by their https, clone and web URLs (the payload may name any of them).
+    keys += [key for key in orgs.repositories_named(event.urls, urls.identity) if key not in keys]
     shown = urls.mask(event.urls[0])[:200]
     if not keys:
         request.app[METRICS].webhook(provider, "unknown_repository")
@@ -215,9 +224,24 @@ def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Respon
     for key in keys:
         cache.invalidate(key)
         cache.refresh_in_background(key)
+    orgs.notify_pushed(keys)  # the module index looks at those org modules again
     request.app[METRICS].webhook(provider, "refreshed")
     log.info("%s webhook: %s on %s: refreshing %d repository(ies)", provider, event.ref[:200], shown, len(keys))
     return web.json_response({"result": "refreshing", "repositories": len(keys), "ref": event.ref[:200]})
+
+
+async def _apply_repository_event(request: web.Request, event: RepositoryEvent) -> web.Response:
+    """A repository was created, deleted, renamed, transferred or (un)archived: update the org listings now."""
+    concerned = await request.app[ORGS].apply(event)
+    shown = event.full_name[:200]
+    if not concerned:
+        request.app[METRICS].webhook(event.provider, "unknown_org")
+        return web.json_response(
+            {"result": "unknown_org", "note": f"no [[orgs]] entry of this registry lists {shown}; nothing was changed"},
+            status=202,
+        )
+    request.app[METRICS].webhook(event.provider, "org_updated")
+    return web.json_response({"result": "org_updated", "action": event.action[:40], "repository": shown})
 
 
 def _ignored(request: web.Request, provider: str, why: str) -> web.Response:
@@ -260,6 +284,12 @@ async def github(request: web.Request) -> web.Response:
         if event == "ping":
             request.app[METRICS].webhook("github", "ping")
             return web.json_response({"result": "pong"})
+        if event == "repository":
+            repository_event = github_repository_event(payload)
+            if repository_event is None:
+                raise MalformedPayload("a repository payload needs an 'action' and a 'repository' with "
+                                       "name, full_name and clone_url")
+            return await _apply_repository_event(request, repository_event)
         found = github_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("github", "malformed")
@@ -275,7 +305,13 @@ async def gitlab(request: web.Request) -> web.Response:
     body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)
     event = request.headers.get("X-Gitlab-Event", "")
     try:
-        found = gitlab_event(event, _json_object(body, request.content_type))
+        payload = _json_object(body, request.content_type)
+        # System hooks, and group hooks' project events, say what happened to a project by
+        # `event_name` (the X-Gitlab-Event header differs between them).
+        repository_event = gitlab_project_event(payload)
+        if repository_event is not None:
+            return await _apply_repository_event(request, repository_event)
+        found = gitlab_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("gitlab", "malformed")
         raise
@@ -298,7 +334,7 @@ def webhook_hosts(config: Config) -> dict[str, list[str]]:
 def webhook_instructions(config: Config) -> list[str]:
     """Lines telling an operator which webhook URL to configure for each Git host."""
     hosts = webhook_hosts(config)
-    if not hosts:
+    if not hosts and not config.orgs:
         return ["webhooks: no repository on a remote Git host; nothing to configure"]
     base = config.server.public_url or "https://<this registry>"
     names = {"github": "GitHub", "gitlab": "GitLab"}
@@ -321,6 +357,16 @@ def webhook_instructions(config: Config) -> list[str]:
             path = GITHUB_PATH if provider == "github" else GITLAB_PATH
             lines.append(f"  {host} ({names[provider]}): {base}{path}; {events[provider]}; "
                          f"secret [webhooks] {key}: {state}")
+    for org in config.orgs:
+        key, is_set = secrets[org.provider]
+        state = "set" if is_set else "NOT SET, the endpoint answers 404"
+        if org.provider == "github":
+            where = (f"organization webhook of {org.group}: {base}{GITHUB_PATH}; events: repositories, pushes, "
+                     "branch or tag creation and deletion")
+        else:
+            where = (f"group webhook of {org.group} (tag push and project events), or a system hook: "
+                     f"{base}{GITLAB_PATH}")
+        lines.append(f"  org {org.label}: {where}; secret [webhooks] {key}: {state}")
     if config.server.public_url is None:
         lines.append("  (set [server] public_url to see the registry's real address here)")
     return lines

@@ -19,6 +19,7 @@ from gitreg.config import (
     Credential,
     GitConfig,
     ModuleRule,
+    OrgConfig,
     ServerConfig,
     load_config,
     module_rule_from_flag,
@@ -46,7 +47,7 @@ def test_example_config_is_valid():
     ("section", "cls"),
     [("server", ServerConfig), ("cache", CacheConfig), ("git", GitConfig), ("auth", AuthConfig),
      ("modules", ModuleRule), ("credentials", Credential), ("storage", StorageConfig),
-     ("webhooks", WebhooksConfig), ("auth", TokenConfig)],
+     ("webhooks", WebhooksConfig), ("auth", TokenConfig), ("orgs", OrgConfig)],
 )
 def test_every_config_key_is_documented_in_the_example(section, cls):
     text = EXAMPLE.read_text()
