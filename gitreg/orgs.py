@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from .config import KNOWN_PROTOCOLS, Config, ModuleRule, OrgConfig, url_scheme
+from .config import KNOWN_PROTOCOLS, Config, ModuleRule, OrgConfig
 from .errors import ModuleNotFound, UpstreamUnavailable
 from .forges import (
     ForgeClient,
@@ -40,7 +40,7 @@ from .forges import (
     client_for,
     github_record,
 )
-from .git_adapter import mask_url
+from .urls import mask, transport
 from .names import ModuleAddress
 from .rules import ResolvedModule
 
@@ -175,13 +175,13 @@ def evaluate(org: OrgConfig, index: int, records: Iterable[RepoRecord],
         if topic is not None and topic not in {t.casefold() for t in rec.topics}:
             ignored[rec.full_name] = NO_TOPIC.format(topic=org.topic)
             continue
-        scheme = url_scheme(rec.https_url)
+        scheme = transport(rec.https_url)
         if scheme not in protocols or rec.https_url.startswith("-"):
-            ignored[rec.full_name] = (f"its clone URL {mask_url(rec.https_url)[:200]!r} uses a transport "
+            ignored[rec.full_name] = (f"its clone URL {mask(rec.https_url)[:200]!r} uses a transport "
                                       "[git] protocols does not allow")
             continue
         clone_url = rec.ssh_url if org.clone == "ssh" and rec.ssh_url else rec.https_url
-        if url_scheme(clone_url) not in KNOWN_PROTOCOLS or clone_url.startswith("-"):
+        if transport(clone_url) not in KNOWN_PROTOCOLS or clone_url.startswith("-"):
             clone_url = rec.https_url
         address = ModuleAddress(org.namespace, m.group("name"), m.group("system"))
         if address in modules:
@@ -283,7 +283,7 @@ class OrgCatalog:
                                     f"yet ({errors}); try again shortly")
 
     def repositories_named(self, urls: Iterable[str], identity: Callable[[str], str | None]) -> list[str]:
-        """The org repositories (cache keys) that any of `urls` names, by `identity` (webhooks.repository_identity).
+        """The org repositories (cache keys) that any of `urls` names, by `identity` (urls.identity).
 
         A module's https, clone and web URLs all name its repository. The index is built once
         per listing change, not per webhook.
