@@ -20,12 +20,12 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, EXECUTOR, INDEX, METRICS, MIRRORS, REGISTRY
+from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, EXECUTOR, INDEX, METRICS, MIRRORS, ORGS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
-from .errors import BadRequest, ModuleNotFound, VersionNotFound
-from .index import IndexCollector, IndexedVersion, IndexEntry, ModuleIndex
+from .errors import BadRequest, GitregError, ModuleNotFound, VersionNotFound
+from .index import IndexCollector, IndexedVersion, IndexEntry, ModuleIndex, OrgInfo
 from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule
 from .versions import ModuleVersions, TaggedVersion
@@ -273,14 +273,42 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     mirrors = app[MIRRORS]
     details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
     registry = app[REGISTRY]
+    orgs = app[ORGS]
+
+    def listable(address: ModuleAddress) -> ResolvedModule | None:
+        """What serves `address` when it is listed: a rule naming it, an org's module, or a module
+        a wildcard rule has served; resolved as a request would be (explicit, org, wildcard)."""
+        try:
+            resolved = registry.resolve(address)
+        except GitregError:
+            return None
+        return resolved if resolved.rule.explicit or catalog.remembers(address) else None
+
+    def sources() -> dict[ModuleAddress, ResolvedModule]:
+        found = {}
+        for address in (*catalog.listed(), *orgs.modules()):
+            resolved = listable(address)
+            if resolved is not None:
+                found[address] = resolved
+        return found
+
+    def org_info(address: ModuleAddress) -> OrgInfo | None:
+        repo = orgs.get(address)
+        if repo is None:
+            return None
+        return OrgInfo(source=repo.web_url, description=repo.description, topics=repo.topics, marker=repo.pushed_at)
+
     index = app[INDEX] = ModuleIndex(
-        storage, sources=catalog.listed, resolve=catalog.resolve, versions=registry.versions, details=details,
-        refresh_seconds=config.cache.ttl_seconds, on_gone=catalog.forget, enabled=config.index.enabled,
+        storage, sources=sources, resolve=listable, versions=registry.versions, details=details,
+        refresh_seconds=config.cache.ttl_seconds, org_info=org_info, on_gone=catalog.forget,
+        enabled=config.index.enabled,
     )
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list
-    # (a webhook, a `terraform init` after the TTL) may change what the index shows.
+    # (a webhook, a `terraform init` after the TTL) may change what the index shows; an org's
+    # enumeration or repository webhook says which of its modules were added, pushed to or removed.
     catalog.on_new = lambda address: index.notice([address])
     app[CACHE].on_fetched.append(index.notice_repository)
+    orgs.subscribe(lambda changes: index.notice(changes.all))
     app[METRICS].registry.register(IndexCollector(index))
     async with contextlib.asynccontextmanager(catalog.lifetime)(), contextlib.asynccontextmanager(index.lifetime)():
         yield

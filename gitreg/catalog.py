@@ -127,12 +127,9 @@ class Catalog:
                     found[address] = resolved
         return found
 
-    def resolve(self, address: ModuleAddress) -> ResolvedModule | None:
-        """The rule serving `address` when it is listable (explicit, or remembered), else None."""
-        resolved = self._rules.explicit.get((address.namespace, address.name, address.system))
-        if resolved is not None:
-            return resolved
-        return self._rules.match(address) if address in self._remembered else None
+    def remembers(self, address: ModuleAddress) -> bool:
+        """True when a wildcard rule has served `address` (so it is listed)."""
+        return address in self._remembered
 
     def remember(self, resolved: ResolvedModule) -> None:
         """Record that a wildcard rule served this module (explicit rules are listed anyway)."""
