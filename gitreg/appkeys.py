@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from aiohttp import web
 
 from .archives import ArchiveStore
@@ -13,13 +11,14 @@ from .catalog import Catalog
 from .config import Config
 from .details import DetailsService
 from .git_adapter import GitAdapter
+from .gitpool import GitPool
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .registry import Registry
 from .signing import UrlSigner
 
 CONFIG = web.AppKey("config", Config)
-EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+GIT_POOL = web.AppKey("git_pool", GitPool)
 GIT = web.AppKey("git", GitAdapter)
 CACHE = web.AppKey("cache", TagCache)
 REGISTRY = web.AppKey("registry", Registry)

@@ -20,7 +20,7 @@ from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 
-from .appkeys import CATALOG, CONFIG, DETAILS, EXECUTOR, MIRRORS, REGISTRY
+from .appkeys import CATALOG, CONFIG, DETAILS, GIT_POOL, MIRRORS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
@@ -373,6 +373,6 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     catalog = Catalog(config, Path(config.storage.path) / FILE_NAME)
     app[CATALOG] = catalog
     mirrors = app[MIRRORS]
-    app[DETAILS] = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
+    app[DETAILS] = DetailsService(mirrors, mirrors.git, app[GIT_POOL])
     async for _ in catalog.lifetime():
         yield
