@@ -134,6 +134,8 @@ class Waiters:
         return Priority.BACKGROUND
 
     def _changed(self) -> None:
+        if not any(self._counts):
+            return  # the last waiter left: the owner drops the work (or it already runs)
         job = self._job
         if job is not None and job.pool is not None and job.state == _QUEUED and job.priority != self.priority:
             job.pool._requeue(job, self.priority)
