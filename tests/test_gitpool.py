@@ -303,3 +303,16 @@ async def test_work_shared_by_waiters_runs_at_their_best_priority_and_in_arrival
         release.set()
         pool.close()
         pool.shutdown()
+
+
+def test_pool_sizes_have_documented_defaults_and_are_checked():
+    from gitreg.config import parse_config
+    from gitreg.errors import ConfigError
+
+    git = parse_config({"git": {"max_concurrency": 16}}, {}).git
+    assert (git.max_queue, git.max_per_host) == (512, 12)  # 32 per slot; all but a quarter for one host
+    assert parse_config({"git": {"max_concurrency": 1}}, {}).git.max_per_host == 1
+    with pytest.raises(ConfigError) as info:
+        parse_config({"git": {"max_concurrency": 4, "max_per_host": 5, "max_queue": 0}}, {})
+    assert info.value.problems == ["git.max_per_host: must be at most [git] max_concurrency (4), not 5",
+                                   "git.max_queue: must be between 1 and 100000, not 0"]
