@@ -39,8 +39,17 @@ import time
 from pathlib import Path
 
 import aiohttp
-
-from _common import ROOT, GitHttpChild, copy_repo, machine, median, start_gitreg, tagged_repo, workdir, write_config
+from _common import (
+    ROOT,
+    GitHttpChild,
+    copy_repo,
+    machine,
+    median,
+    start_gitreg,
+    tagged_repo,
+    workdir,
+    write_config,
+)
 
 FLOOD = 400
 WAVE = 50
@@ -83,7 +92,7 @@ async def timed_get(session: aiohttp.ClientSession, url: str, timeout: float = 1
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             await resp.read()
             return time.perf_counter() - started, resp.status
-    except (asyncio.TimeoutError, aiohttp.ClientError):
+    except (TimeoutError, aiohttp.ClientError):
         return time.perf_counter() - started, 0
 
 

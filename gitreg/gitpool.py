@@ -145,7 +145,7 @@ _QUEUED, _RUNNING, _DONE = "queued", "running", "done"
 
 
 class _Job:
-    __slots__ = ("fn", "args", "host", "seq", "priority", "future", "waiters", "state", "pool", "ran_as")
+    __slots__ = ("args", "fn", "future", "host", "pool", "priority", "ran_as", "seq", "state", "waiters")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], host: str, seq: int, priority: Priority,
                  future: asyncio.Future[Any], waiters: Waiters | None, pool: GitPool) -> None:

@@ -180,7 +180,7 @@ repository = "{healthy.url('{name}.git')}"
                 try:
                     async with session.get(server.url + VERSIONS.format(f"scoped/typo{i}/null")) as resp:
                         await resp.read()
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
             await asyncio.gather(*(abandoned(i) for i in range(40)))
@@ -191,11 +191,11 @@ repository = "{healthy.url('{name}.git')}"
 
             for _ in range(150):  # until nothing waits or runs any more (a bound, not a timer)
                 text = await settled()
-                waiting = sum(float(v) for v in re.findall(r"^gitreg_git_(?:queue_depth|running)\{.*\} (\S+)$", text, re.M))
+                waiting = sum(float(v) for v in re.findall(r"^gitreg_git_(?:queue_depth|running)\{.*\} (\S+)$", text, re.MULTILINE))
                 if waiting == 0 and "gitreg_git_queue_depth" in text:
                     break
                 await asyncio.sleep(0.1)
-            abandoned_total = sum(float(v) for v in re.findall(r"^gitreg_git_abandoned_total\{.*\} (\S+)$", text, re.M))
+            abandoned_total = sum(float(v) for v in re.findall(r"^gitreg_git_abandoned_total\{.*\} (\S+)$", text, re.MULTILINE))
         await asyncio.sleep(1.5)  # a call started late would have reached the host by now
     calls = healthy.ref_advertisements()
     # Before: 40 git calls, one per abandoned request. Now only those that started at once (6 for one host).
