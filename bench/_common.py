@@ -133,13 +133,13 @@ class Server:
     """A server subprocess whose output goes to a file (a pipe read by Python would be part of the load)."""
 
     def __init__(self, argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None,
-                 cpus: str | None = None) -> None:
+                 cpus: str | None = None, cwd: Path = ROOT) -> None:
         self.log = log
         self.started = time.perf_counter()
         self._fh = log.open("w")
         # taskset execs the command: the pid stays the server's.
-        self.proc = subprocess.Popen([*taskset(cpus), *argv], stdout=self._fh, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        self.proc = subprocess.Popen([*taskset(cpus), *argv], stdout=self._fh, stderr=subprocess.STDOUT, cwd=cwd,
+                                     env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})})
         deadline = time.time() + 120
         self.url = ""
         while time.time() < deadline:
@@ -167,13 +167,15 @@ class Server:
         self._fh.close()
 
 
-def start_gitreg(args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None) -> Server:
+def start_gitreg(args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None,
+                 root: Path = ROOT) -> Server:
     """`python -m gitreg serve ARGS` on a free port (on `cpus` if given), ready once /healthz answers.
 
-    `startup_seconds` is from process start until /healthz first answered.
+    `root` is the source tree whose gitreg runs (another checkout, e.g. an older commit, to
+    compare). `startup_seconds` is from process start until /healthz first answered.
     """
     port = free_port()
-    server = Server([sys.executable, "-m", "gitreg", "serve", "--port", str(port), *args], log, r"()", env, cpus)
+    server = Server([sys.executable, "-m", "gitreg", "serve", "--port", str(port), *args], log, r"()", env, cpus, root)
     server.url = f"http://127.0.0.1:{port}"
     wait_healthy(server.url + "/healthz", server)
     server.startup_seconds = time.perf_counter() - server.started
@@ -284,8 +286,10 @@ class GitHttpChild:
     other down). Its per-repository counts of ref advertisements are asked for over a pipe.
     """
 
-    def __init__(self, root: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "githttp", str(root)], cwd=ROOT,
+    def __init__(self, root: Path, mode: str = "ok", delay: float = 30.0) -> None:
+        """`mode` and `delay`: a fault of tests/support/githttp.py (e.g. "slow" answers after `delay` s)."""
+        argv = [sys.executable, str(Path(__file__).resolve()), "githttp", str(root), mode, str(delay)]
+        self.proc = subprocess.Popen(argv, cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().strip()
@@ -314,13 +318,15 @@ class GitHttpChild:
             self.proc.wait()
 
 
-def _githttp_child(root: str) -> None:
+def _githttp_child(root: str, mode: str, delay: float) -> None:
     from tests.support import githttp
 
     # The stdlib default listen backlog is 5: under load, connects beyond it wait for a SYN
     # retransmit (1 s), which would be measured as gitreg's latency.
     githttp._Server.request_queue_size = 256
-    server = GitHttpServer(Path(root)).start()
+    server = GitHttpServer(Path(root))
+    server.mode, server.delay = mode, delay
+    server.start()
     print(server.base_url, flush=True)
     for line in sys.stdin:
         command, _, repo = line.rstrip("\n").partition(" ")
@@ -329,5 +335,5 @@ def _githttp_child(root: str) -> None:
     server.stop()
 
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "githttp":
-    _githttp_child(sys.argv[2])
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "githttp":
+    _githttp_child(sys.argv[2], sys.argv[3], float(sys.argv[4]))

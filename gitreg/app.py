@@ -8,26 +8,27 @@ import secrets
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, GIT, GIT_POOL, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SIGNER
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
 from .cache import TagCache
 from .config import Config
-from .errors import GitregError, Unauthorized
+from .errors import GitregError, Overloaded, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
+from .gitpool import GIT_PRIORITY, GitPool, Priority, Waiters
 from .metrics import Lifecycle, Metrics, metrics_middleware
+from .urls import host_label as git_host
 from .logs import ServerLogger
 from .names import check_request
 from .mirrors import MirrorStore
 from .orgs import FILE_NAME as ORGS_FILE
 from .orgs import OrgCatalog
-from .registry import Registry
+from .registry import ARCHIVE_NAME, Registry
 from .routes import routes
 from .signing import UrlSigner
 from .tagpins import TagPins
@@ -42,6 +43,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
 # the webhooks their shared secrets: Git hosts cannot send a registry token.
 OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS})
+# The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
+# first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
+# sets BACKGROUND itself (gitpool.background_task).
+INSTALL_ROUTES = frozenset({
+    "/v1/modules/{namespace}/{name}/{system}/versions",
+    "/v1/modules/{namespace}/{name}/{system}/{version}/download",
+    "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
+})
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -56,9 +65,12 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     One middleware, not three: each layer costs a coroutine per request, which shows on the
     warm path (bench/warm_path.py).
     """
-    if is_page(request):
-        return await _page(request, handler)
+    resource = request.match_info.route.resource
+    install = resource is not None and resource.canonical in INSTALL_ROUTES
+    priority = GIT_PRIORITY.set(Priority.INSTALL if install else Priority.BROWSE)
     try:
+        if is_page(request):
+            return await _page(request, handler)
         authorize_request(request)
         # Every path segment and query parameter, before any handler, rule or git call.
         check_request(request)
@@ -66,6 +78,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except GitregError as e:
         # A Bearer challenge only for registry tokens, not for a webhook's bad signature.
         headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if isinstance(e, Unauthorized) else None
+        if isinstance(e, Overloaded):
+            headers = {"Retry-After": str(e.retry_after)}
         return error_response(e.status, e.message, headers)
     except web.HTTPException as e:
         if e.status < 400:
@@ -81,6 +95,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal error in gitreg; the server log has details")
+    finally:
+        GIT_PRIORITY.reset(priority)
 
 
 async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -117,19 +133,21 @@ def authorize_request(request: web.Request) -> None:
 
 
 async def _services(app: web.Application) -> AsyncIterator[None]:
-    """Create the executor, git adapter, cache and registry; close them on shutdown."""
+    """Create the git pool, git adapter, cache and registry; close them on shutdown."""
     config = app[CONFIG]
-    executor = ThreadPoolExecutor(max_workers=config.git.max_concurrency, thread_name_prefix="gitreg-git")
+    pool = GitPool(config.git.max_concurrency, config.git.max_queue, config.git.max_per_host)
     home = tempfile.TemporaryDirectory(prefix="gitreg-home-")
     adapter = GitAdapter(config.git, config.credentials, home.name)
+    ls_remote = app[METRICS].instrument_ls_remote(adapter.ls_remote_tags)
 
-    async def load(url: str) -> TagList:
-        return await asyncio.get_running_loop().run_in_executor(executor, adapter.ls_remote_tags, url)
+    async def load(url: str, waiters: Waiters) -> TagList:
+        return await pool.run(ls_remote, url, host=git_host(url), waiters=waiters)
 
-    cache = TagCache(config.cache, app[METRICS].instrument_loader(load), app[CLOCK])
+    cache = TagCache(config.cache, load, app[CLOCK])
     app[METRICS].watch_cache(cache)
     app[METRICS].watch_git(adapter.running)
-    app[EXECUTOR] = executor
+    app[METRICS].watch_pool(pool)
+    app[GIT_POOL] = pool
     app[GIT] = adapter
     app[CACHE] = cache
     storage = Path(config.storage.path)
@@ -138,22 +156,25 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[ORGS] = orgs
     app[METRICS].watch_orgs(orgs)
     app[REGISTRY] = Registry(config, cache, pins, orgs)
-    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor)
+    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), pool)
     mirrors.prepare()
     app[MIRRORS] = mirrors
-    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), executor, config.storage.max_bytes)
+    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes)
     if any(rule.download == "archive" for rule in config.modules):
         archives.prepare()
     app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
     await cache.close()
+    # Work still waiting for a slot (archive builds, details) fails now instead of starting.
+    if dropped := pool.close():
+        log.info("shutdown: dropped %d queued git call(s)", dropped)
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
     if killed := adapter.kill_running():
         log.info("shutdown: stopped %d running git process(es)", killed)
-    executor.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown()
     home.cleanup()
 
 

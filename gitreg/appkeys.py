@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
@@ -15,6 +14,7 @@ from .config import Config
 from .details import DetailsService
 from .git_adapter import GitAdapter
 from .index import ModuleIndex
+from .gitpool import GitPool
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .orgs import OrgCatalog
@@ -22,7 +22,7 @@ from .registry import Registry
 from .signing import UrlSigner
 
 CONFIG = web.AppKey("config", Config)
-EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+GIT_POOL = web.AppKey("git_pool", GitPool)
 GIT = web.AppKey("git", GitAdapter)
 CACHE = web.AppKey("cache", TagCache)
 REGISTRY = web.AppKey("registry", Registry)

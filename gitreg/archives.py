@@ -19,18 +19,17 @@ import os
 import shutil
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO
 
 from .errors import GitregError, UpstreamUnavailable, VersionNotFound
 from .git_adapter import MirrorGit, NoSuchTree, mask_url
+from .gitpool import GitPool
+from .urls import host_label as git_host
 from .mirrors import MirrorStore
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # zlib's default level, the one `gzip` and `git archive --format=tar.gz` use.
 GZIP_LEVEL = 6
@@ -61,7 +60,7 @@ class MissingCommit(Exception):
 
 
 class ArchiveBuilder:
-    """The git side of a build, run in the executor: checks, `git archive`, normalization."""
+    """The git side of a build, run in the git pool: checks, `git archive`, normalization."""
 
     def __init__(self, git: MirrorGit) -> None:
         self.git = git
@@ -169,12 +168,12 @@ def _octal(field: bytes) -> int:
 class ArchiveStore:
     """Archives on disk under a size bound, built once per key even under concurrent requests."""
 
-    def __init__(self, root: Path, mirrors: MirrorStore, builder: ArchiveBuilder, executor: Executor,
+    def __init__(self, root: Path, mirrors: MirrorStore, builder: ArchiveBuilder, pool: GitPool,
                  max_bytes: int) -> None:
         self.root = root
         self.mirrors = mirrors
         self.builder = builder
-        self.executor = executor
+        self.pool = pool
         self.max_bytes = max_bytes
         self._sizes: OrderedDict[str, int] = OrderedDict()  # file name -> bytes, least recent first
         self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
@@ -198,9 +197,6 @@ class ArchiveStore:
     @property
     def total_bytes(self) -> int:
         return sum(self._sizes.values())
-
-    async def _call(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def cached(self, key: ArchiveKey) -> str | None:
         """The archive's path when it is already built (and mark it recently used)."""
@@ -236,16 +232,17 @@ class ArchiveStore:
         log.info("building the archive of %s at %s%s", mask_url(key.repository), key.sha[:12],
                  f" ({key.path})" if key.path else "")
         mirror = self.mirrors.path_for(key.repository)
+        host = git_host(key.repository)
         try:
             try:
                 if not mirror.is_dir():
                     raise MissingCommit(key.sha)
                 # The usual case (mirror present, commit in it) costs no extra git process.
-                await self._call(self.builder.build, mirror, key, tmp)
+                await self.pool.run(self.builder.build, mirror, key, tmp, host=host)
             except MissingCommit:
                 mirror = await self.mirrors.ensure(key.repository, key.sha)
                 try:
-                    await self._call(self.builder.build, mirror, key, tmp)
+                    await self.pool.run(self.builder.build, mirror, key, tmp, host=host)
                 except MissingCommit:
                     raise UpstreamUnavailable(
                         f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "

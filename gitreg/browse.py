@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, EXECUTOR, INDEX, METRICS, MIRRORS, ORGS, REGISTRY
+from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, GIT_POOL, INDEX, METRICS, MIRRORS, ORGS, REGISTRY
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
@@ -271,7 +271,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     catalog = Catalog(config, storage / FILE_NAME)
     app[CATALOG] = catalog
     mirrors = app[MIRRORS]
-    details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
+    details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[GIT_POOL])
     registry = app[REGISTRY]
     orgs = app[ORGS]
 

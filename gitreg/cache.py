@@ -10,6 +10,10 @@ failed call for a repository with nothing servable cached is remembered for
 `error_retry_seconds`, so a failing host is asked at most once per that interval per
 repository, however many clients retry.
 
+The upstream call of a coalesced miss runs in the git pool at the best priority among the
+requests waiting for it (a background refresh counts as a waiter, at BACKGROUND); when every
+waiter has gone (clients hung up) before git started, the call is dropped.
+
 Everything here is touched from the event loop only (no locks needed, none taken).
 """
 
@@ -23,12 +27,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .config import CacheConfig
-from .errors import GitregError, ModuleNotFound
+from .errors import GitregError, ModuleNotFound, Overloaded
 from .git_adapter import TagList, mask_url
+from .gitpool import Waiters, background_task
 
 log = logging.getLogger(__name__)
 
-Loader = Callable[[str], Awaitable[TagList]]
+# (repository, the requests waiting for it) -> its tags, through the git pool
+Loader = Callable[[str, Waiters], Awaitable[TagList]]
 
 
 @dataclass
@@ -57,6 +63,14 @@ class _Entry:
 
 
 @dataclass
+class _Fetch:
+    """One upstream call in flight and who waits for it."""
+
+    future: asyncio.Future[TagList]
+    waiters: Waiters
+
+
+@dataclass
 class _Remembered:
     """An upstream answer given again without asking: "not found", or a failure."""
 
@@ -82,7 +96,7 @@ class TagCache:
         self._negative: OrderedDict[str, _Remembered] = OrderedDict()
         # Failed calls for repositories with no cached list, kept apart for the same reason.
         self._failures: OrderedDict[str, _Remembered] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[TagList]] = {}
+        self._inflight: dict[str, _Fetch] = {}
         self._dirty: set[str] = set()  # invalidated while their upstream call ran
         self._background: set[asyncio.Task[None]] = set()
         self.stats = CacheStats()
@@ -143,18 +157,32 @@ class TagCache:
 
     def _refresh(self, key: str) -> Awaitable[TagList]:
         """Start (or join) the one upstream call for `key`."""
-        fut = self._inflight.get(key)
-        if fut is not None:
+        fetch = self._inflight.get(key)
+        if fetch is not None:
             self.stats.coalesced += 1
+        else:
+            waiters = Waiters()
+            fetch = _Fetch(asyncio.ensure_future(self._fetch(key, waiters)), waiters)
+            self._inflight[key] = fetch
+            fetch.future.add_done_callback(lambda f: self._done(key, f))
+        return self._wait(key, fetch)
+
+    async def _wait(self, key: str, fetch: _Fetch) -> TagList:
+        """Wait for `fetch` as one of its waiters (at the current context's git priority)."""
+        priority = fetch.waiters.join()
+        try:
             # shield: one waiter being cancelled must not cancel the call the others await.
-            return asyncio.shield(fut)
-        fut = asyncio.ensure_future(self._fetch(key))
-        self._inflight[key] = fut
-        fut.add_done_callback(lambda f: self._done(key, f))
-        return asyncio.shield(fut)
+            return await asyncio.shield(fetch.future)
+        finally:
+            if fetch.waiters.leave(priority):
+                # Every waiter hung up before git started: drop the call, nobody needs its answer.
+                if self._inflight.get(key) is fetch:
+                    del self._inflight[key]
+                fetch.future.cancel()
 
     def _done(self, key: str, fut: asyncio.Future[TagList]) -> None:
-        if self._inflight.get(key) is fut:
+        fetch = self._inflight.get(key)
+        if fetch is not None and fetch.future is fut:
             del self._inflight[key]
         if not fut.cancelled():
             fut.exception()  # retrieved here: every waiter may have gone away
@@ -165,10 +193,12 @@ class TagCache:
             if not fut.cancelled():
                 self.refresh_in_background(key)
 
-    async def _fetch(self, key: str) -> TagList:
+    async def _fetch(self, key: str, waiters: Waiters) -> TagList:
         self.stats.refreshes += 1
         try:
-            tags = await self._load(key)
+            tags = await self._load(key, waiters)
+        except Overloaded:
+            raise  # the git queue is full: nothing is known about the repository, remember nothing
         except ModuleNotFound as e:
             entry = self._entries.get(key)
             if entry is not None and self._servable_stale(entry, self._clock()):
@@ -242,7 +272,8 @@ class TagCache:
             except Exception:
                 log.exception("background refresh of %s failed", mask_url(key))
 
-        task = asyncio.ensure_future(run())
+        # BACKGROUND, not the priority of the request or webhook that asked for it.
+        task = background_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -283,7 +314,7 @@ class TagCache:
 
     async def close(self) -> None:
         """Cancel background refreshes and in-flight calls (shutdown)."""
-        tasks = [*self._background, *self._inflight.values()]
+        tasks = [*self._background, *(fetch.future for fetch in self._inflight.values())]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -134,6 +134,9 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
         handle_signals=False,
         access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
         shutdown_timeout=10,
+        # A client that hangs up cancels its handler, so git work it queued is dropped before
+        # it starts (gitpool) instead of running for nobody. aiohttp's default keeps it running.
+        handler_cancellation=True,
     )
     await runner.setup()
     try:

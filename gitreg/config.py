@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 from . import urls
 from .errors import ConfigError
+from .gitpool import default_max_per_host, default_max_queue
 from .names import NAME_RE, SYSTEM_RE
 
 PLACEHOLDERS = ("namespace", "name", "system")
@@ -58,6 +59,8 @@ class GitConfig:
 
     timeout_seconds: float = 30.0
     max_concurrency: int = 8
+    max_queue: int = 256  # gitpool.default_max_queue(max_concurrency) when unset
+    max_per_host: int = 6  # gitpool.default_max_per_host(max_concurrency) when unset
     protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
     allow_moved_tags: bool = False
 
@@ -659,9 +662,15 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     for i, proto in enumerate(protocols):
         if proto not in KNOWN_PROTOCOLS:
             g.error(f"protocols[{i}]", f"unknown transport {proto!r}; choose from {', '.join(KNOWN_PROTOCOLS)}")
+    max_concurrency = g.int("max_concurrency", GitConfig.max_concurrency, 1, 256)
+    max_per_host = g.int("max_per_host", default_max_per_host(max_concurrency), 1, 256)
+    if max_per_host > max_concurrency:
+        g.error("max_per_host", f"must be at most [git] max_concurrency ({max_concurrency}), not {max_per_host}")
     gitcfg = GitConfig(
         timeout_seconds=g.number("timeout_seconds", GitConfig.timeout_seconds, minimum=0.1),
-        max_concurrency=g.int("max_concurrency", GitConfig.max_concurrency, 1, 256),
+        max_concurrency=max_concurrency,
+        max_queue=g.int("max_queue", default_max_queue(max_concurrency), 1, 100_000),
+        max_per_host=max_per_host,
         protocols=tuple(p for p in protocols if p in KNOWN_PROTOCOLS),
         allow_moved_tags=g.bool("allow_moved_tags", GitConfig.allow_moved_tags),
     )

@@ -17,11 +17,9 @@ import shutil
 import tarfile
 import tempfile
 import textwrap
-from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 import hcl2
 from cachetools import LRUCache
@@ -29,12 +27,13 @@ from hcl2.utils import SerializationOptions
 
 from .errors import GitregError, UpstreamUnavailable
 from .git_adapter import MirrorGit, NoSuchTree
+from .gitpool import GitPool, Priority, git_priority
+from .urls import host_label as git_host
 from .mirrors import MirrorStore
 from .rules import ResolvedModule
 from .versions import TaggedVersion
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Plain Python values from python-hcl2: unquoted strings, no block markers, heredocs kept
 # raw (its own heredoc-to-string conversion leaves escaped quotes behind; we dedent ourselves).
@@ -297,7 +296,7 @@ class _CappedWriter(io.RawIOBase):
 
 
 def build_details(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
-    """Blocking: archive the commit from the mirror and read its details (runs in the executor)."""
+    """Blocking: archive the commit from the mirror and read its details (runs in the git pool)."""
     base = resolved.rule.path.strip("/")
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
         writer = _CappedWriter(spool, MAX_TREE_BYTES)
@@ -343,13 +342,13 @@ class DetailsService:
     """Details per (repository, path, tag, commit), from the mirrors, cached and de-duplicated.
 
     The LRU and the in-flight map are touched from the event loop only (cachetools is not
-    thread-safe); the git and parsing work runs in the app's executor.
+    thread-safe); the git and parsing work runs in the app's git pool.
     """
 
-    def __init__(self, mirrors: MirrorStore, git: MirrorGit, executor: Executor, entries: int = CACHE_ENTRIES) -> None:
+    def __init__(self, mirrors: MirrorStore, git: MirrorGit, pool: GitPool, entries: int = CACHE_ENTRIES) -> None:
         self.mirrors = mirrors
         self.git = git
-        self.executor = executor
+        self.pool = pool
         self._cache: LRUCache[tuple[str, str, str, str], ModuleDetails] = LRUCache(maxsize=entries)
         self._inflight: dict[tuple[str, str, str, str], asyncio.Future[ModuleDetails]] = {}
         self.builds = 0
@@ -381,12 +380,10 @@ class DetailsService:
             self._cache[key] = fut.result()
 
     async def _build(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
-        mirror = await self.mirrors.ensure(resolved.repository, tagged.sha)
+        with git_priority(Priority.BACKGROUND):  # mirroring for details is background work
+            mirror = await self.mirrors.ensure(resolved.repository, tagged.sha)
         self.builds += 1
-        return await self._call(build_details, self.git, str(mirror), resolved, tagged)
-
-    async def _call(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        return await self.pool.run(build_details, self.git, str(mirror), resolved, tagged, host=git_host(resolved.repository))
 
     async def try_get(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails | None:
         """Like get(), but None (logged) when the repository cannot be read: for listings."""

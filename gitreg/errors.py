@@ -55,6 +55,16 @@ class UpstreamTimeout(UpstreamUnavailable):
     status = 504
 
 
+class Overloaded(GitregError):
+    """gitreg cannot take this work now (git queue full, out of file descriptors or processes)."""
+
+    status = 503
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ConfigError(Exception):
     """The configuration is invalid; `problems` lists every `key.path: reason`."""
 

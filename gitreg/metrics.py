@@ -25,14 +25,16 @@ from prometheus_client.utils import floatToGoString
 from . import urls
 from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
 from .secrets import digest, same_secret
+from .gitpool import Priority
 
 if TYPE_CHECKING:
     from .cache import TagCache
     from .git_adapter import TagList
     from .orgs import OrgCatalog
+    from .gitpool import GitPool
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Loader = Callable[[str], Awaitable["TagList"]]
+ListTags = Callable[[str], "TagList"]
 
 # Request latency buckets: the warm path answers in about a millisecond, a cold one waits for git.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -123,20 +125,22 @@ class Metrics:
             self._hosts.add(host)
         return host
 
-    def instrument_loader(self, load: Loader) -> Loader:
-        """Wrap the cache's loader: count calls, failures and duration per host."""
+    def instrument_ls_remote(self, list_tags: ListTags) -> ListTags:
+        """Wrap the blocking tag lister: count calls, failures and duration per host.
 
-        async def instrumented(url: str) -> TagList:
+        Counted in the git pool's thread, when git really runs: a call dropped from the
+        queue (its client hung up) is no git call.
+        """
+
+        def instrumented(url: str) -> TagList:
             host = self._host_label(url)
             self.git_calls.labels(host).inc()
             started = time.monotonic()
             try:
-                return await load(url)
+                return list_tags(url)
             except GitregError as e:
                 reason = "timeout" if isinstance(e, UpstreamTimeout) else "not_found" if isinstance(e, ModuleNotFound) else "error"
                 self.git_failures.labels(host, reason).inc()
-                raise
-            except asyncio.CancelledError:
                 raise
             except Exception:
                 self.git_failures.labels(host, "error").inc()
@@ -145,6 +149,10 @@ class Metrics:
                 self.git_duration.labels(host).observe(time.monotonic() - started)
 
         return instrumented
+
+    def watch_pool(self, pool: GitPool) -> None:
+        """Expose the git pool's queue, running jobs and refusals (read at scrape time)."""
+        self.registry.register(_PoolCollector(pool))
 
     def webhook(self, provider: str, result: str) -> None:
         """Count one webhook delivery by its outcome."""
@@ -300,6 +308,38 @@ class _OrgCollector(Collector):
             repositories.add_metric([label], stats.repositories)
             age.add_metric([label], now - stats.last_success if stats.last_success is not None else float("inf"))
         yield from (calls, failures, remaining, modules, repositories, age)
+
+
+class _PoolCollector(Collector):
+    """Reads the git pool's queue and counters at scrape time."""
+
+    def __init__(self, pool: GitPool) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        pool = self._pool
+        depth = GaugeMetricFamily("gitreg_git_queue_depth", "git calls waiting for a slot, by priority.", labels=["priority"])
+        running = GaugeMetricFamily("gitreg_git_running", "git calls running now, by priority.", labels=["priority"])
+        rejected = CounterMetricFamily("gitreg_git_rejected", "git calls refused because the queue was full ([git] max_queue), "
+                                       "by priority.", labels=["priority"])
+        abandoned = CounterMetricFamily("gitreg_git_abandoned", "git calls dropped before they started because nobody "
+                                        "waited for them any more, by priority.", labels=["priority"])
+        queued, busy = pool.queue_depth(), pool.running()
+        for p in Priority:
+            name = p.name.lower()
+            depth.add_metric([name], queued[p])
+            running.add_metric([name], busy[p])
+            rejected.add_metric([name], pool.rejected[p])
+            abandoned.add_metric([name], pool.abandoned[p])
+        yield from (depth, running, rejected, abandoned)
+        per_host = GaugeMetricFamily("gitreg_git_running_per_host", "git calls running now, by host ([git] max_per_host).",
+                                     labels=["host"])
+        hosts = sorted(pool.running_per_host().items(), key=lambda item: -item[1])
+        for host, count in hosts[:MAX_HOSTS]:
+            per_host.add_metric([host], count)
+        if len(hosts) > MAX_HOSTS:
+            per_host.add_metric(["other"], sum(count for _, count in hosts[MAX_HOSTS:]))
+        yield per_host
 
 
 def route_label(request: web.Request) -> str:

@@ -13,24 +13,22 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Executor
 from pathlib import Path
-from typing import TypeVar
 
 from .git_adapter import MirrorGit, mask_url
+from .gitpool import GitPool
+from .urls import host_label as git_host
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class MirrorStore:
     """One bare mirror per repository URL, created and updated under a per-URL lock."""
 
-    def __init__(self, root: Path, git: MirrorGit, executor: Executor) -> None:
+    def __init__(self, root: Path, git: MirrorGit, pool: GitPool) -> None:
         self.root = root
         self.git = git
-        self.executor = executor
+        self.pool = pool
         self._locks: dict[str, asyncio.Lock] = {}
         self.fetches = 0
 
@@ -51,28 +49,26 @@ class MirrorStore:
         """Where the mirror of `url` lives (a hash: URLs are not file names)."""
         return self.root / (hashlib.sha256(url.encode()).hexdigest()[:40] + ".git")
 
-    async def _call(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
     async def ensure(self, url: str, sha: str) -> Path:
         """The mirror of `url`, holding commit `sha` (cloned or fetched as needed)."""
         path = self.path_for(url)
-        if path.is_dir() and await self._call(self.git.has_commit, str(path), sha):
+        host = git_host(url)
+        if path.is_dir() and await self.pool.run(self.git.has_commit, str(path), sha, host=host):
             return path
         lock = self._locks.setdefault(url, asyncio.Lock())
         async with lock:
             if path.is_dir():
-                if not await self._call(self.git.has_commit, str(path), sha):
+                if not await self.pool.run(self.git.has_commit, str(path), sha, host=host):
                     log.info("fetching tags of %s into its mirror", mask_url(url))
                     self.fetches += 1
-                    await self._call(self.git.fetch_tags, str(path), url)
+                    await self.pool.run(self.git.fetch_tags, str(path), url, host=host)
             else:
                 log.info("creating a mirror of %s", mask_url(url))
                 self.fetches += 1
                 tmp = self.root / f"tmp-{uuid.uuid4().hex}"
                 try:
-                    await self._call(self.git.init, str(tmp))
-                    await self._call(self.git.fetch_tags, str(tmp), url)
+                    await self.pool.run(self.git.init, str(tmp), host=host)
+                    await self.pool.run(self.git.fetch_tags, str(tmp), url, host=host)
                     os.replace(tmp, path)
                 finally:
                     if tmp.exists():

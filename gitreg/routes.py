@@ -8,7 +8,7 @@ import json
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, GIT_POOL, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
 from .archives import ArchiveKey
 from .browse import source_url
 from .metrics import check_metrics_token
@@ -37,11 +37,11 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: config loaded and the executor and cache up; 503 while starting or stopping."""
+    """Readiness: config loaded and the git pool and cache up; 503 while starting or stopping."""
     lifecycle = request.app[LIFECYCLE]
     # The lifecycle flag turns true after the last cleanup context started and false on
-    # shutdown, before the executor and cache are closed.
-    if not (lifecycle.ready and CACHE in request.app and EXECUTOR in request.app):
+    # shutdown, before the git pool and cache are closed.
+    if not (lifecycle.ready and CACHE in request.app and GIT_POOL in request.app):
         return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
     # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
     index = request.app[INDEX]
