@@ -234,6 +234,8 @@ timeout_seconds = 2
 protocols = ["http", "file"]
 [storage]
 path = "{tmp_path / 'state'}"
+[index]
+enabled = false  # the git processes watched here are the requests' own
 [[modules]]
 namespace = "demo"
 name = "hello"
