@@ -27,6 +27,7 @@ from .mirrors import MirrorStore
 from .registry import Registry
 from .routes import routes
 from .signing import UrlSigner
+from .storage import StorageBudget
 from .tagpins import TagPins
 from .webhooks import PATHS as WEBHOOK_PATHS
 from .webhooks import webhook_routes
@@ -105,18 +106,24 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[GIT] = adapter
     app[CACHE] = cache
     storage = Path(config.storage.path)
-    pins = TagPins(storage / "tagpins.jsonl")
+    # Read (and compacted) off the event loop.
+    pins = await asyncio.get_running_loop().run_in_executor(executor, TagPins, storage / "tagpins.jsonl", executor)
     app[REGISTRY] = Registry(config, cache, pins)
-    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor)
-    mirrors.prepare()
+    # One [storage] max_bytes over mirrors and archives together.
+    budget = StorageBudget(config.storage.max_bytes)
+    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor, budget,
+                          config.cache.error_retry_seconds, pins.commits)
+    await mirrors.prepare()
     app[MIRRORS] = mirrors
     archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), executor, config.storage.max_bytes)
     if any(rule.download == "archive" for rule in config.modules):
-        archives.prepare()
+        await archives.prepare()
     app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
     await cache.close()
+    await budget.close()
+    await pins.close()
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.

@@ -370,9 +370,10 @@ class DetailsService:
             self._cache[key] = fut.result()
 
     async def _build(self, key: tuple[str, str, str, str], resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
-        mirror = await self.mirrors.ensure(resolved.repository, tagged.sha)
-        self.builds += 1
-        return await self._call(build_details, self.git, str(mirror), resolved, tagged)
+        # Held while it is read: eviction under [storage] max_bytes skips it.
+        async with self.mirrors.use(resolved.repository, tagged.sha) as mirror:
+            self.builds += 1
+            return await self._call(build_details, self.git, str(mirror), resolved, tagged)
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
