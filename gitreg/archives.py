@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar, cast
 
-from .errors import GitregError, StorageFull, UpstreamTimeout, UpstreamUnavailable, VersionNotFound
+from .errors import (
+    GitregError,
+    StorageFull,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    VersionNotFound,
+)
 from .git_adapter import _SHA_RE, MirrorGit, mask_url
 from .mirrors import MirrorStore
 from .storage import mib
@@ -278,14 +284,6 @@ class ArchiveStore:
             task.add_done_callback(lambda _t: self._building.pop(key, None))
         return task
 
-    async def get(self, key: ArchiveKey) -> str | Path:
-        """The archive of `key`, built now if needed (concurrent callers share one build); not held."""
-        path = self.cached(key)
-        if path is not None:
-            return path
-        # shield: one impatient client hanging up must not cancel the build the others wait for.
-        return await asyncio.shield(self.start(key))
-
     async def hold(self, key: ArchiveKey) -> str:
         """The archive of `key`, built if needed and held: eviction skips it until release(path).
 
@@ -298,6 +296,7 @@ class ArchiveStore:
             if path is not None:
                 self.budget.hold(path)
                 return path
+            # shield: one impatient client hanging up must not cancel the build the others wait for.
             await asyncio.shield(self.start(key))
         raise StorageFull(
             f"the archive of commit {key.sha[:12]} was removed again before it could be sent: [storage] max_bytes "

@@ -116,7 +116,7 @@ class MirrorStore:
     @contextlib.asynccontextmanager
     async def use(self, url: str, sha: str) -> AsyncIterator[Path]:
         """The mirror of `url`, holding commit `sha`, kept from eviction inside the block."""
-        async with self.hold(url) as path:
+        async with self.hold(url):
             yield await self.ensure(url, sha)
 
     async def ensure(self, url: str, sha: str) -> Path:

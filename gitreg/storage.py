@@ -68,9 +68,6 @@ class StorageBudget:
         self.total = 0
         self.evictions = 0
 
-    def __contains__(self, path: str) -> bool:
-        return path in self._entries
-
     def usage(self, kind: str) -> tuple[int, int]:
         """(entries, bytes) of one kind, for the metrics."""
         count = size = 0
@@ -131,10 +128,6 @@ class StorageBudget:
             task = loop.create_task(self.evict())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-
-    def held(self, path: str) -> bool:
-        """True while something holds `path`."""
-        return path in self._users
 
     async def settled(self, path: str) -> None:
         """Wait until a removal of `path` that is under way has finished (before creating it again)."""

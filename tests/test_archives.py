@@ -324,8 +324,7 @@ async def test_a_torn_pin_record_is_ignored_and_repaired(tmp_path):
     path = tmp_path / "tagpins.jsonl"
     pins = TagPins(path)
     assert await pins.pin("file:///r.git", "v1.0.0", "a" * 40, allow_moved=False, follows_tag=False) == "a" * 40
-    with open(path, "ab") as f:
-        f.write(b'{"repository": "file:///r.git", "tag": "v2.0.0", "sh')  # a crash mid-write
+    path.write_bytes(path.read_bytes() + b'{"repository": "file:///r.git", "tag": "v2.0.0", "sh')  # a crash mid-write
     again = TagPins(path)
     assert len(again) == 1
     assert await again.pin("file:///r.git", "v1.0.0", "b" * 40, allow_moved=False, follows_tag=False) == "a" * 40
