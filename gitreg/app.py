@@ -8,6 +8,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
@@ -31,6 +32,7 @@ from .orgs import OrgCatalog
 from .registry import ARCHIVE_NAME, Registry
 from .routes import routes
 from .signing import UrlSigner
+from .storage import StorageBudget
 from .tagpins import TagPins
 from .ui import SECURITY_HEADERS, add_ui, is_page, page_error
 from .webhooks import PATHS as WEBHOOK_PATHS
@@ -151,17 +153,25 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[GIT] = adapter
     app[CACHE] = cache
     storage = Path(config.storage.path)
-    pins = TagPins(storage / "tagpins.jsonl")
+    # gitreg's own file work (pin records, sizes, renames, removals): a few threads of its own,
+    # apart from the git pool's slots and from the default executor aiohttp opens files in.
+    files = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gitreg-files")
+    # Read (and compacted) off the event loop.
+    pins = await asyncio.get_running_loop().run_in_executor(files, TagPins, storage / "tagpins.jsonl", files)
     orgs = OrgCatalog(config, storage / ORGS_FILE)  # started by _org_listings
     app[ORGS] = orgs
     app[METRICS].watch_orgs(orgs)
     app[REGISTRY] = Registry(config, cache, pins, orgs)
-    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), pool)
-    mirrors.prepare()
+    # One [storage] max_bytes over mirrors and archives together.
+    budget = StorageBudget(config.storage.max_bytes)
+    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), pool, files, budget,
+                          config.cache.error_retry_seconds, pins.commits)
+    await mirrors.prepare()
     app[MIRRORS] = mirrors
-    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes)
-    if any(rule.download == "archive" for rule in config.modules):
-        archives.prepare()
+    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes,
+                            files)
+    if any(source.download == "archive" for source in (*config.modules, *config.orgs)):
+        await archives.prepare()
     app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
@@ -169,12 +179,15 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # Work still waiting for a slot (archive builds, details) fails now instead of starting.
     if dropped := pool.close():
         log.info("shutdown: dropped %d queued git call(s)", dropped)
+    await budget.close()
+    await pins.close()
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
     if killed := adapter.kill_running():
         log.info("shutdown: stopped %d running git process(es)", killed)
     pool.shutdown()
+    files.shutdown(wait=True)  # pin records and removals finish: nothing half-written
     home.cleanup()
 
 

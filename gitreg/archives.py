@@ -5,13 +5,19 @@ so it is built once. The module's files sit at the archive root (`git archive <s
 Archives are byte-for-byte reproducible: every entry gets one fixed time (git would stamp a
 tree with the current time) and the gzip header carries no time or name. A build is written
 to `tmp-*` and renamed into place with `os.replace` only when complete, so a crash never leaves
-something that is served; leftovers are removed at start. The directory is kept under
-`[storage] max_bytes`, least recently served first.
+something that is served; leftovers are removed at start.
+
+Archives and mirrors share `[storage] max_bytes` (storage.py), least recently used first. A
+build stops as soon as its output passes the bound (an archive that can never be kept is
+refused with 507, and the refusal is remembered: the bytes of a key never change). An archive
+is held while its response is sent (`hold`/`release`), so eviction never deletes one that was
+just handed out for serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import hashlib
 import logging
@@ -19,20 +25,31 @@ import os
 import shutil
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar, cast
 
-from .errors import GitregError, UpstreamUnavailable, VersionNotFound
+from .errors import (
+    GitregError,
+    StorageFull,
+    UpstreamUnavailable,
+    VersionNotFound,
+)
 from .git_adapter import MirrorGit, NoSuchTree, mask_url
 from .gitpool import GitPool
-from .urls import host_label as git_host
 from .mirrors import MirrorStore
+from .storage import mib
+from .urls import host_label
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # zlib's default level, the one `gzip` and `git archive --format=tar.gz` use.
 GZIP_LEVEL = 6
+# Refused keys remembered (an archive too large for [storage] max_bytes stays too large).
+MAX_REFUSED = 1024
 
 
 class NotArchivable(GitregError):
@@ -59,26 +76,56 @@ class MissingCommit(Exception):
     """The mirror does not hold the commit (yet)."""
 
 
+class _TooLarge(Exception):
+    """A build's output passed its size limit."""
+
+
+class _Limited:
+    """The archive file being written, refusing to grow past `limit` bytes."""
+
+    def __init__(self, out: BinaryIO, limit: int | None) -> None:
+        self.out = out
+        self.limit = limit
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.limit is not None and self.size > self.limit:
+            raise _TooLarge
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 class ArchiveBuilder:
-    """The git side of a build, run in the git pool: checks, `git archive`, normalization."""
+    """The git side of a build, run in the executor: checks, `git archive`, normalization."""
 
     def __init__(self, git: MirrorGit) -> None:
         self.git = git
 
-    def build(self, mirror: Path, key: ArchiveKey, dest: Path) -> None:
+    def build(self, mirror: Path, key: ArchiveKey, dest: Path, max_bytes: int | None = None) -> None:
         """Write the archive of `key` from `mirror` to `dest` (a temporary name the caller renames).
 
         One git process: `git archive <sha>:<path>` puts the module's files at the root. Its
         tar is restamped (see normalize) and gzipped as git writes it, so git and gzip run
-        side by side, as in `git archive | gzip`.
+        side by side, as in `git archive | gzip`. Past `max_bytes` of output git is stopped
+        and StorageFull raised: such an archive could never be kept.
         """
-        with open(dest, "wb") as out:
-            try:
-                submodules = self.git.archive(str(mirror), key.sha, key.path, lambda tar: normalize(tar, out))
-            except NoSuchTree as e:
-                if e.commit_missing:
-                    raise MissingCommit(key.sha) from None  # not fetched yet: the caller fetches and retries
-                raise VersionNotFound(f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`") from None
+        try:
+            with open(dest, "wb") as out:
+                limited = cast(BinaryIO, _Limited(out, max_bytes))
+                submodules = self.git.archive(str(mirror), key.sha, key.path, lambda tar: normalize(tar, limited))
+        except _TooLarge:
+            assert max_bytes is not None
+            raise StorageFull(
+                f"the archive of commit {key.sha[:12]}{f' ({key.path})' if key.path else ''} is larger than "
+                f'[storage] max_bytes ({mib(max_bytes)}); raise max_bytes, or serve this module with download = "git"'
+            ) from None
+        except NoSuchTree as e:
+            if e.commit_missing:
+                raise MissingCommit(key.sha) from None  # not fetched yet: the caller fetches and retries
+            raise VersionNotFound(f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`") from None
         if submodules:
             shown = ", ".join(repr(f"{key.path}/{s}" if key.path else s) for s in submodules[:5])
             raise NotArchivable(
@@ -166,22 +213,29 @@ def _octal(field: bytes) -> int:
 
 
 class ArchiveStore:
-    """Archives on disk under a size bound, built once per key even under concurrent requests."""
+    """Archives on disk under the storage bound, built once per key even under concurrent requests."""
 
     def __init__(self, root: Path, mirrors: MirrorStore, builder: ArchiveBuilder, pool: GitPool,
-                 max_bytes: int) -> None:
+                 max_bytes: int, files: Executor | None = None) -> None:
         self.root = root
         self.mirrors = mirrors
         self.builder = builder
         self.pool = pool
-        self.max_bytes = max_bytes
-        self._sizes: OrderedDict[str, int] = OrderedDict()  # file name -> bytes, least recent first
+        self.files = files
+        self.max_bytes = max_bytes  # the largest archive kept (the whole [storage] bound)
+        self.budget = mirrors.budget  # shared with the mirrors: one [storage] max_bytes
         self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
+        self._refused: OrderedDict[ArchiveKey, StorageFull] = OrderedDict()
         self._prefix = f"{root}{os.sep}"
         self.builds = 0
 
-    def prepare(self) -> None:
-        """Create the directory, remove half-written builds, and index what is there (oldest first)."""
+    async def prepare(self) -> None:
+        """Create the directory, remove half-written builds, and count what is there in the budget."""
+        found = await self._call(self._scan)
+        self.budget.seed((self._prefix + name, size, used, "archive", self._remove) for name, size, used in found)
+        await self.budget.evict()
+
+    def _scan(self) -> list[tuple[str, int, float]]:
         self.root.mkdir(parents=True, exist_ok=True)
         found = []
         for entry in self.root.iterdir():
@@ -189,24 +243,30 @@ class ArchiveStore:
                 entry.unlink(missing_ok=True)  # a build cut short: never served
                 continue
             st = entry.stat()
-            found.append((st.st_atime, entry.name, st.st_size))
-        for _, name, size in sorted(found):
-            self._sizes[name] = size
-        self._evict(keep=None)
+            found.append((entry.name, st.st_size, st.st_atime))
+        return found
 
     @property
     def total_bytes(self) -> int:
-        return sum(self._sizes.values())
+        """Bytes of archives on disk."""
+        return self.budget.usage("archive")[1]
+
+    @property
+    def count(self) -> int:
+        """Archives on disk."""
+        return self.budget.usage("archive")[0]
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        """Blocking file work (renames, removals, the directory scan): the app's file executor, not a git slot."""
+        return await asyncio.get_running_loop().run_in_executor(self.files, fn, *args)
 
     def cached(self, key: ArchiveKey) -> str | None:
         """The archive's path when it is already built (and mark it recently used)."""
-        name = key.file_name
-        if name in self._sizes:
-            path = self._prefix + name  # str, not Path: this is the warm path
+        path = self._prefix + key.file_name  # str, not Path: this is the warm path
+        if self.budget.touch(path):
             if os.path.isfile(path):
-                self._sizes.move_to_end(name)
                 return path
-            del self._sizes[name]  # removed behind our back: build it again
+            self.budget.forget(path)  # removed behind our back: build it again
         return None
 
     def start(self, key: ArchiveKey) -> asyncio.Task[Path]:
@@ -218,59 +278,92 @@ class ArchiveStore:
             task.add_done_callback(lambda _t: self._building.pop(key, None))
         return task
 
-    async def get(self, key: ArchiveKey) -> str | Path:
-        """The archive of `key`, built now if needed (concurrent callers share one build)."""
-        path = self.cached(key)
-        if path is not None:
-            return path
-        # shield: one impatient client hanging up must not cancel the build the others wait for.
-        return await asyncio.shield(self.start(key))
+    async def hold(self, key: ArchiveKey) -> str:
+        """The archive of `key`, built if needed and held: eviction skips it until release(path).
+
+        Held in the same step as it is found, so nothing can remove it in between. (A fresh
+        build can be evicted before its waiters wake up when storage is very tight: then
+        it is built again.)
+        """
+        for _ in range(3):
+            path = self.cached(key)
+            if path is not None:
+                self.budget.hold(path)
+                return path
+            # shield: one impatient client hanging up must not cancel the build the others wait for.
+            await asyncio.shield(self.start(key))
+        raise StorageFull(
+            f"the archive of commit {key.sha[:12]} was removed again before it could be sent: [storage] max_bytes "
+            f"({mib(self.max_bytes)}) is too small for the archives being served at once; raise it"
+        )
+
+    def release(self, path: str) -> None:
+        """End a hold(): the archive may be evicted again."""
+        self.budget.release(path)
 
     async def _build(self, key: ArchiveKey) -> Path:
+        refused = self._refused.get(key)
+        if refused is not None:
+            raise StorageFull(refused.message)
         final = self.root / key.file_name
         tmp = self.root / f"tmp-{uuid.uuid4().hex}.tar.gz"
         log.info("building the archive of %s at %s%s", mask_url(key.repository), key.sha[:12],
                  f" ({key.path})" if key.path else "")
-        mirror = self.mirrors.path_for(key.repository)
-        host = git_host(key.repository)
         try:
-            try:
-                if not mirror.is_dir():
-                    raise MissingCommit(key.sha)
-                # The usual case (mirror present, commit in it) costs no extra git process.
-                await self.pool.run(self.builder.build, mirror, key, tmp, host=host)
-            except MissingCommit:
-                mirror = await self.mirrors.ensure(key.repository, key.sha)
+            # Held: no eviction removes the mirror while it is fetched or read.
+            async with self.mirrors.hold(key.repository) as mirror:
                 try:
-                    await self.pool.run(self.builder.build, mirror, key, tmp, host=host)
+                    if not mirror.is_dir():
+                        raise MissingCommit(key.sha)
+                    # The usual case (mirror present, commit in it) costs no extra git process.
+                    await self._build_into(tmp, mirror, key)
                 except MissingCommit:
-                    raise UpstreamUnavailable(
-                        f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
-                        "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
-                    ) from None
+                    mirror = await self.mirrors.ensure(key.repository, key.sha)
+                    try:
+                        await self._build_into(tmp, mirror, key)
+                    except MissingCommit:
+                        raise UpstreamUnavailable(
+                            f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
+                            "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
+                        ) from None
+            # An eviction of an older copy of this very file must finish before the new one takes its name.
+            await self.budget.settled(str(final))
             # Renamed into place only when complete: a crash leaves a tmp-* file, removed at start.
             # (No fsync: a crash of gitreg loses nothing written; see README "Storage".)
-            os.replace(tmp, final)
+            size = await self._call(_place, tmp, final)
         finally:
-            tmp.unlink(missing_ok=True)
+            await self._call(_unlink, tmp)
         self.builds += 1
-        self._sizes[key.file_name] = final.stat().st_size
-        self._sizes.move_to_end(key.file_name)
-        self._evict(keep=key.file_name)
+        path = str(final)
+        self.budget.add(path, size, "archive", self._remove)  # the newest entry: never what makes room
+        await self.budget.evict()
         return final
 
-    def _evict(self, keep: str | None) -> None:
-        """Remove least recently served archives until the total fits `max_bytes`."""
-        total = self.total_bytes
-        for name in list(self._sizes):
-            if total <= self.max_bytes:
-                break
-            if name == keep:
-                continue
-            total -= self._sizes.pop(name)
-            # An archive being sent stays readable through its open file until the response ends.
-            (self.root / name).unlink(missing_ok=True)
-            log.info("removed archive %s to stay under [storage] max_bytes", name)
+    async def _build_into(self, tmp: Path, mirror: Path, key: ArchiveKey) -> None:
+        try:
+            await self.pool.run(self.builder.build, mirror, key, tmp, self.max_bytes, host=host_label(key.repository))
+        except StorageFull as e:
+            # Too large for the bound: a key's bytes never change, so neither does this answer.
+            self._refused[key] = e
+            while len(self._refused) > MAX_REFUSED:
+                self._refused.popitem(last=False)
+            log.warning("%s", e.message)
+            raise
+
+    async def _remove(self, path: str) -> None:
+        """Evict one archive. (One being sent stays readable through its open file until the response ends.)"""
+        await self._call(_unlink, path)
+
+
+def _place(tmp: Path, final: Path) -> int:
+    """Rename a finished build into place; its size."""
+    os.replace(tmp, final)
+    return final.stat().st_size
+
+
+def _unlink(path: str | Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 class ArchiveCollector:
@@ -287,4 +380,8 @@ class ArchiveCollector:
                                   value=getattr(self.pins, "moved_total", 0))
         yield CounterMetricFamily("gitreg_archive_builds", "Archives built (archive mode).", value=self.store.builds)
         yield GaugeMetricFamily("gitreg_archive_bytes", "Bytes of archives on disk.", value=self.store.total_bytes)
-        yield GaugeMetricFamily("gitreg_archives", "Archives on disk.", value=len(self.store._sizes))
+        yield GaugeMetricFamily("gitreg_archives", "Archives on disk.", value=self.store.count)
+        mirrors, mirror_bytes = self.store.budget.usage("mirror")
+        yield GaugeMetricFamily("gitreg_mirror_bytes", "Bytes of bare mirrors on disk (with the archives, under [storage] max_bytes).",
+                                value=mirror_bytes)
+        yield GaugeMetricFamily("gitreg_mirrors", "Bare mirrors on disk.", value=mirrors)

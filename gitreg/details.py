@@ -380,10 +380,13 @@ class DetailsService:
             self._cache[key] = fut.result()
 
     async def _build(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
-        with git_priority(Priority.BACKGROUND):  # mirroring for details is background work
-            mirror = await self.mirrors.ensure(resolved.repository, tagged.sha)
-        self.builds += 1
-        return await self.pool.run(build_details, self.git, str(mirror), resolved, tagged, host=git_host(resolved.repository))
+        # Held while it is read: eviction under [storage] max_bytes skips it. Mirroring for
+        # details is background work.
+        with git_priority(Priority.BACKGROUND):
+            async with self.mirrors.use(resolved.repository, tagged.sha) as mirror:
+                self.builds += 1
+                return await self.pool.run(build_details, self.git, str(mirror), resolved, tagged,
+                                           host=git_host(resolved.repository))
 
     async def try_get(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails | None:
         """Like get(), but None (logged) when the repository cannot be read: for listings."""

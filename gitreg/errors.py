@@ -65,6 +65,16 @@ class Overloaded(GitregError):
         self.retry_after = retry_after
 
 
+class StorageFull(GitregError):
+    """What a request needs gitreg to keep on disk is larger than `[storage] max_bytes` by itself.
+
+    507 Insufficient Storage: the server cannot store what the request needs, and retrying
+    does not help until the operator raises the bound (or serves the module another way).
+    """
+
+    status = 507
+
+
 class ConfigError(Exception):
     """The configuration is invalid; `problems` lists every `key.path: reason`."""
 

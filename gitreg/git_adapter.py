@@ -130,11 +130,12 @@ class _GitRun:
     id, cannot be reused, so the kill never hits an unrelated process.
     """
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int,
+                 stdin: BinaryIO | None = None) -> None:
         self.stderr = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
-                args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=self.stderr,
+                args, cwd=cwd, env=env, stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=stdout, stderr=self.stderr,
                 start_new_session=True,
             )
         except BaseException:
@@ -264,7 +265,8 @@ class GitAdapter:
         return best
 
     @contextlib.contextmanager
-    def _spawn(self, args: list[str], url: str, cwd: str | None = None, timeout: float | None = None) -> Iterator[_GitRun]:
+    def _spawn(self, args: list[str], url: str, cwd: str | None = None, timeout: float | None = None,
+               stdin: BinaryIO | None = None) -> Iterator[_GitRun]:
         """The one way gitreg starts git: against `url` (credentials) or its own repositories (url "").
 
         In its own process group, killed with its helpers at `timeout` (default [git]
@@ -275,7 +277,7 @@ class GitAdapter:
         env = {**os.environ, "LC_ALL": "C", "LANGUAGE": "C", **self.environment(url)}  # English errors to classify
         try:
             # Not the server's working directory: a repository there would lend git its config.
-            run = _GitRun(args, env, cwd or self._home, subprocess.PIPE)
+            run = _GitRun(args, env, cwd or self._home, subprocess.PIPE, stdin)
         except FileNotFoundError:
             raise UpstreamUnavailable("git is not installed on the registry server") from None
         timer = threading.Timer(self.config.timeout_seconds if timeout is None else timeout, run.kill, ("timeout",))
@@ -543,15 +545,23 @@ class MirrorGit:
     def __init__(self, adapter: GitAdapter) -> None:
         self.adapter = adapter
 
-    def _local(self, path: str | None, args: list[str], timeout: float | None = None) -> tuple[int, str]:
+    def _local(self, path: str | None, args: list[str], timeout: float | None = None,
+               stdin: BinaryIO | None = None) -> tuple[int, str]:
         """Run git on gitreg's own repository at `path` (no Git host involved): exit status and stdout."""
-        with self.adapter._spawn(["git", *args], "", cwd=path, timeout=timeout) as run:
+        with self.adapter._spawn(["git", *args], "", cwd=path, timeout=timeout, stdin=stdin) as run:
             assert run.proc.stdout is not None
             out = run.proc.stdout.read(MAX_OUTPUT_BYTES + 1)
             if len(out) > MAX_OUTPUT_BYTES:
                 run.kill("too_large")
         self._raise_if_killed(run, f"git {args[0]}")
         return run.proc.returncode, out.decode("utf-8", "replace")
+
+    def local(self, path: str, args: list[str], timeout: float | None = None, stdin: BinaryIO | None = None) -> str:
+        """Run git on the mirror at `path` (e.g. ref bookkeeping): its stdout; UpstreamUnavailable when git fails."""
+        status, out = self._local(path, args, timeout, stdin)
+        if status != 0:
+            raise UpstreamUnavailable(f"git {args[0]} on gitreg's mirror failed (exit {status})")
+        return out
 
     def _raise_if_killed(self, run: _GitRun, what: str) -> None:
         if run.killed == "timeout":

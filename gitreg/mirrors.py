@@ -2,75 +2,267 @@
 
 A mirror is created in a temporary directory and renamed into place only when its first
 fetch succeeded, so a crash never leaves a half-made mirror that looks complete. It is
-fetched again only when a commit we need is missing (the tag list changed).
+fetched again only when a commit we need is missing (the tag list changed). A failed clone or
+fetch is remembered for `[cache] error_retry_seconds`, like a failed `ls-remote`: requests in
+that window get the same answer without another transfer.
+
+Mirrors count against `[storage] max_bytes` together with the archives (see storage.py); a
+mirror in use (held: a fetch, an archive build, module details reading it) is never removed.
+A removed mirror is first renamed to `tmp-*`, so a crash in the middle of deleting it never
+leaves a half-deleted mirror under its real name.
+
+Moved tags: each commit gitreg pinned for a tag (tagpins.py) has a ref in the mirror,
+`refs/gitreg/pins/<sha>`. Fetches prune and force-update `refs/tags/*` only, so a pinned
+commit stays reachable, and `git gc` keeps it, after its tag moved upstream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
+import tempfile
+import time
 import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Collection
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from .git_adapter import MirrorGit, mask_url
+from .errors import GitregError, StorageFull
+from .git_adapter import _SHA_RE, MirrorGit, mask_url
 from .gitpool import GitPool
-from .urls import host_label as git_host
+from .storage import StorageBudget, mib, tree_bytes
+from .urls import host_label
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PIN_REFS = "refs/gitreg/pins/"
+# Remembered failures are per repository URL; beyond this many, the oldest are forgotten.
+MAX_REMEMBERED = 10_000
+
+
+@dataclass
+class _UrlLock:
+    """A per-URL lock that is dropped from the table when nobody holds or waits for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class MirrorStore:
     """One bare mirror per repository URL, created and updated under a per-URL lock."""
 
-    def __init__(self, root: Path, git: MirrorGit, pool: GitPool) -> None:
+    def __init__(self, root: Path, git: MirrorGit, pool: GitPool, files: Executor | None = None,
+                 budget: StorageBudget | None = None,
+                 error_retry_seconds: float = 0.0, pinned: Callable[[str], Collection[str]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.root = root
         self.git = git
         self.pool = pool
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.files = files
+        # Without a budget (a tool, a test of one piece) nothing is ever removed.
+        self.budget = budget if budget is not None else StorageBudget(1 << 62)
+        self.error_retry_seconds = error_retry_seconds
+        self.pinned = pinned or (lambda url: ())
+        self._clock = clock
+        self._locks: dict[str, _UrlLock] = {}
+        self._failures: OrderedDict[str, tuple[float, GitregError]] = OrderedDict()  # url -> (until, error)
         self.fetches = 0
 
-    def prepare(self) -> None:
-        """Create the directory and remove what a crash may have left (temp mirrors, git lock files)."""
+    async def prepare(self) -> None:
+        """Create the directory, remove what a crash may have left, and count the mirrors in the budget."""
+        found = await self._call(self._scan)
+        self.budget.seed((path, size, used, "mirror", self._remove) for path, size, used in found)
+        await self.budget.evict()
+
+    def _scan(self) -> list[tuple[str, int, float]]:
         self.root.mkdir(parents=True, exist_ok=True)
+        found = []
         for entry in self.root.iterdir():
             if entry.name.startswith("tmp-"):
-                shutil.rmtree(entry, ignore_errors=True)
+                shutil.rmtree(entry, ignore_errors=True)  # a clone or a removal cut short
             elif entry.suffix == ".git":
                 for lock in entry.rglob("*.lock"):
                     lock.unlink(missing_ok=True)
                 # A killed fetch's half-written pack or object: never referenced, only disk used.
                 for partial in (*entry.glob("objects/pack/tmp_*"), *entry.glob("objects/??/tmp_obj_*")):
                     partial.unlink(missing_ok=True)
+                found.append((str(entry), tree_bytes(str(entry)), entry.stat().st_mtime))
+        return found
 
     def path_for(self, url: str) -> Path:
         """Where the mirror of `url` lives (a hash: URLs are not file names)."""
         return self.root / (hashlib.sha256(url.encode()).hexdigest()[:40] + ".git")
 
-    async def ensure(self, url: str, sha: str) -> Path:
-        """The mirror of `url`, holding commit `sha` (cloned or fetched as needed)."""
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        """Blocking file work (sizes, renames, removals): the app's file executor, never a git slot."""
+        return await asyncio.get_running_loop().run_in_executor(self.files, fn, *args)
+
+    async def _git(self, url: str, fn: Callable[..., T], *args: object) -> T:
+        """Blocking git work for `url`'s mirror: through the git pool, under `url`'s host limit."""
+        return await self.pool.run(fn, *args, host=host_label(url))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, url: str) -> AsyncIterator[Path]:
+        """The path of `url`'s mirror (it may not exist yet), kept from eviction inside the block."""
         path = self.path_for(url)
-        host = git_host(url)
-        if path.is_dir() and await self.pool.run(self.git.has_commit, str(path), sha, host=host):
+        key = str(path)
+        self.budget.hold(key)
+        try:
+            await self.budget.settled(key)  # an eviction that started before us finishes first
+            self.budget.touch(key)
+            yield path
+        finally:
+            self.budget.release(key)
+
+    @contextlib.asynccontextmanager
+    async def use(self, url: str, sha: str) -> AsyncIterator[Path]:
+        """The mirror of `url`, holding commit `sha`, kept from eviction inside the block."""
+        async with self.hold(url):
+            yield await self.ensure(url, sha)
+
+    async def ensure(self, url: str, sha: str) -> Path:
+        """The mirror of `url`, holding commit `sha` (cloned or fetched as needed). Call it inside hold()."""
+        path = self.path_for(url)
+        if path.is_dir() and await self._git(url, self.git.has_commit, str(path), sha):
             return path
-        lock = self._locks.setdefault(url, asyncio.Lock())
-        async with lock:
+        async with self._locked(url):
             if path.is_dir():
-                if not await self.pool.run(self.git.has_commit, str(path), sha, host=host):
+                if not await self._git(url, self.git.has_commit, str(path), sha):
+                    self._raise_remembered(url)
                     log.info("fetching tags of %s into its mirror", mask_url(url))
                     self.fetches += 1
-                    await self.pool.run(self.git.fetch_tags, str(path), url, host=host)
+                    # Pins first: the fetch prunes and moves tags, and a pinned commit must keep a ref.
+                    await self._sync_pins(path, url)
+                    await self._fetch(path, url)
+                    await self._sync_pins(path, url)
+                    size = await self._call(tree_bytes, str(path))
+                    self.budget.add(str(path), size, "mirror", self._remove)
+                    self._check_fits(url, size)
+                    await self.budget.evict()
             else:
+                self._raise_remembered(url)
                 log.info("creating a mirror of %s", mask_url(url))
                 self.fetches += 1
                 tmp = self.root / f"tmp-{uuid.uuid4().hex}"
                 try:
-                    await self.pool.run(self.git.init, str(tmp), host=host)
-                    await self.pool.run(self.git.fetch_tags, str(tmp), url, host=host)
-                    os.replace(tmp, path)
+                    await self._git(url, self.git.init, str(tmp))
+                    await self._fetch(tmp, url)
+                    await self._sync_pins(tmp, url)
+                    size = await self._call(tree_bytes, str(tmp))
+                    self._check_fits(url, size)
+                    await self._call(os.replace, tmp, path)
                 finally:
-                    if tmp.exists():
-                        shutil.rmtree(tmp, ignore_errors=True)
+                    await self._call(_remove_tree, str(tmp))
+                self.budget.add(str(path), size, "mirror", self._remove)
+                await self.budget.evict()
         return path
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, url: str) -> AsyncIterator[None]:
+        entry = self._locks.get(url)
+        if entry is None:
+            entry = self._locks[url] = _UrlLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[url]  # nobody holds or waits for it: the table does not grow forever
+
+    def _check_fits(self, url: str, size: int) -> None:
+        if size > self.budget.max_bytes:
+            error = StorageFull(
+                f"the mirror of {mask_url(url)} takes {mib(size)}, more than [storage] max_bytes "
+                f"({mib(self.budget.max_bytes)}) by itself; raise max_bytes to serve this repository as archives"
+            )
+            log.warning("%s", error.message)
+            self._remember(url, error)
+            raise error
+
+    async def _fetch(self, path: Path, url: str) -> None:
+        """Fetch `url`'s tags into the mirror at `path`; a failure is remembered for error_retry_seconds."""
+        try:
+            await self._git(url, self.git.fetch_tags, str(path), url)
+        except GitregError as e:
+            self._remember(url, e)
+            raise
+
+    def _remember(self, url: str, error: GitregError) -> None:
+        if self.error_retry_seconds <= 0:
+            return
+        self._failures[url] = (self._clock() + self.error_retry_seconds, error)
+        self._failures.move_to_end(url)
+        while len(self._failures) > MAX_REMEMBERED:
+            self._failures.popitem(last=False)
+
+    def _raise_remembered(self, url: str) -> None:
+        """The answer of a clone or fetch that failed moments ago, without another transfer."""
+        remembered = self._failures.get(url)
+        if remembered is None:
+            return
+        until, error = remembered
+        if self._clock() < until:
+            raise type(error)(error.message)  # a new one: re-raising one instance grows its traceback
+        del self._failures[url]
+
+    async def _sync_pins(self, path: Path, url: str) -> None:
+        """Make the mirror's refs/gitreg/pins/* the commits pinned for `url` (see tagpins.py)."""
+        try:
+            await self._git(url, sync_pin_refs, self.git, str(path), frozenset(self.pinned(url)))
+        except Exception as e:  # noqa: BLE001 - serving goes on; only a moved tag's old commit is at risk
+            log.warning("could not update the pinned-commit refs of the mirror of %s: %s", mask_url(url), e)
+
+    async def _remove(self, path: str) -> None:
+        """Evict one mirror: renamed to tmp-* at once (never half-deleted under its name), then deleted."""
+        await self._call(_discard, path, str(self.root / f"tmp-{uuid.uuid4().hex}"))
+
+
+def _remove_tree(path: str) -> None:
+    if os.path.exists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _discard(path: str, trash: str) -> None:
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def sync_pin_refs(git: MirrorGit, path: str, commits: Collection[str]) -> None:
+    """Give each pinned commit the mirror holds a ref `refs/gitreg/pins/<sha>`; drop refs no longer pinned.
+
+    Blocking: run it in the executor. Three local git processes at most, whatever the number of
+    pins (`for-each-ref`, `cat-file --batch-check`, one `update-ref --stdin` transaction).
+    """
+    wanted = {sha for sha in commits if _SHA_RE.fullmatch(sha)}
+    out = git.local(path, ["for-each-ref", "--format=%(refname)", PIN_REFS], timeout=60)
+    have = {line[len(PIN_REFS):] for line in out.splitlines() if line.startswith(PIN_REFS)}
+    missing = sorted(wanted - have)
+    present: list[str] = []
+    if missing:
+        # A pin whose commit the mirror does not hold (not fetched yet) gets its ref after a later fetch.
+        found = _stdin_git(git, path, ["cat-file", "--batch-check=%(objectname) %(objecttype)"], missing)
+        present = [line.split()[0] for line in found.splitlines() if line.endswith(" commit")]
+    commands = [f"create {PIN_REFS}{sha} {sha}" for sha in present]
+    commands += [f"delete {PIN_REFS}{name}" for name in sorted(have - wanted)]
+    if commands:
+        _stdin_git(git, path, ["update-ref", "--stdin"], commands)
+
+
+def _stdin_git(git: MirrorGit, path: str, args: list[str], lines: list[str]) -> str:
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write("".join(f"{line}\n" for line in lines).encode())
+        stdin.seek(0)
+        return git.local(path, args, timeout=60, stdin=stdin)

@@ -91,7 +91,7 @@ class Registry:
         """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
         rule = resolved.rule
-        sha = self._served_sha(resolved, found)
+        sha = await self._served_sha(resolved, found)
         if rule.download == "git":
             if rule.ref == "commit":
                 return Download(git_location(resolved.clone_url, rule.path, sha))
@@ -105,11 +105,13 @@ class Registry:
         resolved, found = await self.find_version(address, version)
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
-        return ArchiveKey(resolved.repository, self._served_sha(resolved, found), resolved.rule.path)
+        return ArchiveKey(resolved.repository, await self._served_sha(resolved, found), resolved.rule.path)
 
-    def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
+    async def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""
-        return self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
+        rule = resolved.rule
+        return await self.pins.pin(resolved.repository, found.tag, found.sha, allow_moved=self.config.git.allow_moved_tags,
+                                   follows_tag=rule.download == "git" and rule.ref == "tag")
 
 
 def _select_and_index(tags: dict[str, str], tag_prefix: str) -> ModuleVersions:

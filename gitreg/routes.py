@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, GIT_POOL, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
 from .archives import ArchiveKey
@@ -123,14 +127,32 @@ async def _archive_location(request: web.Request, key: ArchiveKey, relative: str
     return f"{relative}{query}"
 
 
+class HeldFileResponse(web.FileResponse):
+    """A FileResponse for a file held against eviction until it was opened and sent (then `release`)."""
+
+    def __init__(self, path: str, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        # A response never sent (the client left before) still releases, when it is dropped.
+        self._release = weakref.finalize(self, release)
+        self._release.atexit = False
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        """Open and send the file, then release it (a finalizer runs once)."""
+        try:
+            return await super().prepare(request)
+        finally:
+            self._release()
+
+
 @routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME, name="archive")
 async def archive(request: web.Request) -> web.StreamResponse:
     """The archive of an archive-mode version (GET and HEAD). Auth: a signed URL or the registry token."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
     key = await request.app[REGISTRY].archive_key(address, m["version"])
-    path = await request.app[ARCHIVES].get(key)
-    return web.FileResponse(path, headers={
+    archives = request.app[ARCHIVES]
+    path = await archives.hold(key)
+    return HeldFileResponse(path, functools.partial(archives.release, path), headers={
         "Content-Type": "application/gzip",
         "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
         "Cache-Control": "private, max-age=3600, immutable",

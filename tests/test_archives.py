@@ -36,6 +36,11 @@ def file_text(data: bytes, name: str) -> str:
         return tar.extractfile(name).read().decode()
 
 
+def stored_bytes(store: Path) -> int:
+    """What [storage] max_bytes bounds: every file under the mirrors and archives directories."""
+    return sum(p.lstat().st_size for d in ("mirrors", "archives") for p in (store / d).rglob("*") if p.is_file())
+
+
 def mono_repo(base: Path, name: str = "mono") -> GitRepo:
     """A monorepo: modules/network (tagged network/v1.0.0 and network/v1.1.0) and modules/compute."""
     repo = GitRepo(base, name)
@@ -140,9 +145,11 @@ async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(mak
         # ~700 KB of incompressible text per version: two archives exceed the 1 MiB bound
         repo.commit({"main.tf": f"# {i}\n", "blob.txt": "".join(rng.choice("0123456789abcdef") for _ in range(1_400_000))})
         repo.tag(f"v1.{i}.0")
+    # The mirror (~2.4 MiB: all three blobs) and one archive fit; a second archive does not.
+    max_bytes = 3 * 1024 * 1024 + 512 * 1024
     client = await make_client(make_config(
         [{"namespace": "demo", "name": "big", "system": "null", "repository": repo.url, "download": "archive"}],
-        storage={"path": str(tmp_path / "store"), "max_bytes": 1024 * 1024},
+        storage={"path": str(tmp_path / "store"), "max_bytes": max_bytes},
     ))
     archives = tmp_path / "store" / "archives"
     for i in range(3):
@@ -151,6 +158,7 @@ async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(mak
         assert file_text(await resp.read(), "main.tf") == f"# {i}\n"
         on_disk = list(archives.glob("*.tar.gz"))
         assert len(on_disk) == 1  # the older one went to stay under max_bytes
+        assert stored_bytes(tmp_path / "store") <= max_bytes
     # an evicted archive is simply built again
     resp = await client.get("/v1/modules/demo/big/null/1.0.0/archive.tar.gz")
     assert file_text(await resp.read(), "main.tf") == "# 0\n"
@@ -310,17 +318,16 @@ async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(make_cli
     assert moved[0].levelname == "WARNING"
 
 
-def test_a_torn_pin_record_is_ignored_and_repaired(tmp_path):
+async def test_a_torn_pin_record_is_ignored_and_repaired(tmp_path):
     from gitreg.tagpins import TagPins
 
     path = tmp_path / "tagpins.jsonl"
     pins = TagPins(path)
-    assert pins.check("file:///r.git", "v1.0.0", "a" * 40, False).sha == "a" * 40
-    with open(path, "ab") as f:
-        f.write(b'{"repository": "file:///r.git", "tag": "v2.0.0", "sh')  # a crash mid-write
+    assert await pins.pin("file:///r.git", "v1.0.0", "a" * 40, allow_moved=False, follows_tag=False) == "a" * 40
+    path.write_bytes(path.read_bytes() + b'{"repository": "file:///r.git", "tag": "v2.0.0", "sh')  # a crash mid-write
     again = TagPins(path)
     assert len(again) == 1
-    assert again.check("file:///r.git", "v1.0.0", "b" * 40, False).sha == "a" * 40
+    assert await again.pin("file:///r.git", "v1.0.0", "b" * 40, allow_moved=False, follows_tag=False) == "a" * 40
     assert path.read_bytes().endswith(b"\n") and all(json.loads(line) for line in path.read_bytes().splitlines())
 
 

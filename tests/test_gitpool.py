@@ -23,12 +23,18 @@ import pytest
 from gitreg.appkeys import CACHE, GIT_POOL
 from gitreg.errors import Overloaded
 from gitreg.gitpool import GitPool, Priority, Waiters
-from tests.conftest import assert_error, make_config
+from tests.conftest import assert_error
+from tests.conftest import make_config as _make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.test_faults import alive, eventually, git_children, tagged_repo, write_config
 
 VERSIONS = "/v1/modules/{}/versions"
+
+
+def make_config(modules: list[dict], **sections: object):
+    """These tests watch the queue their requests make: no background index adding its own work."""
+    return _make_config(modules, index={"enabled": False}, **sections)
 
 
 @pytest.fixture
