@@ -373,6 +373,10 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     catalog = Catalog(config, Path(config.storage.path) / FILE_NAME)
     app[CATALOG] = catalog
     mirrors = app[MIRRORS]
-    app[DETAILS] = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
-    async for _ in catalog.lifetime():
-        yield
+    details = DetailsService(mirrors, mirrors.git, app[EXECUTOR])
+    app[DETAILS] = details
+    try:
+        async for _ in catalog.lifetime():
+            yield
+    finally:
+        await details.close()  # its parse worker processes

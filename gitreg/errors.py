@@ -55,6 +55,12 @@ class UpstreamTimeout(UpstreamUnavailable):
     status = 504
 
 
+class ServiceUnavailable(GitregError):
+    """gitreg cannot take on this work right now (no process could be started); a retry may succeed."""
+
+    status = 503
+
+
 class ConfigError(Exception):
     """The configuration is invalid; `problems` lists every `key.path: reason`."""
 
