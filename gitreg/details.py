@@ -66,7 +66,7 @@ PARSE_SECONDS = 20.0
 CACHE_ENTRIES = 256
 
 _README_NAMES = ("readme.md", "readme.markdown", "readme")
-_PARSED_KEYS = ("inputs", "outputs", "dependencies", "providers", "resources")
+_DECLARED = ("inputs", "outputs", "dependencies", "resources")  # lists; "providers" is merged by name
 # Linear: anchored at the start, no nested or adjacent repeats that could backtrack.
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
@@ -152,45 +152,38 @@ def readme_of(files: dict[str, bytes]) -> tuple[str, list[str]]:
     return "", []
 
 
-def parse_tf(files: dict[str, bytes], path: str) -> dict[str, Any]:
-    """Inputs, outputs, module calls, providers and resources of a directory's `*.tf` files, and notes.
+def parse_file(name: str, raw: bytes, path: str) -> dict[str, Any]:
+    """What one `.tf` file declares (inputs, outputs, module calls, resources, providers by name), or a note.
 
     CPU-heavy on hostile input (pure-Python parsing): the server runs it in a worker process.
     """
-    notes: list[str] = []
-    inputs: list[dict[str, Any]] = []
-    outputs: list[dict[str, Any]] = []
-    dependencies: list[dict[str, Any]] = []
-    resources: list[dict[str, Any]] = []
-    providers: dict[str, dict[str, Any]] = {}
     shown = f"{path}/" if path else ""
-    for name in sorted(n for n in files if n.endswith(".tf")):
-        raw = files[name]
-        if len(raw) > MAX_TF_BYTES:
-            notes.append(f"{shown}{name}: larger than {MAX_TF_BYTES} bytes; its contents are not shown")
-            continue
-        try:
-            parsed = hcl2.loads(raw.decode("utf-8"), serialization_options=_HCL_OPTIONS)
-            found = _declarations(parsed)
-        except UnicodeDecodeError:
-            notes.append(f"{shown}{name}: not UTF-8; skipped")
-            continue
-        except Exception as e:  # noqa: BLE001 - lark raises many kinds (and RecursionError on deep nesting)
-            notes.append(f"{shown}{name}: could not be parsed ({_parse_error(e)}); its contents are not shown")
-            continue
-        inputs += found["inputs"]
-        outputs += found["outputs"]
-        dependencies += found["dependencies"]
-        resources += found["resources"]
-        providers.update(found["providers"])
-    return {
-        "inputs": inputs,
-        "outputs": outputs,
-        "dependencies": dependencies,
-        "providers": [providers[k] for k in sorted(providers)],
-        "resources": resources,
-        "notes": notes,
-    }
+    if len(raw) > MAX_TF_BYTES:
+        return _no_declarations(f"{shown}{name}: larger than {MAX_TF_BYTES} bytes; its contents are not shown")
+    try:
+        parsed = hcl2.loads(raw.decode("utf-8"), serialization_options=_HCL_OPTIONS)
+        return {**_declarations(parsed), "notes": []}
+    except UnicodeDecodeError:
+        return _no_declarations(f"{shown}{name}: not UTF-8; skipped")
+    except Exception as e:  # noqa: BLE001 - lark raises many kinds (and RecursionError on deep nesting)
+        return _no_declarations(f"{shown}{name}: could not be parsed ({_parse_error(e)}); its contents are not shown")
+
+
+def _no_declarations(note: str) -> dict[str, Any]:
+    """parse_file()'s answer for a file whose contents are not shown."""
+    return {**{key: [] for key in _DECLARED}, "providers": {}, "notes": [note]}
+
+
+def merge_declarations(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parse_file() answers of a directory's files, in file order, as one (providers sorted by name)."""
+    merged: dict[str, Any] = {key: [] for key in (*_DECLARED, "notes")}
+    providers: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for key in (*_DECLARED, "notes"):
+            merged[key] += part[key]
+        providers.update(part["providers"])  # a later file's declaration of a provider wins
+    merged["providers"] = [providers[k] for k in sorted(providers)]
+    return merged
 
 
 def _declarations(parsed: dict[str, Any]) -> dict[str, Any]:
@@ -225,34 +218,28 @@ def _declarations(parsed: dict[str, Any]) -> dict[str, Any]:
     return {"inputs": inputs, "outputs": outputs, "dependencies": dependencies, "resources": resources, "providers": providers}
 
 
-def directory_details(path: str, files: dict[str, bytes], parsed: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    """The JSON of one module directory: its README, what parse_tf() found, and every note."""
+def directory_details(path: str, files: dict[str, bytes], declared: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The JSON of one module directory: its README, what merge_declarations() gives, and every note."""
     readme, readme_notes = readme_of(files)
     return {
         "path": path,
         "readme": readme,
         "empty": not any(n.endswith(".tf") for n in files),
-        **{key: parsed[key] for key in _PARSED_KEYS},
-        "notes": notes + readme_notes + parsed["notes"],
+        **{key: declared[key] for key in ("inputs", "outputs", "dependencies", "providers", "resources")},
+        "notes": notes + readme_notes + declared["notes"],
     }
 
 
-def analyze(files: dict[str, bytes], path: str) -> dict[str, Any]:
-    """The details of one module directory from its files (name -> content, README and *.tf), in this process."""
-    return directory_details(path, files, parse_tf(files, path), [])
+def parse_request(request: dict[str, Any]) -> dict[str, Any]:
+    """A parse worker's job (see DetailsService._parse): a README's description, or parse_file() of one file."""
+    if "readme" in request:
+        return {"description": description_from_readme(request["readme"])}
+    return parse_file(request["name"], request["data"], request["path"])
 
 
-def parse_directory(request: dict[str, Any]) -> dict[str, Any]:
-    """The worker's job (see ParseWorkers): parse_tf() of `tf`, and the description of `readme` when given."""
-    answer = parse_tf(request["tf"], request["path"])
-    if request.get("readme") is not None:
-        answer["description"] = description_from_readme(request["readme"])
-    return answer
-
-
-def _unparsed(note: str) -> dict[str, Any]:
-    """parse_tf()'s answer for a directory that was not parsed."""
-    return {**{key: [] for key in _PARSED_KEYS}, "notes": [note]}
+def _is_declarations(answer: dict[str, Any]) -> bool:
+    """Whether a worker's answer has parse_file()'s shape (the merge relies on it)."""
+    return isinstance(answer.get("providers"), dict) and all(isinstance(answer.get(k), list) for k in (*_DECLARED, "notes"))
 
 
 def _provider(name: str, spec: Any) -> dict[str, Any]:
@@ -372,7 +359,7 @@ def read_tree(stream: Any, base: str) -> tuple[dict[str, dict[str, bytes]], list
                     continue
                 handle = tar.extractfile(member)
                 if handle is not None:
-                    # One byte past the limit, so analyze() can tell a README was truncated.
+                    # One byte past the limit, so readme_of() can tell a README was truncated.
                     dirs[directory][fname] = handle.read(MAX_README_BYTES + 1 if not fname.endswith(".tf") else -1)
     except (tarfile.TarError, EOFError) as e:
         notes.append(f"the module tree could not be read completely ({e}); details may be incomplete")
@@ -464,7 +451,7 @@ class DetailsService:
         self.git = git
         self.executor = executor
         self.parse_seconds = parse_seconds
-        self.workers = ParseWorkers(f"{__name__}:{parse_directory.__name__}")
+        self.workers = ParseWorkers(f"{__name__}:{parse_request.__name__}")
         self._cache: LRUCache[tuple[str, str, str, str], ModuleDetails] = LRUCache(maxsize=entries)
         self._inflight: dict[tuple[str, str, str, str], asyncio.Future[ModuleDetails]] = {}
         self.builds = 0
@@ -498,48 +485,47 @@ class DetailsService:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def _parse(self, tree: CommitTree) -> ModuleDetails:
-        """The tree's directories parsed in a worker, root first, all within one `parse_seconds` budget."""
-        parsed: dict[str, dict[str, Any]] = {}
+        """The description and each `.tf` file, parsed in a worker one by one, within one `parse_seconds` budget."""
+        description = ""
+        declared: dict[str, list[dict[str, Any]]] = {path: [] for path in tree.dirs}
+        readme = readme_of(tree.dirs[""])[0]
         try:
             async with self.workers.budget(self.parse_seconds) as call:
+                if readme:
+                    answer = await self._ask(call, {"readme": readme}, "the README's description")
+                    if isinstance(answer.get("description"), str):
+                        description = answer["description"]
+                    else:
+                        declared[""].append(answer)  # the note saying why there is none
                 for path in sorted(tree.dirs):  # "" (the root) first
                     files = tree.dirs[path]
-                    request = {
-                        "path": path,
-                        "tf": {name: data for name, data in files.items() if name.endswith(".tf")},
-                        "readme": readme_of(files)[0] if path == "" else None,  # the root's gives the description
-                    }
-                    if not request["tf"] and not request["readme"]:
-                        parsed[path] = {**parse_tf({}, path), "description": ""}
-                        continue
-                    parsed[path] = await self._parse_one(call, request)
+                    for name in sorted(n for n in files if n.endswith(".tf")):
+                        shown = f"{path}/{name}" if path else name
+                        request = {"path": path, "name": name, "data": files[name]}
+                        declared[path].append(await self._ask(call, request, shown))
         except OSError as e:
             log.warning("no parse worker for the details: %s", e)
             raise ServiceUnavailable("gitreg cannot start a process to read the module's files now; try again later") from e
         dirs = {
-            path: directory_details(path, tree.dirs[path], parsed[path], tree.notes if path == "" else [])
+            path: directory_details(path, tree.dirs[path], merge_declarations(declared[path]), tree.notes if path == "" else [])
             for path in sorted(tree.dirs)
         }
         root = dirs.pop("")
-        description = parsed[""].get("description", "")
-        return ModuleDetails(description if isinstance(description, str) else "", tree.published_at, root, list(dirs.values()))
+        return ModuleDetails(description, tree.published_at, root, list(dirs.values()))
 
-    async def _parse_one(self, call: Callable[[Any], Any], request: dict[str, Any]) -> dict[str, Any]:
-        """One directory's parse_directory() answer, or no declarations and a note saying why."""
-        where = f" in {request['path']}" if request["path"] else ""
+    async def _ask(self, call: Callable[[Any], Any], request: dict[str, Any], shown: str) -> dict[str, Any]:
+        """One parse_request() answer from the worker, or no declarations and a note saying why."""
         try:
             answer = await call(request)
         except BudgetExceeded:
-            return _unparsed(f"parsing took longer than {self.parse_seconds:g} s; the inputs, outputs, "
-                             f"providers and resources{where} are not shown")
+            return _no_declarations(f"{shown}: not shown: parsing took longer than {self.parse_seconds:g} s")
         except WorkerFailed as e:
-            log.warning("a parse worker stopped while reading %s: %s", request["path"] or "the root module", e)
-            return _unparsed(f"the parser stopped while reading the files{where}; the inputs, outputs, "
-                             f"providers and resources{where} are not shown")
-        if not isinstance(answer, dict) or not all(isinstance(answer.get(k), list) for k in (*_PARSED_KEYS, "notes")):
-            # The worker's own way of saying it ran out of memory, or an answer we cannot use.
-            return _unparsed(f"the files{where} could not be parsed; the inputs, outputs, providers and resources{where} are not shown")
-        return answer
+            log.warning("a parse worker stopped while reading %s: %s", shown, e)
+            return _no_declarations(f"{shown}: the parser stopped on it; its contents are not shown")
+        if isinstance(answer, dict) and ("readme" in request or _is_declarations(answer)):
+            return answer
+        # The worker's way of saying it ran out of memory, or an answer we cannot use.
+        return _no_declarations(f"{shown}: could not be parsed; its contents are not shown")
 
     async def close(self) -> None:
         """Stop the parse workers (a build still running gets notes instead of its declarations)."""
