@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import statistics
 import time
-from pathlib import Path
 
 import aiohttp
 

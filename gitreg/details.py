@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import itertools
 import json
 import logging
 import re
@@ -292,7 +293,7 @@ def description_from_readme(readme: str) -> str:
         cut = readme.rfind("\n", 0, MAX_DESCRIPTION_SOURCE) + 1 or MAX_DESCRIPTION_SOURCE
     tokens = md.parse(readme[:cut], env)
     md.parse(_reference_lines(readme[cut:]), env)  # later definitions add to env["references"]
-    for opening, token in zip(tokens, tokens[1:]):
+    for opening, token in itertools.pairwise(tokens):
         if token.type == "inline" and opening.type == "paragraph_open" and opening.level == 0:
             text = " ".join(_plain_text(md.inline.parse(token.content, md, env, [])).split())
             if text:
@@ -489,20 +490,22 @@ class DetailsService:
         description = ""
         declared: dict[str, list[dict[str, Any]]] = {path: [] for path in tree.dirs}
         readme = readme_of(tree.dirs[""])[0]
+        jobs = [  # (directory, what the notes call it, request): the root's README first, then the root
+            (path, f"{path}/{name}" if path else name, {"path": path, "name": name, "data": files[name]})
+            for path, files in sorted(tree.dirs.items())
+            for name in sorted(n for n in files if n.endswith(".tf"))
+        ]
+        if readme:
+            jobs.insert(0, ("", "the README's description", {"readme": readme}))
         try:
-            async with self.workers.budget(self.parse_seconds) as call:
-                if readme:
-                    answer = await self._ask(call, {"readme": readme}, "the README's description")
-                    if isinstance(answer.get("description"), str):
-                        description = answer["description"]
-                    else:
-                        declared[""].append(answer)  # the note saying why there is none
-                for path in sorted(tree.dirs):  # "" (the root) first
-                    files = tree.dirs[path]
-                    for name in sorted(n for n in files if n.endswith(".tf")):
-                        shown = f"{path}/{name}" if path else name
-                        request = {"path": path, "name": name, "data": files[name]}
-                        declared[path].append(await self._ask(call, request, shown))
+            if jobs:
+                async with self.workers.budget(self.parse_seconds) as call:
+                    for path, shown, request in jobs:
+                        answer = await self._ask(call, request, shown)
+                        if isinstance(answer.get("description"), str):
+                            description = answer["description"]
+                        else:  # declarations, or the note saying why there are none
+                            declared[path].append(answer)
         except OSError as e:
             log.warning("no parse worker for the details: %s", e)
             raise ServiceUnavailable("gitreg cannot start a process to read the module's files now; try again later") from e
@@ -522,7 +525,7 @@ class DetailsService:
         except WorkerFailed as e:
             log.warning("a parse worker stopped while reading %s: %s", shown, e)
             return _no_declarations(f"{shown}: the parser stopped on it; its contents are not shown")
-        if isinstance(answer, dict) and ("readme" in request or _is_declarations(answer)):
+        if isinstance(answer, dict) and (_is_declarations(answer) if "data" in request else isinstance(answer.get("description"), str)):
             return answer
         # The worker's way of saying it ran out of memory, or an answer we cannot use.
         return _no_declarations(f"{shown}: could not be parsed; its contents are not shown")

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 WORKERS = 2  # parses at once; more wait for a free worker (their budget starts when they get one)
 MEMORY_LIMIT = 1 << 30  # address space of one worker; the worst 512 KB .tf file seen peaks at 670 MB
 MAX_ANSWER_BYTES = 256 << 20  # a longer length prefix is a corrupt stream, not an answer
+KEEP_BELOW = 128 << 20  # resident memory under which a worker is kept for the next build (a fresh one is ~30 MB)
 NICENESS = 10  # on a busy host the server's own process goes first
 _HEADER = struct.Struct(">Q")
 # The worker imports the gitreg that started it (a checkout may shadow an installed copy).
@@ -148,7 +149,8 @@ class ParseWorkers:
                 yield call
             finally:
                 if worker is not None:
-                    if self._closed:
+                    # Python keeps what a big parse took (200+ MB): such a worker is not kept idle.
+                    if self._closed or _resident_bytes(worker.proc.pid) > KEEP_BELOW:
                         await self._discard(worker)
                     else:
                         self._idle.append(worker)
@@ -188,6 +190,15 @@ class ParseWorkers:
         workers = list(self._running)
         await asyncio.gather(*(w.kill() for w in workers), return_exceptions=True)
         self._running.clear()
+
+
+def _resident_bytes(pid: int) -> int:
+    """A process's resident memory (0 when /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # ---------------------------------------------------------------------------------------
