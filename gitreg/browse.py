@@ -310,5 +310,8 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     app[CACHE].on_fetched.append(index.notice_repository)
     orgs.subscribe(lambda changes: index.notice(changes.all))
     app[METRICS].registry.register(IndexCollector(index))
-    async with contextlib.asynccontextmanager(catalog.lifetime)(), contextlib.asynccontextmanager(index.lifetime)():
-        yield
+    try:
+        async with contextlib.asynccontextmanager(catalog.lifetime)(), contextlib.asynccontextmanager(index.lifetime)():
+            yield
+    finally:
+        await details.close()  # its parse worker processes

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from gitreg.appkeys import DETAILS, MIRRORS
-from gitreg.details import description_from_readme
-from tests.conftest import indexed, assert_error, make_config
+from gitreg.details import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
+from tests.conftest import assert_error, indexed, make_config
 from tests.support.repos import GitRepo
 
 README = """# terraform-aws-vpc
@@ -337,3 +338,79 @@ def test_description_skips_headings_badges_html_and_code():
     assert description_from_readme(readme) == "First real words wrap."
     assert description_from_readme("") == ""
     assert description_from_readme("x" * 1000).endswith("...")
+
+
+@pytest.mark.parametrize(("readme", "description"), [
+    # Underscores inside words are not emphasis (the old regex made this "Creates an awss3bucket").
+    ("Creates an aws_s3_bucket with `aws_s3_bucket_policy` attached.\n",
+     "Creates an aws_s3_bucket with aws_s3_bucket_policy attached."),
+    ("terraform-aws-vpc\n=================\n\nA VPC for every team.\n", "A VPC for every team."),  # setext heading
+    ("Overview\n--------\n\nSubnets and routes.\n", "Subnets and routes."),
+    ("# Title\n\n    terraform init\n    terraform apply\n\nRun it once per account.\n", "Run it once per account."),
+    ("[![CI](https://ci.example.com/b.svg)](https://ci.example.com) ![cov](cov.svg)\n\nThe module.\n", "The module."),
+    # Reference-style badges and links, defined at the bottom (and far below the top).
+    ("[![Build][build-badge]][build]\n\nSee [the docs][docs] and [CI].\n\n" + "## More\n\nText.\n\n" * 2000
+     + "[build-badge]: https://ci.example.com/b.svg\n[build]: https://ci.example.com\n[docs]: https://docs.example.com\n"
+       "[ci]: https://ci.example.com\n",
+     "See the docs and CI."),
+    ('<div align="center">\n  <img src="logo.png" alt="logo">\n  <h1>vpc</h1>\n</div>\n\nA VPC module.\n', "A VPC module."),
+    ("Made with <b>care</b>.<br>Really &amp; truly \\*not emphasis\\*.\n", "Made with care. Really & truly *not emphasis*."),
+    ("**Bold**, _italic_, ~~struck~~ and [a link](https://example.com 'title').\n", "Bold, italic, struck and a link."),
+    ("> **Warning**: deprecated, use vpc2.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nThe prose.\n", "The prose."),
+    ("First line\nsecond line  \nthird line.\n\nSecond paragraph.\n", "First line second line third line."),
+    ("<!-- a comment -->\n```hcl\nmodule \"x\" {}\n```\n\n~~~\nmore code\n~~~\n\nAfter the code.\n", "After the code."),
+    ("[x]: https://example.com\n", ""),
+    ("# Only a title\n", ""),
+])
+def test_description_is_the_first_paragraph_as_markdown_reads_it(readme, description):
+    assert description_from_readme(readme) == description
+
+
+def test_a_long_description_is_cut_with_an_ellipsis():
+    text = description_from_readme("word " * 200)
+    assert len(text) <= MAX_DESCRIPTION + 3 and text.endswith("...") and text.startswith("word word")
+
+
+HOSTILE_READMES = {
+    "brackets": "[" * MAX_README_BYTES,
+    "images": "![" * (MAX_README_BYTES // 2),
+    "nested links": "[[a](" * (MAX_README_BYTES // 5),
+    "emphasis": "*_a" * (MAX_README_BYTES // 3),
+    "one-column table": "a|b\n-|-\n" + "x\n" * (MAX_README_BYTES // 2),
+    "nested lists": "- a\n  - b\n" * (MAX_README_BYTES // 10),
+    "reference definitions": "[x]: /u\n" * (MAX_README_BYTES // 8),
+    "setext headings": "a\n=\n" * (MAX_README_BYTES // 4),
+    "one long paragraph": "a\n" * (MAX_README_BYTES // 2),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_READMES)
+def test_the_description_of_a_hostile_readme_at_the_size_cap_takes_well_under_a_second(name):
+    # The old regex took 26 s on 80 KB of `[` (quadratic); these are 256 KB. Generous bound:
+    # the parse runs in a worker with a budget anyway, this is about not wasting it.
+    started = time.perf_counter()
+    description_from_readme(HOSTILE_READMES[name])
+    assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    ("<<EOT\nhello\n  world\nEOT", "hello\n  world"),
+    ("<<-EOT\n    hello\n      world\n    EOT", "hello\n  world"),
+    ("<<EOT\nEOT", ""),
+    ("<<EOT\r\nwindows\r\nlines\r\nEOT", "windows\nlines"),
+    ("<<EOT\nEOTX\nEOT", "EOTX"),
+    ("<<EOT\nnot closed", "<<EOT\nnot closed"),
+    ("<<EOT", "<<EOT"),
+    ("plain", "plain"),
+    ("${var.x}", "var.x"),
+])
+def test_heredocs_become_their_text(value, text):
+    assert hcl_text(value) == text
+
+
+def test_a_heredoc_near_miss_at_the_size_cap_is_read_in_linear_time():
+    # `_HEREDOC_RE` backtracked over every position of a long run of spaces: 12 s for 60 KB.
+    started = time.perf_counter()
+    assert hcl_text("<<EOT\n" + " " * MAX_TF_BYTES + "x\nEOT") == " " * MAX_TF_BYTES + "x"
+    assert hcl_text("<<-EOT\n" + "EOT \n" * (MAX_TF_BYTES // 5) + "EOT").startswith("EOT")
+    assert time.perf_counter() - started < 1.0
