@@ -282,8 +282,6 @@ class _OrgCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         orgs = self._metrics._orgs
-        if orgs is None or not orgs.config.orgs:
-            return
         calls = CounterMetricFamily("gitreg_org_api_calls", "REST API calls made to list an org's repositories.",
                                     labels=["org"])
         failures = CounterMetricFamily(
@@ -297,7 +295,8 @@ class _OrgCollector(Collector):
         age = GaugeMetricFamily("gitreg_org_listing_age_seconds",
                                 "Seconds since the org was last listed successfully (+Inf: never).", labels=["org"])
         now = time.time()
-        for org, stats in orgs.stats():
+        # The families are exposed without orgs too (no samples): dashboards and alerts can be set up first.
+        for org, stats in (orgs.stats() if orgs is not None else ()):
             label = org.label[:100]
             calls.add_metric([label], stats.calls)
             for reason, count in sorted(stats.failures.items()):
