@@ -12,6 +12,7 @@ something that is served; leftovers are removed at start. The directory is kept 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import hashlib
 import logging
@@ -187,6 +188,7 @@ class ArchiveStore:
         self.max_bytes = max_bytes
         self._sizes: OrderedDict[str, int] = OrderedDict()  # file name -> bytes, least recent first
         self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
+        self._checksums: dict[str, str] = {}  # file name -> SHA-256 hex of the archive as built (or first read)
         self._prefix = f"{root}{os.sep}"
         self.builds = 0
 
@@ -228,8 +230,28 @@ class ArchiveStore:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._build(key))
             self._building[key] = task
-            task.add_done_callback(lambda _t: self._building.pop(key, None))
+            task.add_done_callback(functools.partial(self._built, key))
         return task
+
+    def _built(self, key: ArchiveKey, task: asyncio.Task[Path]) -> None:
+        self._building.pop(key, None)
+        # Retrieved here, as one line: the download lookup stops waiting after a while and the
+        # client may never fetch the archive, and asyncio would log the failure nobody awaited
+        # as "Task exception was never retrieved" with a traceback. Waiters still get the error.
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            reason = error.message if isinstance(error, GitregError) else f"{type(error).__name__}: {error}"
+            log.warning("building the archive of %s at %s failed: %s", mask_url(key.repository), key.sha[:12], reason)
+
+    async def checksum(self, key: ArchiveKey) -> str | None:
+        """The SHA-256 (hex) of the archive of `key`; None when it is not built. Hashed once, off the loop."""
+        path = self.cached(key)
+        if path is None:
+            return None
+        digest = self._checksums.get(key.file_name)
+        if digest is None:  # built by an earlier run: hashed on first use
+            digest = self._checksums[key.file_name] = await asyncio.to_thread(sha256_file, path)
+        return digest
 
     async def get(self, key: ArchiveKey) -> str | Path:
         """The archive of `key`, built now if needed (concurrent callers share one build)."""
@@ -260,6 +282,8 @@ class ArchiveStore:
                         f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
                         "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
                     ) from None
+            # Hashed before it is servable: clients verify the bytes gitreg built, not what is on disk later.
+            self._checksums[key.file_name] = await asyncio.to_thread(sha256_file, tmp)
             # Renamed into place only when complete: a crash leaves a tmp-* file, removed at start.
             # (No fsync: a crash of gitreg loses nothing written; see README "Storage".)
             os.replace(tmp, final)
@@ -280,9 +304,19 @@ class ArchiveStore:
             if name == keep:
                 continue
             total -= self._sizes.pop(name)
+            self._checksums.pop(name, None)
             # An archive being sent stays readable through its open file until the response ends.
             (self.root / name).unlink(missing_ok=True)
             log.info("removed archive %s to stay under [storage] max_bytes", name)
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 (hex) of a file, read in 1 MiB blocks (blocking: run it in a thread)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class ArchiveCollector:

@@ -26,6 +26,13 @@ KNOWN_PROTOCOLS = ("https", "http", "ssh", "git", "file")
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
 _SCP_RE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)(?!:)")
+# Upper bounds of the number keys. Every key has one, so no value can overflow a timer
+# (threading.Timer raises OverflowError past about 292 years; nan never fires), turn a cache
+# off by accident (`ttl_seconds = nan` compares false with everything), or reach an absurd size.
+DAY = 86400.0
+MAX_TIMEOUT = DAY  # a timeout past a day is a missing timeout
+MAX_CACHE_SECONDS = 30 * DAY  # tag lists are re-read within a month even with webhooks
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is a few KiB; refuse to read /dev/zero whole
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,9 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     public_url: str | None = None
+    # A connection with no complete request (headers) for this long is closed: the header-read
+    # timeout of a new connection and the keep-alive idle timeout between requests, in one timer.
+    idle_timeout_seconds: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -196,28 +206,29 @@ class _Reader:
             return default
         return expand_env(value, self.env, lambda reason: self.error(key, reason))
 
-    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
+    def number(self, key: str, default: float, minimum: float = 0.0, maximum: float = MAX_TIMEOUT) -> float:
+        """A finite number in [minimum, maximum]; nan, inf and out-of-range values are problems."""
         value = self._get(key, False)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.error(key, f"must be a number, not {_type_name(value)}")
             return default
-        if value < minimum:
-            self.error(key, f"must be at least {minimum:g}, not {value:g}")
+        # `not minimum <= value <= maximum` is also true for nan; an int beyond any float compares exactly.
+        if not minimum <= value <= maximum:
+            self.error(key, f"must be a number between {minimum:g} and {maximum:g}, not {_shown(value)}")
             return default
         return float(value)
 
-    def int(self, key: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
+    def int(self, key: str, default: int, minimum: int = 0, maximum: int = 2**53) -> int:
         value = self._get(key, False)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(key, f"must be an integer, not {_type_name(value)}")
             return default
-        if value < minimum or (maximum is not None and value > maximum):
-            bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-            self.error(key, f"must be {bound}, not {value}")
+        if not minimum <= value <= maximum:
+            self.error(key, f"must be between {minimum} and {maximum}, not {_shown(value)}")
             return default
         return value
 
@@ -264,6 +275,12 @@ class _Reader:
         for key in self.table:
             if key not in self.seen:
                 self.error(key, "unknown key")
+
+
+def _shown(value: int | float) -> str:
+    """A number for a message: TOML integers have no size limit, so a huge one is cut short."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 24 else text[:20] + "..."
 
 
 def _type_name(value: Any) -> str:
@@ -462,6 +479,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
+        idle_timeout_seconds=s.number("idle_timeout_seconds", 15.0, minimum=1.0, maximum=MAX_TIMEOUT),
     )
     if server.public_url is not None:
         try:
@@ -484,11 +502,12 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
 
     c = _Reader(root._get("cache", False) or {}, "cache", problems, env)
     cache = CacheConfig(
-        ttl_seconds=c.number("ttl_seconds", 300.0),
-        stale_seconds=c.number("stale_seconds", 86400.0),
-        negative_ttl_seconds=c.number("negative_ttl_seconds", 30.0),
-        error_retry_seconds=c.number("error_retry_seconds", 5.0),
-        max_repositories=c.int("max_repositories", 10000, 1),
+        ttl_seconds=c.number("ttl_seconds", 300.0, maximum=MAX_CACHE_SECONDS),
+        stale_seconds=c.number("stale_seconds", 86400.0, maximum=MAX_CACHE_SECONDS),
+        negative_ttl_seconds=c.number("negative_ttl_seconds", 30.0, maximum=DAY),
+        error_retry_seconds=c.number("error_retry_seconds", 5.0, maximum=DAY),
+        # Each entry holds a tag list in memory: ten million would be gigabytes.
+        max_repositories=c.int("max_repositories", 10000, 1, 10_000_000),
         refresh_ahead=c.bool("refresh_ahead", False),
     )
     c.finish()
@@ -499,7 +518,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         if proto not in KNOWN_PROTOCOLS:
             g.error(f"protocols[{i}]", f"unknown transport {proto!r}; choose from {', '.join(KNOWN_PROTOCOLS)}")
     gitcfg = GitConfig(
-        timeout_seconds=g.number("timeout_seconds", 30.0, minimum=0.1),
+        timeout_seconds=g.number("timeout_seconds", 30.0, minimum=0.1, maximum=MAX_TIMEOUT),
         max_concurrency=g.int("max_concurrency", 8, 1, 256),
         protocols=tuple(p for p in protocols if p in KNOWN_PROTOCOLS),
         allow_moved_tags=g.bool("allow_moved_tags", False),
@@ -511,7 +530,8 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tokens=_parse_tokens(a),
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
-        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", 600.0, minimum=10.0),
+        # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
+        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", 600.0, minimum=10.0, maximum=DAY),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -522,7 +542,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     st = _Reader(root._get("storage", False) or {}, "storage", problems, env)
     storage = StorageConfig(
         path=st.str("path") or default_storage_path(),
-        max_bytes=st.int("max_bytes", 5 * 1024**3, 1024 * 1024),
+        max_bytes=st.int("max_bytes", 5 * 1024**3, 1024 * 1024, 2**50),  # 1 PiB: beyond any disk
     )
     st.finish()
 
@@ -569,17 +589,28 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
-    """Read and validate a TOML config file."""
+    """Read and validate a TOML config file; every way it can be unreadable is a ConfigError."""
     path = Path(path)
     try:
         with path.open("rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError([f"{path}: file not found"]) from None
     except OSError as e:
         raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; not a config file"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                           "TOML files must be UTF-8"]) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError([f"{path}: not valid TOML: arrays or tables nested too deeply"]) from None
     return parse_config(data, env, source=str(path))
 
 

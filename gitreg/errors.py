@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class GitregError(Exception):
     """Base of every error gitreg turns into a JSON error response."""
@@ -55,9 +57,24 @@ class UpstreamTimeout(UpstreamUnavailable):
     status = 504
 
 
+class Overloaded(GitregError):
+    """gitreg cannot take this work now (git queue full, out of file descriptors or processes)."""
+
+    status = 503
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ConfigError(Exception):
     """The configuration is invalid; `problems` lists every `key.path: reason`."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+# The errno of an OSError that means "out of file descriptors, processes or memory": the
+# server is overloaded (an Overloaded, 503), not broken. EAGAIN is fork() at RLIMIT_NPROC.
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOBUFS})

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import git
 
 from .config import Credential, GitConfig
-from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
+from .errors import OUT_OF_RESOURCES, GitregError, ModuleNotFound, Overloaded, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,12 @@ _MAX_LINE = 64 * 1024  # git's pkt-line limit is 65520 bytes: no ref line is lon
 _MAX_STDERR = 64 * 1024
 # curl gives up on a transfer slower than this many bytes per second for [git] timeout_seconds.
 LOW_SPEED_LIMIT = 1000
+
+
+def _overloaded(reason: str) -> Overloaded:
+    """The 503 for git that cannot start now (out of file descriptors, processes or memory), logged once."""
+    log.warning("cannot start git: %s; answering 503 until resources free up", reason)
+    return Overloaded(f"gitreg is out of file descriptors or processes to run git ({reason}); try again in a few seconds")
 
 
 def mask_url(url: str) -> str:
@@ -231,6 +237,10 @@ class GitAdapter:
             run = _GitRun(args, env, cwd or self._home, subprocess.PIPE)
         except FileNotFoundError:
             raise UpstreamUnavailable("git is not installed on the registry server") from None
+        except OSError as e:
+            if e.errno not in OUT_OF_RESOURCES:
+                raise
+            raise _overloaded(e.strerror or str(e)) from None
         timer = threading.Timer(self.config.timeout_seconds, run.kill, ("timeout",))
         timer.daemon = True
         with self._running_lock:
@@ -238,8 +248,11 @@ class GitAdapter:
             closed = self._closed
         if closed:  # shutdown began while this one started: kill_running() may have missed it
             run.kill("shutdown")
-        timer.start()
         try:
+            try:
+                timer.start()
+            except RuntimeError:  # "can't start new thread": out of processes or memory
+                raise _overloaded("cannot start a thread") from None
             yield run
         except BaseException:
             run.kill("error")
