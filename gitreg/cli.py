@@ -87,8 +87,11 @@ class _ListenError(Exception):
     """The listening socket could not be opened (address in use, no such address, permission)."""
 
     def __init__(self, error: OSError) -> None:
-        super().__init__(error.strerror or str(error))
-        self.strerror = error.strerror or str(error)
+        # asyncio rewords bind errors ("error while attempting to bind on address ..."): the plain
+        # reason from errno; a resolver error (negative errno) keeps its own text.
+        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
+        super().__init__(reason)
+        self.strerror = reason
 
 
 def prepare_storage(path: str) -> str | None:

@@ -603,7 +603,8 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); "
                            "TOML files must be UTF-8"]) from None
     try:
         data = tomllib.loads(text)
