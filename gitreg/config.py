@@ -277,7 +277,7 @@ class _Reader:
                 self.error(key, "unknown key")
 
 
-def _shown(value: int | float) -> str:
+def _shown(value: float) -> str:
     """A number for a message: TOML integers have no size limit, so a huge one is cut short."""
     text = f"{value:g}" if isinstance(value, float) else str(value)
     return text if len(text) <= 24 else text[:20] + "..."
