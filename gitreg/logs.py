@@ -242,6 +242,7 @@ class SecretFilter(logging.Filter):
         if masked != message:
             record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:
-            text = logging.Formatter().formatException(record.exc_info)
-            record.exc_text = mask_text(text)
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:  # made here, or by a handler before this one (formatters reuse it)
+            record.exc_text = mask_text(record.exc_text)
         return True

@@ -338,3 +338,34 @@ def urllib_status(url: str, timeout: float = 10, body: bool = False) -> Any:
             return None
         raise
     return (status, json.loads(data)) if body else status
+
+
+@pytest.mark.parametrize("json_format", [False, True])
+def test_the_log_filter_masks_capabilities_in_any_library_line_and_traceback(json_format):
+    import io
+    import logging
+
+    from gitreg.logs import JsonFormatter, SecretFilter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(SecretFilter())
+    handler.setFormatter(JsonFormatter() if json_format else logging.Formatter("%(message)s"))
+    logger = logging.getLogger("some.library")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        logger.debug("fetching %s", f"/a/archive.tar.gz?expires=1&signature={SIGNATURE}")
+        logger.debug("sent Authorization: Bearer %s", REGISTRY_TOKEN)
+        try:
+            raise ValueError(f"bad URL https://h/x?private_token={GIT_PASSWORD}&ok=1")
+        except ValueError:
+            logger.exception("it failed")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    text = stream.getvalue()
+    assert SIGNATURE not in text and REGISTRY_TOKEN not in text and GIT_PASSWORD not in text, text
+    assert "signature=***" in text and "Bearer ***" in text and "private_token=***&ok=1" in text
+    assert "ValueError" in text  # the traceback is still there, masked
