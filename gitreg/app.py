@@ -19,7 +19,7 @@ from .auth import TokenChecker
 from .browse import browse_routes, browse_services
 from .cache import TagCache
 from .config import Config
-from .errors import GitregError, Overloaded, Unauthorized
+from .errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
 from .gitpool import GIT_PRIORITY, GitPool, Priority, Waiters
 from .metrics import Lifecycle, Metrics, metrics_middleware
@@ -81,7 +81,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         # A Bearer challenge only for registry tokens, not for a webhook's bad signature.
         headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if isinstance(e, Unauthorized) else None
         if isinstance(e, Overloaded):
-            headers = {"Retry-After": str(e.retry_after)}
+            headers = {"Retry-After": str(e.retry_after)}  # Terraform waits this long, then retries once
         return error_response(e.status, e.message, headers)
     except web.HTTPException as e:
         if e.status < 400:
@@ -94,6 +94,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(e.status, message, headers)
     except asyncio.CancelledError:
         raise
+    except OSError as e:
+        if e.errno not in OUT_OF_RESOURCES:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return error_response(500, "internal error in gitreg; the server log has details")
+        # Out of file descriptors or processes (opening a file, starting git): busy, not broken.
+        log.warning("out of resources on %s %s: %s; answered 503", request.method, request.path, e.strerror)
+        return error_response(503, "gitreg is out of file descriptors or processes; try again in a few seconds",
+                              {"Retry-After": "5"})
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal error in gitreg; the server log has details")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import hashlib
 import logging
@@ -226,6 +227,7 @@ class ArchiveStore:
         self.budget = mirrors.budget  # shared with the mirrors: one [storage] max_bytes
         self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
         self._refused: OrderedDict[ArchiveKey, StorageFull] = OrderedDict()
+        self._checksums: dict[str, str] = {}  # file name -> SHA-256 hex of the archive as built (or first read)
         self._prefix = f"{root}{os.sep}"
         self.builds = 0
 
@@ -275,7 +277,7 @@ class ArchiveStore:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._build(key))
             self._building[key] = task
-            task.add_done_callback(lambda _t: self._building.pop(key, None))
+            task.add_done_callback(functools.partial(self._built, key))
         return task
 
     async def hold(self, key: ArchiveKey) -> str:
@@ -300,6 +302,27 @@ class ArchiveStore:
     def release(self, path: str) -> None:
         """End a hold(): the archive may be evicted again."""
         self.budget.release(path)
+
+    def _built(self, key: ArchiveKey, task: asyncio.Task[Path]) -> None:
+        self._building.pop(key, None)
+        # Retrieved here, as one line: the download lookup stops waiting after a while and the
+        # client may never fetch the archive, and asyncio would log the failure nobody awaited
+        # as "Task exception was never retrieved" with a traceback. Waiters still get the error.
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, StorageFull):  # StorageFull is logged where it is found
+            reason = error.message if isinstance(error, GitregError) else f"{type(error).__name__}: {error}"
+            log.warning("building the archive of %s at %s failed: %s", mask_url(key.repository), key.sha[:12], reason)
+
+    async def checksum(self, key: ArchiveKey) -> str | None:
+        """The SHA-256 (hex) of the archive of `key`; None when it is not built. Hashed once, off the loop."""
+        path = self.cached(key)
+        if path is None:
+            return None
+        digest = self._checksums.get(key.file_name)
+        if digest is None:  # built by an earlier run: hashed on first use
+            digest = self._checksums[key.file_name] = await self._call(sha256_file, path)
+        return digest
+
 
     async def _build(self, key: ArchiveKey) -> Path:
         refused = self._refused.get(key)
@@ -326,6 +349,8 @@ class ArchiveStore:
                             f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
                             "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
                         ) from None
+            # Hashed before it is servable: clients verify the bytes gitreg built, not what is on disk later.
+            self._checksums[key.file_name] = await self._call(sha256_file, tmp)
             # An eviction of an older copy of this very file must finish before the new one takes its name.
             await self.budget.settled(str(final))
             # Renamed into place only when complete: a crash leaves a tmp-* file, removed at start.
@@ -352,6 +377,7 @@ class ArchiveStore:
 
     async def _remove(self, path: str) -> None:
         """Evict one archive. (One being sent stays readable through its open file until the response ends.)"""
+        self._checksums.pop(os.path.basename(path), None)
         await self._call(_unlink, path)
 
 
@@ -364,6 +390,15 @@ def _place(tmp: Path, final: Path) -> int:
 def _unlink(path: str | Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 (hex) of a file, read in 1 MiB blocks (blocking: run it in a thread)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class ArchiveCollector:

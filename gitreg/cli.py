@@ -103,6 +103,38 @@ def _refuse_nothing_to_serve(config: Config) -> bool:
     return True
 
 
+class _ListenError(Exception):
+    """The listening socket could not be opened (address in use, no such address, permission)."""
+
+    def __init__(self, error: OSError) -> None:
+        # asyncio rewords bind errors ("error while attempting to bind on address ..."): the plain
+        # reason from errno; a resolver error (negative errno) keeps its own text.
+        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
+        super().__init__(reason)
+        self.strerror = reason
+
+
+def prepare_storage(path: str) -> str | None:
+    """Create `[storage] path` if needed; what is wrong with it (for `storage.path: ...`), or None."""
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return f"{path!r} exists and is not a directory"
+    except NotADirectoryError:
+        return f"{path!r} cannot be created: a part of it is a file, not a directory"
+    except OSError as e:
+        return f"{path!r} cannot be created: {e.strerror}"
+    if not directory.is_dir():
+        return f"{path!r} is not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass  # mirrors, archives and records are written here
+    except OSError as e:
+        return f"{path!r} is not writable: {e.strerror}"
+    return None
+
+
 def _serve(config: Config) -> int:
     if _refuse_nothing_to_serve(config):
         return EXIT_CONFIG
@@ -114,10 +146,19 @@ def _serve(config: Config) -> int:
         except (OSError, ssl.SSLError) as e:
             print(f"gitreg: server.tls_cert/tls_key: cannot load: {e}", file=sys.stderr)
             return EXIT_CONFIG
+    # Checked before anything starts, so the message names the storage and not the listener.
+    problem = prepare_storage(config.storage.path)
+    if problem is not None:
+        print(f"gitreg: storage.path: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         asyncio.run(_run_server(config, ssl_context))
-    except OSError as e:
+    except _ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as e:  # the app's start-up (storage, executor) failed after the checks above
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"gitreg: cannot start: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_CONFIG
     return EXIT_OK
 
@@ -127,8 +168,12 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
     from aiohttp import web
 
     from .app import create_app
+    from .listener import Listener, loop_exception
     from .logs import AccessLogger
 
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(loop_exception)
+    idle = config.server.idle_timeout_seconds
     runner = web.AppRunner(
         create_app(config),
         handle_signals=False,
@@ -137,13 +182,19 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
         # A client that hangs up cancels its handler, so git work it queued is dropped before
         # it starts (gitpool) instead of running for nobody. aiohttp's default keeps it running.
         handler_cancellation=True,
+        # aiohttp starts this timer when a connection opens and again after each response; when
+        # it fires with no complete request received, the connection is closed: a header-read
+        # timeout (slow or silent clients) and the keep-alive idle timeout in one.
+        keepalive_timeout=idle,
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.server.host, config.server.port, ssl_context=ssl_context)
-        await site.start()
+        site = Listener(runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle)
+        try:
+            await site.start()
+        except OSError as e:
+            raise _ListenError(e) from None
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         scheme = "https" if ssl_context else "http"
@@ -321,6 +372,11 @@ def _main(argv: Sequence[str] | None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.command == "serve":
+        from .logs import SecretFilter  # imports aiohttp: only `serve` needs it
+
+        for handler in logging.getLogger().handlers:  # no capability in any line, whoever logs it
+            handler.addFilter(SecretFilter())
     if getattr(args, "log_format", "text") == "json":
         from .logs import JsonFormatter  # imports aiohttp: only `serve` needs it
 

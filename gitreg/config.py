@@ -28,6 +28,13 @@ DEFAULT_PROTOCOLS = ("https", "ssh", "git", "file")
 KNOWN_PROTOCOLS = ("https", "http", "ssh", "git", "file")
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
+# Upper bounds of the number keys. Every key has one, so no value can overflow a timer
+# (threading.Timer raises OverflowError past about 292 years; nan never fires), turn a cache
+# off by accident (`ttl_seconds = nan` compares false with everything), or reach an absurd size.
+DAY = 86400.0
+MAX_TIMEOUT = DAY  # a timeout past a day is a missing timeout
+MAX_CACHE_SECONDS = 30 * DAY  # tag lists are re-read within a month even with webhooks
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is a few KiB; refuse to read /dev/zero whole
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,9 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     public_url: str | None = None
+    # A connection with no complete request (headers) for this long is closed: the header-read
+    # timeout of a new connection and the keep-alive idle timeout between requests, in one timer.
+    idle_timeout_seconds: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -276,28 +286,29 @@ class _Reader:
             self.error(key, reason)
         return default if failed else expanded
 
-    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
+    def number(self, key: str, default: float, minimum: float = 0.0, maximum: float = MAX_TIMEOUT) -> float:
+        """A finite number in [minimum, maximum]; nan, inf and out-of-range values are problems."""
         value = self._get(key, False)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.error(key, f"must be a number, not {_type_name(value)}")
             return default
-        if value < minimum:
-            self.error(key, f"must be at least {minimum:g}, not {value:g}")
+        # `not minimum <= value <= maximum` is also true for nan; an int beyond any float compares exactly.
+        if not minimum <= value <= maximum:
+            self.error(key, f"must be a number between {minimum:g} and {maximum:g}, not {_shown(value)}")
             return default
         return float(value)
 
-    def int(self, key: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
+    def int(self, key: str, default: int, minimum: int = 0, maximum: int = 2**53) -> int:
         value = self._get(key, False)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(key, f"must be an integer, not {_type_name(value)}")
             return default
-        if value < minimum or (maximum is not None and value > maximum):
-            bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-            self.error(key, f"must be {bound}, not {value}")
+        if not minimum <= value <= maximum:
+            self.error(key, f"must be between {minimum} and {maximum}, not {_shown(value)}")
             return default
         return value
 
@@ -360,6 +371,12 @@ def did_you_mean(key: str, known: set[str] | frozenset[str]) -> str:
     prefixed = sorted(k for k in known if len(lowered) >= 3 and k.startswith(lowered) and k != lowered)
     close = prefixed[:1] or difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.75)
     return f"; did you mean {close[0]}?" if close else ""
+
+
+def _shown(value: float) -> str:
+    """A number for a message: TOML integers have no size limit, so a huge one is cut short."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 24 else text[:20] + "..."
 
 
 def _type_name(value: Any) -> str:
@@ -543,7 +560,8 @@ def _parse_org(r: _Reader) -> OrgConfig | None:
         clone = "https"
     download = r.str("download", "git") or "git"
     _check_download(r, download)
-    refresh = r.number("refresh_seconds", 600.0, minimum=MIN_REFRESH_SECONDS)
+    refresh = r.number("refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS,
+                       maximum=MAX_REFRESH_SECONDS)
     if not math.isfinite(refresh) or refresh > MAX_REFRESH_SECONDS:
         r.error("refresh_seconds", f"must be at most {MAX_REFRESH_SECONDS:g} (a week), not {refresh:g}")
         refresh = 600.0
@@ -631,6 +649,8 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
+        idle_timeout_seconds=s.number("idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0,
+                                      maximum=MAX_TIMEOUT),
     )
     if server.public_url is not None:
         public = urls.parse(server.public_url)
@@ -648,11 +668,12 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
 
     c = _Reader(root._get("cache", False) or {}, "cache", problems, env)
     cache = CacheConfig(
-        ttl_seconds=c.number("ttl_seconds", CacheConfig.ttl_seconds),
-        stale_seconds=c.number("stale_seconds", CacheConfig.stale_seconds),
-        negative_ttl_seconds=c.number("negative_ttl_seconds", CacheConfig.negative_ttl_seconds),
-        error_retry_seconds=c.number("error_retry_seconds", CacheConfig.error_retry_seconds),
-        max_repositories=c.int("max_repositories", CacheConfig.max_repositories, 1),
+        ttl_seconds=c.number("ttl_seconds", CacheConfig.ttl_seconds, maximum=MAX_CACHE_SECONDS),
+        stale_seconds=c.number("stale_seconds", CacheConfig.stale_seconds, maximum=MAX_CACHE_SECONDS),
+        negative_ttl_seconds=c.number("negative_ttl_seconds", CacheConfig.negative_ttl_seconds, maximum=DAY),
+        error_retry_seconds=c.number("error_retry_seconds", CacheConfig.error_retry_seconds, maximum=DAY),
+        # Each entry holds a tag list in memory: ten million would be gigabytes.
+        max_repositories=c.int("max_repositories", CacheConfig.max_repositories, 1, 10_000_000),
         refresh_ahead=c.bool("refresh_ahead", CacheConfig.refresh_ahead),
     )
     c.finish()
@@ -667,7 +688,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     if max_per_host > max_concurrency:
         g.error("max_per_host", f"must be at most [git] max_concurrency ({max_concurrency}), not {max_per_host}")
     gitcfg = GitConfig(
-        timeout_seconds=g.number("timeout_seconds", GitConfig.timeout_seconds, minimum=0.1),
+        timeout_seconds=g.number("timeout_seconds", GitConfig.timeout_seconds, minimum=0.1, maximum=MAX_TIMEOUT),
         max_concurrency=max_concurrency,
         max_queue=g.int("max_queue", default_max_queue(max_concurrency), 1, 100_000),
         max_per_host=max_per_host,
@@ -681,7 +702,9 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tokens=_parse_tokens(a),
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
-        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0),
+        # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
+        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0,
+                                        maximum=DAY),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -692,7 +715,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     st = _Reader(root._get("storage", False) or {}, "storage", problems, env)
     storage = StorageConfig(
         path=st.str("path") or default_storage_path(),
-        max_bytes=st.int("max_bytes", StorageConfig.max_bytes, 1024 * 1024),
+        max_bytes=st.int("max_bytes", StorageConfig.max_bytes, 1024 * 1024, 2**50),  # 1 PiB: beyond any disk
     )
     st.finish()
 
@@ -765,17 +788,29 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
-    """Read and validate a TOML config file."""
+    """Read and validate a TOML config file; every way it can be unreadable is a ConfigError."""
     path = Path(path)
     try:
         with path.open("rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError([f"{path}: file not found"]) from None
     except OSError as e:
         raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; not a config file"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); "
+                           "TOML files must be UTF-8"]) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError([f"{path}: not valid TOML: arrays or tables nested too deeply"]) from None
     return parse_config(data, env, source=str(path))
 
 

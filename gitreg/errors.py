@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class GitregError(Exception):
     """Base of every error gitreg turns into a JSON error response."""
@@ -81,3 +83,8 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+# The errno of an OSError that means "out of file descriptors, processes or memory": the
+# server is overloaded (an Overloaded, 503), not broken. EAGAIN is fork() at RLIMIT_NPROC.
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOBUFS})

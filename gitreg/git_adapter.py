@@ -49,7 +49,7 @@ from urllib.parse import urljoin, urlsplit
 
 from . import urls
 from .config import Credential, GitConfig
-from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
+from .errors import OUT_OF_RESOURCES, GitregError, ModuleNotFound, Overloaded, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,6 +112,12 @@ LOW_SPEED_LIMIT = 1000
 
 # Kept for callers of the old name (cli, cache, mirrors, archives, tagpins); the one implementation is urls.mask.
 mask_url = urls.mask
+
+
+def _overloaded(reason: str) -> Overloaded:
+    """The 503 for git that cannot start now (out of file descriptors, processes or memory), logged once."""
+    log.warning("cannot start git: %s; answering 503 until resources free up", reason)
+    return Overloaded(f"gitreg is out of file descriptors or processes to run git ({reason}); try again in a few seconds")
 
 
 @dataclass(frozen=True)
@@ -280,6 +286,10 @@ class GitAdapter:
             run = _GitRun(args, env, cwd or self._home, subprocess.PIPE, stdin)
         except FileNotFoundError:
             raise UpstreamUnavailable("git is not installed on the registry server") from None
+        except OSError as e:
+            if e.errno not in OUT_OF_RESOURCES:
+                raise
+            raise _overloaded(e.strerror or str(e)) from None
         timer = threading.Timer(self.config.timeout_seconds if timeout is None else timeout, run.kill, ("timeout",))
         timer.daemon = True
         with self._running_lock:
@@ -287,8 +297,11 @@ class GitAdapter:
             closed = self._closed
         if closed:  # shutdown began while this one started: kill_running() may have missed it
             run.kill("shutdown")
-        timer.start()
         try:
+            try:
+                timer.start()
+            except RuntimeError:  # "can't start new thread": out of processes or memory
+                raise _overloaded("cannot start a thread") from None
             yield run
         except BaseException:
             run.kill("error")

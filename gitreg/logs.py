@@ -9,6 +9,7 @@ import asyncio
 import functools
 import json
 import logging
+import re
 import time
 import weakref
 from datetime import datetime, timezone
@@ -189,7 +190,8 @@ class JsonFormatter(logging.Formatter):
         if isinstance(http, dict):
             out[HTTP_FIELD] = http
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            # exc_text when SecretFilter already made (and masked) it
+            out["exception"] = record.exc_text or self.formatException(record.exc_info)
         return self._dumps(out)
 
     @staticmethod
@@ -204,15 +206,53 @@ def _iso(created: float) -> str:
 class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """aiohttp's server logger, minus tracebacks for requests its HTTP parser refused.
 
-    A request line or header beyond aiohttp's limits, a duplicate Host header, bytes that are
-    not HTTP: aiohttp answers 400 before any handler runs and logs the parser's exception with
-    a traceback at ERROR. That is the client's mistake, and anyone can send it: one WARNING line
-    (the exception's class only: its message quotes the request, which may hold a capability).
+    A request line or header beyond aiohttp's limits, an unknown method, a duplicate Host
+    header, bytes that are not HTTP: aiohttp answers 400 before any handler runs and logs the
+    parser's exception with a traceback (at ERROR, or at DEBUG for a bad method). That is the
+    client's mistake, and anyone can send it: one line at most WARNING, with the exception's
+    class only, at every level: its message quotes the request, which may hold a capability
+    (a signed URL's `signature=`).
     """
 
-    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+    def log(self, level: int, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else None
         if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 0) < 500:
-            self.warning(f"{msg}: %s (%d), refused by the HTTP parser", *args, type(exc).__name__, exc.code)
+            super().log(min(level, logging.WARNING), f"{msg}: %s (%d), refused by the HTTP parser",
+                        *args, type(exc).__name__, exc.code, **kwargs)
             return
-        super().exception(msg, *args, exc_info=exc_info, **kwargs)
+        super().log(level, msg, *args, exc_info=exc_info, **kwargs)
+
+
+# A sensitive query parameter or an Authorization credential anywhere in a log line's text.
+_SECRET_IN_TEXT_RE = re.compile(
+    r"(?P<key>[?&;](?:[^=&\s\\'\"]*?(?:" + "|".join(SENSITIVE_QUERY) + r")[^=&\s\\'\"]*)=)[^&\s\\'\"]+"
+    r"|(?P<scheme>\b(?:Bearer|Basic|token)\s+)[A-Za-z0-9._~+/=-]{8,}",
+    re.IGNORECASE,
+)
+
+
+def mask_text(text: str) -> str:
+    """`text` with the values of sensitive query parameters and Authorization credentials replaced by `***`."""
+    return _SECRET_IN_TEXT_RE.sub(lambda m: (m.group("key") or m.group("scheme")) + "***", text)
+
+
+class SecretFilter(logging.Filter):
+    """A last line of defence on every handler: no capability in a log line, whoever logs it.
+
+    gitreg's own lines never hold one (URLs are masked where they are logged), but libraries
+    log at DEBUG what they see: a request line, a URL. Access-log batches are already masked
+    and skip the (cheap) search.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, ACCESS_FIELD, None) is not None:
+            return True
+        message = record.getMessage()
+        masked = mask_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:  # made here, or by a handler before this one (formatters reuse it)
+            record.exc_text = mask_text(record.exc_text)
+        return True

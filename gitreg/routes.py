@@ -108,7 +108,7 @@ def _location_json(location: str) -> str:
 
 
 async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:
-    """Start the build (so a broken module fails here, with its reason) and sign the URL."""
+    """Start the build (so a broken module fails here, with its reason), sign the URL, add the checksum."""
     archives = request.app[ARCHIVES]
     if archives.cached(key) is None:
         task = archives.start(key)
@@ -117,11 +117,16 @@ async def _archive_location(request: web.Request, key: ArchiveKey, relative: str
             await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
         except asyncio.TimeoutError:
             pass
+    # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
+    # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
+    # answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
+    digest = await archives.checksum(key)
     config = request.app[CONFIG]
     path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
-    query = ""
-    if config.auth.enabled:
-        query = "?" + request.app[SIGNER].sign(path)
+    params = [request.app[SIGNER].sign(path)] if config.auth.enabled else []
+    if digest is not None:
+        params.append(f"checksum=sha256:{digest}")
+    query = "?" + "&".join(params) if params else ""
     if config.server.public_url:
         return f"{config.server.public_url}{path}{query}"
     return f"{relative}{query}"

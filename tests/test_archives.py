@@ -75,8 +75,8 @@ async def test_archive_download_answer_and_archive_contents(make_client, tmp_pat
     client = await make_client(make_config([mono_rule(repo.url)]))
     url, body = await lookup(client, "1.1.0")
     # relative to the download URL, ends in .tar.gz so go-getter treats it as an archive
-    assert body == {"location": "./archive.tar.gz"}
-    assert url == "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz"
+    assert set(body) == {"location"} and body["location"].startswith("./archive.tar.gz?checksum=sha256:")
+    assert url.partition("?")[0] == "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz"
     head = await client.head(url)
     assert head.status == 200
     resp = await client.get(url)
@@ -85,6 +85,8 @@ async def test_archive_download_answer_and_archive_contents(make_client, tmp_pat
     assert resp.headers["Content-Type"] == "application/gzip"
     assert "Content-Encoding" not in resp.headers  # clients must not un-gzip it on the fly
     assert int(resp.headers["Content-Length"]) == len(data) == int(head.headers["Content-Length"])
+    # the checksum go-getter verifies before unpacking is the one of the bytes served
+    assert body["location"] == f"./archive.tar.gz?checksum=sha256:{hashlib.sha256(data).hexdigest()}"
     assert resp.headers["ETag"] and resp.headers["ETag"] == head.headers["ETag"]
     # only the module's directory, at the archive root
     assert sorted(n for n, m in members(data).items() if m.isfile()) == ["main.tf", "sub/vars.tf"]
@@ -198,7 +200,7 @@ async def test_signed_archive_url_valid_expired_tampered_and_wrong_path(make_cli
     assert body["use_registry_credentials"] is True  # OpenTofu >= 1.12 sends its token instead
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
-    assert set(query) == {"expires", "signature"}
+    assert set(query) == {"expires", "signature", "checksum"}  # checksum: go-getter strips it before fetching
     assert TOKEN not in url and SIGNING_KEY not in url
     # valid: no token needed, GET and HEAD
     assert (await client.head(url)).status == 200

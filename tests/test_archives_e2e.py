@@ -6,6 +6,7 @@ Terraform runs with the registry token only: no git on its PATH, no Git credenti
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import signal
@@ -208,3 +209,55 @@ def _quietly_fetch(url: str) -> None:
         urllib.request.urlopen(url, timeout=120).read()
     except OSError:
         pass  # the server is killed under it
+
+
+def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_disk(client, tmp_path):
+    hello = GitRepo(tmp_path / "repos", "hello")
+    hello.commit({"main.tf": 'output "v" { value = "hello-1.0.0" }\n'})
+    hello.tag("v1.0.0")
+    store = tmp_path / "store"
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{store}"\n[auth]\ntokens = ["{TOKEN}"]\nsigning_key = "{SIGNING_KEY}"\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{hello.url}"\n'
+        'download = "archive"\n'
+    )
+
+    def init(server: GitregProcess, name: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        work = tmp_path / name
+        work.mkdir()
+        (work / "main.tf").write_text('module "hello" {\n  source  = "registry.example.test/demo/hello/null"\n'
+                                      '  version = "1.0.0"\n}\n')
+        cli_config(tmp_path / "cli.tfrc", server.url)
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN)
+        return client.run(["init", "-input=false", "-no-color"], cwd=work, env=env), work
+
+    with GitregProcess("--config", str(config)) as server:
+        good, work = init(server, "good")
+        assert good.returncode == 0, f"{client.name} init failed:\n{good.stdout}\n{good.stderr}"
+        assert (installed_dirs(work)["hello"] / "main.tf").read_text() == 'output "v" { value = "hello-1.0.0" }\n'
+        (archive,) = store.glob("archives/*.tar.gz")
+        built = hashlib.sha256(archive.read_bytes()).hexdigest()
+        # Someone with access to the disk swaps the archive for a valid one with other content.
+        evil = io.BytesIO()
+        with tarfile.open(fileobj=evil, mode="w:gz") as tar:
+            data = b'output "v" { value = "evil" }\n'
+            info = tarfile.TarInfo("main.tf")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        archive.write_bytes(evil.getvalue())
+        bad, work = init(server, "tampered")
+        request = urllib.request.Request(f"{server.url}/v1/modules/demo/hello/null/1.0.0/download",
+                                         headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            location = json.loads(resp.read())["location"]
+        log = "".join(server.log)
+    output = bad.stdout + bad.stderr
+    assert bad.returncode != 0, output
+    assert "checksums did not match" in output.lower(), output
+    assert not (work / ".terraform/modules/hello/main.tf").exists()
+    # Signed and checksummed (go-getter takes `checksum` out before it fetches; the signature still
+    # holds): the checksum of the archive as gitreg built it, not of what is on disk now.
+    assert location.startswith("./archive.tar.gz?expires=") and location.endswith(f"&checksum=sha256:{built}")
+    # the archive was served (the bytes reached Terraform, which refused them), not refused by gitreg
+    assert log.count("/v1/modules/demo/hello/null/1.0.0/archive.tar.gz") >= 2, log[-3000:]

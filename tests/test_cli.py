@@ -187,3 +187,63 @@ def test_check_probe_of_an_address_goes_through_the_wildcard_rule_that_serves_it
         result = run_gitreg("check", "--probe", bad, cwd=tmp_path)
         assert result.returncode == 2, (bad, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+# --- config and start-up edge cases: exit 2, one clear line, the real cause ------------------------
+
+
+def assert_config_exit(result, *expected: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+def test_check_refuses_numbers_that_would_break_git_or_the_cache(tmp_path):
+    config = tmp_path / "gitreg.toml"
+    config.write_text("[git]\ntimeout_seconds = nan\n[cache]\nttl_seconds = inf\nstale_seconds = 1e308\n"
+                      "[server]\nidle_timeout_seconds = -inf\n")
+    result = run_gitreg("check", "--config", str(config))
+    assert_config_exit(result, "git.timeout_seconds: must be a number between 0.1 and 86400, not nan",
+                       "cache.ttl_seconds: must be a number between 0 and 2.592e+06, not inf",
+                       "cache.stale_seconds: must be a number between 0 and 2.592e+06, not 1e+308",
+                       "server.idle_timeout_seconds: must be a number between 1 and 86400, not -inf")
+
+
+def test_unreadable_config_files_exit_2_with_one_line_each(tmp_path):
+    cases = {
+        "latin1.toml": ('[server]\nhost = "caf\xe9"\n'.encode("latin-1"), "not UTF-8 text (byte 0xe9 on line 2)"),
+        "deep.toml": (("x = " + "[" * 3000 + "]" * 3000 + "\n").encode(), "not valid TOML: arrays or tables nested too deeply"),
+        "broken.toml": (b"[server\n", "not valid TOML"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        for command in ("check", "serve"):
+            result = run_gitreg(command, "--config", str(tmp_path / name), "--module", "demo/x/null=file:///x.git")
+            assert_config_exit(result, f"{tmp_path / name}: {message}")
+            assert result.stderr.count("\n") == 2, result.stderr  # "invalid configuration:" and the one problem
+    (tmp_path / "a-directory.toml").mkdir()
+    assert_config_exit(run_gitreg("check", "--config", str(tmp_path / "a-directory.toml")), "cannot read: Is a directory")
+
+
+def test_a_storage_path_that_is_a_file_is_named_as_such_not_as_a_listen_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for path, message in ((blocker, "exists and is not a directory"),
+                          (blocker / "state", "cannot be created: a part of it is a file, not a directory")):
+        config = tmp_path / "gitreg.toml"
+        config.write_text(f'[storage]\npath = "{path}"\n')
+        result = run_gitreg("serve", "--config", str(config), "--port", "0", "--module", "demo/x/null=file:///x.git")
+        assert_config_exit(result, f"gitreg: storage.path: '{path}' {message}")
+        assert "cannot listen" not in result.stderr
+
+
+def test_a_port_in_use_is_a_listen_error(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_gitreg("serve", "--port", str(port), "--module", "demo/x/null=file:///x.git", cwd=tmp_path)
+    assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")

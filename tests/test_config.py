@@ -221,3 +221,62 @@ def test_an_unknown_key_like_no_known_key_gets_no_guess():
 def test_one_unset_environment_variable_is_one_problem(data):
     found = [p for p in problems(data) if "key.pem" not in p]  # tls_key's own file check is another fact
     assert len(found) == 1 and found[0].endswith("environment variable UNSET is not set"), found
+
+
+# --- numbers: finite and bounded; unreadable files ------------------------------------------------
+
+NUMBER_KEYS = [
+    ("server", "idle_timeout_seconds"), ("cache", "ttl_seconds"), ("cache", "stale_seconds"),
+    ("cache", "negative_ttl_seconds"), ("cache", "error_retry_seconds"), ("git", "timeout_seconds"),
+    ("auth", "signed_url_ttl_seconds"),
+]
+
+
+@pytest.mark.parametrize(("section", "key"), NUMBER_KEYS)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e308, 10**400, -1])
+def test_every_number_key_refuses_nan_infinity_and_absurd_values_naming_the_key(section, key, value):
+    found = problems({section: {key: value}})
+    assert len(found) == 1 and found[0].startswith(f"{section}.{key}: must be a number between "), found
+    assert len(found[0]) < 200  # a 400-digit integer is not echoed whole
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("cache", "max_repositories", 10**30), ("storage", "max_bytes", 2**80), ("git", "max_concurrency", 10**6),
+    ("server", "port", 70000),
+])
+def test_every_integer_key_has_a_maximum(section, key, value):
+    found = problems({section: {key: value}})
+    assert len(found) == 1 and found[0].startswith(f"{section}.{key}: must be between "), found
+
+
+def test_sane_numbers_at_the_bounds_are_accepted():
+    config = parse_config({"server": {"idle_timeout_seconds": 86400}, "cache": {"ttl_seconds": 0, "stale_seconds": 2592000},
+                           "git": {"timeout_seconds": 86400}, "auth": {"signed_url_ttl_seconds": 86400}}, {})
+    assert config.git.timeout_seconds == 86400.0 and config.cache.ttl_seconds == 0.0
+    assert config.server.idle_timeout_seconds == 86400.0
+    assert parse_config({}, {}).server.idle_timeout_seconds == 15.0
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[server]\nhost = "caf\xe9"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [f"{path}: not UTF-8 text (byte 0xe9 on line 2); TOML files must be UTF-8"]
+
+
+@pytest.mark.parametrize("nested", ["x = " + "[" * 5000 + "]" * 5000, "x = " + "{a = " * 5000 + "1" + "}" * 5000])
+def test_deeply_nested_toml_is_a_config_error_not_a_recursion_error(tmp_path, nested):
+    path = tmp_path / "deep.toml"
+    path.write_text(nested + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [f"{path}: not valid TOML: arrays or tables nested too deeply"]
+
+
+def test_a_huge_config_file_is_refused_without_reading_it_all(tmp_path):
+    path = tmp_path / "huge.toml"
+    path.write_text("# padding\n" * 500_000)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [f"{path}: larger than 4 MiB; not a config file"]

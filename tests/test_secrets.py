@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,128 @@ def test_a_config_error_about_a_secret_never_prints_the_secret(data, key):
     text = "\n".join(e.value.problems)
     assert f"{key}:" in text
     assert "shortsecret" not in text and "short-signing-key" not in text, text
+
+
+# --- what aiohttp and asyncio log by themselves ------------------------------------------------------
+
+SIGNATURE = "capability-signature-5f0e2d7c9b"
+
+
+def raw_exchange(url: str, *payloads: bytes) -> bytes:
+    """Send each payload on one connection (waiting for an answer after each); everything answered."""
+    import socket
+
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+    answers = b""
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        for payload in payloads:
+            s.sendall(payload)
+            try:
+                answers += s.recv(65536)
+            except OSError:
+                break
+    return answers
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_request_the_http_parser_refuses_is_never_logged_with_its_signature(tmp_path, log_format):
+    repo = GitRepo(tmp_path / "repos", "hello")
+    repo.commit({"main.tf": "#\n"})
+    repo.tag("v1.0.0")
+    archive = f"/v1/modules/demo/hello/null/1.0.0/archive.tar.gz?expires=1&signature={SIGNATURE}"
+    with GitregProcess("--module", f"demo/hello/null={repo.url}", "--log-level", "debug", "--log-format", log_format,
+                       cwd=tmp_path) as server:
+        # an unknown method as the first request (aiohttp logs it at DEBUG, with the request line)...
+        first = raw_exchange(server.url, f"BREW {archive} HTTP/1.1\r\nHost: registry\r\n\r\n".encode())
+        # ...and after a good one on the same connection (at ERROR, with a traceback)
+        later = raw_exchange(server.url, b"GET /healthz HTTP/1.1\r\nHost: registry\r\n\r\n",
+                             f"BREW {archive} HTTP/1.1\r\nHost: registry\r\n\r\n".encode())
+        # a header the parser refuses, after a request line that carries the signature
+        header = raw_exchange(server.url, f"GET {archive} HTTP/1.1\r\nHost: registry\r\nBad Header: x\r\n\r\n".encode())
+    log = "".join(server.log)
+    assert first.startswith(b"HTTP/1.") and b" 400 " in first.split(b"\r\n")[0]  # refused, as it should be
+    assert b" 200 " in later and b" 400 " in later and b" 400 " in header.split(b"\r\n")[0]
+    assert log.count("refused by the HTTP parser") == 3, log[-3000:]
+    assert SIGNATURE not in log, log[-3000:]
+    assert "Traceback" not in log
+
+
+def test_an_archive_build_that_fails_after_its_waiter_gave_up_logs_one_line_and_no_traceback(tmp_path):
+    repo = GitRepo(tmp_path / "repos", "broken")
+    repo.commit({"main.tf": "#\n"})
+    repo.tag("v1.0.0")
+    with GitHttpServer(tmp_path / "repos") as host:
+        config = tmp_path / "gitreg.toml"
+        config.write_text(
+            f'[git]\nprotocols = ["http"]\ntimeout_seconds = 30\n[storage]\npath = "{tmp_path / "store"}"\n'
+            f'[[modules]]\nnamespace = "demo"\nname = "broken"\nsystem = "null"\nrepository = "{host.url("broken.git")}"\n'
+            'path = "nope"\ndownload = "archive"\n'  # no such directory: the build fails, after its clone
+        )
+        with GitregProcess("--config", str(config), "--log-level", "debug") as server:
+            base = f"{server.url}/v1/modules/demo/broken/null"
+            assert urllib_status(f"{base}/versions") == 200
+            # Each git request to the host now takes 3.5 s: the mirror's clone (two requests) outlasts
+            # the lookup's wait for the build, and the client gives up even sooner.
+            host.mode, host.delay = "slow", 3.5
+            assert urllib_status(f"{base}/1.0.0/download", timeout=1) is None
+            deadline = time.monotonic() + 30
+            while "failed: commit" not in "".join(server.log) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)  # what asyncio would log once the failed build is released
+            host.mode = "ok"
+            # The next lookup gets the reason, in the JSON error shape.
+            status, body = urllib_status(f"{base}/1.0.0/download", body=True)
+            assert status == 404 and "has no directory 'nope'" in body["errors"][0], body
+    log = "".join(server.log)
+    assert "never retrieved" not in log and "Traceback" not in log, log[-3000:]
+    assert "building the archive of" in log and "failed: commit" in log, log[-3000:]  # said once, as one line
+
+
+def urllib_status(url: str, timeout: float = 10, body: bool = False) -> Any:
+    """The status (and JSON body) of a GET; None when the client's timeout passed first."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            status, data = resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        status, data = e.code, e.read()
+    except TimeoutError:  # socket.timeout too
+        return None
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, TimeoutError):
+            return None
+        raise
+    return (status, json.loads(data)) if body else status
+
+
+@pytest.mark.parametrize("json_format", [False, True])
+def test_the_log_filter_masks_capabilities_in_any_library_line_and_traceback(json_format):
+    import io
+    import logging
+
+    from gitreg.logs import JsonFormatter, SecretFilter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(SecretFilter())
+    handler.setFormatter(JsonFormatter() if json_format else logging.Formatter("%(message)s"))
+    logger = logging.getLogger("some.library")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        logger.debug("fetching %s", f"/a/archive.tar.gz?expires=1&signature={SIGNATURE}")
+        logger.debug("sent Authorization: Bearer %s", REGISTRY_TOKEN)
+        try:
+            raise ValueError(f"bad URL https://h/x?private_token={GIT_PASSWORD}&ok=1")
+        except ValueError:
+            logger.exception("it failed")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    text = stream.getvalue()
+    assert SIGNATURE not in text and REGISTRY_TOKEN not in text and GIT_PASSWORD not in text, text
+    assert "signature=***" in text and "Bearer ***" in text and "private_token=***&ok=1" in text
+    assert "ValueError" in text  # the traceback is still there, masked
