@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, EXECUTOR, GIT, LIFECYCLE, METRICS, MIRRORS, REGISTRY, SHARED, SIGNER
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
@@ -27,6 +27,7 @@ from .names import check_request
 from .mirrors import MirrorStore
 from .registry import Registry
 from .routes import routes
+from .shared import make_shared
 from .signing import UrlSigner
 from .tagpins import TagPins
 from .ui import SECURITY_HEADERS, add_ui, is_page, page_error
@@ -124,7 +125,25 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     async def load(url: str) -> TagList:
         return await asyncio.get_running_loop().run_in_executor(executor, adapter.ls_remote_tags, url)
 
-    cache = TagCache(config.cache, app[METRICS].instrument_loader(load), app[CLOCK])
+    # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
+    shared = app[SHARED] = make_shared(config.cache, config.git.timeout_seconds)
+    await shared.start()
+    instrumented = app[METRICS].instrument_loader(load)
+    cache = TagCache(config.cache, lambda url: shared.load_tags(url, instrumented), app[CLOCK])
+
+    def invalidated_elsewhere(key: str) -> None:
+        # A webhook reached another replica: refreshed through the shared lock, so one git call in all.
+        if cache.invalidate(key):
+            cache.refresh_in_background(key)
+
+    def reconnected() -> None:
+        # Invalidations published while Redis was away never arrived: catch up with the shared lists.
+        for key in cache.keys():
+            cache.refresh_in_background(key)
+
+    shared.on_invalidate = invalidated_elsewhere
+    shared.on_reconnect = reconnected
+    app[METRICS].watch_shared(shared)
     app[METRICS].watch_cache(cache)
     app[METRICS].watch_git(adapter.running)
     app[EXECUTOR] = executor
@@ -133,6 +152,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     storage = Path(config.storage.path)
     pins = TagPins(storage / "tagpins.jsonl")
     app[REGISTRY] = Registry(config, cache, pins)
+    app[REGISTRY].shared = shared
     mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), executor)
     mirrors.prepare()
     app[MIRRORS] = mirrors
@@ -143,6 +163,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
     await cache.close()
+    await shared.close()
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.

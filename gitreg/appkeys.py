@@ -18,6 +18,7 @@ from .index import ModuleIndex
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .registry import Registry
+from .shared import SharedState
 from .signing import UrlSigner
 
 CONFIG = web.AppKey("config", Config)
@@ -34,5 +35,7 @@ METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
+# What replicas share (Redis), or this process alone (memory): see shared.py.
+SHARED = web.AppKey("shared", SharedState)
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")

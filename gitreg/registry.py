@@ -15,6 +15,7 @@ from .config import _TEMPLATE_RE, Config, ModuleRule
 from .errors import ModuleNotFound, VersionNotFound
 from .names import ModuleAddress, check_version
 from .rules import ResolvedModule, RuleIndex
+from .shared import SharedState
 from .tagpins import TagPins
 from .versions import ModuleVersions, TaggedVersion, select_versions
 
@@ -31,6 +32,7 @@ class Registry:
         self.cache = cache
         self.rules = RuleIndex(config.modules)
         self.pins = pins
+        self.shared = SharedState()  # app.py sets the Redis one: replicas pin a tag at the same commit
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
         """The rule serving `address`; ModuleNotFound when no rule allows it."""
@@ -72,7 +74,7 @@ class Registry:
         """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
         rule = resolved.rule
-        sha = self._served_sha(resolved, found)
+        sha = await self._served_sha(resolved, found)
         if rule.download == "git":
             if rule.ref == "commit":
                 return Download(git_location(resolved.clone_url, rule.path, sha))
@@ -86,11 +88,16 @@ class Registry:
         resolved, found = await self.find_version(address, version)
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
-        return ArchiveKey(resolved.repository, self._served_sha(resolved, found), resolved.rule.path)
+        return ArchiveKey(resolved.repository, await self._served_sha(resolved, found), resolved.rule.path)
 
-    def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
+    async def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""
-        return self.pins.check(resolved.repository, found.tag, found.sha, self.config.git.allow_moved_tags).sha
+        allow = self.config.git.allow_moved_tags
+        sha = found.sha
+        if self.pins.pinned(resolved.repository, found.tag) is None:
+            # First time here: the commit another replica pinned wins (Redis); a warm download asks nobody.
+            sha = await self.shared.pin(resolved.repository, found.tag, sha, allow)
+        return self.pins.check(resolved.repository, found.tag, sha, allow).sha
 
 
 def _select_and_index(tags: dict[str, str], tag_prefix: str) -> ModuleVersions:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, EXECUTOR, INDEX, LIFECYCLE, METRICS, REGISTRY, SHARED, SIGNER
 from .archives import ArchiveKey
 from .browse import source_url
 from .metrics import check_metrics_token
@@ -48,7 +49,7 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", "index": {
         "complete": index.complete, "modules": len(index), "queued": index.queue_depth(),
         "age_seconds": round(index.age(), 1),
-    }})
+    }, "shared": request.app[SHARED].status(), "pid": os.getpid()})
 
 
 @routes.get("/metrics")

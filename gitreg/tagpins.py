@@ -66,6 +66,10 @@ class TagPins:
     def __len__(self) -> int:
         return len(self._pins)
 
+    def pinned(self, repository: str, tag: str) -> str | None:
+        """The commit `tag` is pinned at here, or None when this process has no record of it."""
+        return self._pins.get((repository, tag))
+
     def check(self, repository: str, tag: str, sha: str, allow_moved: bool) -> Pinned:
         """Pin `tag` at `sha` if new; if it was pinned elsewhere, report the move.
 

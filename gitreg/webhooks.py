@@ -28,7 +28,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CONFIG, METRICS
+from .appkeys import CACHE, CONFIG, METRICS, SHARED
 from .config import Config
 from .errors import GitregError
 from .secrets import digest, same_secret
@@ -199,7 +199,7 @@ def gitlab_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     return TagEvent(_urls(section, GITLAB_URL_FIELDS, "project"), ref)
 
 
-def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
+async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
     """Invalidate and refresh every configured repository the event names."""
     cache = request.app[CACHE]
     keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
@@ -212,6 +212,8 @@ def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Respon
              "note": f"no repository configured in this registry matches {shown}; nothing was changed"},
             status=202,
         )
+    # First the other replicas (with Redis): the shared lists go, and every replica refreshes.
+    await request.app[SHARED].invalidate(keys)
     for key in keys:
         cache.invalidate(key)
         cache.refresh_in_background(key)
@@ -266,7 +268,7 @@ async def github(request: web.Request) -> web.Response:
         raise
     if found is None:
         return _ignored(request, "github", f"event {event[:40]!r} is not a tag push, create or delete")
-    return _refresh(request, "github", found)
+    return await _refresh(request, "github", found)
 
 
 @webhook_routes.post(GITLAB_PATH)
@@ -281,7 +283,7 @@ async def gitlab(request: web.Request) -> web.Response:
         raise
     if found is None:
         return _ignored(request, "gitlab", f"event {event[:40]!r} is not a tag push")
-    return _refresh(request, "gitlab", found)
+    return await _refresh(request, "gitlab", found)
 
 
 def webhook_hosts(config: Config) -> dict[str, list[str]]:
