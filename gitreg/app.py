@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, GIT, GIT_POOL, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, GIT, GIT_POOL, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SHARED, SIGNER
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
@@ -31,6 +31,7 @@ from .orgs import FILE_NAME as ORGS_FILE
 from .orgs import OrgCatalog
 from .registry import ARCHIVE_NAME, Registry
 from .routes import routes
+from .shared import make_shared
 from .signing import UrlSigner
 from .storage import StorageBudget
 from .tagpins import TagPins
@@ -153,7 +154,25 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     async def load(url: str, waiters: Waiters) -> TagList:
         return await pool.run(ls_remote, url, host=git_host(url), waiters=waiters)
 
-    cache = TagCache(config.cache, load, app[CLOCK])
+    # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
+    shared = app[SHARED] = make_shared(config.cache, config.git.timeout_seconds)
+    await shared.start()
+    cache = TagCache(config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)),
+                     app[CLOCK])
+
+    def invalidated_elsewhere(key: str) -> None:
+        # A webhook reached another replica: refreshed through the shared lock, so one git call in all.
+        if cache.invalidate(key):
+            cache.refresh_in_background(key)
+
+    def reconnected() -> None:
+        # Invalidations published while Redis was away never arrived: catch up with the shared lists.
+        for key in cache.keys():
+            cache.refresh_in_background(key)
+
+    shared.on_invalidate = invalidated_elsewhere
+    shared.on_reconnect = reconnected
+    app[METRICS].watch_shared(shared)
     app[METRICS].watch_cache(cache)
     app[METRICS].watch_git(adapter.running)
     app[METRICS].watch_pool(pool)
@@ -175,6 +194,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), pool, files, budget,
                           config.cache.error_retry_seconds, pins.commits)
     await mirrors.prepare()
+    app[REGISTRY].shared = shared
     app[MIRRORS] = mirrors
     archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes,
                             files)
@@ -189,6 +209,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         log.info("shutdown: dropped %d queued git call(s)", dropped)
     await budget.close()
     await pins.close()
+    await shared.close()
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.

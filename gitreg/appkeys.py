@@ -19,6 +19,7 @@ from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .orgs import OrgCatalog
 from .registry import Registry
+from .shared import SharedState
 from .signing import UrlSigner
 
 CONFIG = web.AppKey("config", Config)
@@ -35,6 +36,8 @@ METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
+# What replicas share (Redis), or this process alone (memory): see shared.py.
+SHARED = web.AppKey("shared", SharedState)
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS = web.AppKey("orgs", OrgCatalog)

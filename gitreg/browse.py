@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, GIT_POOL, INDEX, METRICS, MIRRORS, ORGS, REGISTRY
+from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, GIT_POOL, INDEX, METRICS, MIRRORS, ORGS, REGISTRY, SHARED
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
@@ -309,6 +309,16 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     catalog.on_new = lambda address: index.notice([address])
     app[CACHE].on_fetched.append(index.notice_repository)
     orgs.subscribe(lambda changes: index.notice(changes.all))
+    # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
+    shared = catalog.shared = app[SHARED]
+    index.leading = shared.leading
+    index.on_written.append(shared.publish_index)
+    shared.on_index = index.adopt
+
+    def downloads_changed() -> None:
+        catalog.downloads_version += 1  # search ranks ties by downloads: remembered answers are void
+
+    shared.on_downloads = downloads_changed
     app[METRICS].registry.register(IndexCollector(index))
     try:
         async with contextlib.asynccontextmanager(catalog.lifetime)(), contextlib.asynccontextmanager(index.lifetime)():

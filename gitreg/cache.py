@@ -222,7 +222,9 @@ class TagCache:
         # An invalidated call's answer is kept (it is newer than what we had) but not fresh.
         fresh = key not in self._dirty
         previous = self._entries.get(key)
-        self._store(key, _Entry(tags, now, now + self.config.ttl_seconds if fresh else now))
+        # A list another replica fetched (shared store) is as old as it is there, not new here.
+        stored = now - min(tags.age, self.config.ttl_seconds)
+        self._store(key, _Entry(tags, stored, stored + self.config.ttl_seconds if fresh else now))
         self._negative.pop(key, None)
         self._failures.pop(key, None)
         if previous is None or previous.tags.tags != tags.tags:

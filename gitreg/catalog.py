@@ -25,6 +25,7 @@ from .config import Config
 from .errors import BadRequest
 from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule, RuleIndex
+from .shared import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class Catalog:
         self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
         # Advances with every counted download: search results (ties by downloads) depend on it.
         self.downloads_version = 0
+        # With Redis (browse.py sets it): counts of every replica, read in the background.
+        self.shared = SharedState()
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
@@ -156,10 +159,12 @@ class Catalog:
         self._downloads[address] = self._downloads.get(address, 0) + 1
         self._dirty = True
         self.downloads_version += 1
+        self.shared.count_download(str(address))
 
     def downloads(self, address: ModuleAddress) -> int:
-        """Download requests answered for `address`, across restarts."""
-        return self._downloads.get(address, 0)
+        """Download requests answered for `address`, across restarts (and replicas, with Redis up)."""
+        shared = self.shared.downloads(str(address))
+        return self._downloads.get(address, 0) if shared is None else shared
 
     def _snapshot(self) -> str:
         data = {

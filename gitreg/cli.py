@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
     serve.add_argument("--log-format", default="text", choices=["text", "json"],
                        help="text (access log in the combined log format) or json (one JSON object per line)")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="N worker processes on one port (needs [cache] backend = \"redis\" when N > 1)")
 
     check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
     common(check)
@@ -135,8 +137,16 @@ def prepare_storage(path: str) -> str | None:
     return None
 
 
-def _serve(config: Config) -> int:
+def _serve(config: Config, workers: int = 1) -> int:
     if _refuse_nothing_to_serve(config):
+        return EXIT_CONFIG
+    if workers < 1:
+        print(f"gitreg: --workers must be at least 1, not {workers}", file=sys.stderr)
+        return EXIT_CONFIG
+    if workers > 1 and config.cache.backend != "redis":
+        print(f"gitreg: --workers {workers} needs [cache] backend = \"redis\": with \"memory\" each worker would have "
+              "its own tag cache, download counts and moved-tag records, and a webhook would reach only one of them",
+              file=sys.stderr)
         return EXIT_CONFIG
     ssl_context = None
     if config.server.tls_cert and config.server.tls_key:
@@ -152,6 +162,10 @@ def _serve(config: Config) -> int:
         print(f"gitreg: storage.path: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     try:
+        if workers > 1:
+            from .workers import run_workers
+
+            return run_workers(config, workers, lambda cfg: asyncio.run(_run_server(cfg, ssl_context, reuse_port=True)))
         asyncio.run(_run_server(config, ssl_context))
     except _ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
@@ -163,7 +177,7 @@ def _serve(config: Config) -> int:
     return EXIT_OK
 
 
-async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> None:
+async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything."""
     from aiohttp import web
 
@@ -189,7 +203,9 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None) -> Non
     )
     await runner.setup()
     try:
-        site = Listener(runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle)
+        # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
+        site = Listener(runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle,
+                        reuse_port=reuse_port)
         try:
             await site.start()
         except OSError as e:
@@ -236,6 +252,8 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
 
     for line in webhook_instructions(config):
         print(line)
+    if config.cache.backend == "redis" and not _check_redis(config):
+        return EXIT_PROBE_FAILED
     if not probe:
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
@@ -244,6 +262,22 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
             return _probe_address(config, adapter, probe, labels)
         failed = _probe(config, adapter)
         return max(failed, _probe_orgs(config, adapter))
+
+
+def _check_redis(config: Config) -> bool:
+    """With backend = "redis": PING it briefly and say whether it answered (the password masked)."""
+    from .shared import check_redis
+
+    assert config.cache.redis_url is not None  # required with backend = "redis"
+    shown = mask_url(config.cache.redis_url)
+    problem = asyncio.run(check_redis(config.cache.redis_url))
+    if problem is not None:
+        print(f"error: cache.redis_url: redis at {shown} does not answer: {problem} "
+              "(`gitreg serve` would start anyway, each replica serving from its own memory until Redis answers)",
+              file=sys.stderr)
+        return False
+    print(f"redis: {shown} answers; replicas share tag lists, invalidations, download counts, pins and the index")
+    return True
 
 
 def _probe(config: Config, adapter: GitAdapter) -> int:
@@ -398,4 +432,4 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_CONFIG
     if args.command == "check":
         return _check(config, args.probe, flag_rules=len(args.module))
-    return _serve(config)
+    return _serve(config, args.workers)

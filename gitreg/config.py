@@ -61,6 +61,11 @@ class CacheConfig:
     error_retry_seconds: float = 5.0
     max_repositories: int = 10000
     refresh_ahead: bool = False
+    # "memory": this process only. "redis": replicas share tag lists, invalidations, download
+    # counts, moved-tag records and the index through Redis (gitreg/shared.py).
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str | None = field(default=None, repr=False)  # may hold a password
+    redis_prefix: str = "gitreg:"
 
 
 @dataclass(frozen=True)
@@ -405,6 +410,41 @@ def expand_env(value: str, env: Mapping[str, str], error: Any) -> str:
     return _ENV_RE.sub(replace, value)
 
 
+def _check_redis(c: _Reader, cache: CacheConfig) -> None:
+    """`redis_url` is a redis://, rediss:// or unix:// URL, required with backend = "redis"."""
+    if cache.backend == "redis" and cache.redis_url is None and not c.problems_for("redis_url"):
+        c.error("redis_url", 'is required with backend = "redis" (e.g. redis_url = "${GITREG_REDIS_URL}")')
+    if cache.redis_url is not None:
+        reason = redis_url_problem(cache.redis_url)
+        if reason is not None:
+            c.error("redis_url", f"{urls.mask(cache.redis_url)!r} {reason}")
+    if not re.fullmatch(r"[A-Za-z0-9:._/-]{0,64}", cache.redis_prefix):
+        c.error("redis_prefix", "may contain only letters, digits and ':', '.', '_', '/', '-' (at most 64)")
+
+
+def redis_url_problem(url: str) -> str | None:
+    """Why `url` is not a Redis URL gitreg can use, or None."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        return f"is not a valid URL: {e}"
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return "must start with redis://, rediss:// (TLS) or unix://"
+    if parts.scheme == "unix":
+        return None if parts.path else "needs the socket's path, e.g. unix:///run/redis.sock"
+    if not parts.hostname:
+        return "needs a host, e.g. redis://redis:6379/0"
+    if port == 0:
+        return "has port 0"
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        return f"has database {db!r}; the path must be a database number like /0"
+    return None
+
+
 def _check_placeholders(r: _Reader, key: str, template: str, allowed: tuple[str, ...]) -> None:
     """Every `{placeholder}` in `template` must be one of `allowed`."""
     for placeholder in _TEMPLATE_RE.findall(template):
@@ -675,7 +715,15 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         # Each entry holds a tag list in memory: ten million would be gigabytes.
         max_repositories=c.int("max_repositories", CacheConfig.max_repositories, 1, 10_000_000),
         refresh_ahead=c.bool("refresh_ahead", CacheConfig.refresh_ahead),
+        redis_url=c.str("redis_url"),
+        redis_prefix=c.str("redis_prefix", CacheConfig.redis_prefix) or "",
     )
+    backend = c.str("backend", CacheConfig.backend)
+    if backend not in ("memory", "redis"):
+        c.error("backend", f'must be "memory" or "redis", not {backend!r}')
+    else:
+        cache = dataclasses.replace(cache, backend=backend)  # type: ignore[arg-type]
+    _check_redis(c, cache)
     c.finish()
 
     g = _Reader(root._get("git", False) or {}, "git", problems, env)

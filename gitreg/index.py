@@ -30,7 +30,7 @@ import re
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -360,6 +360,9 @@ class ModuleIndex:
         self._complete = False
         self._pass: set[ModuleAddress] | None = None  # what the running pass has still to index
         self.stats = IndexStats()
+        # With Redis (browse.py sets these): only the lease holder indexes; the others adopt() what it wrote.
+        self.leading: Callable[[], bool] = lambda: True
+        self.on_written: list[Callable[[str], Awaitable[None]]] = []
 
     # --- reads (event loop, no I/O) -----------------------------------------------------------
 
@@ -461,6 +464,8 @@ class ModuleIndex:
 
     def notice(self, addresses: Iterable[ModuleAddress]) -> None:
         """(Re)index these modules soon (a new module served, an org repository changed)."""
+        if not self.leading():
+            return  # another replica indexes; its index arrives through adopt()
         for address in addresses:
             self._pending[address] = None
         if self._pending:
@@ -494,15 +499,35 @@ class ModuleIndex:
             with contextlib.suppress(OSError):
                 os.replace(self.path, self.path.with_name(self.path.name + ".damaged"))
             return
+        if self._read(data):
+            log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
+
+    def _read(self, data: Any) -> bool:
+        """Take the entries of an index.json document; False when it is not one."""
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-            return
+            return False
         for item in data["entries"]:
             entry = IndexEntry.from_json(item)
             if entry is not None:
                 self._entries[entry.address] = entry
                 self._link(entry)
         self._complete = bool(data.get("complete")) and bool(self._entries)
-        log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
+        return True
+
+    def adopt(self, text: str) -> None:
+        """Replace the index with the one another replica built (its index.json text); kept on disk here too."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            return
+        for entry in list(self._entries.values()):
+            self._unlink(entry)
+        self._entries.clear()
+        self._read(data)
+        self.stats.last_pass = time.time()
+        self._changed()
 
     async def lifetime(self) -> AsyncIterator[None]:
         """Load, index in the background while the app runs, write once more at shutdown."""
@@ -529,6 +554,9 @@ class ModuleIndex:
         an org where nothing changed costs no git at all.
         """
         while True:
+            if not self.leading():
+                await asyncio.sleep(1.0)  # another replica indexes; take over within a second of its lease
+                continue
             listable = self._sources()
             for address in [a for a in self._entries if a not in listable]:
                 self._drop(address, "no rule or org serves it any more")
@@ -537,7 +565,10 @@ class ModuleIndex:
             if not self._pass:
                 self._pass_done()
             self.notice(todo)
-            await asyncio.sleep(self.refresh_seconds)
+            for _ in range(int(self.refresh_seconds)):
+                await asyncio.sleep(1.0)
+                if not self.leading():
+                    break
 
     def _needs_index(self, address: ModuleAddress) -> bool:
         entry = self._entries.get(address)
@@ -671,11 +702,14 @@ class ModuleIndex:
         self._dirty = False
         data = {"format": FORMAT, "complete": self._complete,
                 "entries": [e.to_json() for e in sorted(self._entries.values(), key=lambda e: str(e.address))]}
+        text = json.dumps(data)
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._write, json.dumps(data))
+            await asyncio.get_running_loop().run_in_executor(None, self._write, text)
         except OSError as e:
             self._dirty = True
             log.warning("could not write %s: %s", self.path, e)
+        for listener in self.on_written:
+            await listener(text)
 
     def _write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,11 +24,12 @@ class Listener(web.BaseSite):
     """A TCP site whose TLS handshake has a deadline (aiohttp's TCPSite cannot set one)."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.SSLContext | None,
-                 handshake_timeout: float) -> None:
+                 handshake_timeout: float, reuse_port: bool = False) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host = host
         self._port = port
         self._handshake_timeout = handshake_timeout
+        self._reuse_port = reuse_port  # `--workers N`: N processes listen on one port
 
     @property
     def name(self) -> str:
@@ -44,7 +45,7 @@ class Listener(web.BaseSite):
         if self._ssl_context is not None:
             tls = {"ssl": self._ssl_context, "ssl_handshake_timeout": self._handshake_timeout}
         self._server = await asyncio.get_running_loop().create_server(
-            server, self._host, self._port, backlog=self._backlog, **tls)
+            server, self._host, self._port, backlog=self._backlog, reuse_port=self._reuse_port or None, **tls)
 
 
 def loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .git_adapter import TagList
     from .orgs import OrgCatalog
     from .gitpool import GitPool
+    from .shared import SharedState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ListTags = Callable[[str], "TagList"]
@@ -84,6 +85,7 @@ class Metrics:
             ["provider", "result"], registry=self.registry,
         )
         self._cache: TagCache | None = None
+        self._shared: SharedState | None = None
         self._git_running: Callable[[], int] | None = None
         self.registry.register(_CacheCollector(self))
         self._orgs: OrgCatalog | None = None
@@ -97,6 +99,10 @@ class Metrics:
     def watch_orgs(self, orgs: OrgCatalog) -> None:
         """Expose each org's API calls, failures, rate-limit quota, modules and listing age (read at scrape time)."""
         self._orgs = orgs
+
+    def watch_shared(self, shared: SharedState) -> None:
+        """Expose the Redis connection's state (with `[cache] backend = "redis"`; nothing for memory)."""
+        self._shared = shared
 
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""
@@ -256,6 +262,7 @@ class _CacheCollector(Collector):
         if self._metrics._git_running is not None:
             yield GaugeMetricFamily("gitreg_git_processes", "git processes running now (calls to Git hosts, and on gitreg's mirrors: archives, details).",
                                     value=self._metrics._git_running())
+        yield from _shared_metrics(self._metrics._shared)
         cache = self._metrics._cache
         if cache is None:
             return
@@ -339,6 +346,25 @@ class _PoolCollector(Collector):
         if len(hosts) > MAX_HOSTS:
             per_host.add_metric(["other"], sum(count for _, count in hosts[MAX_HOSTS:]))
         yield per_host
+
+
+def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """`gitreg_redis_up` and how tag lists were loaded, with the Redis backend (never its URL)."""
+    from .shared import RedisShared
+
+    if not isinstance(shared, RedisShared):
+        return
+    yield GaugeMetricFamily("gitreg_redis_up", "1 while Redis answers; 0 while this replica serves from its own memory.",
+                            value=1 if shared.up else 0)
+    yield GaugeMetricFamily("gitreg_index_leader", "1 while this replica builds the index (holds the lease, or Redis is down).",
+                            value=1 if shared.leading() else 0)
+    yield CounterMetricFamily("gitreg_redis_errors", "Redis commands or connections that failed.", value=shared.errors)
+    loads = CounterMetricFamily(
+        "gitreg_shared_tag_loads", "Tag cache misses by how they were answered: shared (Redis had it), led (this replica "
+        "ran git under the lock), waited (another replica ran git), local (Redis down).", labels=["result"])
+    for result, count in shared.tag_loads.items():
+        loads.add_metric([result], count)
+    yield loads
 
 
 def route_label(request: web.Request) -> str:

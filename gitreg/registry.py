@@ -16,6 +16,7 @@ from .errors import ModuleNotFound, VersionNotFound
 from .names import ModuleAddress, check_version
 from .orgs import OrgCatalog
 from .rules import ResolvedModule, RuleIndex, match_rule
+from .shared import SharedState
 from .tagpins import TagPins
 from .versions import ModuleVersions, TaggedVersion, select_versions
 
@@ -33,6 +34,7 @@ class Registry:
         self.rules = RuleIndex(config.modules)
         self.pins = pins
         self.orgs = orgs if orgs is not None and config.orgs else None
+        self.shared = SharedState()  # app.py sets the Redis one: replicas pin a tag at the same commit
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
         """The rule or org serving `address`; ModuleNotFound when none does.
@@ -109,8 +111,13 @@ class Registry:
 
     async def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""
+        allow = self.config.git.allow_moved_tags
+        sha = found.sha
+        if self.pins.pinned(resolved.repository, found.tag) is None:
+            # First time here: the commit another replica pinned wins (Redis); a warm download asks nobody.
+            sha = await self.shared.pin(resolved.repository, found.tag, sha, allow)
         rule = resolved.rule
-        return await self.pins.pin(resolved.repository, found.tag, found.sha, allow_moved=self.config.git.allow_moved_tags,
+        return await self.pins.pin(resolved.repository, found.tag, sha, allow_moved=allow,
                                    follows_tag=rule.download == "git" and rule.ref == "tag")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
-from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, GIT_POOL, INDEX, LIFECYCLE, METRICS, REGISTRY, SIGNER
+from .appkeys import ARCHIVES, CACHE, CATALOG, CONFIG, GIT_POOL, INDEX, LIFECYCLE, METRICS, REGISTRY, SHARED, SIGNER
 from .archives import ArchiveKey
 from .browse import source_url
 from .metrics import check_metrics_token
@@ -52,7 +53,7 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", "index": {
         "complete": index.complete, "modules": len(index), "queued": index.queue_depth(),
         "age_seconds": round(index.age(), 1),
-    }})
+    }, "shared": request.app[SHARED].status(), "pid": os.getpid()})
 
 
 @routes.get("/metrics")

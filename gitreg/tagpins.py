@@ -94,6 +94,10 @@ class TagPins:
             self._count += 1
         tags[key[1]] = sha
 
+    def pinned(self, repository: str, tag: str) -> str | None:
+        """The commit `tag` is pinned at here, or None when this process has no record of it."""
+        return self._repos.get(repository, {}).get(tag)
+
     def commits(self, repository: str) -> set[str]:
         """Every commit pinned for a tag of `repository` (the mirror keeps a ref to each)."""
         return set(self._repos.get(repository, {}).values())

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CONFIG, METRICS, ORGS
+from .appkeys import CACHE, CONFIG, METRICS, ORGS, SHARED
 from .config import Config
 from .errors import GitregError
 from .orgs import RepositoryEvent, github_repository_event, gitlab_project_event
@@ -205,7 +205,7 @@ def gitlab_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     return TagEvent(_urls(section, GITLAB_URL_FIELDS, "project"), ref)
 
 
-def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
+async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
     """Invalidate and refresh every configured repository the event names."""
     cache = request.app[CACHE]
     orgs = request.app[ORGS]
@@ -221,6 +221,8 @@ def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Respon
              "note": f"no repository configured in this registry matches {shown}; nothing was changed"},
             status=202,
         )
+    # First the other replicas (with Redis): the shared lists go, and every replica refreshes.
+    await request.app[SHARED].invalidate(keys)
     for key in keys:
         cache.invalidate(key)
         cache.refresh_in_background(key)
@@ -296,7 +298,7 @@ async def github(request: web.Request) -> web.Response:
         raise
     if found is None:
         return _ignored(request, "github", f"event {event[:40]!r} is not a tag push, create or delete")
-    return _refresh(request, "github", found)
+    return await _refresh(request, "github", found)
 
 
 @webhook_routes.post(GITLAB_PATH)
@@ -317,7 +319,7 @@ async def gitlab(request: web.Request) -> web.Response:
         raise
     if found is None:
         return _ignored(request, "gitlab", f"event {event[:40]!r} is not a tag push")
-    return _refresh(request, "gitlab", found)
+    return await _refresh(request, "gitlab", found)
 
 
 def webhook_hosts(config: Config) -> dict[str, list[str]]:

@@ -95,3 +95,15 @@ async def assert_error(resp, status: int, *fragments: str) -> str:
 def with_server(config: Config, **changes: Any) -> Config:
     """The config with [server] fields replaced."""
     return dataclasses.replace(config, server=dataclasses.replace(config.server, **changes))
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Any]:
+    """A real redis-server on a free port (tests/support/redis.py), stopped at the end."""
+    from tests.support.redis import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
