@@ -1,7 +1,7 @@
 FROM python:3.12-slim
 
-# git runs ls-remote; procps provides `ps`, which GitPython's timeouts use to kill git's children;
-# openssh-client lets rules use ssh:// repositories; tini runs as PID 1, so git's helpers that
+# git runs ls-remote, fetch and archive (gitreg kills each git with its whole process group);
+# procps gives `ps` to whoever debugs the container; openssh-client lets rules use ssh:// repositories; tini runs as PID 1, so git's helpers that
 # exit after their parent are reaped and `docker stop` (SIGTERM) reaches gitreg.
 # hadolint ignore=DL3008
 RUN apt-get update \
