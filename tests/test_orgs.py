@@ -680,3 +680,82 @@ def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, 
     installed = (work / ".terraform/modules/vpc/main.tf").read_text()
     assert 'value = "1.1.0"' in installed
     assert API_TOKEN not in log
+
+
+# --- the index: org modules listed, searched, kept without git ------------------------------------
+
+
+async def listed_names(client, url: str = "/v1/modules") -> list[str]:
+    resp = await client.get(url)
+    assert resp.status == 200, await resp.text()
+    return ["/".join(m["id"].split("/")[:3]) for m in (await resp.json())["modules"]]
+
+
+async def test_org_modules_are_listed_and_searchable_by_description_and_topic(make_client, github, git_http, tmp_path):
+    module_repo(tmp_path, "terraform-aws-vpc")
+    module_repo(tmp_path, "terraform-aws-dns")
+    github.add("terraform-aws-vpc", description="Networks for every team", topics=("networking", "terraform-module"))
+    github.add("terraform-aws-dns", description="Zones")
+    client = await make_client(org_config(github, git_http, storage={"path": str(tmp_path / "state")}))
+    await until(client.app[ORGS].complete)
+    await indexed(client)
+    assert await listed_names(client) == ["acme/dns/aws", "acme/vpc/aws"]
+    assert await listed_names(client, "/v1/modules/search?q=networking") == ["acme/vpc/aws"]  # a topic
+    assert await listed_names(client, "/v1/modules/search?q=every%20team") == ["acme/vpc/aws"]  # the description
+    resp = await client.get("/v1/modules/acme/vpc/aws")
+    body = await resp.json()
+    assert body["description"] == "Networks for every team"
+    assert body["source"].startswith("https://github.com/")  # the repository's web page from the API
+
+
+async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(make_client, github, git_http, tmp_path):
+    module_repo(tmp_path, "terraform-aws-vpc")
+    github.add("terraform-aws-vpc")
+    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, org={"refresh_seconds": 3600},
+                                          storage={"path": str(tmp_path / "state")}))
+    await until(client.app[ORGS].complete)
+    await indexed(client)
+    module_repo(tmp_path, "terraform-aws-iam", ("0.1.0",))
+    github.add("terraform-aws-iam")
+    started = time.monotonic()
+    resp = await post_github(client, github.github_repository_event("created", "terraform-aws-iam"), "repository")
+    assert resp.status == 200, await resp.text()
+    while "acme/iam/aws" not in await listed_names(client):
+        assert time.monotonic() - started < 5, "the created repository was not listed"
+        await asyncio.sleep(0.02)
+    took = time.monotonic() - started
+    logging.getLogger(__name__).info("listed %.3f s after the webhook", took)
+    payload = github.github_repository_event("deleted", "terraform-aws-iam")
+    github.remove("terraform-aws-iam")
+    resp = await post_github(client, payload, "repository")
+    assert resp.status == 200
+    await indexed(client)
+    assert await listed_names(client) == ["acme/vpc/aws"]
+
+
+async def test_an_org_refresh_where_nothing_changed_costs_no_git_and_a_restart_none_either(
+        make_client, github, git_http, tmp_path):
+    for name in ("terraform-aws-vpc", "terraform-aws-dns"):
+        module_repo(tmp_path, name)
+        github.add(name)
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
+    client = await make_client(config)
+    orgs = client.app[ORGS]
+    await until(orgs.complete)
+    await indexed(client)
+    git_http.reset_counters()
+    api_calls = len(github.requests())
+    assert await orgs.enumerate(0)  # what every refresh_seconds does
+    await indexed(client)
+    assert len(github.requests()) > api_calls  # the API pages were read...
+    assert git_http.requests() == []  # ...and no repository was asked for its tags
+    await client.close()
+
+    git_http.reset_counters()
+    restarted = await make_client(config)
+    assert await listed_names(restarted) == ["acme/dns/aws", "acme/vpc/aws"]  # at once, from disk
+    assert await listed_names(restarted, "/v1/modules/search?q=vpc") == ["acme/vpc/aws"]
+    assert (await restarted.get("/v1/modules/acme/vpc/aws")).status == 200
+    await until(restarted.app[ORGS].complete)
+    await indexed(restarted)
+    assert git_http.requests() == []  # nothing changed: the index needed no git after the restart
