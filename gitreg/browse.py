@@ -226,8 +226,12 @@ async def list_namespace(request: web.Request) -> web.Response:
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    keep, memo_key = _filters(request, namespace, name)
-    entries = request.app[INDEX].listed(keep, memo_key, [namespace])
+    scope = allowed_namespaces(request)
+
+    def keep(entry: IndexEntry) -> bool:  # every system: this endpoint takes no filters
+        return entry.address.name == name and (scope is None or namespace in scope)
+
+    entries = request.app[INDEX].listed(keep, ("systems", namespace, name, scope), [namespace])
     if not entries:
         raise ModuleNotFound(f"no module {namespace}/{name} is listed by this registry (for any system)")
     return _list_response(request, entries)

@@ -352,19 +352,22 @@ def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily 
     """`gitreg_redis_up` and how tag lists were loaded, with the Redis backend (never its URL)."""
     from .shared import RedisShared
 
-    if not isinstance(shared, RedisShared):
-        return
-    yield GaugeMetricFamily("gitreg_redis_up", "1 while Redis answers; 0 while this replica serves from its own memory.",
-                            value=1 if shared.up else 0)
-    yield GaugeMetricFamily("gitreg_index_leader", "1 while this replica builds the index (holds the lease, or Redis is down).",
-                            value=1 if shared.leading() else 0)
-    yield CounterMetricFamily("gitreg_redis_errors", "Redis commands or connections that failed.", value=shared.errors)
+    up = GaugeMetricFamily("gitreg_redis_up", "1 while Redis answers; 0 while this replica serves from its own memory.",
+                           labels=[])
+    leader = GaugeMetricFamily("gitreg_index_leader",
+                               "1 while this replica builds the index (holds the lease, or Redis is down).", labels=[])
+    errors = CounterMetricFamily("gitreg_redis_errors", "Redis commands or connections that failed.", labels=[])
     loads = CounterMetricFamily(
         "gitreg_shared_tag_loads", "Tag cache misses by how they were answered: shared (Redis had it), led (this replica "
         "ran git under the lock), waited (another replica ran git), local (Redis down).", labels=["result"])
-    for result, count in shared.tag_loads.items():
-        loads.add_metric([result], count)
-    yield loads
+    # With the memory backend the families are there without samples (dashboards can be set up first).
+    if isinstance(shared, RedisShared):
+        up.add_metric([], 1 if shared.up else 0)
+        leader.add_metric([], 1 if shared.leading() else 0)
+        errors.add_metric([], shared.errors)
+        for result, count in shared.tag_loads.items():
+            loads.add_metric([result], count)
+    yield from (up, leader, errors, loads)
 
 
 def route_label(request: web.Request) -> str:

@@ -587,7 +587,7 @@ def test_org_config_is_checked_key_by_key():
         "orgs[1].group: 'a//b' is not a GitLab group path like 'platform/terraform'",
         "orgs[2].clone: must be \"https\" or \"ssh\", not 'git'",
         "orgs[2].download: must be \"git\", \"archive\" or an https:// tarball URL template, not 'zip'",
-        "orgs[2].refresh_seconds: must be at least 10, not 1",
+        "orgs[2].refresh_seconds: must be a number between 10 and 604800, not 1",
         "orgs[2].include_archived: must be true or false, not a string",
         "orgs[3].group: 'ACME' is already listed by orgs[2]",
     ]
