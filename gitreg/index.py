@@ -352,6 +352,9 @@ class ModuleIndex:
         self._view_stale = False
         self._view_built = 0.0
         self._pending: OrderedDict[ModuleAddress, None] = OrderedDict()
+        # New modules listed with their versions, details still to build: done once nothing is
+        # pending, so a large org is listed at the speed of `ls-remote`, then described.
+        self._later: OrderedDict[ModuleAddress, None] = OrderedDict()
         self._active: set[ModuleAddress] = set()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -435,7 +438,7 @@ class ModuleIndex:
 
     def queue_depth(self) -> int:
         """Modules waiting to be (re)indexed."""
-        return len(self._pending) + len(self._active)
+        return len(self._pending) + len(self._later) + len(self._active)
 
     # --- details (the latest's from disk; others built once, then on disk) ------------------------
 
@@ -553,19 +556,20 @@ class ModuleIndex:
 
     async def _worker(self) -> None:
         while True:
-            while not self._pending:
+            while not self._pending and not self._later:
                 if not self._active:
                     self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
-            address, _ = self._pending.popitem(last=False)
+            queue = self._pending if self._pending else self._later
+            address, _ = queue.popitem(last=False)
             if address in self._active:  # another worker has it: index it again after that one
-                self._pending[address] = None
+                queue[address] = None
                 await asyncio.sleep(0.01)
                 continue
             self._active.add(address)
             try:
-                await self._index(address)
+                await self._index(address, build=queue is self._later)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - one odd module must never stop the indexer
@@ -577,40 +581,53 @@ class ModuleIndex:
                     self._pass.discard(address)
                     if not self._pass:
                         self._pass_done()
-                if not self._pending and not self._active:
+                if not self._pending and not self._later and not self._active:
                     self._idle.set()
 
-    async def _index(self, address: ModuleAddress) -> None:
-        """Versions, then (when the latest changed) details: one module's entry made current."""
+    async def _index(self, address: ModuleAddress, build: bool = False) -> None:
+        """Versions, then (when the latest changed) details: one module's entry made current.
+
+        A module not listed yet is listed with its versions first; its details, unless they
+        are on disk already, are built later (`build`), once no module waits for its versions.
+        """
         resolved = self._resolve(address)
         if resolved is None:
             self._drop(address, "no rule or org serves it any more")
             return
-        try:
-            resolved, found = await self._versions(address)
-        except ModuleNotFound as e:
-            self._drop(address, e.message)
-            self._on_gone(address)
-            return
-        except GitregError as e:
-            self.stats.failures += 1
-            log.warning("not indexing %s now (the last indexed state stays): %s", address, e.message)
-            return
-        latest = found.latest()
-        if latest is None:
-            self._drop(address, "no tag is a SemVer version")
-            return
-        versions = tuple(IndexedVersion(tv.canonical, tv.tag, tv.sha) for tv in found.versions)
-        newest = next(v for v in versions if v.tag == latest.tag)
-        org = self._org_info(address)
         old = self._entries.get(address)
+        if build and old is not None and not old.details and old.repository == resolved.repository \
+                and old.path == resolved.rule.path:
+            # Listed a moment ago with its versions: only its details are missing (and the tag
+            # cache's TTL may have run out since, which must not cost a second ls-remote).
+            versions, newest = old.versions, old.latest
+        else:
+            try:
+                resolved, found = await self._versions(address)
+            except ModuleNotFound as e:
+                self._drop(address, e.message)
+                self._on_gone(address)
+                return
+            except GitregError as e:
+                self.stats.failures += 1
+                log.warning("not indexing %s now (the last indexed state stays): %s", address, e.message)
+                return
+            latest = found.latest()
+            if latest is None:
+                self._drop(address, "no tag is a SemVer version")
+                return
+            versions = tuple(IndexedVersion(tv.canonical, tv.tag, tv.sha) for tv in found.versions)
+            newest = next(v for v in versions if v.tag == latest.tag)
+            old = self._entries.get(address)
+        org = self._org_info(address)
         details: ModuleDetails | None = None
         if old is not None and old.details and old.latest == newest and old.repository == resolved.repository \
                 and old.path == resolved.rule.path:
             description, published, words = old.description, old.published_at, old.words
         else:
             try:
-                details = await self.details(resolved, newest, build=True)
+                details = await self.details(resolved, newest, build=build or old is not None)
+                if details is None:  # new, and not on disk: listed now, described later
+                    self._later[address] = None
             except GitregError as e:
                 self.stats.failures += 1
                 log.warning("no details for %s %s (listed without them): %s", address, newest.canonical, e.message)

@@ -23,7 +23,7 @@ from gitreg.config import parse_config
 from gitreg.errors import ConfigError
 from gitreg.names import ModuleAddress
 from gitreg.orgs import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
-from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
+from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess, run_gitreg
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
@@ -291,6 +291,7 @@ async def test_an_unknown_name_in_an_org_namespace_is_404_without_any_git_call(m
     wildcard = {"namespace": "acme", "repository": git_http.base_url + "/terraform-{system}-{name}.git"}
     client = await make_client(org_config(github, git_http, modules=[wildcard]))
     await until(client.app[ORGS].complete)
+    await indexed(client)  # the index's own git for vpc (versions, then details) is done
     git_http.reset_counters()
     for address in ("acme/ghost/aws", "acme/nothing/aws", "acme/vpc/google"):
         resp = await client.get(f"/v1/modules/{address}/versions")
