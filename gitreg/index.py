@@ -108,12 +108,14 @@ class IndexEntry:
     indexed_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["address"] = str(self.address)
-        data["versions"] = [[v.canonical, v.tag, v.sha] for v in self.versions]
-        data["latest"] = self.latest.canonical
-        data["topics"] = list(self.topics)
-        return data
+        """The entry as index.json stores it (by hand: `asdict` deep-copies, 10x slower at 20 versions)."""
+        return {
+            "address": str(self.address), "repository": self.repository, "path": self.path, "source": self.source,
+            "versions": [[v.canonical, v.tag, v.sha] for v in self.versions], "latest": self.latest.canonical,
+            "description": self.description, "published_at": self.published_at, "verified": self.verified,
+            "topics": list(self.topics), "words": self.words, "marker": self.marker, "details": self.details,
+            "indexed_at": self.indexed_at,
+        }
 
     @staticmethod
     def from_json(data: Any) -> IndexEntry | None:
@@ -686,13 +688,19 @@ class ModuleIndex:
         if not self._dirty:
             return
         self._dirty = False
-        data = {"format": FORMAT, "complete": self._complete,
-                "entries": [e.to_json() for e in sorted(self._entries.values(), key=lambda e: str(e.address))]}
+        # Entries are immutable: a snapshot of the list is all the loop does; serializing
+        # thousands of them (tens of ms) would hold up every request.
+        entries, complete = list(self._entries.values()), self._complete
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._write, json.dumps(data))
+            await asyncio.get_running_loop().run_in_executor(None, self._write_entries, entries, complete)
         except OSError as e:
             self._dirty = True
             log.warning("could not write %s: %s", self.path, e)
+
+    def _write_entries(self, entries: list[IndexEntry], complete: bool) -> None:
+        data = {"format": FORMAT, "complete": complete,
+                "entries": [e.to_json() for e in sorted(entries, key=lambda e: str(e.address))]}
+        self._write(json.dumps(data))
 
     def _write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
