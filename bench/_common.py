@@ -286,10 +286,17 @@ class GitHttpChild:
     other down). Its per-repository counts of ref advertisements are asked for over a pipe.
     """
 
-    def __init__(self, root: Path, mode: str = "ok", delay: float = 30.0) -> None:
-        """`mode` and `delay`: a fault of tests/support/githttp.py (e.g. "slow" answers after `delay` s)."""
+    def __init__(self, root: Path, mode: str = "ok", delay: float = 30.0, username: str | None = None,
+                 password: str | None = None) -> None:
+        """`mode` and `delay`: a fault of tests/support/githttp.py (e.g. "slow" answers after `delay` s).
+
+        `username`/`password`: Basic auth the server requires (passed through the environment, not argv).
+        """
         argv = [sys.executable, str(Path(__file__).resolve()), "githttp", str(root), mode, str(delay)]
-        self.proc = subprocess.Popen(argv, cwd=ROOT,
+        env = {**os.environ}
+        if username is not None:
+            env.update(GITREG_BENCH_GIT_USER=username, GITREG_BENCH_GIT_PASSWORD=password or "")
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().strip()
@@ -304,6 +311,13 @@ class GitHttpChild:
         """Ref advertisements (`info/refs?service=git-upload-pack`) served for `repo` (all repos when "")."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(f"count {repo}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def requests(self) -> int:
+        """Every request the server has seen (any repository, any kind: ref advertisements, fetches...)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("requests\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
 
@@ -324,7 +338,8 @@ def _githttp_child(root: str, mode: str, delay: float) -> None:
     # The stdlib default listen backlog is 5: under load, connects beyond it wait for a SYN
     # retransmit (1 s), which would be measured as gitreg's latency.
     githttp._Server.request_queue_size = 256
-    server = GitHttpServer(Path(root))
+    server = GitHttpServer(Path(root), username=os.environ.get("GITREG_BENCH_GIT_USER"),
+                           password=os.environ.get("GITREG_BENCH_GIT_PASSWORD"))
     server.mode, server.delay = mode, delay
     server.start()
     print(server.base_url, flush=True)
@@ -332,6 +347,8 @@ def _githttp_child(root: str, mode: str, delay: float) -> None:
         command, _, repo = line.rstrip("\n").partition(" ")
         if command == "count":
             print(server.ref_advertisements(repo or None), flush=True)
+        elif command == "requests":
+            print(len(server.requests()), flush=True)
     server.stop()
 
 

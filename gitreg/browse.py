@@ -155,9 +155,9 @@ def _indexed(request: web.Request) -> tuple[IndexEntry, ResolvedModule]:
 async def _details_response(request: web.Request, entry: IndexEntry, resolved: ResolvedModule,
                             shown: IndexedVersion) -> web.Response:
     index = request.app[INDEX]
-    # The latest version's details are on disk once indexed; another version's are built once.
-    details = await index.details(resolved, shown, build=True)
-    assert details is not None
+    # From memory or disk, never git: a version not read yet is a 503 (Retry-After) while the
+    # index reads it in the background (the latest's are read when the module is indexed).
+    details = await index.stored_details(entry, shown)
     a = entry.address
     systems = {e.address.system for e in index.listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)}
     body = summary(request.app, entry, shown, details)

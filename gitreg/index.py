@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .details import DetailsService, ModuleDetails
-from .errors import GitregError, ModuleNotFound
+from .errors import GitregError, ModuleNotFound, Overloaded
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress
 from .rules import ResolvedModule
 from .versions import TaggedVersion, parse_version
@@ -61,6 +61,13 @@ _TMP_PREFIX, _TMP_SUFFIX = ".index-", ".tmp"
 Sources = Callable[[], Mapping[ModuleAddress, ResolvedModule]]
 Resolve = Callable[[ModuleAddress], ResolvedModule | None]
 Versions = Callable[[ModuleAddress], Any]  # async: (ResolvedModule, ModuleVersions)
+
+
+class DetailsPending(Overloaded):
+    """A version's details are not read yet: they are being read now; ask again shortly (503)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=2)
 
 
 @dataclass(frozen=True)
@@ -108,12 +115,14 @@ class IndexEntry:
     indexed_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["address"] = str(self.address)
-        data["versions"] = [[v.canonical, v.tag, v.sha] for v in self.versions]
-        data["latest"] = self.latest.canonical
-        data["topics"] = list(self.topics)
-        return data
+        """The entry as index.json stores it (by hand: `asdict` deep-copies, 10x slower at 20 versions)."""
+        return {
+            "address": str(self.address), "repository": self.repository, "path": self.path, "source": self.source,
+            "versions": [[v.canonical, v.tag, v.sha] for v in self.versions], "latest": self.latest.canonical,
+            "description": self.description, "published_at": self.published_at, "verified": self.verified,
+            "topics": list(self.topics), "words": self.words, "marker": self.marker, "details": self.details,
+            "indexed_at": self.indexed_at,
+        }
 
     @staticmethod
     def from_json(data: Any) -> IndexEntry | None:
@@ -352,6 +361,13 @@ class ModuleIndex:
         self._view_stale = False
         self._view_built = 0.0
         self._pending: OrderedDict[ModuleAddress, None] = OrderedDict()
+        # New modules listed with their versions, details still to build: done once nothing is
+        # pending, so a large org is listed at the speed of `ls-remote`, then described.
+        self._later: OrderedDict[ModuleAddress, None] = OrderedDict()
+        # Versions someone asked for whose details are not on disk: read first, in the background
+        # (a request never runs git: it gets DetailsPending and asks again).
+        self._wanted: OrderedDict[tuple[ModuleAddress, str], None] = OrderedDict()
+        self._reading = 0  # versions being read now
         self._active: set[ModuleAddress] = set()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -438,7 +454,7 @@ class ModuleIndex:
 
     def queue_depth(self) -> int:
         """Modules waiting to be (re)indexed."""
-        return len(self._pending) + len(self._active)
+        return len(self._pending) + len(self._later) + len(self._wanted) + len(self._active)
 
     # --- details (the latest's from disk; others built once, then on disk) ------------------------
 
@@ -459,6 +475,43 @@ class ModuleIndex:
         self.stats.details_built += 1
         await loop.run_in_executor(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
         return built
+
+    def ready_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails | None:
+        """The details of `version` when they are in memory, else None (and see request_details)."""
+        resolved = self._resolve(entry.address)
+        return self._details.cached(resolved, version.tagged()) if resolved is not None else None
+
+    async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
+        """The details of `version` from memory or disk, never from git: DetailsPending (503) when
+        they have not been read yet, and then they are read in the background for the next ask."""
+        resolved = self._resolve(entry.address)
+        if resolved is None:
+            raise ModuleNotFound(f"module {entry.address} is not served by this registry any more")
+        found = await self.details(resolved, version, build=False)
+        if found is not None:
+            return found
+        self._wanted[(entry.address, version.canonical)] = None
+        self._wanted.move_to_end((entry.address, version.canonical), last=False)
+        self._idle.clear()
+        self._wake.set()
+        raise DetailsPending(
+            f"the details of {entry.address} {version.canonical} are being read from its repository; "
+            "ask again in a moment"
+        )
+
+    async def _read_version(self, address: ModuleAddress, canonical: str) -> None:
+        """Build one version's details in the background (at browsing priority: someone asked)."""
+        from .gitpool import Priority, git_priority  # the pool imports nothing of the index
+
+        entry, resolved = self._entries.get(address), self._resolve(address)
+        version = entry.find(canonical) if entry is not None else None
+        if resolved is None or version is None:
+            return
+        try:
+            with git_priority(Priority.BROWSE):
+                await self.details(resolved, version, build=True)
+        except GitregError as e:
+            log.warning("no details for %s %s: %s", address, canonical, e.message)
 
     # --- changes --------------------------------------------------------------------------------
 
@@ -582,21 +635,35 @@ class ModuleIndex:
         self.stats.last_pass = time.time()
         self._dirty = True
 
+    def _busy(self) -> bool:
+        return bool(self._pending or self._later or self._wanted or self._active or self._reading)
+
     async def _worker(self) -> None:
         while True:
-            while not self._pending:
-                if not self._active:
+            while not self._pending and not self._later and not self._wanted:
+                if not self._busy():
                     self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
-            address, _ = self._pending.popitem(last=False)
+            if self._wanted:  # someone is waiting for these
+                (wanted, canonical), _ = self._wanted.popitem(last=False)
+                self._reading += 1
+                try:
+                    await self._read_version(wanted, canonical)
+                finally:
+                    self._reading -= 1
+                if not self._busy():
+                    self._idle.set()
+                continue
+            queue = self._pending if self._pending else self._later
+            address, _ = queue.popitem(last=False)
             if address in self._active:  # another worker has it: index it again after that one
-                self._pending[address] = None
+                queue[address] = None
                 await asyncio.sleep(0.01)
                 continue
             self._active.add(address)
             try:
-                await self._index(address)
+                await self._index(address, build=queue is self._later)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - one odd module must never stop the indexer
@@ -608,40 +675,53 @@ class ModuleIndex:
                     self._pass.discard(address)
                     if not self._pass:
                         self._pass_done()
-                if not self._pending and not self._active:
+                if not self._busy():
                     self._idle.set()
 
-    async def _index(self, address: ModuleAddress) -> None:
-        """Versions, then (when the latest changed) details: one module's entry made current."""
+    async def _index(self, address: ModuleAddress, build: bool = False) -> None:
+        """Versions, then (when the latest changed) details: one module's entry made current.
+
+        A module not listed yet is listed with its versions first; its details, unless they
+        are on disk already, are built later (`build`), once no module waits for its versions.
+        """
         resolved = self._resolve(address)
         if resolved is None:
             self._drop(address, "no rule or org serves it any more")
             return
-        try:
-            resolved, found = await self._versions(address)
-        except ModuleNotFound as e:
-            self._drop(address, e.message)
-            self._on_gone(address)
-            return
-        except GitregError as e:
-            self.stats.failures += 1
-            log.warning("not indexing %s now (the last indexed state stays): %s", address, e.message)
-            return
-        latest = found.latest()
-        if latest is None:
-            self._drop(address, "no tag is a SemVer version")
-            return
-        versions = tuple(IndexedVersion(tv.canonical, tv.tag, tv.sha) for tv in found.versions)
-        newest = next(v for v in versions if v.tag == latest.tag)
-        org = self._org_info(address)
         old = self._entries.get(address)
+        if build and old is not None and not old.details and old.repository == resolved.repository \
+                and old.path == resolved.rule.path:
+            # Listed a moment ago with its versions: only its details are missing (and the tag
+            # cache's TTL may have run out since, which must not cost a second ls-remote).
+            versions, newest = old.versions, old.latest
+        else:
+            try:
+                resolved, found = await self._versions(address)
+            except ModuleNotFound as e:
+                self._drop(address, e.message)
+                self._on_gone(address)
+                return
+            except GitregError as e:
+                self.stats.failures += 1
+                log.warning("not indexing %s now (the last indexed state stays): %s", address, e.message)
+                return
+            latest = found.latest()
+            if latest is None:
+                self._drop(address, "no tag is a SemVer version")
+                return
+            versions = tuple(IndexedVersion(tv.canonical, tv.tag, tv.sha) for tv in found.versions)
+            newest = next(v for v in versions if v.tag == latest.tag)
+            old = self._entries.get(address)
+        org = self._org_info(address)
         details: ModuleDetails | None = None
         if old is not None and old.details and old.latest == newest and old.repository == resolved.repository \
                 and old.path == resolved.rule.path:
             description, published, words = old.description, old.published_at, old.words
         else:
             try:
-                details = await self.details(resolved, newest, build=True)
+                details = await self.details(resolved, newest, build=build or old is not None)
+                if details is None:  # new, and not on disk: listed now, described later
+                    self._later[address] = None
             except GitregError as e:
                 self.stats.failures += 1
                 log.warning("no details for %s %s (listed without them): %s", address, newest.canonical, e.message)
@@ -700,16 +780,25 @@ class ModuleIndex:
         if not self._dirty:
             return
         self._dirty = False
-        data = {"format": FORMAT, "complete": self._complete,
-                "entries": [e.to_json() for e in sorted(self._entries.values(), key=lambda e: str(e.address))]}
-        text = json.dumps(data)
+        # Entries are immutable: a snapshot of the list is all the loop does; serializing
+        # thousands of them (tens of ms) would hold up every request.
+        entries, complete = list(self._entries.values()), self._complete
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._write, text)
+            text = await asyncio.get_running_loop().run_in_executor(None, self._write_entries, entries, complete)
         except OSError as e:
             self._dirty = True
             log.warning("could not write %s: %s", self.path, e)
-        for listener in self.on_written:
+            return
+        for listener in self.on_written:  # with Redis: the other replicas load what this one wrote
             await listener(text)
+
+    def _write_entries(self, entries: list[IndexEntry], complete: bool) -> str:
+        """Blocking: serialize and write index.json; its text."""
+        data = {"format": FORMAT, "complete": complete,
+                "entries": [e.to_json() for e in sorted(entries, key=lambda e: str(e.address))]}
+        text = json.dumps(data)
+        self._write(text)
+        return text
 
     def _write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,8 @@ from .appkeys import AUTH, CATALOG, CONFIG, INDEX, REGISTRY
 from .auth import SCOPE_KEY
 from .config import TokenConfig
 from .errors import GitregError, ModuleNotFound
-from .index import IndexedVersion, IndexEntry
+from .details import ModuleDetails
+from .index import DetailsPending, IndexedVersion, IndexEntry
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress, check_version, parse_address
 from .secrets import digest, same_secret
 
@@ -324,9 +325,14 @@ async def module_page(request: web.Request) -> web.Response:
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
         return _not_found(request, f"Module {address} has no version {m['version']}.")
+    pending = False
     try:
-        resolved = request.app[REGISTRY].resolve(address)
-        details = await index.details(resolved, version, build=version != entry.latest)
+        request.app[REGISTRY].resolve(address)
+        # From memory or disk, never git while rendering: a version not read yet is read in the
+        # background and the page says so (and reloads itself in a moment).
+        details: ModuleDetails | None = await index.stored_details(entry, version)
+    except DetailsPending:
+        details, pending = None, True
     except ModuleNotFound:
         return _not_found(request, f"No module {address} is listed by this registry.")
     except GitregError as e:
@@ -349,7 +355,7 @@ async def module_page(request: web.Request) -> web.Response:
         downloads=request.app[CATALOG].downloads(address), systems=systems,
         published_at=(details.published_at if details else "") or (entry.published_at if version == entry.latest else ""),
         description=(details.description if details and version != entry.latest else entry.description),
-        details_missing=details is None,
+        details_missing=details is None, details_pending=pending,
     )
 
 

@@ -78,6 +78,18 @@ async def indexed(client):
     return client
 
 
+async def version_details(client, url: str, **kwargs):
+    """GET a version's details: the first ask of a version not read yet is a 503 (Retry-After)
+    while the index reads it in the background; once it has, the details answer (200)."""
+    resp = await client.get(url, **kwargs)
+    if resp.status == 503:
+        assert resp.headers["Retry-After"] == "2"
+        assert "being read" in (await resp.json())["errors"][0]
+        await indexed(client)
+        resp = await client.get(url, **kwargs)
+    return resp
+
+
 async def assert_error(resp, status: int, *fragments: str) -> str:
     """Assert the registry's one error shape: status, JSON `{"errors": [str, ...]}`, and what it says."""
     assert resp.status == status, await resp.text()

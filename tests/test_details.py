@@ -11,7 +11,7 @@ import pytest
 
 from gitreg.appkeys import DETAILS, MIRRORS
 from gitreg.details import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
-from tests.conftest import assert_error, indexed, make_config
+from tests.conftest import assert_error, indexed, make_config, version_details
 from tests.support.repos import GitRepo
 
 README = """# terraform-aws-vpc
@@ -280,7 +280,10 @@ async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, t
     vpc.commit({"variables.tf": 'variable "renamed" { type = string }\n'})
     vpc.tag("v2.0.0")
     client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
-    old = await (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).json()
+    # An older version is read when first asked for, in the background: no git inside the request.
+    first = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
+    await assert_error(first, 503, "being read")
+    old = await (await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")).json()
     new = await (await client.get("/v1/modules/acme/vpc/aws")).json()
     assert "az_count" in by_name(old["root"]["inputs"]) and "renamed" not in by_name(old["root"]["inputs"])
     assert new["version"] == "2.0.0" and [i["name"] for i in new["root"]["inputs"]] == ["renamed"]

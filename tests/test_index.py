@@ -156,3 +156,44 @@ async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_r
     assert names(await get_json(client, "/v1/modules")) == []
     assert (await get_json(client, "/v1/modules/acme/vnet/aws/versions"))["modules"][0]["versions"] == [{"version": "1.0.0"}]
     assert client.app[INDEX].complete is False
+
+
+async def test_new_modules_are_listed_with_their_versions_before_their_details_are_built(make_client, git_http, tmp_path):
+    for n in ("vnet", "dns", "nat"):
+        module_repo(tmp_path, f"public-{n}")
+    git_http.hold_fetches()  # the mirrors that details are read from cannot be cloned; ls-remote answers
+    try:
+        client = await make_client(make_config(rules(git_http, ["vnet", "dns", "nat"]), git_http,
+                                               storage={"path": str(tmp_path / "state")}))
+        started = time.monotonic()
+        while names(await get_json(client, "/v1/modules")) != ["dns", "nat", "vnet"]:
+            assert time.monotonic() - started < 8, "new modules were not listed until their details were built"
+            await asyncio.sleep(0.05)
+        listed = (await get_json(client, "/v1/modules"))["modules"]
+        assert [m["version"] for m in listed] == ["1.0.0"] * 3
+        assert names(await get_json(client, "/v1/modules/search?q=zones")) == []  # a README word: not read yet
+        assert (await get_json(client, "/readyz"))["index"]["queued"] > 0  # the details are still to come
+    finally:
+        git_http.release_fetches()
+    await indexed(client)
+    assert names(await get_json(client, "/v1/modules/search?q=zones")) == ["dns", "nat", "vnet"]
+    vnet = await get_json(client, "/v1/modules/acme/vnet/aws")
+    assert vnet["description"] == "Creates a virtual network with peering and flow logs."
+
+
+async def test_an_older_versions_details_are_read_in_the_background_never_inside_the_request(make_client, git_http, tmp_path):
+    repo = module_repo(tmp_path, "public-vnet")
+    repo.commit({"README.md": "# Virtual network\n\nVersion two.\n"})
+    repo.tag("v2.0.0")
+    client = await indexed(await make_client(make_config(rules(git_http, ["vnet"]), git_http,
+                                                         storage={"path": str(tmp_path / "state")})))
+    git_http.reset_counters()
+    started = time.monotonic()
+    resp = await client.get("/v1/modules/acme/vnet/aws/1.0.0")
+    await assert_error(resp, 503, "being read", "ask again")
+    assert resp.headers["Retry-After"] == "2"
+    assert time.monotonic() - started < 1  # answered at once, not after a git call
+    await indexed(client)
+    old = await get_json(client, "/v1/modules/acme/vnet/aws/1.0.0")
+    assert old["version"] == "1.0.0" and old["description"] == "Creates a virtual network with peering and flow logs."
+    assert git_http.requests() == []  # the mirror already held the tag: not even the host was asked

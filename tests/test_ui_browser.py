@@ -147,7 +147,10 @@ def test_index_search_filter_module_and_versions(server, browser, shots):
 
     b.find_element(By.LINK_TEXT, "1.0.0").click()
     assert b.find_element(By.ID, "shown-version").text == "1.0.0"
-    assert "The first VPC." in b.find_element(By.ID, "readme").text
+    # An older version's details are read in the background on the first visit (no git while
+    # rendering): the page says so and reloads itself until they are there.
+    readme = WebDriverWait(b, 20).until(lambda d: d.find_elements(By.ID, "readme"))
+    assert "The first VPC." in readme[0].text
     assert 'version = "~> 1.0"' in b.find_element(By.ID, "snippet").text
     b.save_screenshot(str(shots / "module-1.0.0.png"))
 

@@ -6,6 +6,8 @@ seconds), "trickle" (answers at once, then sends a byte every `trickle_interval`
 forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" (HTTP 500), "unauthorized" (HTTP 401),
 "redirect" (a 302 to the same path and query under `redirect_to`, e.g. another server's base URL)
 and "answer" (the fixed `answer`: status, headers, body; an SSO page, a JSON error...).
+`hold_fetches()` makes every fetch (a request that wants objects: a clone, a mirror's fetch)
+wait until `release_fetches()`, while ref listings (`ls-remote`) are answered.
 Every request is recorded with its headers (`requests()`, `authorizations()`), so a test can see
 which credential reached which server.
 """
@@ -179,6 +181,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Git-Protocol"):
             env["HTTP_GIT_PROTOCOL"] = self.headers["Git-Protocol"]
         body = self.rfile.read(length) if length else b""
+        if b"want " in body:  # a fetch (protocol v0 and v2), not a ref listing
+            while not owner._fetches.wait(0.05):
+                if owner._stopping.is_set():
+                    return
         proc = subprocess.run([owner.git, "http-backend"], input=body, env=env, capture_output=True)
         head, _, payload = proc.stdout.partition(b"\r\n\r\n")
         if not _:
@@ -228,6 +234,8 @@ class GitHttpServer:
         self._advertisements: dict[str, int] = {}
         self._requests: list[RequestRecord] = []
         self._stopping = threading.Event()
+        self._fetches = threading.Event()  # set: fetches are answered
+        self._fetches.set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.base_url = ""
@@ -254,6 +262,14 @@ class GitHttpServer:
         if self._thread is not None:
             self._thread.join(5)
         self._server = None
+
+    def hold_fetches(self) -> None:
+        """Fetches (clones, a mirror's fetch) wait from now on; ref listings are still answered."""
+        self._fetches.clear()
+
+    def release_fetches(self) -> None:
+        """Answer fetches again (the held ones too)."""
+        self._fetches.set()
 
     def __enter__(self) -> "GitHttpServer":
         return self.start()
