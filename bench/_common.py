@@ -20,10 +20,32 @@ from tests.gitreg_process import GitregProcess  # noqa: E402
 from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
 
-__all__ = ["ROOT", "GitregProcess", "GitHttpServer", "GitRepo", "machine", "median", "wrk", "rss_kib",
-           "write_config", "workdir", "bare_ls_remote", "pct", "start_gitreg", "proc_stats", "GitHttpChild",
-           "tagged_repo", "copy_repo", "raise_nofile", "github_signature", "GIT_ENV", "pinning", "Server",
-           "free_port", "wait_healthy"]
+__all__ = [
+    "ROOT",
+    "GitregProcess",
+    "GitHttpServer",
+    "GitRepo",
+    "machine",
+    "median",
+    "wrk",
+    "rss_kib",
+    "write_config",
+    "workdir",
+    "bare_ls_remote",
+    "pct",
+    "start_gitreg",
+    "proc_stats",
+    "GitHttpChild",
+    "tagged_repo",
+    "copy_repo",
+    "raise_nofile",
+    "github_signature",
+    "GIT_ENV",
+    "pinning",
+    "Server",
+    "free_port",
+    "wait_healthy",
+]
 
 # What gitreg gives git too: no system or global config of the machine running the benchmark.
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
@@ -68,13 +90,29 @@ def taskset(cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def wrk(url: str, seconds: float, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None,
-        script: Path | None = None, cpus: str | None = None) -> dict[str, float]:
+def wrk(
+    url: str,
+    seconds: float,
+    connections: int = 32,
+    threads: int = 2,
+    headers: dict[str, str] | None = None,
+    script: Path | None = None,
+    cpus: str | None = None,
+) -> dict[str, float]:
     """Run wrk against `url` (with a Lua `script`, on `cpus` if given); requests, requests/s, p50
     and p99 latency in ms, socket errors (total and by kind) and non-2xx/3xx answers."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
-    args = [*taskset(cpus), "wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "--timeout", "10s"]
+    args = [
+        *taskset(cpus),
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
     for k, v in (headers or {}).items():
         args += ["-H", f"{k}: {v}"]
     if script is not None:
@@ -124,22 +162,38 @@ def write_config(path: Path, text: str) -> Path:
 def bare_ls_remote(url: str, env: dict[str, str] | None = None) -> float:
     """Seconds one plain `git ls-remote --tags` of `url` takes."""
     started = time.perf_counter()
-    subprocess.run(["git", "ls-remote", "--tags", url], check=True, capture_output=True,
-                   env={**os.environ, **GIT_ENV, **(env or {})})
+    subprocess.run(
+        ["git", "ls-remote", "--tags", url],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV, **(env or {})},
+    )
     return time.perf_counter() - started
 
 
 class Server:
     """A server subprocess whose output goes to a file (a pipe read by Python would be part of the load)."""
 
-    def __init__(self, argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None,
-                 cpus: str | None = None, cwd: Path = ROOT) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        log: Path,
+        ready: str,
+        env: dict[str, str] | None = None,
+        cpus: str | None = None,
+        cwd: Path = ROOT,
+    ) -> None:
         self.log = log
         self.started = time.perf_counter()
         self._fh = log.open("w")
         # taskset execs the command: the pid stays the server's.
-        self.proc = subprocess.Popen([*taskset(cpus), *argv], stdout=self._fh, stderr=subprocess.STDOUT, cwd=cwd,
-                                     env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})})
+        self.proc = subprocess.Popen(
+            [*taskset(cpus), *argv],
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})},
+        )
         deadline = time.time() + 120
         self.url = ""
         while time.time() < deadline:
@@ -167,8 +221,9 @@ class Server:
         self._fh.close()
 
 
-def start_gitreg(args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None,
-                 root: Path = ROOT) -> Server:
+def start_gitreg(
+    args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None, root: Path = ROOT
+) -> Server:
     """`python -m gitreg serve ARGS` on a free port (on `cpus` if given), ready once /healthz answers.
 
     `root` is the source tree whose gitreg runs (another checkout, e.g. an older commit, to
@@ -244,8 +299,14 @@ def github_signature(secret: str, body: bytes) -> str:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    return subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args], cwd=cwd,
-                          check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENV}).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout.strip()
 
 
 def tagged_repo(bare: Path, tags: int, prefix: str = "v") -> Path:
@@ -267,10 +328,30 @@ def tagged_repo(bare: Path, tags: int, prefix: str = "v") -> Path:
 
 def _module_tree(bare: Path) -> str:
     """A tree with one main.tf, written into `bare`."""
-    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=bare, input=b'output "x" { value = 1 }\n',
-                          check=True, capture_output=True, env={**os.environ, **GIT_ENV}).stdout.decode().strip()
-    return subprocess.run(["git", "mktree"], cwd=bare, input=f"100644 blob {blob}\tmain.tf\n".encode(),
-                          check=True, capture_output=True, env={**os.environ, **GIT_ENV}).stdout.decode().strip()
+    blob = (
+        subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"],
+            cwd=bare,
+            input=b'output "x" { value = 1 }\n',
+            check=True,
+            capture_output=True,
+            env={**os.environ, **GIT_ENV},
+        )
+        .stdout.decode()
+        .strip()
+    )
+    return (
+        subprocess.run(
+            ["git", "mktree"],
+            cwd=bare,
+            input=f"100644 blob {blob}\tmain.tf\n".encode(),
+            check=True,
+            capture_output=True,
+            env={**os.environ, **GIT_ENV},
+        )
+        .stdout.decode()
+        .strip()
+    )
 
 
 def copy_repo(template: Path, dest: Path) -> Path:
@@ -289,8 +370,9 @@ class GitHttpChild:
     def __init__(self, root: Path, mode: str = "ok", delay: float = 30.0) -> None:
         """`mode` and `delay`: a fault of tests/support/githttp.py (e.g. "slow" answers after `delay` s)."""
         argv = [sys.executable, str(Path(__file__).resolve()), "githttp", str(root), mode, str(delay)]
-        self.proc = subprocess.Popen(argv, cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().strip()
         if not self.base_url.startswith("http://"):

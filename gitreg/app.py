@@ -13,7 +13,22 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, GIT, GIT_POOL, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SHARED, SIGNER
+from .appkeys import (
+    ARCHIVES,
+    AUTH,
+    CACHE,
+    CLOCK,
+    CONFIG,
+    GIT,
+    GIT_POOL,
+    LIFECYCLE,
+    METRICS,
+    MIRRORS,
+    ORGS,
+    REGISTRY,
+    SHARED,
+    SIGNER,
+)
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
@@ -49,11 +64,13 @@ OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/
 # The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
 # first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
 # sets BACKGROUND itself (gitpool.background_task).
-INSTALL_ROUTES = frozenset({
-    "/v1/modules/{namespace}/{name}/{system}/versions",
-    "/v1/modules/{namespace}/{name}/{system}/{version}/download",
-    "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
-})
+INSTALL_ROUTES = frozenset(
+    {
+        "/v1/modules/{namespace}/{name}/{system}/versions",
+        "/v1/modules/{namespace}/{name}/{system}/{version}/download",
+        "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
+    }
+)
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -101,8 +118,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             return error_response(500, "internal error in gitreg; the server log has details")
         # Out of file descriptors or processes (opening a file, starting git): busy, not broken.
         log.warning("out of resources on %s %s: %s; answered 503", request.method, request.path, e.strerror)
-        return error_response(503, "gitreg is out of file descriptors or processes; try again in a few seconds",
-                              {"Retry-After": "5"})
+        return error_response(
+            503, "gitreg is out of file descriptors or processes; try again in a few seconds", {"Retry-After": "5"}
+        )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal error in gitreg; the server log has details")
@@ -157,8 +175,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
     shared = app[SHARED] = make_shared(config.cache, config.git.timeout_seconds)
     await shared.start()
-    cache = TagCache(config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)),
-                     app[CLOCK])
+    cache = TagCache(
+        config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)), app[CLOCK]
+    )
 
     def invalidated_elsewhere(key: str) -> None:
         # A webhook reached another replica: refreshed through the shared lock, so one git call in all.
@@ -191,13 +210,15 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[REGISTRY] = Registry(config, cache, pins, orgs)
     # One [storage] max_bytes over mirrors and archives together.
     budget = StorageBudget(config.storage.max_bytes)
-    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), pool, files, budget,
-                          config.cache.error_retry_seconds, pins.commits)
+    mirrors = MirrorStore(
+        storage / "mirrors", MirrorGit(adapter), pool, files, budget, config.cache.error_retry_seconds, pins.commits
+    )
     await mirrors.prepare()
     app[REGISTRY].shared = shared
     app[MIRRORS] = mirrors
-    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes,
-                            files)
+    archives = ArchiveStore(
+        storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
+    )
     if any(source.download == "archive" for source in (*config.modules, *config.orgs)):
         await archives.prepare()
     app[ARCHIVES] = archives

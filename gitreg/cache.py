@@ -237,8 +237,12 @@ class TagCache:
         entry.retry_at = self._clock() + self.config.negative_ttl_seconds
         if self._servable_stale(entry, self._clock()):
             # Logged once per failed call, not once per request served stale.
-            log.warning("refresh of %s failed, serving tags fetched %.0fs ago: %s",
-                        mask_url(key), self._clock() - entry.stored, e.message)
+            log.warning(
+                "refresh of %s failed, serving tags fetched %.0fs ago: %s",
+                mask_url(key),
+                self._clock() - entry.stored,
+                e.message,
+            )
 
     def _store(self, key: str, entry: _Entry) -> None:
         self._entries[key] = entry

@@ -81,8 +81,12 @@ class Catalog:
             return
         except (OSError, ValueError) as e:
             aside = self.path.with_name(self.path.name + ".damaged")
-            log.warning("%s could not be read (%s); starting with an empty catalog, the old file is %s",
-                        self.path, type(e).__name__, aside.name)
+            log.warning(
+                "%s could not be read (%s); starting with an empty catalog, the old file is %s",
+                self.path,
+                type(e).__name__,
+                aside.name,
+            )
             try:
                 os.replace(self.path, aside)
             except OSError:

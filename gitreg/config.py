@@ -463,7 +463,9 @@ def _check_url(r: _Reader, key: str, url: str, protocols: tuple[str, ...], templ
         r.error(key, f"{url!r} is {found}")
         return
     if found.transport not in protocols:
-        r.error(key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
+        r.error(
+            key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)"
+        )
     if found.password is not None:
         r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
     if found.query or found.fragment:
@@ -520,7 +522,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
     if tag_prefix and not re.fullmatch(r"[A-Za-z0-9._/-]+", tag_prefix):
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
     if ref not in ("tag", "commit"):
-        r.error("ref", f"must be \"tag\" or \"commit\", not {ref!r}")
+        r.error("ref", f'must be "tag" or "commit", not {ref!r}')
         ref = ModuleRule.ref
     r.finish()
     if repository is None:
@@ -545,7 +547,10 @@ def _check_repository_pattern(r: _Reader, pattern: str) -> None:
     for placeholder in ("name", "system"):
         count = pattern.count(f"{{{placeholder}}}")
         if count != 1:
-            r.error("repository_pattern", f"must contain {{{placeholder}}} exactly once, e.g. {DEFAULT_REPOSITORY_PATTERN!r}")
+            r.error(
+                "repository_pattern",
+                f"must contain {{{placeholder}}} exactly once, e.g. {DEFAULT_REPOSITORY_PATTERN!r}",
+            )
     rest = pattern.replace("{name}", "").replace("{system}", "")
     if "{" in rest or "}" in rest:
         r.error("repository_pattern", "only {name} and {system} may appear in braces")
@@ -586,8 +591,11 @@ def _parse_org(r: _Reader) -> OrgConfig | None:
             r.error("group", f"{group!r} is not a GitLab group path like 'platform/terraform'")
     namespace = r.str("namespace", required=True)
     if namespace is not None and not NAME_RE.fullmatch(namespace):
-        r.error("namespace", f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
-                "starting and ending with a letter or digit")
+        r.error(
+            "namespace",
+            f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
+            "starting and ending with a letter or digit",
+        )
     token = r.str("token") or None
     pattern = r.str("repository_pattern", DEFAULT_REPOSITORY_PATTERN) or DEFAULT_REPOSITORY_PATTERN
     _check_repository_pattern(r, pattern)
@@ -600,8 +608,9 @@ def _parse_org(r: _Reader) -> OrgConfig | None:
         clone = "https"
     download = r.str("download", "git") or "git"
     _check_download(r, download)
-    refresh = r.number("refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS,
-                       maximum=MAX_REFRESH_SECONDS)
+    refresh = r.number(
+        "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
+    )
     if not math.isfinite(refresh) or refresh > MAX_REFRESH_SECONDS:
         r.error("refresh_seconds", f"must be at most {MAX_REFRESH_SECONDS:g} (a week), not {refresh:g}")
         refresh = 600.0
@@ -689,15 +698,18 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
-        idle_timeout_seconds=s.number("idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0,
-                                      maximum=MAX_TIMEOUT),
+        idle_timeout_seconds=s.number(
+            "idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0, maximum=MAX_TIMEOUT
+        ),
     )
     if server.public_url is not None:
         public = urls.parse(server.public_url)
         if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
-    if (server.tls_cert is None) != (server.tls_key is None) and not (s.problems_for("tls_cert") or s.problems_for("tls_key")):
+    if (server.tls_cert is None) != (server.tls_key is None) and not (
+        s.problems_for("tls_cert") or s.problems_for("tls_key")
+    ):
         missing = "tls_key" if server.tls_key is None else "tls_cert"
         s.error(missing, "tls_cert and tls_key must be given together (both or neither)")
     for key in ("tls_cert", "tls_key"):
@@ -751,8 +763,9 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
         # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
-        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0,
-                                        maximum=DAY),
+        signed_url_ttl_seconds=a.number(
+            "signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0, maximum=DAY
+        ),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -795,7 +808,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
             if rule.download == "archive":
                 problems.append(
                     f'modules[{i}].download: "archive" with [auth] tokens needs [auth] signing_key, which signs the '
-                    "archive URLs Terraform fetches without its token (e.g. signing_key = \"${GITREG_SIGNING_KEY}\")"
+                    'archive URLs Terraform fetches without its token (e.g. signing_key = "${GITREG_SIGNING_KEY}")'
                 )
                 break
     orgs: list[OrgConfig] = []
@@ -851,8 +864,9 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); "
-                           "TOML files must be UTF-8"]) from None
+        raise ConfigError(
+            [f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); TOML files must be UTF-8"]
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -147,8 +147,17 @@ _QUEUED, _RUNNING, _DONE = "queued", "running", "done"
 class _Job:
     __slots__ = ("args", "fn", "future", "host", "pool", "priority", "ran_as", "seq", "state", "waiters")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], host: str, seq: int, priority: Priority,
-                 future: asyncio.Future[Any], waiters: Waiters | None, pool: GitPool) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        host: str,
+        seq: int,
+        priority: Priority,
+        future: asyncio.Future[Any],
+        waiters: Waiters | None,
+        pool: GitPool,
+    ) -> None:
         self.fn = fn
         self.args = args
         self.host = host
@@ -168,8 +177,9 @@ def _seq(job: _Job) -> int:
 class GitPool:
     """Runs blocking git calls in threads, bounded, highest priority first, fair between hosts."""
 
-    def __init__(self, max_concurrency: int, max_queue: int, max_per_host: int,
-                 thread_name_prefix: str = "gitreg-git") -> None:
+    def __init__(
+        self, max_concurrency: int, max_queue: int, max_per_host: int, thread_name_prefix: str = "gitreg-git"
+    ) -> None:
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.max_per_host = max_per_host
@@ -196,8 +206,14 @@ class GitPool:
 
     # -- the API ----------------------------------------------------------------------------
 
-    async def run(self, fn: Callable[..., T], *args: Any, host: str, priority: Priority | None = None,
-                  waiters: Waiters | None = None) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        host: str,
+        priority: Priority | None = None,
+        waiters: Waiters | None = None,
+    ) -> T:
         """Run `fn(*args)` in a thread once a slot for `host` is free; its result.
 
         `priority` defaults to the current context's (GIT_PRIORITY); with `waiters` the job
@@ -272,8 +288,10 @@ class GitPool:
     def _enqueue(self, job: _Job) -> None:
         if self._queued >= self.max_queue:
             victim = self._newest_below(job.priority)
-            message = (f"gitreg has {self._queued} git calls waiting ([git] max_queue = {self.max_queue}); "
-                       "try again in a few seconds")
+            message = (
+                f"gitreg has {self._queued} git calls waiting ([git] max_queue = {self.max_queue}); "
+                "try again in a few seconds"
+            )
             if victim is None:
                 self.rejected[job.priority] += 1
                 raise Overloaded(message)

@@ -65,6 +65,7 @@ def check_version(value: str) -> None:
     if not SEMVER_RE.fullmatch(value):
         raise BadRequest(f"{value[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
 
+
 # What a query string may hold. The API's parameters are short (`q` at most 200 characters);
 # a longer query string is refused before anything parses it.
 MAX_QUERY_BYTES = 4096

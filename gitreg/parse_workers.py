@@ -160,9 +160,17 @@ class ParseWorkers:
             raise OSError("the parse workers are shut down")
         root = str(Path(__file__).resolve().parent.parent)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-c", _BOOT, root, self.handler,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env={}, start_new_session=True,
+            sys.executable,
+            "-I",
+            "-c",
+            _BOOT,
+            root,
+            self.handler,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={},
+            start_new_session=True,
         )
         worker = _Worker(proc)
         self._running.add(worker)

@@ -50,10 +50,19 @@ async def readyz(request: web.Request) -> web.Response:
         return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
     # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
     index = request.app[INDEX]
-    return web.json_response({"status": "ready", "index": {
-        "complete": index.complete, "modules": len(index), "queued": index.queue_depth(),
-        "age_seconds": round(index.age(), 1),
-    }, "shared": request.app[SHARED].status(), "pid": os.getpid()})
+    return web.json_response(
+        {
+            "status": "ready",
+            "index": {
+                "complete": index.complete,
+                "modules": len(index),
+                "queued": index.queue_depth(),
+                "age_seconds": round(index.age(), 1),
+            },
+            "shared": request.app[SHARED].status(),
+            "pid": os.getpid(),
+        }
+    )
 
 
 @routes.get("/metrics")
@@ -158,8 +167,12 @@ async def archive(request: web.Request) -> web.StreamResponse:
     key = await request.app[REGISTRY].archive_key(address, m["version"])
     archives = request.app[ARCHIVES]
     path = await archives.hold(key)
-    return HeldFileResponse(path, functools.partial(archives.release, path), headers={
-        "Content-Type": "application/gzip",
-        "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
-        "Cache-Control": "private, max-age=3600, immutable",
-    })
+    return HeldFileResponse(
+        path,
+        functools.partial(archives.release, path),
+        headers={
+            "Content-Type": "application/gzip",
+            "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
+            "Cache-Control": "private, max-age=3600, immutable",
+        },
+    )

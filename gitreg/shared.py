@@ -58,8 +58,11 @@ DOWNLOADS_READ_SECONDS = 2.0
 LEASE_SECONDS, LEASE_RENEW_SECONDS = 10.0, 3.0
 # A waiter whose pub/sub message got lost (a reconnect) looks again after this long.
 WAIT_CHECK_SECONDS = 1.0
-_ERRORS: dict[str, type[GitregError]] = {"not_found": ModuleNotFound, "timeout": UpstreamTimeout,
-                                         "unavailable": UpstreamUnavailable}
+_ERRORS: dict[str, type[GitregError]] = {
+    "not_found": ModuleNotFound,
+    "timeout": UpstreamTimeout,
+    "unavailable": UpstreamUnavailable,
+}
 
 # Store a fetched list (or error) only if this replica still holds the lock: an invalidation
 # that arrived meanwhile deleted the lock, and its (older) answer must not be shared.
@@ -151,8 +154,13 @@ class RedisShared(SharedState):
 
     backend = "redis"
 
-    def __init__(self, config: CacheConfig, lock_seconds: float, replica: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: CacheConfig,
+        lock_seconds: float,
+        replica: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         from redis.asyncio import Redis
         from redis.asyncio.retry import Retry
@@ -169,8 +177,11 @@ class RedisShared(SharedState):
         self._clock = clock
         # No retries inside redis-py: a failure falls back at once and the reconnect loop takes over.
         self.client = Redis.from_url(
-            config.redis_url, socket_timeout=OP_TIMEOUT_SECONDS, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            retry=Retry(NoBackoff(), 0), client_name="gitreg",
+            config.redis_url,
+            socket_timeout=OP_TIMEOUT_SECONDS,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            retry=Retry(NoBackoff(), 0),
+            client_name="gitreg",
         )
         self._store_script = self.client.register_script(_STORE)
         self._release_script = self.client.register_script(_RELEASE)
@@ -221,16 +232,22 @@ class RedisShared(SharedState):
             return
         self._up, self._since = False, self._clock()
         self._totals = None
-        log.warning("redis at %s unreachable (%s): answering from this replica's own memory until it returns",
-                    self.shown_url, self.last_error)
+        log.warning(
+            "redis at %s unreachable (%s): answering from this replica's own memory until it returns",
+            self.shown_url,
+            self.last_error,
+        )
         for key in list(self._waiters):
             self._wake(key)  # waiting for another replica's answer: go on alone
 
     def status(self) -> dict[str, Any]:
         """For /readyz (never the URL: it may name internal hosts)."""
-        state: dict[str, Any] = {"backend": "redis", "redis": "up" if self._up else "down",
-                                 "for_seconds": round(self._clock() - self._since, 1),
-                                 "index": "leader" if self.leading() else "follower"}
+        state: dict[str, Any] = {
+            "backend": "redis",
+            "redis": "up" if self._up else "down",
+            "for_seconds": round(self._clock() - self._since, 1),
+            "index": "leader" if self.leading() else "follower",
+        }
         if not self._up:
             state["error"] = self.last_error
         return state
@@ -248,8 +265,11 @@ class RedisShared(SharedState):
         except Exception as e:  # noqa: BLE001 - any failure to reach Redis means "alone for now"
             self._close_pubsub()
             self._mark_down(e)
-            log.warning("redis at %s unreachable at start (%s): serving from memory, retrying in the background",
-                        self.shown_url, self.last_error)
+            log.warning(
+                "redis at %s unreachable at start (%s): serving from memory, retrying in the background",
+                self.shown_url,
+                self.last_error,
+            )
         self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
@@ -262,9 +282,15 @@ class RedisShared(SharedState):
             try:
                 await asyncio.wait_for(self._flush_downloads(), OP_TIMEOUT_SECONDS)
                 if self._leading:
-                    await asyncio.wait_for(self.client.eval(
-                        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-                        1, self._key("index-lease"), self.replica), OP_TIMEOUT_SECONDS)
+                    await asyncio.wait_for(
+                        self.client.eval(
+                            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                            1,
+                            self._key("index-lease"),
+                            self.replica,
+                        ),
+                        OP_TIMEOUT_SECONDS,
+                    )
             except Exception as e:  # noqa: BLE001 - shutting down: the lease expires by itself
                 log.info("redis at shutdown: %s", _describe(e, self.config.redis_url))
         self._close_pubsub()
@@ -434,13 +460,23 @@ class RedisShared(SharedState):
         try:
             tags = await loader(key)
         except GitregError as e:
-            kind = "not_found" if isinstance(e, ModuleNotFound) else "timeout" if isinstance(e, UpstreamTimeout) \
+            kind = (
+                "not_found"
+                if isinstance(e, ModuleNotFound)
+                else "timeout"
+                if isinstance(e, UpstreamTimeout)
                 else "unavailable"
+            )
             seconds = self.config.negative_ttl_seconds if kind == "not_found" else self.config.error_retry_seconds
             if seconds > 0:
                 value = json.dumps({"px": int(seconds * 1000), "error": kind, "message": e.message})
-                self._spawn(self._quiet_call(self._store_script(
-                    keys=[lock, stored], args=[token, value, max(1, int(seconds * 1000)), self.channel, message])))
+                self._spawn(
+                    self._quiet_call(
+                        self._store_script(
+                            keys=[lock, stored], args=[token, value, max(1, int(seconds * 1000)), self.channel, message]
+                        )
+                    )
+                )
             else:
                 self._spawn(self._quiet_call(self._release_script(keys=[lock], args=[token, self.channel, message])))
             raise
@@ -500,8 +536,10 @@ class RedisShared(SharedState):
         if not self._leading:
             self._leading = bool(await self.client.set(key, self.replica, nx=True, px=ms))
         if self._leading != was:
-            log.info("index: this replica %s", "builds the index (lease taken)" if self._leading
-                     else "loads the index another replica builds")
+            log.info(
+                "index: this replica %s",
+                "builds the index (lease taken)" if self._leading else "loads the index another replica builds",
+            )
 
     async def publish_index(self, text: str) -> None:
         """The leader's index.json text, for the followers to load."""

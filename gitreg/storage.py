@@ -80,8 +80,10 @@ class StorageBudget:
     def seed(self, found: Iterable[tuple[str, int, float, str, Remover]]) -> None:
         """Add what is on disk at start: (path, size, last used, kind, remover); merged by last use."""
         known = [(0.0, i, path, e) for i, (path, e) in enumerate(self._entries.items())]
-        new = [(used, len(known) + i, path, _Entry(size, kind, remove))
-               for i, (path, size, used, kind, remove) in enumerate(found)]
+        new = [
+            (used, len(known) + i, path, _Entry(size, kind, remove))
+            for i, (path, size, used, kind, remove) in enumerate(found)
+        ]
         self._entries.clear()
         self.total = 0
         for _, _, path, entry in sorted(known + new, key=lambda t: (t[0], t[1])):

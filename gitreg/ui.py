@@ -79,7 +79,7 @@ def _safe_link(url: str) -> bool:
 
 def repository_file_url(source: str, ref: str, path: str, raw: bool) -> str:
     """The web URL of a file in the repository at `ref` (GitLab's `/-/blob/` or GitHub's `/blob/`)."""
-    kind = ("raw" if raw else "blob")
+    kind = "raw" if raw else "blob"
     host = (urlsplit(source).hostname or "").lower()
     middle = f"/-/{kind}/" if "gitlab" in host else f"/{kind}/"
     return f"{source.rstrip('/')}{middle}{quote(ref, safe='')}/{path.lstrip('/')}"
@@ -217,15 +217,20 @@ def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion) ->
     label = entry.address.name.replace("-", "_")
     if not label[0].isalpha():
         label = f"m_{label}"
-    return (f'module "{label}" {{\n  source  = "{registry_host(request)}/{entry.address}"\n'
-            f'  version = "{constraint(version)}"\n}}\n')
+    return (
+        f'module "{label}" {{\n  source  = "{registry_host(request)}/{entry.address}"\n'
+        f'  version = "{constraint(version)}"\n}}\n'
+    )
 
 
 def _render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
     config = request.app[CONFIG]
     context.setdefault("logged_in", request.get(LOGGED_IN, False))
     html = _templates.get_template(template).render(
-        title=config.ui.title, auth=config.auth.enabled, path=request.path, **context,
+        title=config.ui.title,
+        auth=config.auth.enabled,
+        path=request.path,
+        **context,
     )
     return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 
@@ -243,7 +248,9 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
 LOGGED_IN = web.RequestKey("ui_logged_in", bool) if hasattr(web, "RequestKey") else "gitreg.ui_logged_in"  # type: ignore[assignment]
 
 
-async def ui_guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def ui_guard(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Pages: the visitor's scope from the session cookie, a redirect to /login without one."""
     logged_in, scope = _scope_from_cookie(request)
     request[LOGGED_IN] = logged_in and request.app[CONFIG].auth.enabled
@@ -281,8 +288,11 @@ async def index_page(request: web.Request) -> web.Response:
     scope = request.get(SCOPE_KEY)
 
     def keep(e: IndexEntry) -> bool:
-        return ((scope is None or e.address.namespace in scope) and (not namespace or e.address.namespace == namespace)
-                and (not system or e.address.system == system))
+        return (
+            (scope is None or e.address.namespace in scope)
+            and (not namespace or e.address.namespace == namespace)
+            and (not system or e.address.system == system)
+        )
 
     memo = ("ui", namespace, system, scope)
     catalog = request.app[CATALOG]
@@ -291,20 +301,27 @@ async def index_page(request: web.Request) -> web.Response:
     else:
         entries = _published_order(index.listed(keep, memo, scope))
     visible = index.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
-    shown = entries[offset: offset + PAGE_SIZE]
+    shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
 
     def page_url(at: int) -> str:
         return "/?" + urlencode({**params, "offset": at}) if at else ("/?" + urlencode(params) if params else "/")
 
     return _render(
-        request, "index.html",
+        request,
+        "index.html",
         modules=[{"entry": e, "downloads": catalog.downloads(e.address)} for e in shown],
-        total=len(entries), q=q, namespace=namespace, system=system,
-        namespaces=sorted({e.address.namespace for e in visible}), systems=sorted({e.address.system for e in visible}),
+        total=len(entries),
+        q=q,
+        namespace=namespace,
+        system=system,
+        namespaces=sorted({e.address.namespace for e in visible}),
+        systems=sorted({e.address.system for e in visible}),
         previous=page_url(max(0, offset - PAGE_SIZE)) if offset > 0 else None,
         next=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < len(entries) else None,
-        first=offset + 1, last=offset + len(shown), complete=index.complete,
+        first=offset + 1,
+        last=offset + len(shown),
+        complete=index.complete,
     )
 
 
@@ -336,18 +353,42 @@ async def module_page(request: web.Request) -> web.Response:
     readme_html = render_readme(root.get("readme", ""), entry.source, version.tag, base) if details else ""
     submodules = details.submodules if details else []
     examples = details.examples if details else []
-    systems = [e.address.system for e in index.listed(
-        lambda e: e.address.namespace == address.namespace and e.address.name == address.name)]
+    systems = [
+        e.address.system
+        for e in index.listed(lambda e: e.address.namespace == address.namespace and e.address.name == address.name)
+    ]
     return _render(
-        request, "module.html",
-        entry=entry, version=version, latest=entry.latest, versions=entry.versions,
-        snippet=snippet(request, entry, version), readme=readme_html, root=root,
-        submodules=[{**s, "readme_html": render_readme(s.get("readme", ""), entry.source, version.tag,
-                                                         f"{base}/{s.get('path', '')}".strip("/"))} for s in submodules],
-        examples=[{**s, "readme_html": render_readme(s.get("readme", ""), entry.source, version.tag,
-                                                       f"{base}/{s.get('path', '')}".strip("/"))} for s in examples],
-        downloads=request.app[CATALOG].downloads(address), systems=systems,
-        published_at=(details.published_at if details else "") or (entry.published_at if version == entry.latest else ""),
+        request,
+        "module.html",
+        entry=entry,
+        version=version,
+        latest=entry.latest,
+        versions=entry.versions,
+        snippet=snippet(request, entry, version),
+        readme=readme_html,
+        root=root,
+        submodules=[
+            {
+                **s,
+                "readme_html": render_readme(
+                    s.get("readme", ""), entry.source, version.tag, f"{base}/{s.get('path', '')}".strip("/")
+                ),
+            }
+            for s in submodules
+        ],
+        examples=[
+            {
+                **s,
+                "readme_html": render_readme(
+                    s.get("readme", ""), entry.source, version.tag, f"{base}/{s.get('path', '')}".strip("/")
+                ),
+            }
+            for s in examples
+        ],
+        downloads=request.app[CATALOG].downloads(address),
+        systems=systems,
+        published_at=(details.published_at if details else "")
+        or (entry.published_at if version == entry.latest else ""),
         description=(details.description if details and version != entry.latest else entry.description),
         details_missing=details is None,
     )
@@ -371,26 +412,45 @@ async def login(request: web.Request) -> web.Response:
     if not config.auth.enabled:
         raise web.HTTPFound("/")
     if not same_origin(request):
-        return _render(request, "error.html", status=403, heading="Refused",
-                       message="The login form must be sent from this registry's own page.", logged_in=False)
+        return _render(
+            request,
+            "error.html",
+            status=403,
+            heading="Refused",
+            message="The login form must be sent from this registry's own page.",
+            logged_in=False,
+        )
     form = await request.post()
     presented = str(form.get("token", "")).strip()
     target = _next_target(str(form.get("next", "/")))
     matched = request.app[AUTH].find(presented) if presented else None
     if matched is None:
-        return _render(request, "login.html", status=401, next=target, error="That token is not valid here.",
-                       logged_in=False)
+        return _render(
+            request, "login.html", status=401, next=target, error="That token is not valid here.", logged_in=False
+        )
     response = web.HTTPFound(target)
-    response.set_cookie(COOKIE, request.app[SESSIONS].issue(token_id(matched)), max_age=SESSION_SECONDS, path="/",
-                        httponly=True, samesite="Strict", secure=request.secure)
+    response.set_cookie(
+        COOKIE,
+        request.app[SESSIONS].issue(token_id(matched)),
+        max_age=SESSION_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
     raise response
 
 
 async def logout(request: web.Request) -> web.Response:
     """Forget the session cookie."""
     if not same_origin(request):
-        return _render(request, "error.html", status=403, heading="Refused",
-                       message="Logging out must be sent from this registry's own page.")
+        return _render(
+            request,
+            "error.html",
+            status=403,
+            heading="Refused",
+            message="Logging out must be sent from this registry's own page.",
+        )
     response = web.HTTPFound("/login" if request.app[CONFIG].auth.enabled else "/")
     response.del_cookie(COOKIE, path="/")
     raise response

@@ -129,8 +129,17 @@ def _parse_url(url: str, scheme: str) -> GitUrl | str:
         port = int(port_text)
     if _BAD_HOST_RE.search(host) or (not host and scheme != "file"):
         return "not a valid URL: no usable host"
-    return GitUrl(scheme, host.lower(), parts.path, user=user, password=password, port=port,
-                  query=parts.query, fragment=parts.fragment, netloc=netloc)
+    return GitUrl(
+        scheme,
+        host.lower(),
+        parts.path,
+        user=user,
+        password=password,
+        port=port,
+        query=parts.query,
+        fragment=parts.fragment,
+        netloc=netloc,
+    )
 
 
 def transport(url: str) -> str | None:
@@ -198,7 +207,7 @@ def mask(url: str) -> str:
     userinfo, _, hostport = found.netloc.rpartition("@")
     masked = f"{found.user}:***@{hostport}"
     start = url.index("://") + 3
-    return url[:start] + masked + url[start + len(found.netloc):]
+    return url[:start] + masked + url[start + len(found.netloc) :]
 
 
 def as_go_getter(url: str) -> str:

@@ -84,7 +84,7 @@ def select_versions(tags: Mapping[str, str], tag_prefix: str = "") -> ModuleVers
     for tag in sorted(tags):
         if not tag.startswith(tag_prefix):
             continue  # another module's tag in a monorepo: not ours to explain
-        rest = tag[len(tag_prefix):]
+        rest = tag[len(tag_prefix) :]
         version = parse_version(rest)
         if version is None:
             skipped.append(SkippedTag(tag, _why_not_semver(rest, tag_prefix)))
@@ -115,12 +115,18 @@ def precedence(tv: TaggedVersion) -> tuple:
     v = tv.version
     if not v.prerelease:
         return (v.major, v.minor, v.patch, 1, ())
-    return (v.major, v.minor, v.patch, 0,
-            tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in v.prerelease.split(".")))
+    return (
+        v.major,
+        v.minor,
+        v.patch,
+        0,
+        tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in v.prerelease.split(".")),
+    )
 
 
 def _preferred(a: TaggedVersion, b: TaggedVersion) -> bool:
     """Between two tags of one version, prefer the one without `v`, then the shorter name, then by name."""
+
     def rank(tv: TaggedVersion) -> tuple:
         return (tv.tag.rsplit("/", 1)[-1].startswith("v"), len(tv.tag), tv.tag)
 

@@ -33,7 +33,11 @@ class GitregProcess:
         env = {**self.env, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gitreg", *self.args],
-            cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=self.cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         found = threading.Event()
 
@@ -84,10 +88,16 @@ class GitregProcess:
         self.stop()
 
 
-def run_gitreg(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_gitreg(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m gitreg ARGS` to completion."""
     full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "gitreg", *args], cwd=cwd or ROOT, env=full_env,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "gitreg", *args],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )

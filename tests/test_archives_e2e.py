@@ -78,8 +78,12 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
             cli_config(tmp_path / "cli.tfrc", server.url)
             empty_bin = tmp_path / "empty-bin"
             empty_bin.mkdir()
-            env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                            TF_TOKEN_registry_example_test=TOKEN, PATH=str(empty_bin))
+            env = clean_env(
+                tmp_path / "home",
+                TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+                TF_TOKEN_registry_example_test=TOKEN,
+                PATH=str(empty_bin),
+            )
             assert not (tmp_path / "home" / ".netrc").exists()
             result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
             assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
@@ -130,8 +134,12 @@ class _TarballHost(BaseHTTPRequestHandler):
 def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client, tmp_path):
     mono = mono_repo(tmp_path / "repos", "infra")
     # what GitHub serves: the tree under one wrapper directory
-    tarball = subprocess.run(["git", "archive", "--format=tar.gz", "--prefix=infra-network-v1.1.0/", "network/v1.1.0"],
-                             cwd=mono.bare, capture_output=True, check=True).stdout
+    tarball = subprocess.run(
+        ["git", "archive", "--format=tar.gz", "--prefix=infra-network-v1.1.0/", "network/v1.1.0"],
+        cwd=mono.bare,
+        capture_output=True,
+        check=True,
+    ).stdout
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -155,8 +163,12 @@ def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client,
                 'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "1.1.0"\n}\n'
             )
             cli_config(tmp_path / "cli.tfrc", server.url)
-            env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                            SSL_CERT_FILE=str(tmp_path / "ca.pem"), PATH=str(tmp_path))
+            env = clean_env(
+                tmp_path / "home",
+                TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+                SSL_CERT_FILE=str(tmp_path / "ca.pem"),
+                PATH=str(tmp_path),
+            )
             result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
             assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
     finally:
@@ -175,9 +187,11 @@ def test_kill_9_during_an_archive_build_leaves_nothing_that_is_ever_served(tmp_p
     repo.tag("v1.0.0")
     store = tmp_path / "store"
     config = tmp_path / "gitreg.toml"
-    config.write_text(f'[storage]\npath = "{store}"\n'
-                      f'[[modules]]\nnamespace = "demo"\nname = "big"\nsystem = "null"\nrepository = "{repo.url}"\n'
-                      'download = "archive"\n')
+    config.write_text(
+        f'[storage]\npath = "{store}"\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "big"\nsystem = "null"\nrepository = "{repo.url}"\n'
+        'download = "archive"\n'
+    )
     archives = store / "archives"
     server = GitregProcess("--config", str(config)).start()
     try:
@@ -226,10 +240,13 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
     def init(server: GitregProcess, name: str) -> tuple[subprocess.CompletedProcess[str], Path]:
         work = tmp_path / name
         work.mkdir()
-        (work / "main.tf").write_text('module "hello" {\n  source  = "registry.example.test/demo/hello/null"\n'
-                                      '  version = "1.0.0"\n}\n')
+        (work / "main.tf").write_text(
+            'module "hello" {\n  source  = "registry.example.test/demo/hello/null"\n  version = "1.0.0"\n}\n'
+        )
         cli_config(tmp_path / "cli.tfrc", server.url)
-        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN)
+        env = clean_env(
+            tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN
+        )
         return client.run(["init", "-input=false", "-no-color"], cwd=work, env=env), work
 
     with GitregProcess("--config", str(config)) as server:
@@ -247,8 +264,9 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
             tar.addfile(info, io.BytesIO(data))
         archive.write_bytes(evil.getvalue())
         bad, work = init(server, "tampered")
-        request = urllib.request.Request(f"{server.url}/v1/modules/demo/hello/null/1.0.0/download",
-                                         headers={"Authorization": f"Bearer {TOKEN}"})
+        request = urllib.request.Request(
+            f"{server.url}/v1/modules/demo/hello/null/1.0.0/download", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as resp:
             location = json.loads(resp.read())["location"]
         log = "".join(server.log)

@@ -18,8 +18,16 @@ def listed(tags: list[str], prefix: str = "") -> list[str]:
 
 
 def test_semver_precedence_follows_the_spec_example():
-    spec_order = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
-                  "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0"]
+    spec_order = [
+        "1.0.0-alpha",
+        "1.0.0-alpha.1",
+        "1.0.0-alpha.beta",
+        "1.0.0-beta",
+        "1.0.0-beta.2",
+        "1.0.0-beta.11",
+        "1.0.0-rc.1",
+        "1.0.0",
+    ]
     shuffled = spec_order[:]
     random.Random(4).shuffle(shuffled)
     assert listed(shuffled) == list(reversed(spec_order))
@@ -76,10 +84,15 @@ def test_find_accepts_the_forms_clients_send():
     assert result.find("1.2") is None
 
 
-_IDENT = st.one_of(st.integers(0, 30).map(str), st.sampled_from(["a", "b", "rc", "alpha", "beta", "x-1", "A", "Z", "a1", "1a"]))
+_IDENT = st.one_of(
+    st.integers(0, 30).map(str), st.sampled_from(["a", "b", "rc", "alpha", "beta", "x-1", "A", "Z", "a1", "1a"])
+)
 _VERSION = st.builds(
     lambda major, minor, patch, pre: f"{major}.{minor}.{patch}" + ("-" + ".".join(pre) if pre else ""),
-    st.integers(0, 3), st.integers(0, 3), st.integers(0, 12), st.lists(_IDENT, max_size=3),
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.integers(0, 12),
+    st.lists(_IDENT, max_size=3),
 )
 
 

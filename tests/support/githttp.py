@@ -137,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
             for i in range(len(body)):
                 if owner._stopping.wait(owner.trickle_interval if i >= 40 else 0):
                     return
-                self.wfile.write(body[i:i + 1])
+                self.wfile.write(body[i : i + 1])
                 self.wfile.flush()
         except OSError:
             pass  # the client gave up
