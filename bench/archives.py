@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import GitRepo, Server, free_port, machine, median, start_gitreg, wait_healthy, workdir, wrk, write_config
+from _common import GitRepo, Server, free_port, machine, median, start_gitreg, wait_healthy, workdir, write_config, wrk
 
 TOKEN = "bench-archive-token-0123456789"
 KEY = "bench-signing-key-" + "0" * 32

@@ -16,7 +16,6 @@ import tempfile
 import time
 
 from _common import GitHttpChild, machine, median, pct, tagged_repo, workdir
-
 from gitreg.config import GitConfig
 from gitreg.git_adapter import GitAdapter
 

@@ -39,8 +39,8 @@ from _common import (
     start_gitreg,
     tagged_repo,
     workdir,
-    wrk,
     write_config,
+    wrk,
 )
 
 WARM_PATHS = ("/v1/modules/demo/hello/null/versions", "/v1/modules/demo/hello/null/0.0.19/download")
@@ -105,7 +105,7 @@ class ColdClient:
                             body = await resp.json()
                             ok = resp.status == 200 and len(body["modules"][0]["versions"]) == 20
                             reason = "ok" if ok else f"HTTP {resp.status}: {str(body)[:120]}"
-                    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as e:
+                    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as e:
                         reason = f"{type(e).__name__}: {str(e)[:120]}"
                     if reason == "ok":
                         self.latencies.append(time.perf_counter() - started)

@@ -24,18 +24,17 @@ from pathlib import Path
 from _common import (
     ROOT,
     GitHttpChild,
+    copy_repo,
+    github_signature,
     machine,
     median,
     pinning,
     start_gitreg,
     tagged_repo,
-    copy_repo,
     workdir,
-    wrk,
     write_config,
-    github_signature,
+    wrk,
 )
-
 from tests.support.redis import RedisServer
 
 SECRET = "bench-webhook-secret-0123456789"

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+
 from _common import (
     ROOT,
     GitHttpChild,

@@ -25,8 +25,8 @@ from _common import (
     start_gitreg,
     wait_healthy,
     workdir,
-    wrk,
     write_config,
+    wrk,
 )
 
 

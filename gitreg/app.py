@@ -37,11 +37,10 @@ from .config import Config
 from .errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
 from .gitpool import GIT_PRIORITY, GitPool, Priority, Waiters
-from .metrics import Lifecycle, Metrics, metrics_middleware
-from .urls import host_label as git_host
 from .logs import ServerLogger
-from .names import check_request
+from .metrics import Lifecycle, Metrics, metrics_middleware
 from .mirrors import MirrorStore
+from .names import check_request
 from .orgs import FILE_NAME as ORGS_FILE
 from .orgs import OrgCatalog
 from .registry import ARCHIVE_NAME, Registry
@@ -51,6 +50,7 @@ from .signing import UrlSigner
 from .storage import StorageBudget
 from .tagpins import TagPins
 from .ui import SECURITY_HEADERS, add_ui, is_page, page_error
+from .urls import host_label as git_host
 from .webhooks import PATHS as WEBHOOK_PATHS
 from .webhooks import webhook_routes
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
 from . import urls
 from .errors import ConfigError
 from .gitpool import default_max_per_host, default_max_queue

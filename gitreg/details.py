@@ -25,7 +25,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import hcl2
@@ -453,8 +453,8 @@ def utc_timestamp(iso: str) -> str:
     except ValueError:
         return ""
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class DetailsService:
@@ -586,6 +586,6 @@ class DetailsService:
         except GitregError as e:
             log.warning("no details for %s %s: %s", resolved.address, tagged.canonical, e.message)
             return None
-        except Exception:  # noqa: BLE001 - one odd repository must not fail a whole listing
+        except Exception:  # one odd repository must not fail a whole listing
             log.exception("no details for %s %s", resolved.address, tagged.canonical)
             return None

@@ -637,7 +637,7 @@ class ModuleIndex:
                 await self._index(address)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - one odd module must never stop the indexer
+            except Exception:  # one odd module must never stop the indexer
                 self.stats.failures += 1
                 log.exception("indexing %s failed", address)
             finally:

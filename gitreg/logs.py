@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import weakref
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from urllib.parse import unquote_plus
 
@@ -226,7 +226,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def _iso(created: float) -> str:
-    return datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
 
 
 class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -24,14 +24,14 @@ from prometheus_client.utils import floatToGoString
 
 from . import urls
 from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
-from .secrets import digest, same_secret
 from .gitpool import Priority
+from .secrets import digest, same_secret
 
 if TYPE_CHECKING:
     from .cache import TagCache
     from .git_adapter import TagList
-    from .orgs import OrgCatalog
     from .gitpool import GitPool
+    from .orgs import OrgCatalog
     from .shared import SharedState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -188,7 +188,7 @@ class Metrics:
 class _Latency:
     """One route's latency histogram: per-bucket (not cumulative) counts, the last one +Inf."""
 
-    __slots__ = ("buckets", "total", "created")
+    __slots__ = ("buckets", "created", "total")
 
     def __init__(self) -> None:
         self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)

@@ -40,9 +40,9 @@ from .forges import (
     client_for,
     github_record,
 )
-from .urls import mask, transport
 from .names import ModuleAddress
 from .rules import ResolvedModule
+from .urls import mask, transport
 
 log = logging.getLogger(__name__)
 

@@ -125,7 +125,7 @@ async def _archive_location(request: web.Request, key: ArchiveKey, relative: str
         try:
             # A quick build finishes here; a slow first clone goes on while the client follows the URL.
             await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
     # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one

@@ -28,7 +28,7 @@ class GitregProcess:
         self.url = ""
         self.log: list[str] = []
 
-    def start(self, timeout: float = 20) -> "GitregProcess":
+    def start(self, timeout: float = 20) -> GitregProcess:
         """Start and wait until the server says where it listens."""
         env = {**self.env, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
@@ -81,7 +81,7 @@ class GitregProcess:
             self.proc.wait()
             raise
 
-    def __enter__(self) -> "GitregProcess":
+    def __enter__(self) -> GitregProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

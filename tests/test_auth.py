@@ -17,7 +17,7 @@ import pytest
 
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
-from tests.conftest import indexed, assert_error, make_config
+from tests.conftest import assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo

@@ -12,15 +12,15 @@ import pytest
 from gitreg.config import (
     AuthConfig,
     CacheConfig,
-    StorageConfig,
-    TokenConfig,
-    WebhooksConfig,
     Config,
     Credential,
     GitConfig,
     ModuleRule,
     OrgConfig,
     ServerConfig,
+    StorageConfig,
+    TokenConfig,
+    WebhooksConfig,
     load_config,
     module_rule_from_flag,
     parse_config,
@@ -79,7 +79,7 @@ def test_example_documents_only_keys_the_parser_accepts(tmp_path):
         (tmp_path / name).write_text("x")
         text = text.replace(f"/etc/gitreg/tls/{name}", str(tmp_path / name))
     data = tomllib.loads(text)
-    env = {name: "x" * 40 for name in re.findall(r"\$\{(\w+)\}", text)}
+    env = dict.fromkeys(re.findall(r"\$\{(\w+)\}", text), "x" * 40)
     parse_config(data, env)
 
 

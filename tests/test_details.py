@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -372,7 +372,7 @@ async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_p
 
 async def test_published_at_is_the_tag_date_in_utc(details, vpc):
     tagged = datetime.fromisoformat(vpc.git("for-each-ref", "--format=%(creatordate:iso-strict)", "refs/tags/v1.0.0"))
-    assert details["published_at"] == tagged.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert details["published_at"] == tagged.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(make_client, vpc, tmp_path):

@@ -711,7 +711,7 @@ tag_names = st.one_of(
     clone_url=st.sampled_from(["https://git.example.com/acme/infra.git", "git@git.example.com:acme/infra.git"]),
 )
 def test_any_tag_is_served_so_that_the_location_names_exactly_it_or_is_skipped_with_a_reason(tags, prefix, clone_url):
-    found = select_versions({t: "a" * 40 for t in tags}, prefix)
+    found = select_versions(dict.fromkeys(tags, "a" * 40), prefix)
     served = [tv.tag for tv in found.versions]
     skipped = {s.tag: s.reason for s in found.skipped}
     assert not set(served) & set(skipped)

@@ -42,7 +42,7 @@ class RequestRecord:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    owner: "GitHttpServer"
+    owner: GitHttpServer
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that hung up is not news
@@ -232,7 +232,7 @@ class GitHttpServer:
         self._thread: threading.Thread | None = None
         self.base_url = ""
 
-    def start(self) -> "GitHttpServer":
+    def start(self) -> GitHttpServer:
         """Listen on a free port and serve in a daemon thread."""
         server = _Server(("127.0.0.1", 0), _Handler)
         server.owner = self
@@ -255,7 +255,7 @@ class GitHttpServer:
             self._thread.join(5)
         self._server = None
 
-    def __enter__(self) -> "GitHttpServer":
+    def __enter__(self) -> GitHttpServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

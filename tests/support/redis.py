@@ -46,7 +46,7 @@ class RedisServer:
         auth = f":{self.password}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10) -> "RedisServer":
+    def start(self, timeout: float = 10) -> RedisServer:
         """Start and wait until it answers PING."""
         conf = self.directory / "redis.conf"
         # The password in a file, not in argv (ps shows argv to every user).
