@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -16,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.gitreg_process import GitregProcess  # noqa: E402
-from tests.support.githttp import GitHttpServer  # noqa: E402
-from tests.support.repos import GitRepo  # noqa: E402
+from tests.gitreg_process import GitregProcess
+from tests.support.githttp import GitHttpServer
+from tests.support.repos import GitRepo
 
 __all__ = [
     "GIT_ENV",
@@ -130,7 +131,11 @@ def wrk(
 
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    kinds = dict(zip(("connect", "read", "write", "timeout"), (int(x) for x in errors.groups()))) if errors else {}
+    kinds = (
+        dict(zip(("connect", "read", "write", "timeout"), (int(x) for x in errors.groups()), strict=True))
+        if errors
+        else {}
+    )
     return {
         "requests": int(re.search(r"(\d+) requests in", out).group(1)),
         "rps": rps,
@@ -267,10 +272,8 @@ def proc_stats(pid: int) -> dict[str, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     children = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
+        with contextlib.suppress(OSError):
             children += len((task / "children").read_text().split())
-        except OSError:
-            pass
     return {
         "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),

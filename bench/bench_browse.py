@@ -22,12 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+from aiohttp.test_utils import TestClient, TestServer
 
-from gitreg.app import create_app  # noqa: E402
-from gitreg.appkeys import INDEX  # noqa: E402
-from tests.conftest import make_config  # noqa: E402
-from tests.support.repos import GitRepo  # noqa: E402
+from gitreg.app import create_app
+from gitreg.appkeys import INDEX
+from tests.conftest import make_config
+from tests.support.repos import GitRepo
 
 MODULE_TF = """
 variable "name" {

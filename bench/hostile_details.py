@@ -98,7 +98,7 @@ def main() -> None:
 
     cases = {**HOSTILE, **({} if args.skip_slow else SLOW)}
     rules = []
-    for i, (name, files) in enumerate(cases.items()):
+    for i, files in enumerate(cases.values()):
         repo = GitRepo(base / "repos", f"m{i}")
         repo.commit(files)
         repo.tag("v1.0.0")

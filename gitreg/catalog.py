@@ -13,6 +13,7 @@ most a few seconds of counts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -87,10 +88,8 @@ class Catalog:
                 type(e).__name__,
                 aside.name,
             )
-            try:
+            with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
-            except OSError:
-                pass
             return
         if not isinstance(data, dict):
             return

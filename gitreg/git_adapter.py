@@ -143,7 +143,8 @@ class _GitRun:
     def __init__(
         self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int, stdin: BinaryIO | None = None
     ) -> None:
-        self.stderr = tempfile.TemporaryFile()
+        # Owned by this run: closed on a failed start below, or once git is reaped (stderr_text).
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this method
         try:
             self.proc = subprocess.Popen(
                 args,

@@ -225,8 +225,10 @@ class GitPool:
         loop = self._loop = asyncio.get_running_loop()
         if waiters is not None:
             chosen = waiters.priority
+        elif priority is not None:
+            chosen = priority
         else:
-            chosen = GIT_PRIORITY.get() if priority is None else priority
+            chosen = GIT_PRIORITY.get()
         self._seq += 1
         job = _Job(fn, args, host, self._seq, chosen, loop.create_future(), waiters, self)
         if waiters is not None:
@@ -386,10 +388,8 @@ class GitPool:
     def _thread_done(self, job: _Job, result: ThreadFuture[Any]) -> None:
         """In the worker thread: hand the outcome back to the event loop."""
         assert self._loop is not None
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed (shutdown): nobody is left to tell
             self._loop.call_soon_threadsafe(self._finished, job, result)
-        except RuntimeError:
-            pass  # the loop is closed (shutdown): nobody is left to tell
 
     def _finished(self, job: _Job, result: ThreadFuture[Any]) -> None:
         self._release(job)

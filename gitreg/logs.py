@@ -13,7 +13,7 @@ import re
 import time
 import weakref
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import unquote_plus
 
 from aiohttp import web
@@ -118,7 +118,7 @@ def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> No
         "\n".join(lines),
         None,
         None,
-        extra={ACCESS_FIELD: list(zip(entries, lines))},
+        extra={ACCESS_FIELD: list(zip(entries, lines, strict=True))},
     )
     logger.handle(record)
 
@@ -153,7 +153,9 @@ class AccessLogger(AbstractAccessLogger):
     """
 
     # aiohttp makes one AccessLogger per connection; the batch is shared per loop and logger.
-    _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]] = weakref.WeakKeyDictionary()
+    _batches: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]]] = (
+        weakref.WeakKeyDictionary()
+    )
     _batch: _Batch | None = None  # this connection's (found once)
 
     @property

@@ -13,7 +13,7 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -243,7 +243,7 @@ class _RequestLatency(Collector):
         )
         for route, latency in list(self._stats.latency.items()):
             cumulative, buckets = 0, []
-            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.buckets):
+            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.buckets, strict=True):
                 cumulative += count
                 buckets.append((floatToGoString(bound), cumulative))
             family.add_metric([route], buckets, sum_value=latency.total)
@@ -255,7 +255,7 @@ class _CacheCollector(Collector):
     """Reads the tag cache's counters at scrape time."""
 
     # CacheStats field -> (metric name, help)
-    COUNTERS = {
+    COUNTERS: ClassVar[dict[str, tuple[str, str]]] = {
         "hits": ("gitreg_cache_hits", "Tag lists served fresh from the cache."),
         "misses": ("gitreg_cache_misses", "Requests that needed an upstream git call (started or joined)."),
         "coalesced": ("gitreg_cache_coalesced_waits", "Requests that waited for a git call another request started."),

@@ -14,6 +14,7 @@ Everything here runs on the event loop, except the file write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -288,10 +289,8 @@ class OrgCatalog:
             return
         waiting = [s.attempted.wait() for s in pending if not s.attempted.is_set()]
         if waiting:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waiting), timeout)
-            except TimeoutError:
-                pass
         pending = [s for s in pending if s.records is None]
         if pending:
             errors = "; ".join(s.error for s in pending if s.error) or "the first listing is still being fetched"
@@ -612,10 +611,8 @@ class OrgCatalog:
         delay = 0.0
         while True:
             if delay > 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(s.wake.wait(), delay)
-                except TimeoutError:
-                    pass
             s.wake.clear()
             try:
                 ok = await self.enumerate(s.index)
@@ -672,10 +669,8 @@ def _read_json(path: Path) -> Any:
         return None
     except (OSError, ValueError, RecursionError) as e:
         log.warning("%s could not be read (%s); the org listings start empty", path, type(e).__name__)
-        try:
+        with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".damaged"))
-        except OSError:
-            pass
         return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -122,11 +123,9 @@ async def _archive_location(request: web.Request, key: ArchiveKey, relative: str
     archives = request.app[ARCHIVES]
     if archives.cached(key) is None:
         task = archives.start(key)
-        try:
+        with contextlib.suppress(TimeoutError):
             # A quick build finishes here; a slow first clone goes on while the client follows the URL.
             await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
-        except TimeoutError:
-            pass
     # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
     # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
     # answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).

@@ -29,6 +29,7 @@ Everything here runs on the event loop; no call blocks longer than OP_TIMEOUT_SE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -294,10 +295,8 @@ class RedisShared(SharedState):
             except Exception as e:  # noqa: BLE001 - shutting down: the lease expires by itself
                 log.info("redis at shutdown: %s", _describe(e, self.config.redis_url))
         self._close_pubsub()
-        try:
+        with contextlib.suppress(Exception):  # shutting down: a broken connection is dropped anyway
             await self.client.aclose()
-        except Exception:  # noqa: BLE001
-            pass
 
     def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -421,10 +420,9 @@ class RedisShared(SharedState):
                     self.tag_loads["led"] += 1
                     return await self._lead(key, loader, token)
                 waited = True
-                try:
+                # On a timeout, look again (a lost message; or the holder died: its lock expires).
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter, WAIT_CHECK_SECONDS)
-                except TimeoutError:
-                    pass  # look again (a lost message; or the holder died: its lock expires)
             except _RedisDown:
                 continue  # now not up: the loop answers locally
             finally:
@@ -486,10 +484,8 @@ class RedisShared(SharedState):
         # Kept at least a second, so the waiters woken now still find it (ttl_seconds may be 0).
         px = max(1000, int(self.config.ttl_seconds * 1000))
         value = json.dumps({"px": px, "tags": dict(tags.tags)})
-        try:
+        with contextlib.suppress(_RedisDown):  # the answer is good here; the others go on alone
             await self._call(self._store_script(keys=[lock, stored], args=[token, value, px, self.channel, message]))
-        except _RedisDown:
-            pass  # the answer is good here; the others go on alone
         return tags
 
     async def invalidate(self, keys: list[str]) -> None:
@@ -500,10 +496,8 @@ class RedisShared(SharedState):
         for key in keys:
             pipe.delete(self._repo_key("tags", key), self._repo_key("lock", key))
         pipe.publish(self.channel, self._message("inv", keys=keys))
-        try:
+        with contextlib.suppress(_RedisDown):
             await self._call(pipe.execute())
-        except _RedisDown:
-            pass
 
     # --- moved-tag records --------------------------------------------------------------------------
 
@@ -548,10 +542,8 @@ class RedisShared(SharedState):
         pipe = self.client.pipeline(transaction=True)
         pipe.set(self._key("index"), text)
         pipe.publish(self.channel, self._message("index"))
-        try:
+        with contextlib.suppress(_RedisDown):
             await self._call(pipe.execute())
-        except _RedisDown:
-            pass
 
     async def _read_index(self) -> None:
         try:
@@ -588,7 +580,8 @@ class RedisShared(SharedState):
                 self._pending[address] = self._pending.get(address, 0) + count
             raise
         if self._totals is not None:
-            for address, total in zip(pending, results):
+            # `results` ends with the PUBLISH count, one more than the increments.
+            for address, total in zip(pending, results, strict=False):
                 self._totals[address] = int(total)
             self.on_downloads()
 
@@ -614,10 +607,8 @@ class RedisShared(SharedState):
             raise _RedisDown() from None
 
     async def _quiet_call(self, awaitable: Awaitable[Any]) -> None:
-        try:
+        with contextlib.suppress(_RedisDown):
             await self._call(awaitable)
-        except _RedisDown:
-            pass
 
 
 class _RedisDown(Exception):
@@ -625,10 +616,8 @@ class _RedisDown(Exception):
 
 
 async def _quietly(awaitable: Awaitable[Any]) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closing a broken connection
         await awaitable
-    except Exception:  # noqa: BLE001 - closing a broken connection
-        pass
 
 
 def _describe(error: BaseException, url: str | None) -> str:

@@ -15,6 +15,7 @@ executor, with `tree_bytes`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import OrderedDict
@@ -43,10 +44,8 @@ def tree_bytes(path: str) -> int:
     total = 0
     for top, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # removed meanwhile (a git lock file, a temporary pack)
                 total += os.lstat(os.path.join(top, name)).st_size
-            except OSError:
-                pass  # removed meanwhile (a git lock file, a temporary pack)
     return total
 
 

@@ -204,7 +204,7 @@ def mask(url: str) -> str:
         return _MASK_RE.sub("***@", url) if "://" in url else url
     if found.password is None:
         return url
-    userinfo, _, hostport = found.netloc.rpartition("@")
+    _, _, hostport = found.netloc.rpartition("@")
     masked = f"{found.user}:***@{hostport}"
     start = url.index("://") + 3
     return url[:start] + masked + url[start + len(found.netloc) :]

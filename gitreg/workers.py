@@ -14,6 +14,7 @@ capacity without anyone noticing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -110,7 +111,5 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

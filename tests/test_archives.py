@@ -134,7 +134,7 @@ async def test_archives_are_reproducible_byte_for_byte(make_client, tmp_path, mo
         built.append(await resp.read())
         await client.close()
         if round_ == 0:
-            time.sleep(1.1)  # git would stamp a tree archive with the current second
+            await asyncio.sleep(1.1)  # git would stamp a tree archive with the current second
     assert built[0] == built[1]
     assert hashlib.sha256(built[0]).digest() == hashlib.sha256(built[1]).digest()
     assert {m.mtime for m in members(built[0]).values()} == {FIXED_MTIME}

@@ -5,6 +5,7 @@ Terraform runs with the registry token only: no git on its PATH, no Git credenti
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -18,6 +19,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import trustme
@@ -107,8 +109,8 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
 class _TarballHost(BaseHTTPRequestHandler):
     """A stand-in for codeload.github.com: fixed tarballs by path, over HTTPS."""
 
-    files: dict[str, bytes] = {}
-    seen: list[str] = []
+    files: ClassVar[dict[str, bytes]] = {}
+    seen: ClassVar[list[str]] = []
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -219,10 +221,8 @@ def test_kill_9_during_an_archive_build_leaves_nothing_that_is_ever_served(tmp_p
 
 
 def _quietly_fetch(url: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # the server is killed under it
         urllib.request.urlopen(url, timeout=120).read()
-    except OSError:
-        pass  # the server is killed under it
 
 
 def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_disk(client, tmp_path):

@@ -64,7 +64,10 @@ def git_host(tmp_path: Path) -> Iterator[GitHttpServer]:
 
 def rules(git_host: GitHttpServer) -> list[dict[str, Any]]:
     explicit = [
-        dict(zip(("namespace", "name", "system"), address.split("/")), repository=git_host.url(f"{repo}.git"))
+        dict(
+            zip(("namespace", "name", "system"), address.split("/"), strict=True),
+            repository=git_host.url(f"{repo}.git"),
+        )
         for address, repo in MODULES.items()
     ]
     return [*explicit, {"namespace": "platform", "repository": git_host.base_url + "/platform-{name}.git"}]

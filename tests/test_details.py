@@ -232,10 +232,8 @@ async def test_inputs_show_every_kind_of_type_and_default(details):
         inputs["flow_logs"]["type"]
         == "object({enabled = bool, retention = optional(number, 30), bucket = optional(string)})"
     )
-    assert (inputs["flow_logs"]["default"], inputs["flow_logs"]["required"]) == (
-        "null",
-        False,
-    )  # null default: optional
+    # A null default makes the input optional.
+    assert (inputs["flow_logs"]["default"], inputs["flow_logs"]["required"]) == ("null", False)
     assert (inputs["extra"]["type"], inputs["extra"]["default"]) == ("any", "{}")
     assert inputs["untyped"] == {
         "name": "untyped",

@@ -209,7 +209,7 @@ async def test_a_misbehaving_host_with_a_warm_but_expired_cache_serves_the_last_
 
 
 @pytest.mark.parametrize(
-    "host, says",
+    ("host", "says"),
     [
         ("127.0.0.1:{port}", "Connection refused"),
         ("host.invalid", "Could not resolve hostname"),

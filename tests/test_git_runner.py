@@ -80,7 +80,8 @@ async def start_hanging_details(aiohttp_client, tmp_path: Path, timeout: float):
     mirror = next(client.app[MIRRORS].root.glob("*.git"))
     # The helper is a grandchild of gitreg (git -> sh -> python), as git-remote-http or ssh are.
     helper = f"{sys.executable} -c 'import time; time.sleep(60)' {MARKER}"
-    subprocess.run(["git", "-C", str(mirror), "config", "filter.slow.smudge", helper], check=True)
+    # Set up before the request under test starts: nothing else runs on the loop meanwhile.
+    subprocess.run(["git", "-C", str(mirror), "config", "filter.slow.smudge", helper], check=True)  # noqa: ASYNC221
     request = asyncio.ensure_future(client.get("/v1/modules/demo/slow/null/1.1.0/archive.tar.gz"))
     for _ in range(200):
         if helpers_running():

@@ -163,13 +163,14 @@ async def test_install_work_goes_before_background_work_and_a_joining_request_ra
 
 async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(make_client, stalling, healthy, tmp_path):
     tagged_repo(tmp_path / "healthy", "other", "v1.0.0")
+    # The defaults: 8 slots, at most 6 for one host.
     config = make_config(
         [
             {"namespace": "stall", "repository": on_localhost(stalling, "{name}.git")},
             {"namespace": "demo", "name": "other", "system": "null", "repository": healthy.url("other.git")},
         ],
         git={"timeout_seconds": 5},
-    )  # the defaults: 8 slots, at most 6 for one host
+    )
     client = await make_client(config)
     pool = client.app[GIT_POOL]
     stalled = [asyncio.ensure_future(client.get(VERSIONS.format(f"stall/m{i}/null"))) for i in range(20)]

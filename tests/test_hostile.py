@@ -254,7 +254,7 @@ async def app_client(aiohttp_client, git_host, tmp_path):
 @example(case=("version", "/v1/modules/acme/vpc/aws/%D0%B0cme"))
 @example(case=("name", "/v1/modules/demo/he%2Fllo/null/versions"))
 async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_a_git_call(app_client, git_host, case):
-    bad, path = case
+    _, path = case
     before = len(git_host.requests())
     status, headers, body = await raw_request(app_client.server.port, "GET", path)
     # 400 for a segment the router matched; 404 when it cannot match at all (an encoded '/' in it).
@@ -267,7 +267,7 @@ async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_
 @given(
     path=st.lists(
         st.one_of(
-            st.sampled_from(RAW + ["v1", "modules", "..", ".", "", "%2e%2e"]),
+            st.sampled_from([*RAW, "v1", "modules", "..", ".", "", "%2e%2e"]),
             st.text(no_surrogates, max_size=30).map(lambda s: quote(s, safe="")),
         ),
         max_size=8,
@@ -351,7 +351,7 @@ async def test_requests_the_http_parser_refuses_are_400_and_never_reach_gitreg(a
     for method, target, headers in cases:
         caplog.clear()
         seen = answered(app_client)
-        status, got, body = await raw_request(port, method, target, headers)
+        status, _, body = await raw_request(port, method, target, headers)
         assert status in (400, 431), (target[:80], status, body)
         assert answered(app_client) == seen  # gitreg's middleware never ran
         records = [r for r in caplog.records if r.name == "aiohttp.server"]
@@ -898,10 +898,10 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     hostile_home(tmp_path, f'[url "{evil.url}"]\n\tinsteadOf = {good.url}\n', monkeypatch)
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'url.{evil.url}.insteadof'='{good.url}'")
     # A plain git in this environment is redirected: the test could fail.
-    plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)
+    plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)  # noqa: ASYNC221 - no request in flight
     assert "v6.6.6" in plain.stdout
     monkeypatch.delenv("GIT_CONFIG_PARAMETERS")
-    plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)
+    plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)  # noqa: ASYNC221 - no request in flight
     assert "v6.6.6" in plain.stdout  # the files alone redirect it too
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'url.{evil.url}.insteadof'='{good.url}'")
     client = await indexed(

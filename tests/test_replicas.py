@@ -196,7 +196,7 @@ def test_download_counts_add_up_across_replicas_and_one_replica_indexes_for_all(
         # Only the leader built details (git on its mirror); the followers loaded its index.
         built = [len(list((tmp_path / f"storage-replica{i}" / "details").glob("*.json"))) for i in range(3)]
         assert sorted(built) == [0, 0, 1], built
-        for replica, count in zip(replicas, (2, 3, 4)):
+        for replica, count in zip(replicas, (2, 3, 4), strict=True):
             for _ in range(count):
                 download_location(replica.url)
 
@@ -383,7 +383,7 @@ def test_check_says_redis_answers(tmp_path, redis_server):
 
 
 @pytest.mark.parametrize(
-    "url, fragment",
+    ("url", "fragment"),
     [
         ("http://127.0.0.1:6379", "must start with redis://, rediss:// (TLS) or unix://"),
         ("redis://:hunter2-secret@127.0.0.1:99999/0", "is not a valid URL"),

@@ -118,10 +118,8 @@ def processes_naming(needle: str) -> dict[int, tuple[list[str], str]]:
 
 async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(aiohttp_client, private_host, tmp_path):
     client = await aiohttp_client(create_app(parse_config(config_data(private_host, tmp_path), ENV)))
-    private_host.mode, private_host.delay = (
-        "slow",
-        0.5,
-    )  # every git request waits: the children live long enough to read
+    # Every git request waits: the children live long enough to read.
+    private_host.mode, private_host.delay = "slow", 0.5
     # The background index runs ls-remote, then a fetch into the mirror for the details.
     indexing = asyncio.ensure_future(indexed(client))
     seen: dict[int, tuple[list[str], str]] = {}
@@ -132,11 +130,10 @@ async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(ai
     resp = await client.get("/v1/modules/demo/hello/null", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"})
     assert resp.status == 200, await resp.text()  # ls-remote and the fetch into the mirror both ran
     commands = [argv for argv, _ in seen.values()]
-    url = private_host.url("private.git")
     ls_remote = [a for a in commands if "ls-remote" in a]
     fetch = [a for a in commands if "fetch" in a]
     assert ls_remote and fetch, commands  # the probe saw the git processes it is about
-    for argv, environment in seen.values():
+    for argv in commands:
         assert leaked(" ".join(argv)) == [], argv
     for argv in ls_remote + fetch:
         # the one user-derived value comes after --end-of-options: it can never be read as an option
@@ -195,14 +192,14 @@ async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_
                 )
                 == 401
             )
-            assert (
-                await call(s, "GET", "/v1/modules/demo/broken/null/versions", headers=good) == 502
-            )  # git refuses the password
+            # git refuses the password
+            assert await call(s, "GET", "/v1/modules/demo/broken/null/versions", headers=good) == 502
             assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
             assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN[:-1]}"}) == 401
             body = github_push(private_host.url("private.git"))
             signature = "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
             wrong_last = "1" if signature.endswith("0") else "0"  # always a different signature
+            # accepted: a background git call
             assert (
                 await call(
                     s,
@@ -216,7 +213,7 @@ async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_
                     },
                 )
                 == 200
-            )  # a background git call
+            )
             assert (
                 await call(
                     s,

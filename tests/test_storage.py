@@ -219,7 +219,7 @@ async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client,
         await asyncio.sleep(1.6)
         await assert_error(await client.get(url), 502)
         assert len(host.requests()) > seen
-    assert not [p for p in (tmp_path / "store" / "mirrors").iterdir()]  # no half-made mirror left
+    assert not list((tmp_path / "store" / "mirrors").iterdir())  # no half-made mirror left
 
 
 # --- moved tags: the first-served commit stays reachable -----------------------------------------

@@ -5,6 +5,7 @@ Screenshots of every page are saved under the test's tmp directory (`.../screens
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import axe_violations, browser, chromium_driver  # noqa: F401 - fixture
+from tests.support.browser import axe_violations, chromium_driver
 from tests.support.repos import GitRepo
 
 VPC_README = """# VPC
@@ -105,6 +106,16 @@ def config_toml(tmp_path: Path, repos: dict[str, GitRepo], auth: bool = False) -
     path = tmp_path / "gitreg.toml"
     path.write_text(text)
     return path
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    """A headless Chromium for one test."""
+    driver = chromium_driver()
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture

@@ -252,7 +252,7 @@ async def test_unknown_repository_is_202_with_a_note_and_no_git_call(make_client
 
 
 @pytest.mark.parametrize(
-    "provider,name,event",
+    ("provider", "name", "event"),
     [
         ("github", "github-push-branch.json", "push"),
         ("github", "github-create-tag.json", "issues"),
@@ -295,7 +295,7 @@ async def test_form_encoded_github_delivery_is_accepted(make_client, git_http, t
 
 
 @pytest.mark.parametrize(
-    "body,fragment",
+    ("body", "fragment"),
     [
         (b"{not json", "not a JSON document"),
         (b"\xff\xfe", "not a JSON document"),

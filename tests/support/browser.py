@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,15 +42,6 @@ def chromium_driver(width: int = 1280, height: int = 900):  # type: ignore[no-un
     ):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(driver_path), options=options)
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    driver = chromium_driver()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def axe_source() -> str:

@@ -13,6 +13,7 @@ which credential reached which server.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import os
 import shutil
@@ -64,7 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, status: int) -> None:
         parts = urlsplit(self.path)
         self.server.owner._record(
-            RequestRecord(self.command, parts.path, parts.query, {k: v for k, v in self.headers.items()}, status)
+            RequestRecord(self.command, parts.path, parts.query, dict(self.headers.items()), status)
         )
 
     def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
@@ -86,10 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "down":
             self._record(0)
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(2)
-            except OSError:
-                pass
             return
         if mode == "slow":
             if owner._stopping.wait(owner.delay):
@@ -193,10 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
                 status = int(value.strip().split()[0])
             else:
                 headers[name.strip()] = value.strip()
-        try:
+        with contextlib.suppress(OSError):
             self._reply(status, payload, headers)
-        except OSError:
-            pass
 
 
 class GitHttpServer:
