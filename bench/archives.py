@@ -150,7 +150,8 @@ def main() -> int:
     print(f"# machine: {machine()}")
     print(f"# cold build: {args.rounds} builds per size (medians), mirror already present")
     print(
-        "| module | archive size | gitreg download of a new archive | git archive \\| gzip -6 | ratio | target <= 1.3x |"
+        "| module | archive size | gitreg download of a new archive | git archive \\| gzip -6 | ratio "
+        "| target <= 1.3x |"
     )
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for kind, rows in cold.items():
@@ -171,7 +172,8 @@ def main() -> int:
         rps = median([r["rps"] for r in rs])
         errors = sum(r["errors"] + r["non2xx"] for r in rs)
         print(
-            f"| {name} | {rps:,.0f} | {median([r['p50_ms'] for r in rs]):.2f} | {median([r['p99_ms'] for r in rs]):.2f} "
+            f"| {name} | {rps:,.0f} | {median([r['p50_ms'] for r in rs]):.2f} "
+            f"| {median([r['p99_ms'] for r in rs]):.2f} "
             f"| {errors} | {rps / base_rps:.0%} |"
         )
     return 0

@@ -45,7 +45,10 @@ SLOW = {
 
 
 async def probe(session: aiohttp.ClientSession, base: str, url: str) -> tuple[float, float, int, int]:
-    """GET `url` while asking /healthz every 20 ms: (details seconds, slowest healthz seconds, healthz count, status)."""
+    """GET `url` while asking /healthz every 20 ms.
+
+    Returns (details seconds, slowest healthz seconds, healthz count, status).
+    """
     started = time.perf_counter()
     pending = asyncio.ensure_future(session.get(base + url))
     slowest, count = 0.0, 0
@@ -118,7 +121,8 @@ def main() -> None:
     server = start_gitreg(["--config", str(config)], base / "gitreg.log")
     try:
         print(
-            f"# python bench/hostile_details.py --tags {args.tags}{' --skip-slow' if args.skip_slow else ''}; {machine()}"
+            f"# python bench/hostile_details.py --tags {args.tags}{' --skip-slow' if args.skip_slow else ''}; "
+            f"{machine()}"
         )
         asyncio.run(measure(server.url, list(cases), args.tags))
     finally:

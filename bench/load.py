@@ -237,7 +237,8 @@ def main() -> int:
     if repeat is not None:
         print(
             f"| warm again, {args.connections:,} connections, {args.repeat_seconds} s | {repeat['requests']:,} | "
-            f"{repeat['errors'] + repeat['non2xx']} | {repeat['rps']:,.0f} | {repeat['p50_ms']:.1f} | {repeat['p99_ms']:.1f} |"
+            f"{repeat['errors'] + repeat['non2xx']} | {repeat['rps']:,.0f} | {repeat['p50_ms']:.1f} "
+            f"| {repeat['p99_ms']:.1f} |"
         )
     for reason, count in sorted(cold.failures.items(), key=lambda kv: -kv[1])[:5]:
         print(f"cold failure x{count}: {reason}")
@@ -246,14 +247,15 @@ def main() -> int:
     print(f"upstream ref advertisements: {advertisements} for {cold_ok + cold_failed} cold requests")
     print()
     print(
-        "| gitreg process | RSS MiB | open fds | threads | child processes | asyncio tasks | git processes | cached repositories |"
+        "| gitreg process | RSS MiB | open fds | threads | child processes | asyncio tasks | git processes "
+        "| cached repositories |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for when, s in stats.items():
         shown = {k: (s[k] if s[k] >= 0 else "") for k in GAUGES}
         print(
-            f"| {when} | {s['rss_kib'] / 1024:.1f} | {s['fds']} | {s['threads']} | {s['children']} | {shown['tasks']} | "
-            f"{shown['git']} | {shown['cached']} |"
+            f"| {when} | {s['rss_kib'] / 1024:.1f} | {s['fds']} | {s['threads']} | {s['children']} "
+            f"| {shown['tasks']} | {shown['git']} | {shown['cached']} |"
         )
     step = max(1, args.seconds // 10)
     print(f"RSS during the load, MiB, every {step} s: {' '.join(sampler.rss_every(step))}")

@@ -305,7 +305,8 @@ def main() -> int:
         )
     warm_ratio = median([r["rps"] for r in rates["redis backend"]]) / base_rps
     print(
-        f"target: warm path with redis >= 0.95 of memory: {warm_ratio:.2f} -> {'met' if warm_ratio >= 0.95 else 'MISSED'}"
+        f"target: warm path with redis >= 0.95 of memory: {warm_ratio:.2f} -> "
+        f"{'met' if warm_ratio >= 0.95 else 'MISSED'}"
     )
     return 0
 

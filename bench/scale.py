@@ -210,7 +210,8 @@ def main() -> int:
             else (f" (x{startup / median(baseline['startup']):.2f})", f" (+{rss - median(baseline['rss']):.1f})")
         )
         print(
-            f"| {label} | {startup:.2f}{ratio[0] if ratio else ''} | {rss:.1f}{ratio[1] if ratio else ''} | {warm:.2f} |"
+            f"| {label} | {startup:.2f}{ratio[0] if ratio else ''} | {rss:.1f}{ratio[1] if ratio else ''} "
+            f"| {warm:.2f} |"
         )
     return 0
 

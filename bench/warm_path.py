@@ -106,7 +106,8 @@ def main() -> int:
 
     pinned = f"servers on CPU {server_cpu}, wrk on CPU {wrk_cpus}" if pin else "not pinned"
     print(
-        f"# warm path: python bench/warm_path.py{' --quick' if args.quick else ''}{' --no-pin' if args.no_pin else ''}: "
+        f"# warm path: python bench/warm_path.py{' --quick' if args.quick else ''}"
+        f"{' --no-pin' if args.no_pin else ''}: "
         f"wrk -t{wrk_threads} -c{args.connections} -d{args.seconds:g}s, {args.rounds} round(s) interleaved, medians; "
         f"{pinned}"
     )

@@ -359,7 +359,8 @@ class ArchiveStore:
                     except MissingCommit:
                         raise UpstreamUnavailable(
                             f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
-                            "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
+                            "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag "
+                            "is now"
                         ) from None
             # Hashed before it is servable: clients verify the bytes gitreg built, not what is on disk later.
             self._checksums[key.file_name] = await self._call(sha256_file, tmp)

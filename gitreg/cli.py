@@ -322,7 +322,8 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
         if not rule.explicit:
             print(
                 f"\nrule {i}: {_pattern(rule)} -> "
-                f"{mask_url(rule.repository)} (a wildcard rule: probe one of its modules with --probe NAMESPACE/NAME/SYSTEM)"
+                f"{mask_url(rule.repository)} "
+                "(a wildcard rule: probe one of its modules with --probe NAMESPACE/NAME/SYSTEM)"
             )
             continue
         print(

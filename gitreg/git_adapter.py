@@ -65,7 +65,8 @@ _NOT_FOUND = re.compile(
     re.IGNORECASE,
 )
 _AUTH_FAILED = re.compile(
-    r"authentication failed|HTTP 401|HTTP 403|returned error: 40[13]\b|could not read Username|terminal prompts disabled|"
+    r"authentication failed|HTTP 401|HTTP 403|returned error: 40[13]\b|could not read Username|"
+    r"terminal prompts disabled|"
     r"Permission denied",
     re.IGNORECASE,
 )
@@ -460,7 +461,8 @@ class GitAdapter:
         if _AUTH_FAILED.search(stderr):
             if self.credential_for(url) is None:
                 return UpstreamUnavailable(
-                    f"the Git host refused access without credentials to {shown}; add [[credentials]] for it on the registry server"
+                    f"the Git host refused access without credentials to {shown}; "
+                    "add [[credentials]] for it on the registry server"
                 )
             return UpstreamUnavailable(
                 f"the Git host refused gitreg's credentials for {shown}; check [[credentials]] on the registry server"

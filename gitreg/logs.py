@@ -108,7 +108,10 @@ def access_line(entry: AccessEntry) -> str:
 
 
 def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> None:
-    """Hand `entries` to `logger` as ONE record: the lines joined by newlines, (entry, line) pairs on `record.access`."""
+    """Hand `entries` to `logger` as ONE record.
+
+    The message is the lines joined by newlines; `record.access` holds the (entry, line) pairs.
+    """
     lines = [access_line(entry) for entry in entries]
     record = logger.makeRecord(
         logger.name,

@@ -323,7 +323,8 @@ class _OrgCollector(Collector):
         )
         failures = CounterMetricFamily(
             "gitreg_org_api_failures",
-            "Failed or rate-limited org API calls, by reason (rate_limited, timeout, error, not_found, unauthorized, bad_json).",
+            "Failed or rate-limited org API calls, by reason "
+            "(rate_limited, timeout, error, not_found, unauthorized, bad_json).",
             labels=["org", "reason"],
         )
         remaining = GaugeMetricFamily(

@@ -285,7 +285,8 @@ class RedisShared(SharedState):
                 if self._leading:
                     await asyncio.wait_for(
                         self.client.eval(
-                            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+                            "return 0",
                             1,
                             self._key("index-lease"),
                             self.replica,

@@ -5,8 +5,9 @@ which of them are in use (a fetch or an archive build reading a mirror, an archi
 response is being sent). When the total is over the bound, it removes the least recently used
 entries that are not in use, never the newest one (just built for a request that has yet to
 send it); an entry in use is removed once it is released, if the total is still over. So the
-total passes the bound only by entries in use and the newest one, and only while they are. The budget itself never touches the disk: each store gives it a coroutine that
-removes one of its entries off the event loop.
+total passes the bound only by entries in use and the newest one, and only while they are.
+The budget itself never touches the disk: each store gives it a coroutine that removes one of
+its entries off the event loop.
 
 Everything here runs on the event loop (no locks); sizes are measured by the stores, in their
 executor, with `tree_bytes`.

@@ -65,9 +65,11 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
             f'[storage]\npath = "{tmp_path / "store"}"\n'
             f'[auth]\ntokens = ["{TOKEN}"]\nsigning_key = "{SIGNING_KEY}"\n'
             f'[[credentials]]\nurl = "{git_http.base_url}/"\nusername = "{GIT_USER}"\npassword = "${{GIT_PASSWORD}}"\n'
-            f'[[modules]]\nnamespace = "acme"\nname = "network"\nsystem = "aws"\nrepository = "{git_http.url("mono.git")}"\n'
+            '[[modules]]\nnamespace = "acme"\nname = "network"\nsystem = "aws"\n'
+            f'repository = "{git_http.url("mono.git")}"\n'
             'path = "modules/network"\ntag_prefix = "network/"\ndownload = "archive"\n'
-            f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{git_http.url("hello.git")}"\n'
+            '[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\n'
+            f'repository = "{git_http.url("hello.git")}"\n'
             'download = "archive"\n'
         )
         with GitregProcess("--config", str(config), env={"GIT_PASSWORD": GIT_PASSWORD}) as server:

@@ -357,8 +357,10 @@ def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_pat
         '[auth]\ntokens = [{ token = "${CI_TOKEN}", namespaces = ["acme"] },'
         f' {{ token = "{sha256(AUDIT)}", namespaces = ["other"] }}]\n'
         f'[storage]\npath = "{tmp_path / "state"}"\n'
-        f'[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\nrepository = "{(repos / "acme-vpc.git").as_uri()}"\n'
-        f'[[modules]]\nnamespace = "other"\nname = "secret"\nsystem = "aws"\nrepository = "{(repos / "other-secret.git").as_uri()}"\n'
+        '[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\n'
+        f'repository = "{(repos / "acme-vpc.git").as_uri()}"\n'
+        '[[modules]]\nnamespace = "other"\nname = "secret"\nsystem = "aws"\n'
+        f'repository = "{(repos / "other-secret.git").as_uri()}"\n'
     )
     with GitregProcess("--config", str(config), env=ENV) as server:
         host = server.url.removeprefix("https://")

@@ -168,9 +168,10 @@ def test_check_warns_about_rules_an_earlier_rule_always_wins_over(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    wins = "has the same namespace, name and system and wins"
     assert warnings == [
-        "warning: modules[2] (acme/vpc/aws) never serves anything: modules[0] has the same namespace, name and system and wins",
-        "warning: modules[3] (acme/*/*) never serves anything: modules[1] has the same namespace, name and system and wins",
+        f"warning: modules[2] (acme/vpc/aws) never serves anything: modules[0] {wins}",
+        f"warning: modules[3] (acme/*/*) never serves anything: modules[1] {wins}",
     ]
     # A --module rule overrides a file rule of the same module: the file rule is the one named.
     result = run_gitreg("check", "--config", str(config), "--module", "acme/vpc/aws=https://h/acme/v.git", cwd=tmp_path)

@@ -1,10 +1,10 @@
 """Hostile repository content: a README or `.tf` file pushed to a tag can never freeze the server.
 
 Each test serves a real bare repository through the real app and keeps asking `/healthz`
-while the module's details are being built (by the background index, as in production). On the old main, two backtracking regular
-expressions ran in a worker thread and held the GIL: 80 KB of `[` in a README froze every
-request for 26 s, a 60 KB heredoc for 12 s. Parsing now runs in worker processes, within a
-wall-clock budget per module.
+while the module's details are being built (by the background index, as in production). On
+the old main, two backtracking regular expressions ran in a worker thread and held the GIL:
+80 KB of `[` in a README froze every request for 26 s, a 60 KB heredoc for 12 s. Parsing now
+runs in worker processes, within a wall-clock budget per module.
 """
 
 from __future__ import annotations

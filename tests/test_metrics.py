@@ -227,7 +227,8 @@ async def test_access_log_uses_the_combined_log_format_by_default(repo, tmp_path
         )
         line = (await _wait_for_log(proc, "/healthz"))[0]
     assert re.fullmatch(
-        r'127\.0\.0\.1 - - \[[^\]]+\] "GET /healthz\?token=\*\*\* HTTP/1\.1" 200 \d+ "-" "Terraform/1\.9\.0" \d+\.\d+\n',
+        r'127\.0\.0\.1 - - \[[^\]]+\] "GET /healthz\?token=\*\*\* HTTP/1\.1" 200 \d+ '
+        r'"-" "Terraform/1\.9\.0" \d+\.\d+\n',
         line,
     ), line
     assert "hunter2-secret" not in "".join(proc.log)

@@ -379,7 +379,8 @@ def test_an_archive_build_that_fails_after_its_waiter_gave_up_logs_one_line_and_
         config = tmp_path / "gitreg.toml"
         config.write_text(
             f'[git]\nprotocols = ["http"]\ntimeout_seconds = 30\n[storage]\npath = "{tmp_path / "store"}"\n'
-            f'[[modules]]\nnamespace = "demo"\nname = "broken"\nsystem = "null"\nrepository = "{host.url("broken.git")}"\n'
+            '[[modules]]\nnamespace = "demo"\nname = "broken"\nsystem = "null"\n'
+            f'repository = "{host.url("broken.git")}"\n'
             'path = "nope"\ndownload = "archive"\n'  # no such directory: the build fails, after its clone
         )
         with GitregProcess("--config", str(config), "--log-level", "debug") as server:

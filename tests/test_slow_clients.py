@@ -46,7 +46,8 @@ def write_config(tmp_path: Path, repo: GitRepo, server: str = "", cache: str = "
         f"[index]\nenabled = false\n"
         f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
         # another repository: its tag list is not cached when hello's is
-        f'[[modules]]\nnamespace = "demo"\nname = "cold"\nsystem = "null"\nrepository = "{hello_repo(tmp_path, "cold").url}"\n'
+        '[[modules]]\nnamespace = "demo"\nname = "cold"\nsystem = "null"\n'
+        f'repository = "{hello_repo(tmp_path, "cold").url}"\n'
     )
     return config
 

@@ -62,7 +62,8 @@ def make_repos(root: Path) -> dict[str, GitRepo]:
         {
             "README.md": VPC_README,
             "main.tf": (
-                'variable "cidr" {\n  type        = string\n  description = "The VPC CIDR block."\n  default     = "10.0.0.0/16"\n}\n'
+                'variable "cidr" {\n  type        = string\n  description = "The VPC CIDR block."\n'
+                '  default     = "10.0.0.0/16"\n}\n'
                 'variable "name" {\n  type = string\n  description = "Name tag."\n}\n'
                 'output "vpc_id" {\n  description = "The VPC ID."\n  value = aws_vpc.this.id\n}\n'
                 'resource "aws_vpc" "this" {\n  cidr_block = var.cidr\n}\n'

@@ -59,7 +59,8 @@ def axe_violations(driver, impacts: tuple[str, ...] = ("serious", "critical")) -
     driver.execute_script(axe_source())
     result = driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations)).catch(e => done([{id: 'axe-error', impact: 'critical', help: String(e)}]));"
+        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations))"
+        ".catch(e => done([{id: 'axe-error', impact: 'critical', help: String(e)}]));"
     )
     return [
         {
