@@ -7,11 +7,12 @@ import logging
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from .appkeys import (
     ARCHIVES,
@@ -55,8 +56,6 @@ from .webhooks import PATHS as WEBHOOK_PATHS
 from .webhooks import webhook_routes
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
 # the webhooks their shared secrets: Git hosts cannot send a registry token.
@@ -219,7 +218,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     archives = ArchiveStore(
         storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
     )
-    if any(source.download == "archive" for source in (*config.modules, *config.orgs)):
+    if any(rule.download == "archive" for rule in config.modules) or any(
+        org.download == "archive" for org in config.orgs
+    ):
         await archives.prepare()
     app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))

@@ -26,11 +26,11 @@ import os
 import shutil
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, BinaryIO, TypeVar, cast
 
 from .errors import (
     GitregError,
@@ -43,6 +43,9 @@ from .gitpool import GitPool
 from .mirrors import MirrorStore
 from .storage import mib
 from .urls import host_label
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -421,7 +424,7 @@ class ArchiveCollector:
         self.store = store
         self.pins = pins
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         yield CounterMetricFamily(

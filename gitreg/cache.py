@@ -320,7 +320,10 @@ class TagCache:
 
     async def close(self) -> None:
         """Cancel background refreshes and in-flight calls (shutdown)."""
-        tasks = [*self._background, *(fetch.future for fetch in self._inflight.values())]
+        tasks: list[asyncio.Future[None] | asyncio.Future[TagList]] = [
+            *self._background,
+            *(fetch.future for fetch in self._inflight.values()),
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -44,7 +44,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import BinaryIO, NamedTuple, TypeVar
+from typing import BinaryIO, NamedTuple, TypeVar, cast
 from urllib.parse import urljoin, urlsplit
 
 from . import urls
@@ -657,7 +657,8 @@ class MirrorGit:
         args = ["git", "archive", "--format=tar", "--end-of-options", f"{sha}:{subdir}"]
         with self.adapter._spawn(args, "", cwd=path) as run:
             assert run.proc.stdout is not None
-            result = consume(run.proc.stdout)  # type: ignore[arg-type]
+            # Popen(stdout=PIPE) in bytes mode: a BufferedReader, which typeshed calls IO[bytes].
+            result = consume(cast(BinaryIO, run.proc.stdout))
         self._raise_if_killed(run, f"git archive of commit {sha[:12]}")
         if run.proc.returncode != 0:
             if not self.has_commit(path, sha):

@@ -230,7 +230,8 @@ class GitPool:
         else:
             chosen = GIT_PRIORITY.get()
         self._seq += 1
-        job = _Job(fn, args, host, self._seq, chosen, loop.create_future(), waiters, self)
+        future: asyncio.Future[T] = loop.create_future()  # typed here: the queue holds jobs of every T
+        job = _Job(fn, args, host, self._seq, chosen, future, waiters, self)
         if waiters is not None:
             waiters._job = job
         if self._can_start(chosen, host):
@@ -238,7 +239,7 @@ class GitPool:
         else:
             self._enqueue(job)
         try:
-            return await job.future
+            return await future
         except asyncio.CancelledError:
             if job.state == _QUEUED:
                 self._remove(job)

@@ -30,16 +30,19 @@ import re
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .details import DetailsService, ModuleDetails
 from .errors import GitregError, ModuleNotFound
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress
 from .rules import ResolvedModule
 from .versions import TaggedVersion, parse_version
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -457,12 +460,15 @@ class ModuleIndex:
         """Matching modules, best first (ties: most downloaded, then by address)."""
         view = self.view()
 
+        def readme_has(address: ModuleAddress) -> Callable[[str], bool]:
+            return lambda word: address in view.readme.get(word, ())
+
         def make() -> list[IndexEntry]:
             ranked = []
             for entry in view.candidates(query):
                 if not keep(entry):
                     continue
-                rank = search_rank(query, entry, lambda w, a=entry.address: a in view.readme.get(w, ()))
+                rank = search_rank(query, entry, readme_has(entry.address))
                 if rank is not None:
                     ranked.append(((rank, -downloads(entry.address), str(entry.address)), entry))
             ranked.sort(key=lambda pair: pair[0])
@@ -795,7 +801,7 @@ class IndexCollector:
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         index = self.index

@@ -119,7 +119,7 @@ def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> No
         "(access log)",
         0,
         "\n".join(lines),
-        None,
+        (),  # no %-arguments: the lines are the message
         None,
         extra={ACCESS_FIELD: list(zip(entries, lines, strict=True))},
     )
@@ -234,7 +234,7 @@ def _iso(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
 
 
-class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class ServerLogger(logging.LoggerAdapter[logging.Logger]):
     """aiohttp's server logger, minus tracebacks for requests its HTTP parser refused.
 
     A request line or header beyond aiohttp's limits, an unknown method, a duplicate Host

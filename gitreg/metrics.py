@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from .gitpool import GitPool
     from .orgs import OrgCatalog
     from .shared import SharedState
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ListTags = Callable[[str], "TagList"]
 
 # Request latency buckets: the warm path answers in about a millisecond, a cold one waits for git.
@@ -245,7 +244,8 @@ class _RequestLatency(Collector):
             cumulative, buckets = 0, []
             for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.buckets, strict=True):
                 cumulative += count
-                buckets.append((floatToGoString(bound), cumulative))
+                # prometheus_client does not annotate floatToGoString (its "+Inf" and "0.005" labels).
+                buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
             family.add_metric([route], buckets, sum_value=latency.total)
             family.samples.append(Sample(f"{self.NAME}_created", {"route": route}, latency.created))
         yield family
@@ -434,7 +434,7 @@ def route_label(request: web.Request) -> str:
     return resource.canonical
 
 
-def metrics_middleware(metrics: Metrics) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def metrics_middleware(metrics: Metrics) -> Middleware:
     """The outermost middleware: times every request and counts it by route and final status."""
 
     @web.middleware

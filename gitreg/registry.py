@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -130,7 +131,7 @@ class Registry:
         )
 
 
-def _select_and_index(tags: dict[str, str], tag_prefix: str) -> ModuleVersions:
+def _select_and_index(tags: Mapping[str, str], tag_prefix: str) -> ModuleVersions:
     """select_versions, plus the lookups every request needs next, made while still off the loop."""
     found = select_versions(tags, tag_prefix)
     found.index  # noqa: B018 - builds the version index (and each version's canonical text)

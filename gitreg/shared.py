@@ -590,7 +590,7 @@ class RedisShared(SharedState):
         self._totals_stale = False
         self._next_totals = self._clock() + DOWNLOADS_READ_SECONDS
         raw = await self.client.hgetall(self._key("downloads"))
-        totals = {k.decode("utf-8", "replace"): int(v) for k, v in raw.items()}
+        totals = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
         if totals != self._totals:
             self._totals = totals
             self.on_downloads()

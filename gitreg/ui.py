@@ -19,14 +19,18 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import jinja2
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 
 from .appkeys import AUTH, CATALOG, CONFIG, INDEX, REGISTRY
 from .auth import SCOPE_KEY
@@ -88,6 +92,7 @@ def repository_file_url(source: str, ref: str, path: str, raw: bool) -> str:
 def render_readme(text: str, source: str, ref: str, base: str) -> str:
     """The README as HTML: no raw HTML, safe links only, relative links into the repository."""
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
+    # markdown-it's documented way to restrict links is to replace this method on the instance.
     md.validateLink = _safe_link  # type: ignore[method-assign]
 
     def resolve(url: str, raw: bool) -> str | None:
@@ -98,7 +103,7 @@ def render_readme(text: str, source: str, ref: str, base: str) -> str:
         target = urljoin(f"{base.strip('/')}/" if base.strip("/") else "", url)
         return repository_file_url(source, ref, target, raw)
 
-    def link_open(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    def link_open(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
         token = tokens[idx]
         href = resolve(str(token.attrGet("href") or ""), raw=False)
         if href is None:
@@ -109,7 +114,7 @@ def render_readme(text: str, source: str, ref: str, base: str) -> str:
                 token.attrSet("rel", "nofollow noopener noreferrer")
         return self.renderToken(tokens, idx, options, env)
 
-    def image(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    def image(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
         token = tokens[idx]
         src = resolve(str(token.attrGet("src") or ""), raw=True)
         if src is None:
@@ -121,7 +126,8 @@ def render_readme(text: str, source: str, ref: str, base: str) -> str:
 
     md.add_render_rule("link_open", link_open)
     md.add_render_rule("image", image)
-    return md.render(text)
+    html: str = md.render(text)  # markdown-it types render() as Any (its renderer is pluggable)
+    return html
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,7 +251,7 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
     return _render(request, "error.html", status=status, heading=heading, message=message)
 
 
-LOGGED_IN = web.RequestKey("ui_logged_in", bool) if hasattr(web, "RequestKey") else "gitreg.ui_logged_in"  # type: ignore[assignment]
+LOGGED_IN = web.RequestKey("ui_logged_in", bool) if hasattr(web, "RequestKey") else "gitreg.ui_logged_in"
 
 
 async def ui_guard(
@@ -456,7 +462,7 @@ async def logout(request: web.Request) -> web.Response:
     raise response
 
 
-def _guarded(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+def _guarded(handler: Handler) -> Handler:
     async def page(request: web.Request) -> web.StreamResponse:
         return await ui_guard(request, handler)
 

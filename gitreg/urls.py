@@ -80,7 +80,7 @@ def parse(url: str) -> GitUrl | None:
 
 def parse_or_reason(url: str) -> GitUrl | str:
     """Like `parse`, but for text that is not a Git URL the reason, e.g. `not a valid URL: ...`."""
-    if not isinstance(url, str) or not url:
+    if not url:
         return NOT_A_GIT_URL
     m = _URL_RE.match(url)
     if m is not None:

@@ -76,9 +76,14 @@ def parse_version(text: str) -> semver.Version | None:
         return None
 
 
+# A sort key in SemVer precedence order (see `precedence`): major, minor, patch, 1 for a release
+# or 0 for a prerelease, then the prerelease identifiers as (0, number, "") or (1, 0, text).
+PrecedenceKey = tuple[int, int, int, int, tuple[tuple[int, int, str], ...]]
+
+
 def select_versions(tags: Mapping[str, str], tag_prefix: str = "") -> ModuleVersions:
     """Pick the tags that are `tag_prefix` + optional `v` + SemVer 2.0, one per version."""
-    found: dict[tuple, TaggedVersion] = {}
+    found: dict[tuple[int, int, int, str | None], TaggedVersion] = {}  # by version without build metadata
     skipped: list[SkippedTag] = []
     # Sorted so the choice between duplicates never depends on the order git lists tags in.
     for tag in sorted(tags):
@@ -103,7 +108,7 @@ def select_versions(tags: Mapping[str, str], tag_prefix: str = "") -> ModuleVers
     return ModuleVersions(tuple(ordered), tuple(sorted(skipped, key=lambda s: s.tag)))
 
 
-def precedence(tv: TaggedVersion) -> tuple:
+def precedence(tv: TaggedVersion) -> PrecedenceKey:
     """A sort key in SemVer 2.0 precedence order, made of plain tuples.
 
     Sorting 10,000 tags by semver.Version comparisons took ~0.4 s (each compare builds
@@ -127,7 +132,7 @@ def precedence(tv: TaggedVersion) -> tuple:
 def _preferred(a: TaggedVersion, b: TaggedVersion) -> bool:
     """Between two tags of one version, prefer the one without `v`, then the shorter name, then by name."""
 
-    def rank(tv: TaggedVersion) -> tuple:
+    def rank(tv: TaggedVersion) -> tuple[bool, int, str]:
         return (tv.tag.rsplit("/", 1)[-1].startswith("v"), len(tv.tag), tv.tag)
 
     return rank(a) <= rank(b)

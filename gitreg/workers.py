@@ -92,9 +92,9 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
                 break
             except InterruptedError:
                 continue
-            number = children.pop(pid, None)
-            if number is None:
+            if pid not in children:  # not a worker (none is forked otherwise, but never guess)
                 continue
+            number = children.pop(pid)
             exit_code = os.waitstatus_to_exitcode(status)
             if not stopping:
                 log.error("worker %d (pid %d) exited with %d; stopping the others", number, pid, exit_code)
