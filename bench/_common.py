@@ -16,14 +16,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.gitreg_process import GitregProcess  # noqa: E402
-from tests.support.githttp import GitHttpServer  # noqa: E402
-from tests.support.repos import GitRepo  # noqa: E402
+import contextlib
 
-__all__ = ["ROOT", "GitregProcess", "GitHttpServer", "GitRepo", "machine", "median", "wrk", "rss_kib",
-           "write_config", "workdir", "bare_ls_remote", "pct", "start_gitreg", "proc_stats", "GitHttpChild",
-           "tagged_repo", "copy_repo", "raise_nofile", "github_signature", "GIT_ENV", "pinning", "Server",
-           "free_port", "wait_healthy"]
+from tests.gitreg_process import GitregProcess
+from tests.support.githttp import GitHttpServer
+from tests.support.repos import GitRepo
+
+__all__ = [
+    "GIT_ENV",
+    "ROOT",
+    "GitHttpChild",
+    "GitHttpServer",
+    "GitRepo",
+    "GitregProcess",
+    "Server",
+    "bare_ls_remote",
+    "copy_repo",
+    "free_port",
+    "github_signature",
+    "machine",
+    "median",
+    "pct",
+    "pinning",
+    "proc_stats",
+    "raise_nofile",
+    "rss_kib",
+    "start_gitreg",
+    "tagged_repo",
+    "wait_healthy",
+    "workdir",
+    "write_config",
+    "wrk",
+]
 
 # What gitreg gives git too: no system or global config of the machine running the benchmark.
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
@@ -68,13 +92,29 @@ def taskset(cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def wrk(url: str, seconds: float, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None,
-        script: Path | None = None, cpus: str | None = None) -> dict[str, float]:
+def wrk(
+    url: str,
+    seconds: float,
+    connections: int = 32,
+    threads: int = 2,
+    headers: dict[str, str] | None = None,
+    script: Path | None = None,
+    cpus: str | None = None,
+) -> dict[str, float]:
     """Run wrk against `url` (with a Lua `script`, on `cpus` if given); requests, requests/s, p50
     and p99 latency in ms, socket errors (total and by kind) and non-2xx/3xx answers."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
-    args = [*taskset(cpus), "wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "--timeout", "10s"]
+    args = [
+        *taskset(cpus),
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
     for k, v in (headers or {}).items():
         args += ["-H", f"{k}: {v}"]
     if script is not None:
@@ -92,7 +132,8 @@ def wrk(url: str, seconds: float, connections: int = 32, threads: int = 2, heade
 
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    kinds = dict(zip(("connect", "read", "write", "timeout"), (int(x) for x in errors.groups()))) if errors else {}
+    names = ("connect", "read", "write", "timeout")
+    kinds = dict(zip(names, (int(x) for x in errors.groups()), strict=False)) if errors else {}
     return {
         "requests": int(re.search(r"(\d+) requests in", out).group(1)),
         "rps": rps,
@@ -124,22 +165,38 @@ def write_config(path: Path, text: str) -> Path:
 def bare_ls_remote(url: str, env: dict[str, str] | None = None) -> float:
     """Seconds one plain `git ls-remote --tags` of `url` takes."""
     started = time.perf_counter()
-    subprocess.run(["git", "ls-remote", "--tags", url], check=True, capture_output=True,
-                   env={**os.environ, **GIT_ENV, **(env or {})})
+    subprocess.run(
+        ["git", "ls-remote", "--tags", url],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV, **(env or {})},
+    )
     return time.perf_counter() - started
 
 
 class Server:
     """A server subprocess whose output goes to a file (a pipe read by Python would be part of the load)."""
 
-    def __init__(self, argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None,
-                 cpus: str | None = None, cwd: Path = ROOT) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        log: Path,
+        ready: str,
+        env: dict[str, str] | None = None,
+        cpus: str | None = None,
+        cwd: Path = ROOT,
+    ) -> None:
         self.log = log
         self.started = time.perf_counter()
         self._fh = log.open("w")
         # taskset execs the command: the pid stays the server's.
-        self.proc = subprocess.Popen([*taskset(cpus), *argv], stdout=self._fh, stderr=subprocess.STDOUT, cwd=cwd,
-                                     env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})})
+        self.proc = subprocess.Popen(
+            [*taskset(cpus), *argv],
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})},
+        )
         deadline = time.time() + 120
         self.url = ""
         while time.time() < deadline:
@@ -167,8 +224,9 @@ class Server:
         self._fh.close()
 
 
-def start_gitreg(args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None,
-                 root: Path = ROOT) -> Server:
+def start_gitreg(
+    args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None, root: Path = ROOT
+) -> Server:
     """`python -m gitreg serve ARGS` on a free port (on `cpus` if given), ready once /healthz answers.
 
     `root` is the source tree whose gitreg runs (another checkout, e.g. an older commit, to
@@ -212,10 +270,8 @@ def proc_stats(pid: int) -> dict[str, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     children = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
+        with contextlib.suppress(OSError):
             children += len((task / "children").read_text().split())
-        except OSError:
-            pass
     return {
         "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
@@ -244,8 +300,14 @@ def github_signature(secret: str, body: bytes) -> str:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    return subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args], cwd=cwd,
-                          check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENV}).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout.strip()
 
 
 def tagged_repo(bare: Path, tags: int, prefix: str = "v") -> Path:
@@ -267,10 +329,30 @@ def tagged_repo(bare: Path, tags: int, prefix: str = "v") -> Path:
 
 def _module_tree(bare: Path) -> str:
     """A tree with one main.tf, written into `bare`."""
-    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=bare, input=b'output "x" { value = 1 }\n',
-                          check=True, capture_output=True, env={**os.environ, **GIT_ENV}).stdout.decode().strip()
-    return subprocess.run(["git", "mktree"], cwd=bare, input=f"100644 blob {blob}\tmain.tf\n".encode(),
-                          check=True, capture_output=True, env={**os.environ, **GIT_ENV}).stdout.decode().strip()
+    blob = (
+        subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"],
+            cwd=bare,
+            input=b'output "x" { value = 1 }\n',
+            check=True,
+            capture_output=True,
+            env={**os.environ, **GIT_ENV},
+        )
+        .stdout.decode()
+        .strip()
+    )
+    return (
+        subprocess.run(
+            ["git", "mktree"],
+            cwd=bare,
+            input=f"100644 blob {blob}\tmain.tf\n".encode(),
+            check=True,
+            capture_output=True,
+            env={**os.environ, **GIT_ENV},
+        )
+        .stdout.decode()
+        .strip()
+    )
 
 
 def copy_repo(template: Path, dest: Path) -> Path:
@@ -286,8 +368,14 @@ class GitHttpChild:
     other down). Its per-repository counts of ref advertisements are asked for over a pipe.
     """
 
-    def __init__(self, root: Path, mode: str = "ok", delay: float = 30.0, username: str | None = None,
-                 password: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        mode: str = "ok",
+        delay: float = 30.0,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
         """`mode` and `delay`: a fault of tests/support/githttp.py (e.g. "slow" answers after `delay` s).
 
         `username`/`password`: Basic auth the server requires (passed through the environment, not argv).
@@ -296,8 +384,9 @@ class GitHttpChild:
         env = {**os.environ}
         if username is not None:
             env.update(GITREG_BENCH_GIT_USER=username, GITREG_BENCH_GIT_PASSWORD=password or "")
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().strip()
         if not self.base_url.startswith("http://"):
@@ -338,8 +427,11 @@ def _githttp_child(root: str, mode: str, delay: float) -> None:
     # The stdlib default listen backlog is 5: under load, connects beyond it wait for a SYN
     # retransmit (1 s), which would be measured as gitreg's latency.
     githttp._Server.request_queue_size = 256
-    server = GitHttpServer(Path(root), username=os.environ.get("GITREG_BENCH_GIT_USER"),
-                           password=os.environ.get("GITREG_BENCH_GIT_PASSWORD"))
+    server = GitHttpServer(
+        Path(root),
+        username=os.environ.get("GITREG_BENCH_GIT_USER"),
+        password=os.environ.get("GITREG_BENCH_GIT_PASSWORD"),
+    )
     server.mode, server.delay = mode, delay
     server.start()
     print(server.base_url, flush=True)

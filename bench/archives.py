@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import GitRepo, Server, free_port, machine, median, start_gitreg, wait_healthy, workdir, wrk, write_config
+from _common import GitRepo, Server, free_port, machine, median, start_gitreg, wait_healthy, workdir, write_config, wrk
 
 TOKEN = "bench-archive-token-0123456789"
 KEY = "bench-signing-key-" + "0" * 32
@@ -28,12 +28,17 @@ KEY = "bench-signing-key-" + "0" * 32
 
 def module_files(kind: str, rng: random.Random) -> dict[str, str]:
     """A module's files: `typical` ~40 small files, `large` adds ~24 MB of vendored text."""
-    files = {f"modules/net/{d}/file{i}.tf": "".join(rng.choice("abcdefgh \n") for _ in range(3000))
-             for d in ("a", "b", "c", "d") for i in range(10)}
+    files = {
+        f"modules/net/{d}/file{i}.tf": "".join(rng.choice("abcdefgh \n") for _ in range(3000))
+        for d in ("a", "b", "c", "d")
+        for i in range(10)
+    }
     files["modules/net/main.tf"] = 'output "x" { value = 1 }\n'
     files["modules/other/main.tf"] = "# not part of the module\n"
     if kind == "large":
-        files["modules/net/vendor/data.json"] = "".join(f'{{"i": {i}, "v": "{rng.random():.12f}"}}\n' for i in range(600_000))
+        files["modules/net/vendor/data.json"] = "".join(
+            f'{{"i": {i}, "v": "{rng.random():.12f}"}}\n' for i in range(600_000)
+        )
     return files
 
 
@@ -41,7 +46,9 @@ def git_archive_gzip(bare: Path, sha: str, path: str, out: Path) -> float:
     """Seconds `git archive --format=tar <sha>:<path> | gzip -6 -n > out` takes."""
     started = time.perf_counter()
     with out.open("wb") as fh:
-        archive = subprocess.Popen(["git", "archive", "--format=tar", f"{sha}:{path}"], cwd=bare, stdout=subprocess.PIPE)
+        archive = subprocess.Popen(
+            ["git", "archive", "--format=tar", f"{sha}:{path}"], cwd=bare, stdout=subprocess.PIPE
+        )
         gz = subprocess.run(["gzip", "-6", "-n"], stdin=archive.stdout, stdout=fh, check=True)
         archive.stdout.close()
         archive.wait()
@@ -80,11 +87,16 @@ def main() -> int:
         'path = "modules/net"\ndownload = "archive"\n'
         for kind, (repo, _) in repos.items()
     )
-    config = write_config(base / "gitreg.toml", f'[storage]\npath = "{base / "store"}"\n[cache]\nttl_seconds = 3600\n{rules}')
-    signed_config = write_config(base / "signed.toml", (
-        f'[storage]\npath = "{base / "store-signed"}"\n[cache]\nttl_seconds = 3600\n'
-        f'[auth]\ntokens = ["{TOKEN}"]\nsigning_key = "{KEY}"\n{rules}'
-    ))
+    config = write_config(
+        base / "gitreg.toml", f'[storage]\npath = "{base / "store"}"\n[cache]\nttl_seconds = 3600\n{rules}'
+    )
+    signed_config = write_config(
+        base / "signed.toml",
+        (
+            f'[storage]\npath = "{base / "store-signed"}"\n[cache]\nttl_seconds = 3600\n'
+            f'[auth]\ntokens = ["{TOKEN}"]\nsigning_key = "{KEY}"\n{rules}'
+        ),
+    )
     servers: dict[str, Server] = {}
     cold: dict[str, dict[str, list[float]]] = {}
     sizes: dict[str, int] = {}
@@ -95,23 +107,31 @@ def main() -> int:
             fetch_seconds(archive)  # creates the mirror: what follows measures builds only
             rows = cold.setdefault(kind, {"gitreg": [], "baseline": []})
             for i in range(1, args.rounds + 1):  # interleaved, so drift hits both alike
-                seconds, sizes[kind] = fetch_seconds(f"{gitreg.url}/v1/modules/bench/{kind}/null/1.{i}.0/archive.tar.gz")
+                seconds, sizes[kind] = fetch_seconds(
+                    f"{gitreg.url}/v1/modules/bench/{kind}/null/1.{i}.0/archive.tar.gz"
+                )
                 rows["gitreg"].append(seconds)
-                rows["baseline"].append(git_archive_gzip(repo.bare, shas[i], "modules/net", base / f"{kind}-{i}.tar.gz"))
+                rows["baseline"].append(
+                    git_archive_gzip(repo.bare, shas[i], "modules/net", base / f"{kind}-{i}.tar.gz")
+                )
 
         # warm serving of the typical module's archive
         path = "/v1/modules/bench/typical/null/1.1.0/archive.tar.gz"
         with urllib.request.urlopen(gitreg.url + path) as resp:
             (base / "served.tar.gz").write_bytes(resp.read())
         signed = servers["gitreg-signed"] = start_gitreg(["--config", str(signed_config)], base / "signed.log")
-        request = urllib.request.Request(signed.url + path.replace("archive.tar.gz", "download"),
-                                         headers={"Authorization": f"Bearer {TOKEN}"})
+        request = urllib.request.Request(
+            signed.url + path.replace("archive.tar.gz", "download"), headers={"Authorization": f"Bearer {TOKEN}"}
+        )
         with urllib.request.urlopen(request) as resp:
             signed_path = path + "?" + resp.headers["X-Terraform-Get"].split("?", 1)[1]
         urllib.request.urlopen(signed.url + signed_path).read()  # build it
         port = free_port()
-        bare = servers["bare"] = Server([sys.executable, "bench/bare_file_server.py", str(port), str(base / "served.tar.gz")],
-                                        base / "bare.log", r"()")
+        bare = servers["bare"] = Server(
+            [sys.executable, "bench/bare_file_server.py", str(port), str(base / "served.tar.gz")],
+            base / "bare.log",
+            r"()",
+        )
         bare.url = f"http://127.0.0.1:{port}"
         wait_healthy(bare.url + path)
         targets = {
@@ -129,23 +149,33 @@ def main() -> int:
 
     print(f"# machine: {machine()}")
     print(f"# cold build: {args.rounds} builds per size (medians), mirror already present")
-    print("| module | archive size | gitreg download of a new archive | git archive \\| gzip -6 | ratio | target <= 1.3x |")
+    print(
+        "| module | archive size | gitreg download of a new archive | git archive \\| gzip -6 | ratio "
+        "| target <= 1.3x |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for kind, rows in cold.items():
         g, b = median(rows["gitreg"]), median(rows["baseline"])
         ratio = g / b if b else 0
-        print(f"| {kind} | {sizes[kind] / 1024:,.0f} KiB | {g * 1000:.1f} ms | {b * 1000:.1f} ms | {ratio:.2f}x | "
-              f"{'met' if ratio <= 1.3 else 'MISSED'} |")
-    print(f"\n# warm serving: wrk -t2 -c32 -d{args.seconds:g}s on a {sizes['typical'] / 1024:,.0f} KiB archive, "
-          f"{len(next(iter(warm.values())))} round(s), medians")
+        print(
+            f"| {kind} | {sizes[kind] / 1024:,.0f} KiB | {g * 1000:.1f} ms | {b * 1000:.1f} ms | {ratio:.2f}x | "
+            f"{'met' if ratio <= 1.3 else 'MISSED'} |"
+        )
+    print(
+        f"\n# warm serving: wrk -t2 -c32 -d{args.seconds:g}s on a {sizes['typical'] / 1024:,.0f} KiB archive, "
+        f"{len(next(iter(warm.values())))} round(s), medians"
+    )
     print("| server | requests/s | p50 ms | p99 ms | errors | vs baseline |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     base_rps = median([r["rps"] for r in warm["bare aiohttp FileResponse (baseline)"]])
     for name, rs in warm.items():
         rps = median([r["rps"] for r in rs])
         errors = sum(r["errors"] + r["non2xx"] for r in rs)
-        print(f"| {name} | {rps:,.0f} | {median([r['p50_ms'] for r in rs]):.2f} | {median([r['p99_ms'] for r in rs]):.2f} "
-              f"| {errors} | {rps / base_rps:.0%} |")
+        print(
+            f"| {name} | {rps:,.0f} | {median([r['p50_ms'] for r in rs]):.2f} "
+            f"| {median([r['p99_ms'] for r in rs]):.2f} "
+            f"| {errors} | {rps / base_rps:.0%} |"
+        )
     return 0
 
 

@@ -22,14 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+from aiohttp.test_utils import TestClient, TestServer
 
-from gitreg.app import create_app  # noqa: E402
-from gitreg.appkeys import INDEX  # noqa: E402
-from tests.conftest import make_config  # noqa: E402
-from tests.support.repos import GitRepo  # noqa: E402
+from gitreg.app import create_app
+from gitreg.appkeys import INDEX
+from tests.conftest import make_config
+from tests.support.repos import GitRepo
 
-MODULE_TF = '''
+MODULE_TF = """
 variable "name" {
   type        = string
   description = "Name prefix."
@@ -44,7 +44,7 @@ variable "settings" {
 output "id" { value = null_resource.this.id }
 resource "null_resource" "this" {}
 module "labels" { source = "./modules/labels" }
-'''
+"""
 
 
 async def timed(client: TestClient, url: str) -> float:
@@ -65,13 +65,17 @@ async def main(modules: int, rounds: int) -> None:
         repo = GitRepo(base / "repos", "modules")
         files: dict[str, str | None] = {}
         for i in range(modules):
-            files[f"m{i}/README.md"] = f"# m{i}\n\nModule number {i} for the {'network' if i % 3 == 0 else 'compute'} team.\n"
+            files[f"m{i}/README.md"] = (
+                f"# m{i}\n\nModule number {i} for the {'network' if i % 3 == 0 else 'compute'} team.\n"
+            )
             files[f"m{i}/main.tf"] = MODULE_TF
             files[f"m{i}/modules/labels/main.tf"] = 'variable "x" {}\n'
         repo.commit(files)
         repo.tag("v1.0.0")
-        rules = [{"namespace": "acme", "name": f"m{i}", "system": "null", "repository": repo.url, "path": f"m{i}"}
-                 for i in range(modules)]
+        rules = [
+            {"namespace": "acme", "name": f"m{i}", "system": "null", "repository": repo.url, "path": f"m{i}"}
+            for i in range(modules)
+        ]
         config = make_config(rules, storage={"path": str(base / "state")}, server={"host": "127.0.0.1"})
         app = create_app(config)
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:

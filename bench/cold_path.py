@@ -20,7 +20,18 @@ import time
 
 import aiohttp
 
-from _common import GitHttpChild, bare_ls_remote, copy_repo, machine, median, pct, start_gitreg, tagged_repo, workdir, write_config
+from _common import (
+    GitHttpChild,
+    bare_ls_remote,
+    copy_repo,
+    machine,
+    median,
+    pct,
+    start_gitreg,
+    tagged_repo,
+    workdir,
+    write_config,
+)
 
 CONCURRENCY = (1, 10, 100)
 
@@ -80,11 +91,14 @@ def main() -> int:
     repos.mkdir()
     template = tagged_repo(base / "template.git", 20)
     git = GitHttpChild(repos)
-    config = write_config(base / "gitreg.toml", (
-        '[cache]\nttl_seconds = 3600\n[git]\nprotocols = ["http"]\n'
-        f'[storage]\npath = "{base / "state"}"\n'
-        f'[[modules]]\nnamespace = "cold"\nrepository = "{git.base_url}/{{name}}.git"\n'
-    ))
+    config = write_config(
+        base / "gitreg.toml",
+        (
+            '[cache]\nttl_seconds = 3600\n[git]\nprotocols = ["http"]\n'
+            f'[storage]\npath = "{base / "state"}"\n'
+            f'[[modules]]\nnamespace = "cold"\nrepository = "{git.base_url}/{{name}}.git"\n'
+        ),
+    )
     server = start_gitreg(["--config", str(config)], base / "gitreg.log")
     try:
         results = asyncio.run(measure(server.url, git, repos, template, args.rounds))
@@ -92,11 +106,15 @@ def main() -> int:
         server.stop()
         git.stop()
 
-    print(f"# cold path: python bench/cold_path.py{' --quick' if args.quick else ''}: {args.rounds} fresh "
-          "repositories per N (20 tags each), git smart HTTP on 127.0.0.1; gitreg as shipped (access log on)")
+    print(
+        f"# cold path: python bench/cold_path.py{' --quick' if args.quick else ''}: {args.rounds} fresh "
+        "repositories per N (20 tags each), git smart HTTP on 127.0.0.1; gitreg as shipped (access log on)"
+    )
     print(f"# machine: {machine()}")
-    print("| concurrent requests N | upstream ref advertisements per round | gitreg median ms | gitreg p90 ms "
-          "| bare `git ls-remote --tags` median ms | gitreg / bare | budget 1.2 x bare + 5 ms | target |")
+    print(
+        "| concurrent requests N | upstream ref advertisements per round | gitreg median ms | gitreg p90 ms "
+        "| bare `git ls-remote --tags` median ms | gitreg / bare | budget 1.2 x bare + 5 ms | target |"
+    )
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     verdicts = []
     for n, r in results.items():
@@ -106,12 +124,16 @@ def main() -> int:
         ok = ads_ok and g <= budget and not r["problems"]
         verdicts.append(ok)
         ads = ", ".join(str(a) for a in r["ads"])
-        print(f"| {n} | {ads} | {g:.1f} | {pct(r['latency'], 90) * 1000:.1f} | {b:.1f} | {g / b:.2f} | {budget:.1f} | "
-              f"{'met' if ok else 'MISSED'} |")
+        print(
+            f"| {n} | {ads} | {g:.1f} | {pct(r['latency'], 90) * 1000:.1f} | {b:.1f} | {g / b:.2f} | {budget:.1f} | "
+            f"{'met' if ok else 'MISSED'} |"
+        )
         for problem in sorted(set(r["problems"]))[:5]:
             print(f"problem at N={n}: {problem}")
-    print(f"target (1 advertisement per round, gitreg <= 1.2 x bare + 5 ms) for every N: "
-          f"{'met' if all(verdicts) else 'MISSED'}")
+    print(
+        f"target (1 advertisement per round, gitreg <= 1.2 x bare + 5 ms) for every N: "
+        f"{'met' if all(verdicts) else 'MISSED'}"
+    )
     return 0
 
 

@@ -16,7 +16,6 @@ import tempfile
 import time
 
 from _common import GitHttpChild, machine, median, pct, tagged_repo, workdir
-
 from gitreg.config import GitConfig
 from gitreg.git_adapter import GitAdapter
 
@@ -32,7 +31,10 @@ def measure(url: str, rounds: int, tags: int) -> dict[str, list[float]]:
     """Seconds per `ls_remote_tags` call, trace off and on, interleaved round by round."""
     config = GitConfig(timeout_seconds=60, protocols=("http",))
     with tempfile.TemporaryDirectory() as home:
-        adapters = {"trace off (before)": UntracedAdapter(config, (), home), "trace on (now)": GitAdapter(config, (), home)}
+        adapters = {
+            "trace off (before)": UntracedAdapter(config, (), home),
+            "trace on (now)": GitAdapter(config, (), home),
+        }
         times: dict[str, list[float]] = {name: [] for name in adapters}
         for name, adapter in adapters.items():  # warm-up: page cache, git's first run
             assert len(adapter.ls_remote_tags(url).tags) == tags, name

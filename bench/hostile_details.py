@@ -27,7 +27,7 @@ MAX_TF_BYTES = 512 * 1024
 HOSTILE = {
     "README: 80 KB of [": {"README.md": "[" * 80_000, "main.tf": 'variable "x" {}\n'},
     "README: 256 KB of pathological Markdown": {
-        "README.md": ("[[a](" * 10_000 + "\n\n" + "a|b\n-|-\n" + "x\n" * 40_000 + "\n\n" + "![" * 20_000)[:256 * 1024],
+        "README.md": ("[[a](" * 10_000 + "\n\n" + "a|b\n-|-\n" + "x\n" * 40_000 + "\n\n" + "![" * 20_000)[: 256 * 1024],
     },
     ".tf: 60 KB heredoc near-miss": {
         "main.tf": 'variable "b" {\n  description = <<EOT\n' + " " * 60_000 + "x\nEOT\n}\n",
@@ -45,7 +45,10 @@ SLOW = {
 
 
 async def probe(session: aiohttp.ClientSession, base: str, url: str) -> tuple[float, float, int, int]:
-    """GET `url` while asking /healthz every 20 ms: (details seconds, slowest healthz seconds, healthz count, status)."""
+    """GET `url` while asking /healthz every 20 ms.
+
+    Returns (details seconds, slowest healthz seconds, healthz count, status).
+    """
     started = time.perf_counter()
     pending = asyncio.ensure_future(session.get(base + url))
     slowest, count = 0.0, 0
@@ -80,8 +83,10 @@ async def measure(base: str, names: list[str], tags: int) -> None:
         versions = [await timed(session, f"{base}/v1/modules/acme/normal/aws/versions") for _ in range(30)]
         warm = [await timed(session, f"{base}/v1/modules/acme/normal/aws/1.1.0") for _ in range(30)]
     print(f"normal module, first details (mirror clone + build): {first * 1000:8.1f} ms")
-    print(f"normal module, details build per tag, median of {len(builds)}: {statistics.median(builds) * 1000:8.1f} ms"
-          f" (min {min(builds) * 1000:.1f}, max {max(builds) * 1000:.1f})")
+    print(
+        f"normal module, details build per tag, median of {len(builds)}: {statistics.median(builds) * 1000:8.1f} ms"
+        f" (min {min(builds) * 1000:.1f}, max {max(builds) * 1000:.1f})"
+    )
     print(f"normal module, details from the cache, median of 30:  {statistics.median(warm) * 1000:8.2f} ms")
     print(f"versions (baseline), median of 30:                      {statistics.median(versions) * 1000:8.2f} ms")
 
@@ -96,7 +101,7 @@ def main() -> None:
 
     cases = {**HOSTILE, **({} if args.skip_slow else SLOW)}
     rules = []
-    for i, (name, files) in enumerate(cases.items()):
+    for i, files in enumerate(cases.values()):
         repo = GitRepo(base / "repos", f"m{i}")
         repo.commit(files)
         repo.tag("v1.0.0")
@@ -106,13 +111,19 @@ def main() -> None:
         normal.commit({"main.tf": (normal.work / "main.tf").read_text() + f"\n# change {n}\n"})
         normal.tag(f"v1.{n}.0")
     rules.append(f'[[modules]]\nnamespace = "acme"\nname = "normal"\nsystem = "aws"\nrepository = "{normal.url}"\n')
-    config = write_config(base / "gitreg.toml", (
-        '[git]\nprotocols = ["file"]\ntimeout_seconds = 60\n'
-        f'[storage]\npath = "{base / "state"}"\n' + "\n".join(rules)
-    ))
+    config = write_config(
+        base / "gitreg.toml",
+        (
+            '[git]\nprotocols = ["file"]\ntimeout_seconds = 60\n'
+            f'[storage]\npath = "{base / "state"}"\n' + "\n".join(rules)
+        ),
+    )
     server = start_gitreg(["--config", str(config)], base / "gitreg.log")
     try:
-        print(f"# python bench/hostile_details.py --tags {args.tags}{' --skip-slow' if args.skip_slow else ''}; {machine()}")
+        print(
+            f"# python bench/hostile_details.py --tags {args.tags}{' --skip-slow' if args.skip_slow else ''}; "
+            f"{machine()}"
+        )
         asyncio.run(measure(server.url, list(cases), args.tags))
     finally:
         server.stop()

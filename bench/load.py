@@ -29,8 +29,19 @@ import urllib.request
 
 import aiohttp
 
-from _common import (GitHttpChild, machine, median, pct, proc_stats, raise_nofile, start_gitreg, tagged_repo, workdir, wrk,
-                     write_config)
+from _common import (
+    GitHttpChild,
+    machine,
+    median,
+    pct,
+    proc_stats,
+    raise_nofile,
+    start_gitreg,
+    tagged_repo,
+    workdir,
+    write_config,
+    wrk,
+)
 
 WARM_PATHS = ("/v1/modules/demo/hello/null/versions", "/v1/modules/demo/hello/null/0.0.19/download")
 LUA = """-- alternate the warm endpoints
@@ -40,7 +51,7 @@ request = function()
   i = i + 1
   return wrk.format("GET", paths[(i %% #paths) + 1])
 end
-""" % ", ".join(f'"{p}"' for p in WARM_PATHS)
+""" % ", ".join(f'"{p}"' for p in WARM_PATHS)  # noqa: UP031 - the Lua braces stay literal
 
 
 GAUGES = {"cached": "gitreg_cache_repositories", "tasks": "gitreg_event_loop_tasks", "git": "gitreg_git_processes"}
@@ -78,7 +89,9 @@ class ColdClient:
     async def _run(self) -> None:
         names = iter(self.names)
         timeout = aiohttp.ClientTimeout(total=60)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.workers), timeout=timeout) as session:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.workers), timeout=timeout
+        ) as session:
 
             async def worker() -> None:
                 while not self._stop.is_set():
@@ -92,7 +105,7 @@ class ColdClient:
                             body = await resp.json()
                             ok = resp.status == 200 and len(body["modules"][0]["versions"]) == 20
                             reason = "ok" if ok else f"HTTP {resp.status}: {str(body)[:120]}"
-                    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as e:
+                    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as e:
                         reason = f"{type(e).__name__}: {str(e)[:120]}"
                     if reason == "ok":
                         self.latencies.append(time.perf_counter() - started)
@@ -159,11 +172,14 @@ def main() -> int:
     git = GitHttpChild(repos)
     script = base / "warm.lua"
     script.write_text(LUA)
-    config = write_config(base / "gitreg.toml", (
-        f'[cache]\nttl_seconds = 3600\n[git]\nprotocols = ["http", "file"]\n[storage]\npath = "{base / "state"}"\n'
-        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{warm_repo.as_uri()}"\n'
-        f'[[modules]]\nnamespace = "cold"\nrepository = "{git.base_url}/{{name}}.git"\n'
-    ))
+    config = write_config(
+        base / "gitreg.toml",
+        (
+            f'[cache]\nttl_seconds = 3600\n[git]\nprotocols = ["http", "file"]\n[storage]\npath = "{base / "state"}"\n'
+            f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{warm_repo.as_uri()}"\n'
+            f'[[modules]]\nnamespace = "cold"\nrepository = "{git.base_url}/{{name}}.git"\n'
+        ),
+    )
     server = start_gitreg(["--config", str(config)], base / "gitreg.log")
     pid = server.proc.pid
     try:
@@ -186,7 +202,10 @@ def main() -> int:
             # The same warm load again, no new modules: memory that grew per request would grow again.
             repeat = wrk(server.url + WARM_PATHS[0], args.repeat_seconds, args.connections, threads=2, script=script)
             time.sleep(10)
-            stats[f"10 s after a 2nd warm-only load ({args.repeat_seconds} s)"] = {**proc_stats(pid), **gauges(server.url)}
+            stats[f"10 s after a 2nd warm-only load ({args.repeat_seconds} s)"] = {
+                **proc_stats(pid),
+                **gauges(server.url),
+            }
         advertisements = git.ref_advertisements()
     finally:
         server.stop()
@@ -194,34 +213,50 @@ def main() -> int:
 
     cold_ok = len(cold.latencies)
     cold_failed = sum(cold.failures.values())
-    print(f"# load: python bench/load.py{' --quick' if args.quick else ''}: {args.seconds} s; wrk -t2 "
-          f"-c{args.connections} alternating versions/download of a cached module, plus {args.cold_workers} cold "
-          f"requests in flight (new module each, git smart HTTP); open-file limit {nofile}")
+    print(
+        f"# load: python bench/load.py{' --quick' if args.quick else ''}: {args.seconds} s; wrk -t2 "
+        f"-c{args.connections} alternating versions/download of a cached module, plus {args.cold_workers} cold "
+        f"requests in flight (new module each, git smart HTTP); open-file limit {nofile}"
+    )
     print(f"# machine: {machine()}")
     print("| traffic | requests | failed (socket errors + non-2xx) | requests/s | p50 ms | p99 ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    kinds = ", ".join(f"{k} {warm[f'errors_{k}']}" for k in ("connect", "read", "write", "timeout") if warm.get(f"errors_{k}"))
+    kinds = ", ".join(
+        f"{k} {warm[f'errors_{k}']}" for k in ("connect", "read", "write", "timeout") if warm.get(f"errors_{k}")
+    )
     detail = f" ({kinds}; non-2xx {warm['non2xx']})" if kinds else ""
-    print(f"| warm, {args.connections:,} connections (wrk) | {warm['requests']:,} | {warm['errors'] + warm['non2xx']}"
-          f"{detail} | {warm['rps']:,.0f} | {warm['p50_ms']:.1f} | {warm['p99_ms']:.1f} |")
-    print(f"| cold modules, {args.cold_workers} in flight | {cold_ok + cold_failed:,} | {cold_failed} | "
-          f"{(cold_ok + cold_failed) / args.seconds:,.1f} | {median(cold.latencies) * 1000:.1f} | "
-          f"{pct(cold.latencies, 99) * 1000:.1f} |")
+    print(
+        f"| warm, {args.connections:,} connections (wrk) | {warm['requests']:,} | {warm['errors'] + warm['non2xx']}"
+        f"{detail} | {warm['rps']:,.0f} | {warm['p50_ms']:.1f} | {warm['p99_ms']:.1f} |"
+    )
+    print(
+        f"| cold modules, {args.cold_workers} in flight | {cold_ok + cold_failed:,} | {cold_failed} | "
+        f"{(cold_ok + cold_failed) / args.seconds:,.1f} | {median(cold.latencies) * 1000:.1f} | "
+        f"{pct(cold.latencies, 99) * 1000:.1f} |"
+    )
     if repeat is not None:
-        print(f"| warm again, {args.connections:,} connections, {args.repeat_seconds} s | {repeat['requests']:,} | "
-              f"{repeat['errors'] + repeat['non2xx']} | {repeat['rps']:,.0f} | {repeat['p50_ms']:.1f} | {repeat['p99_ms']:.1f} |")
+        print(
+            f"| warm again, {args.connections:,} connections, {args.repeat_seconds} s | {repeat['requests']:,} | "
+            f"{repeat['errors'] + repeat['non2xx']} | {repeat['rps']:,.0f} | {repeat['p50_ms']:.1f} "
+            f"| {repeat['p99_ms']:.1f} |"
+        )
     for reason, count in sorted(cold.failures.items(), key=lambda kv: -kv[1])[:5]:
         print(f"cold failure x{count}: {reason}")
     if cold.exhausted:
         print(f"note: all {len(names)} cold modules were used before the end")
     print(f"upstream ref advertisements: {advertisements} for {cold_ok + cold_failed} cold requests")
     print()
-    print("| gitreg process | RSS MiB | open fds | threads | child processes | asyncio tasks | git processes | cached repositories |")
+    print(
+        "| gitreg process | RSS MiB | open fds | threads | child processes | asyncio tasks | git processes "
+        "| cached repositories |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for when, s in stats.items():
         shown = {k: (s[k] if s[k] >= 0 else "") for k in GAUGES}
-        print(f"| {when} | {s['rss_kib'] / 1024:.1f} | {s['fds']} | {s['threads']} | {s['children']} | {shown['tasks']} | "
-              f"{shown['git']} | {shown['cached']} |")
+        print(
+            f"| {when} | {s['rss_kib'] / 1024:.1f} | {s['fds']} | {s['threads']} | {s['children']} "
+            f"| {shown['tasks']} | {shown['git']} | {shown['cached']} |"
+        )
     step = max(1, args.seconds // 10)
     print(f"RSS during the load, MiB, every {step} s: {' '.join(sampler.rss_every(step))}")
     failed = warm["errors"] + warm["non2xx"] + cold_failed + (repeat["errors"] + repeat["non2xx"] if repeat else 0)

@@ -54,9 +54,13 @@ async def run(repos: int, rounds: int) -> None:
         fake = await FakeForge("github", git, "acme-infra").start()
         for i in range(repos):
             fake.add(f"terraform-aws-mod{i:05d}" if i % 200 else f"docs-{i}")
-        config = parse_config({"git": {"protocols": ["http"]},
-                               "orgs": [{"provider": "github", "api_url": fake.api_url, "group": "acme-infra",
-                                         "namespace": "acme"}]}, {})
+        config = parse_config(
+            {
+                "git": {"protocols": ["http"]},
+                "orgs": [{"provider": "github", "api_url": fake.api_url, "group": "acme-infra", "namespace": "acme"}],
+            },
+            {},
+        )
         url = f"{fake.api_url}/orgs/acme-infra/repos?per_page=100&type=all&sort=created&direction=asc"
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         full, base, again = [], [], []
@@ -95,8 +99,10 @@ async def run(repos: int, rounds: int) -> None:
         for i in range(n):
             plain.get(addresses[i % modules])
         dict_ns = (time.perf_counter() - started) / n * 1e9
-        payload_urls = ("https://github.com/acme-infra/terraform-aws-mod00001.git",
-                        "git@github.com:acme-infra/terraform-aws-mod00001.git")
+        payload_urls = (
+            "https://github.com/acme-infra/terraform-aws-mod00001.git",
+            "git@github.com:acme-infra/terraform-aws-mod00001.git",
+        )
         started = time.perf_counter()
         assert catalog.repositories_named(payload_urls, repository_identity)
         first_ms = (time.perf_counter() - started) * 1000
@@ -109,11 +115,15 @@ async def run(repos: int, rounds: int) -> None:
     print(f"org of {repos} repositories ({modules} modules), {pages} API pages, median of {rounds}")
     print(f"  baseline: GET + decode the pages            {b * 1000:8.1f} ms")
     print(f"  OrgCatalog.enumerate (first listing)        {f * 1000:8.1f} ms  ({f / b:.2f}x the baseline)")
-    print(f"  OrgCatalog.enumerate (nothing changed)      {a * 1000:8.1f} ms  ({a / b:.2f}x the baseline); "
-          f"changes reported: {sum(notified)}")
+    print(
+        f"  OrgCatalog.enumerate (nothing changed)      {a * 1000:8.1f} ms  ({a / b:.2f}x the baseline); "
+        f"changes reported: {sum(notified)}"
+    )
     print(f"  resolve() of a listed module                {resolve_ns:8.0f} ns  (dict.get: {dict_ns:.0f} ns)")
     print(f"  resolve() of an unknown name                {miss_ns:8.0f} ns")
-    print(f"  tag webhook: org repositories named         {first_ms:8.1f} ms first (index built), {next_us:.1f} us after")
+    print(
+        f"  tag webhook: org repositories named         {first_ms:8.1f} ms first (index built), {next_us:.1f} us after"
+    )
     print(f"  max RSS growth while listing                {(rss_after - rss_before) / 1024:8.1f} MiB")
 
 

@@ -66,7 +66,6 @@ from _common import (
     start_gitreg,
     workdir,
 )
-
 from gitreg.details import ModuleDetails
 from gitreg.forges import github_record
 from gitreg.index import (
@@ -86,12 +85,32 @@ from tests.support.forges import FakeForge
 GROUP, NAMESPACE = "acme-infra", "acme"
 GIT_USER, GIT_PASSWORD, API_TOKEN = "bench", "bench-git-password-0123", "bench-api-token-4567"
 SYSTEMS = ("aws", "azurerm", "google")
-WORDS = ("network", "bucket", "cluster", "dns", "iam", "queue", "cache", "database", "gateway", "firewall",
-         "monitor", "logging", "secrets", "registry", "compute", "storage", "cdn", "mesh", "backup", "vault")
+WORDS = (
+    "network",
+    "bucket",
+    "cluster",
+    "dns",
+    "iam",
+    "queue",
+    "cache",
+    "database",
+    "gateway",
+    "firewall",
+    "monitor",
+    "logging",
+    "secrets",
+    "registry",
+    "compute",
+    "storage",
+    "cdn",
+    "mesh",
+    "backup",
+    "vault",
+)
 TIERS = ("edge", "core", "shared", "private", "public", "global", "regional", "zonal", "blue", "green")
 NON_MATCHING = 10
 CACHED = "bench/cached/aws"
-MAIN_TF = b'''variable "name" {
+MAIN_TF = b"""variable "name" {
   description = "What to call it"
   type        = string
 }
@@ -105,7 +124,7 @@ output "id" {
   description = "The id"
   value       = var.name
 }
-'''
+"""
 
 
 # ---- the org -----------------------------------------------------------------------------------
@@ -119,9 +138,11 @@ def module_name(i: int) -> tuple[str, str]:
 def readme(i: int) -> str:
     """Module i's README: a few common words and one of its own (`quasar<i>`), for README search."""
     system, name = module_name(i)
-    return (f"# {name}\n\nA Terraform module that manages {WORDS[i % len(WORDS)]} resources on {system}.\n"
-            f"Its catalogue word is quasar{i:05d}.\n\n## Usage\n\n```hcl\nmodule \"x\" {{\n  source = \"...\"\n"
-            f"  name   = \"example\"\n}}\n```\n")
+    return (
+        f"# {name}\n\nA Terraform module that manages {WORDS[i % len(WORDS)]} resources on {system}.\n"
+        f'Its catalogue word is quasar{i:05d}.\n\n## Usage\n\n```hcl\nmodule "x" {{\n  source = "..."\n'
+        f'  name   = "example"\n}}\n```\n'
+    )
 
 
 def _env() -> dict[str, str]:
@@ -143,12 +164,19 @@ def build_repos(root: Path, repos: int, tags: int) -> list[str]:
     for i in range(repos):
         text = readme(i).encode()
         stream += b"reset refs/heads/build\n"
-        stream += b"commit refs/heads/build\nmark :%d\ncommitter bench <bench@example.com> %d +0000\ndata 6\nmodule\n" % (
-            i + 2, 1700000000 + i)
+        stream += (
+            b"commit refs/heads/build\nmark :%d\ncommitter bench <bench@example.com> %d +0000\ndata 6\nmodule\n"
+            % (i + 2, 1700000000 + i)
+        )
         stream += b"M 100644 :1 main.tf\nM 100644 inline README.md\ndata %d\n%s\n" % (len(text), text)
     marks = root / ".marks"
-    subprocess.run(["git", "fast-import", "--quiet", f"--export-marks={marks}"], cwd=template, input=bytes(stream),
-                   check=True, env=_env())
+    subprocess.run(
+        ["git", "fast-import", "--quiet", f"--export-marks={marks}"],
+        cwd=template,
+        input=bytes(stream),
+        check=True,
+        env=_env(),
+    )
     commits = {}
     for line in marks.read_text().split("\n"):
         if line:
@@ -197,12 +225,17 @@ def credential_env(base_url: str) -> dict[str, str]:
     import base64
 
     token = base64.b64encode(f"{GIT_USER}:{GIT_PASSWORD}".encode()).decode()
-    return {**_env(), "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"http.{base_url}/.extraHeader",
-            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {token}"}
+    return {
+        **_env(),
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"http.{base_url}/.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {token}",
+    }
 
 
 def baseline_ls_remote(urls: list[str], env: dict[str, str], concurrency: int) -> float:
     """Seconds for a plain `git ls-remote --tags` of every URL, `concurrency` at a time."""
+
     def one(url: str) -> None:
         subprocess.run(["git", "ls-remote", "--tags", url], check=True, capture_output=True, env=env)
 
@@ -221,8 +254,13 @@ def baseline_mirror(urls: list[str], env: dict[str, str], concurrency: int, scra
         path = scratch / f"m{n}"
         subprocess.run(["git", "ls-remote", "--tags", url], check=True, capture_output=True, env=env)
         subprocess.run(["git", "init", "--quiet", "--bare", str(path)], check=True, capture_output=True, env=env)
-        subprocess.run(["git", "fetch", "--quiet", "--no-write-fetch-head", url, "+refs/tags/*:refs/tags/*"], cwd=path,
-                       check=True, capture_output=True, env=env)
+        subprocess.run(
+            ["git", "fetch", "--quiet", "--no-write-fetch-head", url, "+refs/tags/*:refs/tags/*"],
+            cwd=path,
+            check=True,
+            capture_output=True,
+            env=env,
+        )
 
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -346,8 +384,9 @@ def wait_api_calls(client: Client, at_least: float, timeout: float = 60) -> floa
 # ---- phases ------------------------------------------------------------------------------------
 
 
-def paced_latency(base_url: str, count: int, interval: float, stop_at: list[float] | None = None
-                  ) -> list[tuple[float, str, float]]:
+def paced_latency(
+    base_url: str, count: int, interval: float, stop_at: list[float] | None = None
+) -> list[tuple[float, str, float]]:
     """`count` requests (versions and download of the cached module, alternately) `interval` s apart:
     (wall time, kind, ms) each."""
     client = Client(base_url)
@@ -373,16 +412,23 @@ def query_sets(modules: int, variants: int) -> dict[str, list[str]]:
     picks = [min(modules - NON_MATCHING - 1, k * step + 7) for k in range(variants)]
     return {
         "name": [module_name(i)[1] for i in picks],
-        "word": [WORDS[k % len(WORDS)] for k in range(variants)][:len(WORDS)],
+        "word": [WORDS[k % len(WORDS)] for k in range(variants)][: len(WORDS)],
         "two words": [f"{WORDS[k % len(WORDS)]} {TIERS[(k // 2) % len(TIERS)]}" for k in range(variants)],
         "README word": [f"quasar{i:05d}" for i in picks],
         "no match": [f"zzqx{k}nothing" for k in range(variants)],
     }
 
 
-LISTS = ["/v1/modules", f"/v1/modules/{NAMESPACE}", "/v1/modules?provider=aws", "/v1/modules?provider=google",
-         f"/v1/modules/{NAMESPACE}?provider=azurerm", "/v1/modules?verified=true", "/v1/modules?provider=aws&limit=100",
-         "/v1/modules?provider=nothing"]
+LISTS = [
+    "/v1/modules",
+    f"/v1/modules/{NAMESPACE}",
+    "/v1/modules?provider=aws",
+    "/v1/modules?provider=google",
+    f"/v1/modules/{NAMESPACE}?provider=azurerm",
+    "/v1/modules?verified=true",
+    "/v1/modules?provider=aws&limit=100",
+    "/v1/modules?provider=nothing",
+]
 
 
 def browse_latency(base_url: str, modules: int, variants: int, repeats: int) -> dict[str, dict[str, list[float]]]:
@@ -391,9 +437,13 @@ def browse_latency(base_url: str, modules: int, variants: int, repeats: int) -> 
     results: dict[str, dict[str, list[float]]] = {}
     status, _, first = client.get("/v1/modules/search?q=firstrequestbuildsview")
     results["first request (builds the view)"] = {"cold": [first], "repeated": []}
-    kinds: dict[str, list[str]] = {"list": LISTS, **{f"search: {k}": [f"/v1/modules/search?q={urllib.parse.quote(q)}"
-                                                                       for q in qs]
-                                                     for k, qs in query_sets(modules, variants).items()}}
+    kinds: dict[str, list[str]] = {
+        "list": LISTS,
+        **{
+            f"search: {k}": [f"/v1/modules/search?q={urllib.parse.quote(q)}" for q in qs]
+            for k, qs in query_sets(modules, variants).items()
+        },
+    }
     for kind, paths in kinds.items():
         cold, warm = [], []
         for path in paths:
@@ -412,8 +462,11 @@ def browse_latency(base_url: str, modules: int, variants: int, repeats: int) -> 
 def check_answers(client: Client, modules: int) -> dict[str, Any]:
     """What list and search answer (to compare before and after a restart)."""
     answers = {}
-    for path in ["/v1/modules?limit=100", f"/v1/modules?limit=100&offset={max(0, modules - 50)}",
-                 *[f"/v1/modules/search?q={urllib.parse.quote(q)}" for qs in query_sets(modules, 3).values() for q in qs]]:
+    for path in [
+        "/v1/modules?limit=100",
+        f"/v1/modules?limit=100&offset={max(0, modules - 50)}",
+        *[f"/v1/modules/search?q={urllib.parse.quote(q)}" for qs in query_sets(modules, 3).values() for q in qs],
+    ]:
         status, body, _ = client.get(path)
         answers[path] = json.loads(body) if status == 200 else status
     return answers
@@ -424,8 +477,10 @@ def print_browse(label: str, results: dict[str, dict[str, list[float]]]) -> None
     print(f"    {'query':34} {'cold p50':>9} {'cold p90':>9} {'rep. p50':>9} {'rep. p90':>9}")
     for kind, r in results.items():
         cold, warm = r["cold"], r["repeated"]
-        print(f"    {kind:34} {median(cold):9.2f} {pct(cold, 90):9.2f} "
-              f"{(f'{median(warm):9.2f}' if warm else '        -')} {(f'{pct(warm, 90):9.2f}' if warm else '        -')}")
+        print(
+            f"    {kind:34} {median(cold):9.2f} {pct(cold, 90):9.2f} "
+            f"{(f'{median(warm):9.2f}' if warm else '        -')} {(f'{pct(warm, 90):9.2f}' if warm else '        -')}"
+        )
 
 
 # ---- the big generated org -----------------------------------------------------------------------
@@ -436,30 +491,61 @@ def generate_big(storage: Path, fake: FakeForge, big: int, template: ModuleDetai
     storage.mkdir(parents=True, exist_ok=True)
     objects = fake._sorted()
     records = [r for r in (github_record(o) for o in objects) if r is not None]
-    (storage / ORGS_FILE).write_text(json.dumps({"format": ORGS_FORMAT, "orgs": [{
-        "provider": "github", "api_url": fake.api_url, "group": GROUP, "enumerated_at": time.time(),
-        "repositories": [r.to_json() for r in sorted(records, key=lambda r: r.full_name.lower())]}]}))
+    (storage / ORGS_FILE).write_text(
+        json.dumps(
+            {
+                "format": ORGS_FORMAT,
+                "orgs": [
+                    {
+                        "provider": "github",
+                        "api_url": fake.api_url,
+                        "group": GROUP,
+                        "enumerated_at": time.time(),
+                        "repositories": [r.to_json() for r in sorted(records, key=lambda r: r.full_name.lower())],
+                    }
+                ],
+            }
+        )
+    )
     store = DetailsStore(storage / DETAILS_DIR)
     entries = []
     import hashlib
 
-    for i, rec in enumerate(sorted(records, key=lambda r: r.name)):
+    for _i, rec in enumerate(sorted(records, key=lambda r: r.name)):
         m = re.fullmatch(r"terraform-([a-z0-9]+)-(.+)", rec.name)
         assert m is not None
         n = int(rec.name.rsplit("-", 1)[1])
         sha = hashlib.sha1(rec.name.encode()).hexdigest()
-        versions = tuple(IndexedVersion(f"0.{t // 100 % 100}.{t % 100}", f"v0.{t // 100 % 100}.{t % 100}", sha)
-                         for t in reversed(range(tags)))
+        versions = tuple(
+            IndexedVersion(f"0.{t // 100 % 100}.{t % 100}", f"v0.{t // 100 % 100}.{t % 100}", sha)
+            for t in reversed(range(tags))
+        )
         text = readme(n)
         details = replace(template, root={**template.root, "readme": text})
         store.save(rec.https_url, "", sha, details)
-        entries.append(IndexEntry(
-            address=ModuleAddress(NAMESPACE, m.group(2), m.group(1)), repository=rec.https_url, path="",
-            source=rec.web_url, versions=versions, latest=versions[0], description=rec.description,
-            published_at=template.published_at, verified=False, topics=rec.topics, words=readme_words(text),
-            marker=rec.pushed_at, details=True, indexed_at=time.time()))
-    data = {"format": FORMAT, "complete": True,
-            "entries": [e.to_json() for e in sorted(entries, key=lambda e: str(e.address))]}
+        entries.append(
+            IndexEntry(
+                address=ModuleAddress(NAMESPACE, m.group(2), m.group(1)),
+                repository=rec.https_url,
+                path="",
+                source=rec.web_url,
+                versions=versions,
+                latest=versions[0],
+                description=rec.description,
+                published_at=template.published_at,
+                verified=False,
+                topics=rec.topics,
+                words=readme_words(text),
+                marker=rec.pushed_at,
+                details=True,
+                indexed_at=time.time(),
+            )
+        )
+    data = {
+        "format": FORMAT,
+        "complete": True,
+        "entries": [e.to_json() for e in sorted(entries, key=lambda e: str(e.address))],
+    }
     (storage / FILE_NAME).write_text(json.dumps(data))
 
 
@@ -467,8 +553,9 @@ def any_details(storage: Path) -> ModuleDetails:
     for path in sorted((storage / DETAILS_DIR).glob("*.json")):
         data = json.loads(path.read_text())
         if "quasar" in data["root"].get("readme", ""):
-            return ModuleDetails(data["description"], data["published_at"], data["root"], data["submodules"],
-                                 data.get("examples", []))
+            return ModuleDetails(
+                data["description"], data["published_at"], data["root"], data["submodules"], data.get("examples", [])
+            )
     raise RuntimeError("no details were built")
 
 
@@ -491,21 +578,30 @@ def run(args: argparse.Namespace) -> None:
     try:
         with fake.in_thread():
             for i, repo in enumerate(names):
-                fake.add(repo, description=f"{WORDS[i % len(WORDS)].capitalize()} module", topics=("terraform-module",),
-                         pushed=1700000000 + i)
+                fake.add(
+                    repo,
+                    description=f"{WORDS[i % len(WORDS)].capitalize()} module",
+                    topics=("terraform-module",),
+                    pushed=1700000000 + i,
+                )
             urls = [git.url(f"{repo}.git") for repo in names]
             env = credential_env(git.base_url)
             pages = -(-args.repos // 100)
 
             # -- baselines
             base = baseline_ls_remote(urls, env, args.concurrency)
-            print(f"\nbaseline: {args.repos} x git ls-remote --tags at concurrency {args.concurrency}: {base:.1f} s "
-                  f"({base / args.repos * 1000:.1f} ms each)")
+            print(
+                f"\nbaseline: {args.repos} x git ls-remote --tags at concurrency {args.concurrency}: {base:.1f} s "
+                f"({base / args.repos * 1000:.1f} ms each)"
+            )
             mirror_base = None
             if not args.no_mirror_baseline:
                 mirror_base = baseline_mirror(urls, env, args.concurrency, work / "mirror-baseline")
-                print(f"baseline: {args.repos} x (ls-remote + init --bare + fetch tags) at concurrency {args.concurrency}: "
-                      f"{mirror_base:.1f} s")
+                print(
+                    f"baseline: {args.repos} x (ls-remote + init --bare + fetch tags) "
+                    f"at concurrency {args.concurrency}: "
+                    f"{mirror_base:.1f} s"
+                )
             adv0, req0 = git.ref_advertisements(), git.requests()
 
             # -- first full index, with install latency of the cached module spread over it
@@ -517,8 +613,9 @@ def run(args: argparse.Namespace) -> None:
             assert status == 200
             interval = max(0.01, base / args.latency_requests)
             during: list[tuple[float, str, float]] = []
-            pacer = threading.Thread(target=lambda: during.extend(
-                paced_latency(server.url, args.latency_requests, interval)), daemon=True)
+            pacer = threading.Thread(
+                target=lambda: during.extend(paced_latency(server.url, args.latency_requests, interval)), daemon=True
+            )
             pacer.start()
             t_listed = t_done = None
             timeline = []
@@ -541,15 +638,23 @@ def run(args: argparse.Namespace) -> None:
             index_requests = git.requests() - req0
             ls_calls = metric(client, "gitreg_upstream_git_calls_total")
             half = next(t for t, n in timeline if n >= expected / 2)
-            print(f"\nfirst full index of {matching} org modules + 1 rule module (gitreg started at t=0; "
-                  f"/healthz after {server.startup_seconds:.1f} s)")
-            print(f"  every module listed with its versions:          {t_listed:6.1f} s  = {t_listed / base:.2f}x the "
-                  "ls-remote baseline")
-            print(f"  details built too (/readyz complete, queued 0): {t_done:6.1f} s  = {t_done / base:.2f}x the "
-                  "ls-remote baseline" + (f", {t_done / mirror_base:.2f}x the mirror baseline" if mirror_base else ""))
+            print(
+                f"\nfirst full index of {matching} org modules + 1 rule module (gitreg started at t=0; "
+                f"/healthz after {server.startup_seconds:.1f} s)"
+            )
+            print(
+                f"  every module listed with its versions:          {t_listed:6.1f} s  = {t_listed / base:.2f}x the "
+                "ls-remote baseline"
+            )
+            print(
+                f"  details built too (/readyz complete, queued 0): {t_done:6.1f} s  = {t_done / base:.2f}x the "
+                "ls-remote baseline" + (f", {t_done / mirror_base:.2f}x the mirror baseline" if mirror_base else "")
+            )
             print(f"  half the modules listed at {half:.1f} s")
-            print(f"  git server: {index_git} ref advertisements, {index_requests} requests in all; gitreg "
-                  f"ls-remote calls: {ls_calls:.0f}")
+            print(
+                f"  git server: {index_git} ref advertisements, {index_requests} requests in all; gitreg "
+                f"ls-remote calls: {ls_calls:.0f}"
+            )
 
             # -- refresh with nothing changed
             calls0 = metric(client, "gitreg_org_api_calls_total")
@@ -558,9 +663,12 @@ def run(args: argparse.Namespace) -> None:
             calls1 = wait_api_calls(client, calls0 + pages, timeout=40)
             time.sleep(1.0)  # what the refresh would start, had it found a change
             refresh_git = git.requests() - req1
-            print(f"\nrefresh with nothing changed (refresh_seconds = 10): gitreg_org_api_calls_total +{calls1 - calls0:.0f} "
-                  f"(the fake API saw {len(fake.requests()) - api0} requests, {pages} pages a listing); "
-                  f"git server requests during it: {refresh_git}; /readyz queued {readyz(client)['queued']}")
+            print(
+                "\nrefresh with nothing changed (refresh_seconds = 10): "
+                f"gitreg_org_api_calls_total +{calls1 - calls0:.0f} "
+                f"(the fake API saw {len(fake.requests()) - api0} requests, {pages} pages a listing); "
+                f"git server requests during it: {refresh_git}; /readyz queued {readyz(client)['queued']}"
+            )
 
             # -- idle install latency
             idle = paced_latency(server.url, args.latency_requests, 0.02)
@@ -571,9 +679,13 @@ def run(args: argparse.Namespace) -> None:
                 i = [ms for _, k, ms in idle if kind in (None, k)]
                 name = kind or "both"
                 print(f"  {name:9} during the first index: {latency_row(b)}")
-                print(f"  {name:9} idle:                   {latency_row(i)}   ratio p50 {median(b) / median(i):.2f}x, "
-                      f"p90 {pct(b, 90) / pct(i, 90):.2f}x")
-            print(f"  ({len(during) - len(busy)} of the {len(during)} requests during the index came after it finished)")
+                print(
+                    f"  {name:9} idle:                   {latency_row(i)}   ratio p50 {median(b) / median(i):.2f}x, "
+                    f"p90 {pct(b, 90) / pct(i, 90):.2f}x"
+                )
+            print(
+                f"  ({len(during) - len(busy)} of the {len(during)} requests during the index came after it finished)"
+            )
 
             before = check_answers(client, expected)
             rss_first = rss_kib(server.proc.pid)
@@ -595,42 +707,56 @@ def run(args: argparse.Namespace) -> None:
             wait_settled(client, expected)
             time.sleep(1.0)
             cached_adv = git.ref_advertisements("cached.git") - cached2
-            print(f"\nrestart with the persisted index: /healthz after {server.startup_seconds:.2f} s; list and search "
-                  f"answer as before the restart {t_correct if t_correct is None else f'{t_correct:.2f} s'} after "
-                  "process start")
-            print(f"  git server during the restart: {git.requests() - req2} requests, "
-                  f"{git.ref_advertisements() - adv2} ref advertisements "
-                  f"(org repositories: {git.ref_advertisements() - adv2 - cached_adv}, the [[modules]] rule's: "
-                  f"{cached_adv}); "
-                  f"the fake API: {len(fake.requests()) - api2} requests")
+            print(
+                f"\nrestart with the persisted index: /healthz after {server.startup_seconds:.2f} s; list and search "
+                f"answer as before the restart {t_correct if t_correct is None else f'{t_correct:.2f} s'} after "
+                "process start"
+            )
+            print(
+                f"  git server during the restart: {git.requests() - req2} requests, "
+                f"{git.ref_advertisements() - adv2} ref advertisements "
+                f"(org repositories: {git.ref_advertisements() - adv2 - cached_adv}, the [[modules]] rule's: "
+                f"{cached_adv}); "
+                f"the fake API: {len(fake.requests()) - api2} requests"
+            )
 
             # -- warm list/search at the org's size
             req3, api3 = git.requests(), len(fake.requests())
             calls3 = metric(client, "gitreg_org_api_calls_total")
             small = browse_latency(server.url, expected, args.variants, args.repeats)
             print_browse(f"{expected} modules", small)
-            print(f"    during them: git server requests {git.requests() - req3}, fake API requests "
-                  f"{len(fake.requests()) - api3}, gitreg_org_api_calls_total +"
-                  f"{metric(client, 'gitreg_org_api_calls_total') - calls3:.0f}")
+            print(
+                f"    during them: git server requests {git.requests() - req3}, fake API requests "
+                f"{len(fake.requests()) - api3}, gitreg_org_api_calls_total +"
+                f"{metric(client, 'gitreg_org_api_calls_total') - calls3:.0f}"
+            )
             rss_small = rss_kib(server.proc.pid)
             template = any_details(storage)
             client.close()
             server.stop()
-            print(f"\n  RSS: {rss_first / 1024:.0f} MiB after the first index (parse workers not counted), "
-                  f"{rss_small / 1024:.0f} MiB after the restart and the list/search runs")
+            print(
+                f"\n  RSS: {rss_first / 1024:.0f} MiB after the first index (parse workers not counted), "
+                f"{rss_small / 1024:.0f} MiB after the restart and the list/search runs"
+            )
 
         # -- the big org, generated
         big_fake = FakeForge("github", git, GROUP, token=API_TOKEN)  # type: ignore[arg-type]
         with big_fake.in_thread():
             for i in range(args.big):
                 system, name = module_name(i)
-                big_fake.add(f"terraform-{system}-{name}", description=f"{WORDS[i % len(WORDS)].capitalize()} module",
-                             topics=("terraform-module",), pushed=1700000000 + i)
+                big_fake.add(
+                    f"terraform-{system}-{name}",
+                    description=f"{WORDS[i % len(WORDS)].capitalize()} module",
+                    topics=("terraform-module",),
+                    pushed=1700000000 + i,
+                )
             big_storage = work / "big-storage"
             started = time.perf_counter()
             generate_big(big_storage, big_fake, args.big, template, args.tags)
-            print(f"\ngenerated the {args.big}-module index (orgs.json, index.json, details/) in "
-                  f"{time.perf_counter() - started:.1f} s")
+            print(
+                f"\ngenerated the {args.big}-module index (orgs.json, index.json, details/) in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
             req4, api4 = git.requests(), len(big_fake.requests())
             server = start(work, "big", big_storage, big_fake.api_url, git.base_url, 600, cached=False)
             client = Client(server.url)
@@ -645,16 +771,20 @@ def run(args: argparse.Namespace) -> None:
             wait_api_calls(client, big_pages)
             wait_settled(client, args.big)
             time.sleep(1.0)
-            print(f"  start: /healthz {server.startup_seconds:.2f} s, index of {args.big} loaded "
-                  f"(complete, queued 0) {t_ready if t_ready is None else f'{t_ready:.2f} s'} after process start; "
-                  f"git server requests {git.requests() - req4}; fake API requests {len(big_fake.requests()) - api4}")
+            print(
+                f"  start: /healthz {server.startup_seconds:.2f} s, index of {args.big} loaded "
+                f"(complete, queued 0) {t_ready if t_ready is None else f'{t_ready:.2f} s'} after process start; "
+                f"git server requests {git.requests() - req4}; fake API requests {len(big_fake.requests()) - api4}"
+            )
             req5, api5 = git.requests(), len(big_fake.requests())
             big_results = browse_latency(server.url, args.big, args.variants, args.repeats)
             print_browse(f"{args.big} modules", big_results)
             status, body, ms = client.get(f"/v1/modules/{NAMESPACE}/{module_name(42)[1]}/{module_name(42)[0]}")
             assert status == 200 and b"quasar00042" in body, (status, body[:300])
-            print(f"    during them: git server requests {git.requests() - req5}, fake API requests "
-                  f"{len(big_fake.requests()) - api5}; a details request (from disk) {ms:.1f} ms")
+            print(
+                f"    during them: git server requests {git.requests() - req5}, fake API requests "
+                f"{len(big_fake.requests()) - api5}; a details request (from disk) {ms:.1f} ms"
+            )
             rss_big = rss_kib(server.proc.pid)
             client.close()
             server.stop()
@@ -669,9 +799,11 @@ def run(args: argparse.Namespace) -> None:
             rss_empty = rss_kib(server.proc.pid)
             client.close()
             server.stop()
-        print(f"\nRSS (VmRSS of the server process, after the same list/search runs): {args.big} modules "
-              f"{rss_big / 1024:.0f} MiB, 0 modules {rss_empty / 1024:.0f} MiB "
-              f"(+{(rss_big - rss_empty) / 1024:.0f} MiB, {(rss_big - rss_empty) / args.big:.1f} KiB a module)")
+        print(
+            f"\nRSS (VmRSS of the server process, after the same list/search runs): {args.big} modules "
+            f"{rss_big / 1024:.0f} MiB, 0 modules {rss_empty / 1024:.0f} MiB "
+            f"(+{(rss_big - rss_empty) / 1024:.0f} MiB, {(rss_big - rss_empty) / args.big:.1f} KiB a module)"
+        )
     finally:
         git.stop()
         if not args.keep:
@@ -685,8 +817,12 @@ def main() -> int:
     parser.add_argument("--repos", type=int, default=2000, help="repositories in the org (10 of them do not match)")
     parser.add_argument("--tags", type=int, default=20)
     parser.add_argument("--big", type=int, default=10000, help="modules of the generated org")
-    parser.add_argument("--concurrency", type=int, default=4, help="the baseline's parallel ls-remote "
-                        "(4: the git pool's background share of 8 slots)")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="the baseline's parallel ls-remote (4: the git pool's background share of 8 slots)",
+    )
     parser.add_argument("--latency-requests", type=int, default=200)
     parser.add_argument("--variants", type=int, default=20, help="distinct queries per kind of search")
     parser.add_argument("--repeats", type=int, default=5, help="repeated passes over the queries")

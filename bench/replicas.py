@@ -21,19 +21,36 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import (ROOT, GitHttpChild, machine, median, pinning, start_gitreg, tagged_repo, copy_repo, workdir, wrk,
-                     write_config, github_signature)
-
+from _common import (
+    ROOT,
+    GitHttpChild,
+    copy_repo,
+    github_signature,
+    machine,
+    median,
+    pinning,
+    start_gitreg,
+    tagged_repo,
+    workdir,
+    write_config,
+    wrk,
+)
 from tests.support.redis import RedisServer
 
 SECRET = "bench-webhook-secret-0123456789"
 
 
-def config_text(base: Path, name: str, backend: str, redis_url: str, repository: str, ttl: float,
-                explicit: str | None = None) -> Path:
-    rule = (f'namespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{explicit}"\n' if explicit
-            else f'namespace = "bench"\nrepository = "{repository}"\n')
-    return write_config(base / f"{name}.toml", f"""
+def config_text(
+    base: Path, name: str, backend: str, redis_url: str, repository: str, ttl: float, explicit: str | None = None
+) -> Path:
+    rule = (
+        f'namespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{explicit}"\n'
+        if explicit
+        else f'namespace = "bench"\nrepository = "{repository}"\n'
+    )
+    return write_config(
+        base / f"{name}.toml",
+        f"""
 [cache]
 backend = "{backend}"
 {f'redis_url = "{redis_url}"' if backend == "redis" else ""}
@@ -41,38 +58,52 @@ ttl_seconds = {ttl}
 [git]
 protocols = ["http", "file"]
 [storage]
-path = "{base / ('state-' + name)}"
+path = "{base / ("state-" + name)}"
 [index]
 enabled = false
 [webhooks]
 github_secret = "{SECRET}"
 [[modules]]
 {rule}
-""")
+""",
+    )
 
 
-def upstream_calls(base: Path, git: GitHttpChild, redis: RedisServer, backend: str, replicas: int, seconds: int,
-                   repos: int, ttl: float) -> float:
+def upstream_calls(
+    base: Path, git: GitHttpChild, redis: RedisServer, backend: str, replicas: int, seconds: int, repos: int, ttl: float
+) -> float:
     """Ref advertisements per minute while wrk asks every replica for every repository's versions."""
     script = base / "rotate.lua"
     script.write_text(
         "local i = 0\nrequest = function()\n  i = i + 1\n"
-        f'  return wrk.format("GET", "/v1/modules/bench/m" .. (i % {repos}) .. "/null/versions")\nend\n')
+        f'  return wrk.format("GET", "/v1/modules/bench/m" .. (i % {repos}) .. "/null/versions")\nend\n'
+    )
     servers = []
     try:
         for r in range(replicas):
-            config = config_text(base, f"calls-{backend}-{replicas}-{r}", backend, redis.url,
-                                 git.url("{name}.git"), ttl)
-            servers.append(start_gitreg(["--config", str(config), "--log-level", "warning"],
-                                        base / f"calls-{backend}-{replicas}-{r}.log"))
+            config = config_text(
+                base, f"calls-{backend}-{replicas}-{r}", backend, redis.url, git.url("{name}.git"), ttl
+            )
+            servers.append(
+                start_gitreg(
+                    ["--config", str(config), "--log-level", "warning"], base / f"calls-{backend}-{replicas}-{r}.log"
+                )
+            )
         if backend == "redis":
             for s in servers:
                 _wait_redis(s.url)
         before = git.ref_advertisements()
         import subprocess
 
-        procs = [subprocess.Popen(["wrk", "-t1", "-c4", f"-d{seconds}s", "-s", str(script), s.url],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for s in servers]
+        procs = [
+            subprocess.Popen(
+                ["wrk", "-t1", "-c4", f"-d{seconds}s", "-s", str(script), s.url],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for s in servers
+        ]
         for p in procs:
             out = p.communicate(timeout=seconds + 60)[0]
             if "Requests/sec" not in out:
@@ -118,15 +149,23 @@ def webhook_propagation(base: Path, git: GitHttpChild, redis: RedisServer, trial
         payload = {"ref": "refs/tags/x", "repository": {"clone_url": url}}
         import subprocess
 
-        head = subprocess.run(["git", "rev-parse", "refs/heads/main"], cwd=repo, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "refs/heads/main"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
         for trial in range(trials):
             tag = f"v9.{trial}.0"
             subprocess.run(["git", "update-ref", f"refs/tags/{tag}", head], cwd=repo, check=True)
             body = json.dumps({**payload, "ref": f"refs/tags/{tag}"}).encode()
-            request = urllib.request.Request(servers[0].url + "/webhooks/github", data=body, method="POST", headers={
-                "X-GitHub-Event": "push", "Content-Type": "application/json",
-                "X-Hub-Signature-256": github_signature(SECRET, body)})
+            request = urllib.request.Request(
+                servers[0].url + "/webhooks/github",
+                data=body,
+                method="POST",
+                headers={
+                    "X-GitHub-Event": "push",
+                    "Content-Type": "application/json",
+                    "X-Hub-Signature-256": github_signature(SECRET, body),
+                },
+            )
             urllib.request.urlopen(request, timeout=10).read()
             started = time.perf_counter()
             waiting = set(servers[1:])
@@ -143,8 +182,14 @@ def webhook_propagation(base: Path, git: GitHttpChild, redis: RedisServer, trial
     return times
 
 
-def warm(base: Path, redis: RedisServer, url: str, seconds: int, rounds: int, pin: tuple[str, str, int] | None,
-         ) -> dict[str, list[dict[str, float]]]:
+def warm(
+    base: Path,
+    redis: RedisServer,
+    url: str,
+    seconds: int,
+    rounds: int,
+    pin: tuple[str, str, int] | None,
+) -> dict[str, list[dict[str, float]]]:
     """Warm versions requests/s: memory vs Redis (one process each, both running, rounds interleaved so
     drift hits both alike), then --workers 1 vs 2 (Redis; the server may use both cores, wrk unpinned)."""
     server_cpu, wrk_cpus, wrk_threads = pin if pin else (None, None, 2)
@@ -157,23 +202,39 @@ def warm(base: Path, redis: RedisServer, url: str, seconds: int, rounds: int, pi
         servers = {}
         try:
             for name, args in setups.items():
-                servers[name] = start_gitreg([*args, "--log-level", "warning"],
-                                             base / f"warm-{name.replace(' ', '_').replace(',', '')}.log", cpus=cpus)
+                servers[name] = start_gitreg(
+                    [*args, "--log-level", "warning"],
+                    base / f"warm-{name.replace(' ', '_').replace(',', '')}.log",
+                    cpus=cpus,
+                )
                 if "redis" in name:
                     _wait_redis(servers[name].url)
                 for _ in range(50):  # every worker warm
                     _versions(servers[name].url)
             for _ in range(rounds):
                 for name, server in servers.items():
-                    results.setdefault(name, []).append(wrk(server.url + path, seconds, 32, threads=threads, cpus=wrk_on))
+                    results.setdefault(name, []).append(
+                        wrk(server.url + path, seconds, 32, threads=threads, cpus=wrk_on)
+                    )
         finally:
             for server in servers.values():
                 server.stop()
 
-    measure({"memory backend": ["--config", str(memory)], "redis backend": ["--config", str(shared)]},
-            server_cpu, wrk_cpus, wrk_threads)
-    measure({"redis, --workers 1": ["--config", str(shared), "--workers", "1"],
-             "redis, --workers 2": ["--config", str(shared), "--workers", "2"]}, None, None, 2)
+    measure(
+        {"memory backend": ["--config", str(memory)], "redis backend": ["--config", str(shared)]},
+        server_cpu,
+        wrk_cpus,
+        wrk_threads,
+    )
+    measure(
+        {
+            "redis, --workers 1": ["--config", str(shared), "--workers", "1"],
+            "redis, --workers 2": ["--config", str(shared), "--workers", "2"],
+        },
+        None,
+        None,
+        2,
+    )
     return results
 
 
@@ -203,17 +264,20 @@ def main() -> int:
         calls = {}
         for backend in ("memory", "redis"):
             for replicas in (1, 3):
-                calls[(backend, replicas)] = upstream_calls(base, git, redis, backend, replicas, args.seconds,
-                                                            args.repos, args.ttl)
+                calls[(backend, replicas)] = upstream_calls(
+                    base, git, redis, backend, replicas, args.seconds, args.repos, args.ttl
+                )
         propagation = webhook_propagation(base, git, redis, args.trials)
         rates = warm(base, redis, git.url("hook.git"), args.warm_seconds, args.rounds, pin)
     finally:
         git.stop()
         redis.stop()
 
-    print(f"# replicas: python bench/replicas.py{' --quick' if args.quick else ''}: {args.repos} repositories, "
-          f"ttl_seconds = {args.ttl:g}, wrk -t1 -c4 -d{args.seconds}s on every replica at once (upstream calls); "
-          f"warm path wrk -c32 -d{args.warm_seconds}s, {args.rounds} round(s), medians")
+    print(
+        f"# replicas: python bench/replicas.py{' --quick' if args.quick else ''}: {args.repos} repositories, "
+        f"ttl_seconds = {args.ttl:g}, wrk -t1 -c4 -d{args.seconds}s on every replica at once (upstream calls); "
+        f"warm path wrk -c32 -d{args.warm_seconds}s, {args.rounds} round(s), medians"
+    )
     print(f"# machine: {machine()}; redis-server {_redis_version()}")
     print("\n| backend | replicas | upstream git calls per minute | per replica-minute |")
     print("| --- | ---: | ---: | ---: |")
@@ -223,9 +287,11 @@ def main() -> int:
     print(f"(one call per repository per TTL: {ideal:,.0f} per minute)")
     ratio = calls[("redis", 3)] / calls[("redis", 1)] if calls[("redis", 1)] else 0
     print(f"target: redis, 3 replicas cost what 1 costs: {ratio:.2f}x -> {'met' if ratio <= 1.15 else 'MISSED'}")
-    print(f"\nwebhook to replica A -> B and C list the new tag: median {median(propagation) * 1000:.0f} ms, "
-          f"max {max(propagation) * 1000:.0f} ms over {len(propagation)} trials -> "
-          f"{'met' if max(propagation) < 1.0 else 'MISSED'} (target under 1 s)")
+    print(
+        f"\nwebhook to replica A -> B and C list the new tag: median {median(propagation) * 1000:.0f} ms, "
+        f"max {max(propagation) * 1000:.0f} ms over {len(propagation)} trials -> "
+        f"{'met' if max(propagation) < 1.0 else 'MISSED'} (target under 1 s)"
+    )
     print("\n| warm versions | requests/s | vs memory | p50 ms | p99 ms | errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     base_rps = median([r["rps"] for r in rates["memory backend"]])
@@ -233,10 +299,15 @@ def main() -> int:
     for name, rs in rates.items():
         rps = median([r["rps"] for r in rs])
         versus = f"{rps / base_rps:.2f}" if not name.startswith("redis, --") else f"{rps / one:.2f} vs --workers 1"
-        print(f"| {name} | {rps:,.0f} | {versus} | {median([r['p50_ms'] for r in rs]):.2f} | "
-              f"{median([r['p99_ms'] for r in rs]):.2f} | {sum(r['errors'] + r['non2xx'] for r in rs)} |")
+        print(
+            f"| {name} | {rps:,.0f} | {versus} | {median([r['p50_ms'] for r in rs]):.2f} | "
+            f"{median([r['p99_ms'] for r in rs]):.2f} | {sum(r['errors'] + r['non2xx'] for r in rs)} |"
+        )
     warm_ratio = median([r["rps"] for r in rates["redis backend"]]) / base_rps
-    print(f"target: warm path with redis >= 0.95 of memory: {warm_ratio:.2f} -> {'met' if warm_ratio >= 0.95 else 'MISSED'}")
+    print(
+        f"target: warm path with redis >= 0.95 of memory: {warm_ratio:.2f} -> "
+        f"{'met' if warm_ratio >= 0.95 else 'MISSED'}"
+    )
     return 0
 
 

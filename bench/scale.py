@@ -94,10 +94,13 @@ def tags_part(base: Path, rounds: int) -> dict[int, dict[str, list[float]]]:
     repos = base / "repos"
     repos.mkdir()
     templates = {n: tagged_repo(base / f"template-{n}.git", n) for n in SIZES}
-    config = write_config(base / "tags.toml", (
-        f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state-tags"}"\n'
-        f'[[modules]]\nnamespace = "scale"\nrepository = "{repos.as_uri()}/{{name}}.git"\n'
-    ))
+    config = write_config(
+        base / "tags.toml",
+        (
+            f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state-tags"}"\n'
+            f'[[modules]]\nnamespace = "scale"\nrepository = "{repos.as_uri()}/{{name}}.git"\n'
+        ),
+    )
     server = start_gitreg(["--config", str(config)], base / "gitreg-tags.log")
     from _common import bare_ls_remote
 
@@ -139,9 +142,13 @@ def modules_part(base: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
             f'[[modules]]\nnamespace = "acme"\nname = "mod{i}"\nsystem = "aws"\nrepository = "{repo.as_uri()}"\n'
             for i in range(count)
         )
-        configs[label] = (write_config(base / f"modules-{count}.toml", (
-            f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / f"state-{count}"}"\n{rules}'
-        )), count)
+        configs[label] = (
+            write_config(
+                base / f"modules-{count}.toml",
+                (f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / f"state-{count}"}"\n{rules}'),
+            ),
+            count,
+        )
     results = {label: {"startup": [], "rss": [], "warm": []} for label in configs}
     for i in range(rounds):
         for label, (config, count) in configs.items():  # interleaved
@@ -175,24 +182,37 @@ def main() -> int:
     tags = tags_part(base, args.rounds)
     modules = modules_part(base, args.rounds)
 
-    print(f"# scale: python bench/scale.py{' --quick' if args.quick else ''}: {args.rounds} round(s), medians; "
-          f"repositories over file:// on local disk; warm = median of {WARM_REQUESTS} requests per round")
+    print(
+        f"# scale: python bench/scale.py{' --quick' if args.quick else ''}: {args.rounds} round(s), medians; "
+        f"repositories over file:// on local disk; warm = median of {WARM_REQUESTS} requests per round"
+    )
     print(f"# machine: {machine()}")
-    print("| tags | versions body | cold versions request ms | bare `git ls-remote --tags` ms | cold / bare "
-          "| slowest /healthz during the cold request ms | warm versions request ms |")
+    print(
+        "| tags | versions body | cold versions request ms | bare `git ls-remote --tags` ms | cold / bare "
+        "| slowest /healthz during the cold request ms | warm versions request ms |"
+    )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n, r in tags.items():
         cold, warm, bare = median(r["cold"]) * 1000, median(r["warm"]) * 1000, median(r["bare"]) * 1000
-        print(f"| {n:,} | {median(r['bytes']) / 1024:,.1f} KiB | {cold:.1f} | {bare:.1f} | {cold / bare:.2f} | "
-              f"{median(r['stall']) * 1000:.1f} | {warm:.2f} |")
+        print(
+            f"| {n:,} | {median(r['bytes']) / 1024:,.1f} KiB | {cold:.1f} | {bare:.1f} | {cold / bare:.2f} | "
+            f"{median(r['stall']) * 1000:.1f} | {warm:.2f} |"
+        )
     print()
     print("| config | start-up to /healthz s | RSS after start-up MiB | warm versions request (last module) ms |")
     print("| --- | ---: | ---: | ---: |")
     baseline = next(iter(modules.values()))
     for label, r in modules.items():
         startup, rss, warm = median(r["startup"]), median(r["rss"]), median(r["warm"]) * 1000
-        ratio = "" if r is baseline else (f" (x{startup / median(baseline['startup']):.2f})", f" (+{rss - median(baseline['rss']):.1f})")
-        print(f"| {label} | {startup:.2f}{ratio[0] if ratio else ''} | {rss:.1f}{ratio[1] if ratio else ''} | {warm:.2f} |")
+        ratio = (
+            ""
+            if r is baseline
+            else (f" (x{startup / median(baseline['startup']):.2f})", f" (+{rss - median(baseline['rss']):.1f})")
+        )
+        print(
+            f"| {label} | {startup:.2f}{ratio[0] if ratio else ''} | {rss:.1f}{ratio[1] if ratio else ''} "
+            f"| {warm:.2f} |"
+        )
     return 0
 
 

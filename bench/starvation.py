@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+
 from _common import (
     ROOT,
     GitHttpChild,
@@ -67,8 +68,9 @@ def old_tree(ref: str) -> Path:
     return dest
 
 
-def config_text(base: Path, tag: str, slow: GitHttpChild, stalling: GitHttpChild, healthy: GitHttpChild,
-                refresh_ahead: bool) -> str:
+def config_text(
+    base: Path, tag: str, slow: GitHttpChild, stalling: GitHttpChild, healthy: GitHttpChild, refresh_ahead: bool
+) -> str:
     stall_url = stalling.base_url.replace("127.0.0.1", "localhost", 1)
     cache = "ttl_seconds = 1\nrefresh_ahead = true\n" if refresh_ahead else "ttl_seconds = 3600\n"
     rules = {
@@ -78,8 +80,10 @@ def config_text(base: Path, tag: str, slow: GitHttpChild, stalling: GitHttpChild
         "stall": f"{stall_url}/{{name}}.git",
         "fast": f"{healthy.base_url}/{{name}}.git",
     }
-    text = (f'[git]\nprotocols = ["http"]\ntimeout_seconds = {TIMEOUT}\n[cache]\n{cache}'
-            f'[storage]\npath = "{base / ("state-" + tag)}"\n')
+    text = (
+        f'[git]\nprotocols = ["http"]\ntimeout_seconds = {TIMEOUT}\n[cache]\n{cache}'
+        f'[storage]\npath = "{base / ("state-" + tag)}"\n'
+    )
     for namespace, url in rules.items():
         text += f'[[modules]]\nnamespace = "{namespace}"\nrepository = "{url}"\n'
     return text
@@ -118,13 +122,21 @@ async def abandoned_flood(url: str, slow: GitHttpChild, repos: Path, template: P
     before = slow.ref_advertisements()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         for wave in range(FLOOD // WAVE):
-            await asyncio.gather(*(timed_get(session, f"{url}/v1/modules/scoped/typo-{tag}-{wave}-{i}/null/versions", 0.3)
-                                   for i in range(WAVE)))
+            await asyncio.gather(
+                *(
+                    timed_get(session, f"{url}/v1/modules/scoped/typo-{tag}-{wave}-{i}/null/versions", 0.3)
+                    for i in range(WAVE)
+                )
+            )
         gone = time.perf_counter()
         latency, status = await timed_get(session, f"{url}/v1/modules/other/{victim}/null/versions")
         busy = await until_quiet(slow, since=gone)
-    return {"calls": slow.ref_advertisements() - before - 1, "victim": latency, "victim_ok": status == 200,
-            "busy": busy}
+    return {
+        "calls": slow.ref_advertisements() - before - 1,
+        "victim": latency,
+        "victim_ok": status == 200,
+        "busy": busy,
+    }
 
 
 async def stalling_host(url: str, healthy: GitHttpChild, repos: Path, template: Path, tag: str) -> dict[str, float]:
@@ -133,8 +145,9 @@ async def stalling_host(url: str, healthy: GitHttpChild, repos: Path, template: 
         copy_repo(template, repos / "healthy" / f"{name}.git")
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         baseline, _ = await timed_get(session, f"{url}/v1/modules/fast/{idle}/null/versions")
-        await asyncio.gather(*(timed_get(session, f"{url}/v1/modules/stall/s-{tag}-{i}/null/versions", 1.0)
-                               for i in range(STALLED)))
+        await asyncio.gather(
+            *(timed_get(session, f"{url}/v1/modules/stall/s-{tag}-{i}/null/versions", 1.0) for i in range(STALLED))
+        )
         latency, status = await timed_get(session, f"{url}/v1/modules/fast/{after}/null/versions")
     return {"baseline": baseline, "victim": latency, "victim_ok": status == 200}
 
@@ -155,14 +168,17 @@ async def background_burst(url: str, slow: GitHttpChild, repos: Path, template: 
     return {"stale_answer": median([a[0] for a in answers]), "victim": latency, "victim_ok": status == 200}
 
 
-async def run_version(tag: str, root: Path, base: Path, gits: dict[str, GitHttpChild], repos: Path, template: Path,
-                      rounds: int) -> dict[str, list[dict[str, float]]]:
+async def run_version(
+    tag: str, root: Path, base: Path, gits: dict[str, GitHttpChild], repos: Path, template: Path, rounds: int
+) -> dict[str, list[dict[str, float]]]:
     results: dict[str, list[dict[str, float]]] = {"flood": [], "stall": [], "burst": []}
     for r in range(rounds):
         for scenario, refresh_ahead in (("flood", False), ("stall", False), ("burst", True)):
             name = f"{tag}-{scenario}-{r}"
-            config = write_config(base / f"{name}.toml", config_text(
-                base, name, gits["slow"], gits["stalling"], gits["healthy"], refresh_ahead))
+            config = write_config(
+                base / f"{name}.toml",
+                config_text(base, name, gits["slow"], gits["stalling"], gits["healthy"], refresh_ahead),
+            )
             server = start_gitreg(["--config", str(config)], base / f"{name}.log", root=root)
             try:
                 if scenario == "flood":
@@ -211,9 +227,11 @@ def main() -> int:
         runs = results[version][scenario]
         return f"{sum(bool(r['victim_ok']) for r in runs)}/{len(runs)}"
 
-    print(f"# starvation: python bench/starvation.py --old-ref {args.old_ref} --rounds {args.rounds}; "
-          f"[git] timeout_seconds = {TIMEOUT}, other settings default (8 slots); slow host {SLOW_DELAY} s per "
-          "request, stalling host 60 s")
+    print(
+        f"# starvation: python bench/starvation.py --old-ref {args.old_ref} --rounds {args.rounds}; "
+        f"[git] timeout_seconds = {TIMEOUT}, other settings default (8 slots); slow host {SLOW_DELAY} s per "
+        "request, stalling host 60 s"
+    )
     print(f"# machine: {machine()}")
     print(f"| scenario | measure (median of {args.rounds}) | old ({args.old_ref}) | new (this tree) |")
     print("| --- | --- | ---: | ---: |")
@@ -221,15 +239,31 @@ def main() -> int:
         ("1. 400 abandoned requests, unknown names, slow host", "git calls made for them", "flood", "calls", "{:.0f}"),
         ("", "seconds until git went quiet after the clients left (victim included)", "flood", "busy", "{:.1f}"),
         ("", "cold versions, other namespace, same host: s", "flood", "victim", "{:.2f}"),
-        ("2. 20 abandoned requests, stalling host", "cold versions, other host, idle server: s", "stall", "baseline", "{:.3f}"),
+        (
+            "2. 20 abandoned requests, stalling host",
+            "cold versions, other host, idle server: s",
+            "stall",
+            "baseline",
+            "{:.3f}",
+        ),
         ("", "cold versions, other host, right after: s", "stall", "victim", "{:.3f}"),
-        ("3. 40 refresh-ahead refreshes queued, slow host", "expired list answered in: s", "burst", "stale_answer", "{:.3f}"),
+        (
+            "3. 40 refresh-ahead refreshes queued, slow host",
+            "expired list answered in: s",
+            "burst",
+            "stale_answer",
+            "{:.3f}",
+        ),
         ("", "cold versions (terraform init), same host: s", "burst", "victim", "{:.2f}"),
     ]
     for label, measure, scenario, key, fmt in rows:
-        print(f"| {label} | {measure} | {fmt.format(m('old', scenario, key))} | {fmt.format(m('new', scenario, key))} |")
-    print(f"victim answered 200: flood old {ok('old', 'flood')} new {ok('new', 'flood')}; stall old {ok('old', 'stall')} "
-          f"new {ok('new', 'stall')}; burst old {ok('old', 'burst')} new {ok('new', 'burst')}")
+        print(
+            f"| {label} | {measure} | {fmt.format(m('old', scenario, key))} | {fmt.format(m('new', scenario, key))} |"
+        )
+    print(
+        f"victim answered 200: flood old {ok('old', 'flood')} new {ok('new', 'flood')}; stall old {ok('old', 'stall')} "
+        f"new {ok('new', 'stall')}; burst old {ok('old', 'burst')} new {ok('new', 'burst')}"
+    )
     return 0
 
 

@@ -15,8 +15,19 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from _common import (GitRepo, Server, free_port, machine, median, pinning, start_gitreg, wait_healthy, workdir, wrk,
-                     write_config)
+from _common import (
+    GitRepo,
+    Server,
+    free_port,
+    machine,
+    median,
+    pinning,
+    start_gitreg,
+    wait_healthy,
+    workdir,
+    write_config,
+    wrk,
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -43,17 +54,25 @@ def main() -> int:
     repo.commit({"main.tf": 'output "x" { value = 1 }\n'})
     for i in range(20):
         repo.tag(f"v1.{i}.0")
-    config = write_config(base / "gitreg.toml", (
-        f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state"}"\n'
-        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
-    ))
+    config = write_config(
+        base / "gitreg.toml",
+        (
+            f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state"}"\n'
+            f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+        ),
+    )
     servers = {
-        "gitreg (access log on, as shipped)": start_gitreg(["--config", str(config)], base / "gitreg.log",
-                                                           cpus=server_cpu),
-        "gitreg (--log-level warning)": start_gitreg(["--config", str(config), "--log-level", "warning"],
-                                                     base / "gitreg-quiet.log", cpus=server_cpu),
+        "gitreg (access log on, as shipped)": start_gitreg(
+            ["--config", str(config)], base / "gitreg.log", cpus=server_cpu
+        ),
+        "gitreg (--log-level warning)": start_gitreg(
+            ["--config", str(config), "--log-level", "warning"], base / "gitreg-quiet.log", cpus=server_cpu
+        ),
     }
-    paths = {"versions": "/v1/modules/demo/hello/null/versions", "download": "/v1/modules/demo/hello/null/1.19.0/download"}
+    paths = {
+        "versions": "/v1/modules/demo/hello/null/versions",
+        "download": "/v1/modules/demo/hello/null/1.19.0/download",
+    }
     try:
         first = next(iter(servers.values()))
         with urllib.request.urlopen(first.url + paths["versions"]) as resp:
@@ -64,7 +83,9 @@ def main() -> int:
             urllib.request.urlopen(server.url + paths["versions"]).read()
         port = free_port()
         servers["bare aiohttp handler (baseline)"] = Server(
-            [sys.executable, "bench/bare_server.py", str(port), versions_body, location], base / "bare.log", r"()",
+            [sys.executable, "bench/bare_server.py", str(port), versions_body, location],
+            base / "bare.log",
+            r"()",
             cpus=server_cpu,
         )
         bare_url = f"http://127.0.0.1:{port}"
@@ -84,9 +105,12 @@ def main() -> int:
             server.stop()
 
     pinned = f"servers on CPU {server_cpu}, wrk on CPU {wrk_cpus}" if pin else "not pinned"
-    print(f"# warm path: python bench/warm_path.py{' --quick' if args.quick else ''}{' --no-pin' if args.no_pin else ''}: "
-          f"wrk -t{wrk_threads} -c{args.connections} -d{args.seconds:g}s, {args.rounds} round(s) interleaved, medians; "
-          f"{pinned}")
+    print(
+        f"# warm path: python bench/warm_path.py{' --quick' if args.quick else ''}"
+        f"{' --no-pin' if args.no_pin else ''}: "
+        f"wrk -t{wrk_threads} -c{args.connections} -d{args.seconds:g}s, {args.rounds} round(s) interleaved, medians; "
+        f"{pinned}"
+    )
     print(f"# machine: {machine()}")
     print("| endpoint | server | requests/s | vs baseline | server CPU per request µs | p50 ms | p99 ms | errors |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -98,13 +122,17 @@ def main() -> int:
             rps = median([r["rps"] for r in rs])
             errors = sum(r["errors"] + r["non2xx"] for r in rs)
             ratio = rps / base_rps if base_rps else 0
-            print(f"| {endpoint} | {name} | {rps:,.0f} | {ratio:.0%} | {median([r['cpu_us'] for r in rs]):.1f} | "
-                  f"{median([r['p50_ms'] for r in rs]):.2f} | {median([r['p99_ms'] for r in rs]):.2f} | {errors} |")
+            print(
+                f"| {endpoint} | {name} | {rps:,.0f} | {ratio:.0%} | {median([r['cpu_us'] for r in rs]):.1f} | "
+                f"{median([r['p50_ms'] for r in rs]):.2f} | {median([r['p99_ms'] for r in rs]):.2f} | {errors} |"
+            )
             if name.startswith("gitreg (access"):
                 verdicts.append((endpoint, ratio))
     for endpoint, ratio in verdicts:
-        print(f"target gitreg >= 75% of baseline on {endpoint} (as shipped): {ratio:.1%} -> "
-              f"{'met' if ratio >= 0.75 else 'MISSED'}")
+        print(
+            f"target gitreg >= 75% of baseline on {endpoint} (as shipped): {ratio:.1%} -> "
+            f"{'met' if ratio >= 0.75 else 'MISSED'}"
+        )
     return 0
 
 

@@ -7,13 +7,29 @@ import logging
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
-from .appkeys import ARCHIVES, AUTH, CACHE, CLOCK, CONFIG, GIT, GIT_POOL, LIFECYCLE, METRICS, MIRRORS, ORGS, REGISTRY, SHARED, SIGNER
+from .appkeys import (
+    ARCHIVES,
+    AUTH,
+    CACHE,
+    CLOCK,
+    CONFIG,
+    GIT,
+    GIT_POOL,
+    LIFECYCLE,
+    METRICS,
+    MIRRORS,
+    ORGS,
+    REGISTRY,
+    SHARED,
+    SIGNER,
+)
 from .archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
 from .auth import TokenChecker
 from .browse import browse_routes, browse_services
@@ -22,11 +38,10 @@ from .config import Config
 from .errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
 from .gitpool import GIT_PRIORITY, GitPool, Priority, Waiters
-from .metrics import Lifecycle, Metrics, metrics_middleware
-from .urls import host_label as git_host
 from .logs import ServerLogger
-from .names import check_request
+from .metrics import Lifecycle, Metrics, metrics_middleware
 from .mirrors import MirrorStore
+from .names import check_request
 from .orgs import FILE_NAME as ORGS_FILE
 from .orgs import OrgCatalog
 from .registry import ARCHIVE_NAME, Registry
@@ -36,12 +51,11 @@ from .signing import UrlSigner
 from .storage import StorageBudget
 from .tagpins import TagPins
 from .ui import SECURITY_HEADERS, add_ui, is_page, page_error
+from .urls import host_label as git_host
 from .webhooks import PATHS as WEBHOOK_PATHS
 from .webhooks import webhook_routes
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
 # the webhooks their shared secrets: Git hosts cannot send a registry token.
@@ -49,11 +63,13 @@ OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/
 # The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
 # first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
 # sets BACKGROUND itself (gitpool.background_task).
-INSTALL_ROUTES = frozenset({
-    "/v1/modules/{namespace}/{name}/{system}/versions",
-    "/v1/modules/{namespace}/{name}/{system}/{version}/download",
-    "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
-})
+INSTALL_ROUTES = frozenset(
+    {
+        "/v1/modules/{namespace}/{name}/{system}/versions",
+        "/v1/modules/{namespace}/{name}/{system}/{version}/download",
+        "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
+    }
+)
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -101,8 +117,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             return error_response(500, "internal error in gitreg; the server log has details")
         # Out of file descriptors or processes (opening a file, starting git): busy, not broken.
         log.warning("out of resources on %s %s: %s; answered 503", request.method, request.path, e.strerror)
-        return error_response(503, "gitreg is out of file descriptors or processes; try again in a few seconds",
-                              {"Retry-After": "5"})
+        return error_response(
+            503, "gitreg is out of file descriptors or processes; try again in a few seconds", {"Retry-After": "5"}
+        )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal error in gitreg; the server log has details")
@@ -157,8 +174,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
     shared = app[SHARED] = make_shared(config.cache, config.git.timeout_seconds)
     await shared.start()
-    cache = TagCache(config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)),
-                     app[CLOCK])
+    cache = TagCache(
+        config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)), app[CLOCK]
+    )
 
     def invalidated_elsewhere(key: str) -> None:
         # A webhook reached another replica: refreshed through the shared lock, so one git call in all.
@@ -167,7 +185,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
 
     def reconnected() -> None:
         # Invalidations published while Redis was away never arrived: catch up with the shared lists.
-        for key in cache.keys():
+        for key in cache.keys():  # noqa: SIM118 - TagCache is not a mapping; keys() is a snapshot
             cache.refresh_in_background(key)
 
     shared.on_invalidate = invalidated_elsewhere
@@ -191,14 +209,18 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[REGISTRY] = Registry(config, cache, pins, orgs)
     # One [storage] max_bytes over mirrors and archives together.
     budget = StorageBudget(config.storage.max_bytes)
-    mirrors = MirrorStore(storage / "mirrors", MirrorGit(adapter), pool, files, budget,
-                          config.cache.error_retry_seconds, pins.commits)
+    mirrors = MirrorStore(
+        storage / "mirrors", MirrorGit(adapter), pool, files, budget, config.cache.error_retry_seconds, pins.commits
+    )
     await mirrors.prepare()
     app[REGISTRY].shared = shared
     app[MIRRORS] = mirrors
-    archives = ArchiveStore(storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes,
-                            files)
-    if any(source.download == "archive" for source in (*config.modules, *config.orgs)):
+    archives = ArchiveStore(
+        storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
+    )
+    if any(rule.download == "archive" for rule in config.modules) or any(
+        org.download == "archive" for org in config.orgs
+    ):
         await archives.prepare()
     app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))

@@ -13,8 +13,8 @@ from .catalog import Catalog
 from .config import Config
 from .details import DetailsService
 from .git_adapter import GitAdapter
-from .index import ModuleIndex
 from .gitpool import GitPool
+from .index import ModuleIndex
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .orgs import OrgCatalog

@@ -26,11 +26,11 @@ import os
 import shutil
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, BinaryIO, TypeVar, cast
 
 from .errors import (
     GitregError,
@@ -43,6 +43,9 @@ from .gitpool import GitPool
 from .mirrors import MirrorStore
 from .storage import mib
 from .urls import host_label
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,7 +129,9 @@ class ArchiveBuilder:
         except NoSuchTree as e:
             if e.commit_missing:
                 raise MissingCommit(key.sha) from None  # not fetched yet: the caller fetches and retries
-            raise VersionNotFound(f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`") from None
+            raise VersionNotFound(
+                f"commit {key.sha[:12]} has no directory {key.path!r}: check the rule's `path`"
+            ) from None
         if submodules:
             shown = ", ".join(repr(f"{key.path}/{s}" if key.path else s) for s in submodules[:5])
             raise NotArchivable(
@@ -216,8 +221,15 @@ def _octal(field: bytes) -> int:
 class ArchiveStore:
     """Archives on disk under the storage bound, built once per key even under concurrent requests."""
 
-    def __init__(self, root: Path, mirrors: MirrorStore, builder: ArchiveBuilder, pool: GitPool,
-                 max_bytes: int, files: Executor | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        mirrors: MirrorStore,
+        builder: ArchiveBuilder,
+        pool: GitPool,
+        max_bytes: int,
+        files: Executor | None = None,
+    ) -> None:
         self.root = root
         self.mirrors = mirrors
         self.builder = builder
@@ -323,15 +335,18 @@ class ArchiveStore:
             digest = self._checksums[key.file_name] = await self._call(sha256_file, path)
         return digest
 
-
     async def _build(self, key: ArchiveKey) -> Path:
         refused = self._refused.get(key)
         if refused is not None:
             raise StorageFull(refused.message)
         final = self.root / key.file_name
         tmp = self.root / f"tmp-{uuid.uuid4().hex}.tar.gz"
-        log.info("building the archive of %s at %s%s", mask_url(key.repository), key.sha[:12],
-                 f" ({key.path})" if key.path else "")
+        log.info(
+            "building the archive of %s at %s%s",
+            mask_url(key.repository),
+            key.sha[:12],
+            f" ({key.path})" if key.path else "",
+        )
         try:
             # Held: no eviction removes the mirror while it is fetched or read.
             async with self.mirrors.hold(key.repository) as mirror:
@@ -347,7 +362,8 @@ class ArchiveStore:
                     except MissingCommit:
                         raise UpstreamUnavailable(
                             f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
-                            "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag is now"
+                            "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag "
+                            "is now"
                         ) from None
             # Hashed before it is servable: clients verify the bytes gitreg built, not what is on disk later.
             self._checksums[key.file_name] = await self._call(sha256_file, tmp)
@@ -408,15 +424,21 @@ class ArchiveCollector:
         self.store = store
         self.pins = pins
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        yield CounterMetricFamily("gitreg_moved_tags", "Tags found pointing at another commit than the one first served.",
-                                  value=getattr(self.pins, "moved_total", 0))
+        yield CounterMetricFamily(
+            "gitreg_moved_tags",
+            "Tags found pointing at another commit than the one first served.",
+            value=getattr(self.pins, "moved_total", 0),
+        )
         yield CounterMetricFamily("gitreg_archive_builds", "Archives built (archive mode).", value=self.store.builds)
         yield GaugeMetricFamily("gitreg_archive_bytes", "Bytes of archives on disk.", value=self.store.total_bytes)
         yield GaugeMetricFamily("gitreg_archives", "Archives on disk.", value=self.store.count)
         mirrors, mirror_bytes = self.store.budget.usage("mirror")
-        yield GaugeMetricFamily("gitreg_mirror_bytes", "Bytes of bare mirrors on disk (with the archives, under [storage] max_bytes).",
-                                value=mirror_bytes)
+        yield GaugeMetricFamily(
+            "gitreg_mirror_bytes",
+            "Bytes of bare mirrors on disk (with the archives, under [storage] max_bytes).",
+            value=mirror_bytes,
+        )
         yield GaugeMetricFamily("gitreg_mirrors", "Bare mirrors on disk.", value=mirrors)

@@ -27,8 +27,7 @@ class TokenChecker:
         # Every token is kept as its SHA-256: a presented token is compared digest to digest,
         # 32 bytes each, so not even a token's length shows in the time a comparison takes.
         self._tokens: tuple[tuple[bytes, TokenConfig], ...] = tuple(
-            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else digest(t.token), t)
-            for t in config.tokens
+            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else digest(t.token), t) for t in config.tokens
         )
 
     @property
@@ -49,7 +48,9 @@ class TokenChecker:
         header = request.headers.get("Authorization", "")
         scheme, _, presented = header.partition(" ")
         if not header:
-            raise Unauthorized("this registry needs a token: set TF_TOKEN_<host> or a credentials block in the CLI config")
+            raise Unauthorized(
+                "this registry needs a token: set TF_TOKEN_<host> or a credentials block in the CLI config"
+            )
         if scheme.lower() != "bearer" or not presented.strip():
             raise Unauthorized("the Authorization header must be 'Bearer <token>'")
         # Compared with every token, always, so timing says nothing about which (if any) matched.

@@ -82,8 +82,9 @@ def page_meta(request: web.Request, page: Page, total: int) -> dict[str, Any]:
 source_url = urls.web_url
 
 
-def summary(app: web.Application, entry: IndexEntry, version: IndexedVersion | None = None,
-            details: ModuleDetails | None = None) -> dict[str, Any]:
+def summary(
+    app: web.Application, entry: IndexEntry, version: IndexedVersion | None = None, details: ModuleDetails | None = None
+) -> dict[str, Any]:
     """One module as the list, search and details endpoints show it."""
     shown = version or entry.latest
     a = entry.address
@@ -108,8 +109,9 @@ def summary(app: web.Application, entry: IndexEntry, version: IndexedVersion | N
 # ---------------------------------------------------------------------------------------
 
 
-def _filters(request: web.Request, namespace: str | None = None,
-             name: str | None = None) -> tuple[Callable[[IndexEntry], bool], tuple[object, ...]]:
+def _filters(
+    request: web.Request, namespace: str | None = None, name: str | None = None
+) -> tuple[Callable[[IndexEntry], bool], tuple[object, ...]]:
     """What the caller may see and asked for, as a predicate and a memo key."""
     provider = request.query.get("provider") or None  # grammar-checked by names.check_request
     verified_only = request.query.get("verified", "").lower() == "true"
@@ -130,7 +132,7 @@ def _filters(request: web.Request, namespace: str | None = None,
 
 def _list_response(request: web.Request, entries: list[IndexEntry]) -> web.Response:
     page = parse_page(request)
-    shown = entries[page.offset: page.offset + page.limit]
+    shown = entries[page.offset : page.offset + page.limit]
     body = {
         "meta": page_meta(request, page, len(entries)),
         "modules": [summary(request.app, e) for e in shown],
@@ -152,14 +154,18 @@ def _indexed(request: web.Request) -> tuple[IndexEntry, ResolvedModule]:
     return entry, resolved
 
 
-async def _details_response(request: web.Request, entry: IndexEntry, resolved: ResolvedModule,
-                            shown: IndexedVersion) -> web.Response:
+async def _details_response(
+    request: web.Request, entry: IndexEntry, resolved: ResolvedModule, shown: IndexedVersion
+) -> web.Response:
     index = request.app[INDEX]
     # From memory or disk, never git: a version not read yet is a 503 (Retry-After) while the
     # index reads it in the background (the latest's are read when the module is indexed).
     details = await index.stored_details(entry, shown)
     a = entry.address
-    systems = {e.address.system for e in index.listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)}
+    systems = {
+        e.address.system
+        for e in index.listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)
+    }
     body = summary(request.app, entry, shown, details)
     body.update(
         root=details.root,
@@ -303,8 +309,14 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         return OrgInfo(source=repo.web_url, description=repo.description, topics=repo.topics, marker=repo.pushed_at)
 
     index = app[INDEX] = ModuleIndex(
-        storage, sources=sources, resolve=listable, versions=registry.versions, details=details,
-        refresh_seconds=config.cache.ttl_seconds, org_info=org_info, on_gone=catalog.forget,
+        storage,
+        sources=sources,
+        resolve=listable,
+        versions=registry.versions,
+        details=details,
+        refresh_seconds=config.cache.ttl_seconds,
+        org_info=org_info,
+        on_gone=catalog.forget,
         enabled=config.index.enabled,
     )
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list

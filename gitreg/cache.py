@@ -237,8 +237,12 @@ class TagCache:
         entry.retry_at = self._clock() + self.config.negative_ttl_seconds
         if self._servable_stale(entry, self._clock()):
             # Logged once per failed call, not once per request served stale.
-            log.warning("refresh of %s failed, serving tags fetched %.0fs ago: %s",
-                        mask_url(key), self._clock() - entry.stored, e.message)
+            log.warning(
+                "refresh of %s failed, serving tags fetched %.0fs ago: %s",
+                mask_url(key),
+                self._clock() - entry.stored,
+                e.message,
+            )
 
     def _store(self, key: str, entry: _Entry) -> None:
         self._entries[key] = entry
@@ -316,7 +320,10 @@ class TagCache:
 
     async def close(self) -> None:
         """Cancel background refreshes and in-flight calls (shutdown)."""
-        tasks = [*self._background, *(fetch.future for fetch in self._inflight.values())]
+        tasks: list[asyncio.Future[None] | asyncio.Future[TagList]] = [
+            *self._background,
+            *(fetch.future for fetch in self._inflight.values()),
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

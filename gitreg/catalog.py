@@ -13,6 +13,7 @@ most a few seconds of counts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -81,12 +82,14 @@ class Catalog:
             return
         except (OSError, ValueError) as e:
             aside = self.path.with_name(self.path.name + ".damaged")
-            log.warning("%s could not be read (%s); starting with an empty catalog, the old file is %s",
-                        self.path, type(e).__name__, aside.name)
-            try:
+            log.warning(
+                "%s could not be read (%s); starting with an empty catalog, the old file is %s",
+                self.path,
+                type(e).__name__,
+                aside.name,
+            )
+            with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
-            except OSError:
-                pass
             return
         if not isinstance(data, dict):
             return

@@ -30,7 +30,9 @@ EXIT_CONFIG = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gitreg", description="A Terraform/OpenTofu module registry served from Git tags.")
+    parser = argparse.ArgumentParser(
+        prog="gitreg", description="A Terraform/OpenTofu module registry served from Git tags."
+    )
     parser.add_argument("--version", action="version", version=f"gitreg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -49,17 +51,30 @@ def _parser() -> argparse.ArgumentParser:
     common(serve)
     serve.add_argument("--host", help="listen address (overrides [server] host)")
     serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
-    serve.add_argument("--log-format", default="text", choices=["text", "json"],
-                       help="text (access log in the combined log format) or json (one JSON object per line)")
-    serve.add_argument("--workers", type=int, default=1, metavar="N",
-                       help="N worker processes on one port (needs [cache] backend = \"redis\" when N > 1)")
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text (access log in the combined log format) or json (one JSON object per line)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help='N worker processes on one port (needs [cache] backend = "redis" when N > 1)',
+    )
 
     check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
     common(check)
     check.add_argument(
-        "--probe", nargs="?", const=True, default=None, metavar="NAMESPACE/NAME/SYSTEM",
+        "--probe",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="NAMESPACE/NAME/SYSTEM",
         help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
-             "through whichever rule serves it (wildcard rules too)",
+        "through whichever rule serves it (wildcard rules too)",
     )
     return parser
 
@@ -100,8 +115,10 @@ def _refuse_nothing_to_serve(config: Config) -> bool:
     """Say so on stderr and return True when the config serves no module at all."""
     if module_sources(config):
         return False
-    print("gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
-          file=sys.stderr)
+    print(
+        "gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
+        file=sys.stderr,
+    )
     return True
 
 
@@ -144,9 +161,11 @@ def _serve(config: Config, workers: int = 1) -> int:
         print(f"gitreg: --workers must be at least 1, not {workers}", file=sys.stderr)
         return EXIT_CONFIG
     if workers > 1 and config.cache.backend != "redis":
-        print(f"gitreg: --workers {workers} needs [cache] backend = \"redis\": with \"memory\" each worker would have "
-              "its own tag cache, download counts and moved-tag records, and a webhook would reach only one of them",
-              file=sys.stderr)
+        print(
+            f'gitreg: --workers {workers} needs [cache] backend = "redis": with "memory" each worker would have '
+            "its own tag cache, download counts and moved-tag records, and a webhook would reach only one of them",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
     ssl_context = None
     if config.server.tls_cert and config.server.tls_key:
@@ -204,8 +223,9 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
     await runner.setup()
     try:
         # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
-        site = Listener(runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle,
-                        reuse_port=reuse_port)
+        site = Listener(
+            runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle, reuse_port=reuse_port
+        )
         try:
             await site.start()
         except OSError as e:
@@ -217,9 +237,18 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
         for address in runner.addresses:
             host, port = address[0], address[1]
             shown = f"[{host}]" if ":" in host else host
-            log.info("gitreg %s serving %d module rule(s) on %s://%s:%d", __version__, len(config.modules), scheme, shown, port)
+            log.info(
+                "gitreg %s serving %d module rule(s) on %s://%s:%d",
+                __version__,
+                len(config.modules),
+                scheme,
+                shown,
+                port,
+            )
         if config.orgs:
-            log.info("org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs))
+            log.info(
+                "org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs)
+            )
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
     finally:
@@ -242,12 +271,17 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
     if _refuse_nothing_to_serve(config):
         return EXIT_CONFIG
     labels = _rule_labels(config, flag_rules)
-    print(f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
-          + (f", {len(config.orgs)} org(s)" if config.orgs else "")
-          + (f" from {config.source}" if config.source else ""))
+    print(
+        f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
+        + (f", {len(config.orgs)} org(s)" if config.orgs else "")
+        + (f" from {config.source}" if config.source else "")
+    )
     for hidden, winner in shadowed_rules(config.modules):
-        print(f"warning: {labels[hidden]} ({_pattern(config.modules[hidden])}) never serves anything: "
-              f"{labels[winner]} has the same namespace, name and system and wins", file=sys.stderr)
+        print(
+            f"warning: {labels[hidden]} ({_pattern(config.modules[hidden])}) never serves anything: "
+            f"{labels[winner]} has the same namespace, name and system and wins",
+            file=sys.stderr,
+        )
     from .webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
 
     for line in webhook_instructions(config):
@@ -272,9 +306,11 @@ def _check_redis(config: Config) -> bool:
     shown = mask_url(config.cache.redis_url)
     problem = asyncio.run(check_redis(config.cache.redis_url))
     if problem is not None:
-        print(f"error: cache.redis_url: redis at {shown} does not answer: {problem} "
-              "(`gitreg serve` would start anyway, each replica serving from its own memory until Redis answers)",
-              file=sys.stderr)
+        print(
+            f"error: cache.redis_url: redis at {shown} does not answer: {problem} "
+            "(`gitreg serve` would start anyway, each replica serving from its own memory until Redis answers)",
+            file=sys.stderr,
+        )
         return False
     print(f"redis: {shown} answers; replicas share tag lists, invalidations, download counts, pins and the index")
     return True
@@ -284,11 +320,17 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
     failed = False
     for i, rule in enumerate(config.modules):
         if not rule.explicit:
-            print(f"\nrule {i}: {_pattern(rule)} -> "
-                  f"{mask_url(rule.repository)} (a wildcard rule: probe one of its modules with --probe NAMESPACE/NAME/SYSTEM)")
+            print(
+                f"\nrule {i}: {_pattern(rule)} -> "
+                f"{mask_url(rule.repository)} "
+                "(a wildcard rule: probe one of its modules with --probe NAMESPACE/NAME/SYSTEM)"
+            )
             continue
-        print(f"\n{rule.namespace}/{rule.name}/{rule.system} <- {mask_url(rule.repository)}"
-              + (f" path={rule.path}" if rule.path else "") + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else ""))
+        print(
+            f"\n{rule.namespace}/{rule.name}/{rule.system} <- {mask_url(rule.repository)}"
+            + (f" path={rule.path}" if rule.path else "")
+            + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
+        )
         failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
@@ -310,10 +352,14 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     if resolved is None and any(org.namespace == address.namespace for org in config.orgs):
         from .orgs import probe_orgs  # imports aiohttp: only a probe with orgs needs it
 
-        repo = next((r for report in asyncio.run(probe_orgs(config)) for r in report.modules if r.address == address), None)
+        repo = next(
+            (r for report in asyncio.run(probe_orgs(config)) for r in report.modules if r.address == address), None
+        )
         if repo is None:
-            print(f"\n{address}: namespace {address.namespace} is an org's, and its listing has no such module "
-                  "(a request for it gets 404; `gitreg check --probe` lists the org)")
+            print(
+                f"\n{address}: namespace {address.namespace} is an org's, and its listing has no such module "
+                "(a request for it gets 404; `gitreg check --probe` lists the org)"
+            )
             return EXIT_PROBE_FAILED
         print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
         return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
@@ -324,8 +370,11 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         return EXIT_PROBE_FAILED
     rule = resolved.rule
     label = labels[config.modules.index(rule)]
-    print(f"\n{address} <- {mask_url(resolved.repository)} (rule {label}: {_pattern(rule)})"
-          + (f" path={rule.path}" if rule.path else "") + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else ""))
+    print(
+        f"\n{address} <- {mask_url(resolved.repository)} (rule {label}: {_pattern(rule)})"
+        + (f" path={rule.path}" if rule.path else "")
+        + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
+    )
     return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
 
 
@@ -377,7 +426,9 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
             if not found.versions:
                 print("    not listed: no SemVer tag (push a tag like v1.0.0)")
                 continue
-            shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (", ..." if len(found.versions) > 10 else "")
+            shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (
+                ", ..." if len(found.versions) > 10 else ""
+            )
             print(f"    versions ({len(found.versions)}): {shown}")
         for full_name, reason in report.ignored:
             print(f"  ignored {full_name}: {reason}")

@@ -6,6 +6,7 @@ Every problem is collected (not just the first) and named by its key path, e.g.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import difflib
 import functools
@@ -16,7 +17,8 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
 from . import urls
 from .errors import ConfigError
 from .gitpool import default_max_per_host, default_max_queue
@@ -26,6 +28,12 @@ PLACEHOLDERS = ("namespace", "name", "system")
 DOWNLOAD_PLACEHOLDERS = ("namespace", "name", "system", "tag", "version", "sha")
 DEFAULT_PROTOCOLS = ("https", "ssh", "git", "file")
 KNOWN_PROTOCOLS = ("https", "http", "ssh", "git", "file")
+# The keys that take one of a few words; read with _one_of, which returns the Literal.
+Backend = Literal["memory", "redis"]
+Ref = Literal["tag", "commit"]
+Provider = Literal["gitlab", "github"]
+Clone = Literal["https", "ssh"]
+Choice = TypeVar("Choice", bound=str)
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
 # Upper bounds of the number keys. Every key has one, so no value can overflow a timer
@@ -63,7 +71,7 @@ class CacheConfig:
     refresh_ahead: bool = False
     # "memory": this process only. "redis": replicas share tag lists, invalidations, download
     # counts, moved-tag records and the index through Redis (gitreg/shared.py).
-    backend: Literal["memory", "redis"] = "memory"
+    backend: Backend = "memory"
     redis_url: str | None = field(default=None, repr=False)  # may hold a password
     redis_prefix: str = "gitreg:"
 
@@ -147,7 +155,7 @@ class ModuleRule:
     path: str = ""
     tag_prefix: str = ""
     clone_url: str | None = None
-    ref: Literal["tag", "commit"] = "tag"
+    ref: Ref = "tag"
     download: str = "git"
     verified: bool = False
     # For a tarball URL template: the wrapper directory inside the tarball (a template too);
@@ -188,14 +196,14 @@ _GITLAB_SEGMENT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}", re.ASCII)
 class OrgConfig:
     """One `[[orgs]]` entry: a GitLab group or GitHub organization whose repositories are modules."""
 
-    provider: Literal["gitlab", "github"]
+    provider: Provider
     api_url: str
     group: str
     namespace: str
     token: str | None = field(default=None, repr=False)
     repository_pattern: str = DEFAULT_REPOSITORY_PATTERN
     topic: str | None = None
-    clone: Literal["https", "ssh"] = "https"
+    clone: Clone = "https"
     download: str = "git"
     refresh_seconds: float = 600.0
     include_archived: bool = False
@@ -246,6 +254,9 @@ def default_storage_path() -> str:
 class _Reader:
     """Reads one TOML table, recording problems under its key path instead of raising."""
 
+    # The methods `str`, `int` and `bool` shadow the built-in types in this class's body: the
+    # annotations after them spell the types `builtins.str` and so on.
+
     def __init__(self, table: Any, path: str, problems: list[str], env: Mapping[str, str]) -> None:
         self.path = path
         self.problems = problems
@@ -279,7 +290,7 @@ class _Reader:
             return default
         return self._expand(key, value, default)
 
-    def _expand(self, key: str, value: str, default: str | None) -> str | None:
+    def _expand(self, key: builtins.str, value: builtins.str, default: builtins.str | None) -> builtins.str | None:
         """`value` with `${VAR}` expanded; `default` when a variable is unset (reported once, here).
 
         A value missing its variable is not checked further: "${TOKEN} is not set" is the one
@@ -291,7 +302,7 @@ class _Reader:
             self.error(key, reason)
         return default if failed else expanded
 
-    def number(self, key: str, default: float, minimum: float = 0.0, maximum: float = MAX_TIMEOUT) -> float:
+    def number(self, key: builtins.str, default: float, minimum: float = 0.0, maximum: float = MAX_TIMEOUT) -> float:
         """A finite number in [minimum, maximum]; nan, inf and out-of-range values are problems."""
         value = self._get(key, False)
         if value is None:
@@ -305,7 +316,9 @@ class _Reader:
             return default
         return float(value)
 
-    def int(self, key: str, default: int, minimum: int = 0, maximum: int = 2**53) -> int:
+    def int(
+        self, key: builtins.str, default: builtins.int, minimum: builtins.int = 0, maximum: builtins.int = 2**53
+    ) -> builtins.int:
         value = self._get(key, False)
         if value is None:
             return default
@@ -317,7 +330,7 @@ class _Reader:
             return default
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def bool(self, key: builtins.str, default: builtins.bool) -> builtins.bool:
         value = self._get(key, False)
         if value is None:
             return default
@@ -326,7 +339,7 @@ class _Reader:
             return default
         return value
 
-    def str_list(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    def str_list(self, key: builtins.str, default: tuple[builtins.str, ...] = ()) -> tuple[builtins.str, ...]:
         value = self._get(key, False)
         if value is None:
             return default
@@ -343,7 +356,7 @@ class _Reader:
                 out.append(expanded)
         return tuple(out)
 
-    def table_list(self, key: str) -> list[Any]:
+    def table_list(self, key: builtins.str) -> list[Any]:
         value = self._get(key, False)
         if value is None:
             return []
@@ -352,7 +365,7 @@ class _Reader:
             return []
         return value
 
-    def problems_for(self, key: str) -> bool:
+    def problems_for(self, key: builtins.str) -> builtins.bool:
         """True when a problem was already recorded for `key` or a key inside it."""
         full = self.key(key)
         return any(p.startswith((f"{full}:", f"{full}.", f"{full}[")) for p in self.problems)
@@ -364,13 +377,25 @@ class _Reader:
                 self.error(key, "unknown key" + did_you_mean(key, self.seen))
 
 
+def _one_of(r: _Reader, key: str, value: str | None, choices: tuple[Choice, ...]) -> Choice | None:
+    """`value` as one of `choices` (typed as the Literal they are); a problem, and None, for any other."""
+    if value is None:
+        return None
+    for choice in choices:
+        if value == choice:
+            return choice
+    expected = " or ".join(f'"{choice}"' for choice in choices)
+    r.error(key, f"must be {expected}, not {value!r}")
+    return None
+
+
 def did_you_mean(key: str, known: set[str] | frozenset[str]) -> str:
     """`; did you mean X?` for the known key a typo most likely meant, else "".
 
     A known key the typo begins (`repo` -> `repository`) comes first, then the closest by
     difflib's ratio (`repsitory`, `tag_prefx`).
     """
-    if not isinstance(key, str) or not known:
+    if not known:
         return ""
     lowered = key.lower()
     prefixed = sorted(k for k in known if len(lowered) >= 3 and k.startswith(lowered) and k != lowered)
@@ -378,7 +403,7 @@ def did_you_mean(key: str, known: set[str] | frozenset[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def _shown(value: float) -> str:
+def _shown(value: int | float) -> str:
     """A number for a message: TOML integers have no size limit, so a huge one is cut short."""
     text = f"{value:g}" if isinstance(value, float) else str(value)
     return text if len(text) <= 24 else text[:20] + "..."
@@ -463,7 +488,9 @@ def _check_url(r: _Reader, key: str, url: str, protocols: tuple[str, ...], templ
         r.error(key, f"{url!r} is {found}")
         return
     if found.transport not in protocols:
-        r.error(key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)")
+        r.error(
+            key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)"
+        )
     if found.password is not None:
         r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
     if found.query or found.fragment:
@@ -519,9 +546,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         r.error("path", f"{path!r} may contain only letters, digits, '.', '_', '-' and '/'")
     if tag_prefix and not re.fullmatch(r"[A-Za-z0-9._/-]+", tag_prefix):
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
-    if ref not in ("tag", "commit"):
-        r.error("ref", f"must be \"tag\" or \"commit\", not {ref!r}")
-        ref = ModuleRule.ref
+    checked_ref: Ref = _one_of(r, "ref", ref, ("tag", "commit")) or ModuleRule.ref
     r.finish()
     if repository is None:
         return None
@@ -533,7 +558,7 @@ def _parse_rule(r: _Reader, protocols: tuple[str, ...]) -> ModuleRule | None:
         path=path,
         tag_prefix=tag_prefix,
         clone_url=clone_url,
-        ref=ref,  # type: ignore[arg-type]
+        ref=checked_ref,
         download=download,
         verified=verified,
         archive_root=archive_root.strip("/") if archive_root else None,
@@ -545,7 +570,10 @@ def _check_repository_pattern(r: _Reader, pattern: str) -> None:
     for placeholder in ("name", "system"):
         count = pattern.count(f"{{{placeholder}}}")
         if count != 1:
-            r.error("repository_pattern", f"must contain {{{placeholder}}} exactly once, e.g. {DEFAULT_REPOSITORY_PATTERN!r}")
+            r.error(
+                "repository_pattern",
+                f"must contain {{{placeholder}}} exactly once, e.g. {DEFAULT_REPOSITORY_PATTERN!r}",
+            )
     rest = pattern.replace("{name}", "").replace("{system}", "")
     if "{" in rest or "}" in rest:
         r.error("repository_pattern", "only {name} and {system} may appear in braces")
@@ -567,10 +595,7 @@ def _check_api_url(r: _Reader, url: str) -> None:
 
 
 def _parse_org(r: _Reader) -> OrgConfig | None:
-    provider = r.str("provider", required=True)
-    if provider is not None and provider not in ("gitlab", "github"):
-        r.error("provider", f'must be "gitlab" or "github", not {provider!r}')
-        provider = None
+    provider: Provider | None = _one_of(r, "provider", r.str("provider", required=True), ("gitlab", "github"))
     api_url = r.str("api_url")
     if api_url is None and provider is not None:
         api_url = DEFAULT_API_URLS[provider]
@@ -586,22 +611,23 @@ def _parse_org(r: _Reader) -> OrgConfig | None:
             r.error("group", f"{group!r} is not a GitLab group path like 'platform/terraform'")
     namespace = r.str("namespace", required=True)
     if namespace is not None and not NAME_RE.fullmatch(namespace):
-        r.error("namespace", f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
-                "starting and ending with a letter or digit")
+        r.error(
+            "namespace",
+            f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
+            "starting and ending with a letter or digit",
+        )
     token = r.str("token") or None
     pattern = r.str("repository_pattern", DEFAULT_REPOSITORY_PATTERN) or DEFAULT_REPOSITORY_PATTERN
     _check_repository_pattern(r, pattern)
     topic = r.str("topic")
     if topic is not None and not topic.strip():
         r.error("topic", "must not be empty; leave it out to take repositories with any topics")
-    clone = r.str("clone", "https")
-    if clone not in ("https", "ssh"):
-        r.error("clone", f'must be "https" or "ssh", not {clone!r}')
-        clone = "https"
+    clone: Clone = _one_of(r, "clone", r.str("clone", OrgConfig.clone), ("https", "ssh")) or OrgConfig.clone
     download = r.str("download", "git") or "git"
     _check_download(r, download)
-    refresh = r.number("refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS,
-                       maximum=MAX_REFRESH_SECONDS)
+    refresh = r.number(
+        "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
+    )
     if not math.isfinite(refresh) or refresh > MAX_REFRESH_SECONDS:
         r.error("refresh_seconds", f"must be at most {MAX_REFRESH_SECONDS:g} (a week), not {refresh:g}")
         refresh = 600.0
@@ -610,14 +636,14 @@ def _parse_org(r: _Reader) -> OrgConfig | None:
     if provider is None or api_url is None or group is None or namespace is None:
         return None
     return OrgConfig(
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         api_url=api_url,
         group=group,
         namespace=namespace,
         token=token,
         repository_pattern=pattern,
         topic=topic.strip() if topic else None,
-        clone=clone,  # type: ignore[arg-type]
+        clone=clone,
         download=download,
         refresh_seconds=refresh,
         include_archived=include_archived,
@@ -689,15 +715,18 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
-        idle_timeout_seconds=s.number("idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0,
-                                      maximum=MAX_TIMEOUT),
+        idle_timeout_seconds=s.number(
+            "idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0, maximum=MAX_TIMEOUT
+        ),
     )
     if server.public_url is not None:
         public = urls.parse(server.public_url)
         if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
-    if (server.tls_cert is None) != (server.tls_key is None) and not (s.problems_for("tls_cert") or s.problems_for("tls_key")):
+    if (server.tls_cert is None) != (server.tls_key is None) and not (
+        s.problems_for("tls_cert") or s.problems_for("tls_key")
+    ):
         missing = "tls_key" if server.tls_key is None else "tls_cert"
         s.error(missing, "tls_cert and tls_key must be given together (both or neither)")
     for key in ("tls_cert", "tls_key"):
@@ -718,11 +747,9 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         redis_url=c.str("redis_url"),
         redis_prefix=c.str("redis_prefix", CacheConfig.redis_prefix) or "",
     )
-    backend = c.str("backend", CacheConfig.backend)
-    if backend not in ("memory", "redis"):
-        c.error("backend", f'must be "memory" or "redis", not {backend!r}')
-    else:
-        cache = dataclasses.replace(cache, backend=backend)  # type: ignore[arg-type]
+    backend: Backend | None = _one_of(c, "backend", c.str("backend", CacheConfig.backend), ("memory", "redis"))
+    if backend is not None:
+        cache = dataclasses.replace(cache, backend=backend)
     _check_redis(c, cache)
     c.finish()
 
@@ -751,8 +778,9 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         metrics_token=a.str("metrics_token"),
         signing_key=a.str("signing_key"),
         # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
-        signed_url_ttl_seconds=a.number("signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0,
-                                        maximum=DAY),
+        signed_url_ttl_seconds=a.number(
+            "signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0, maximum=DAY
+        ),
     )
     if auth.metrics_token is not None and len(auth.metrics_token) < 16:
         a.error("metrics_token", "is shorter than 16 characters; use a long random token")
@@ -795,7 +823,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
             if rule.download == "archive":
                 problems.append(
                     f'modules[{i}].download: "archive" with [auth] tokens needs [auth] signing_key, which signs the '
-                    "archive URLs Terraform fetches without its token (e.g. signing_key = \"${GITREG_SIGNING_KEY}\")"
+                    'archive URLs Terraform fetches without its token (e.g. signing_key = "${GITREG_SIGNING_KEY}")'
                 )
                 break
     orgs: list[OrgConfig] = []
@@ -851,8 +879,9 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError([f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); "
-                           "TOML files must be UTF-8"]) from None
+        raise ConfigError(
+            [f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} on line {line}); TOML files must be UTF-8"]
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -25,7 +25,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import hcl2
@@ -96,10 +96,10 @@ def heredoc_body(value: str) -> str | None:
     first, last = value.find("\n"), value.rfind("\n")
     if first < 0:
         return None
-    marker = value[3 if indented else 2: first].removesuffix("\r")
-    if not marker or "".join(marker.split()) != marker or value[last + 1:].lstrip(" \t") != marker:
+    marker = value[3 if indented else 2 : first].removesuffix("\r")
+    if not marker or "".join(marker.split()) != marker or value[last + 1 :].lstrip(" \t") != marker:
         return None
-    body = value[first + 1: last].removesuffix("\r").replace("\r\n", "\n") if last > first else ""
+    body = value[first + 1 : last].removesuffix("\r").replace("\r\n", "\n") if last > first else ""
     return textwrap.dedent(body) if indented else body
 
 
@@ -194,16 +194,22 @@ def _declarations(parsed: dict[str, Any]) -> dict[str, Any]:
     inputs = []
     for label, body in _blocks(parsed, "variable"):
         required = "default" not in body
-        inputs.append({
-            "name": label,
-            "type": hcl_text(body["type"]) if "type" in body else "any",
-            "description": hcl_text(body.get("description", "")),
-            "default": "" if required else json.dumps(hcl_literal(body["default"]), ensure_ascii=False),
-            "required": required,
-            "sensitive": _as_bool(body.get("sensitive")),
-        })
+        inputs.append(
+            {
+                "name": label,
+                "type": hcl_text(body["type"]) if "type" in body else "any",
+                "description": hcl_text(body.get("description", "")),
+                "default": "" if required else json.dumps(hcl_literal(body["default"]), ensure_ascii=False),
+                "required": required,
+                "sensitive": _as_bool(body.get("sensitive")),
+            }
+        )
     outputs = [
-        {"name": label, "description": hcl_text(body.get("description", "")), "sensitive": _as_bool(body.get("sensitive"))}
+        {
+            "name": label,
+            "description": hcl_text(body.get("description", "")),
+            "sensitive": _as_bool(body.get("sensitive")),
+        }
         for label, body in _blocks(parsed, "output")
     ]
     dependencies = [
@@ -218,7 +224,13 @@ def _declarations(parsed: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(block, dict):
                     for pname, spec in block.items():
                         providers[str(pname)] = _provider(str(pname), spec)
-    return {"inputs": inputs, "outputs": outputs, "dependencies": dependencies, "resources": resources, "providers": providers}
+    return {
+        "inputs": inputs,
+        "outputs": outputs,
+        "dependencies": dependencies,
+        "resources": resources,
+        "providers": providers,
+    }
 
 
 def directory_details(path: str, files: dict[str, bytes], declared: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -242,7 +254,9 @@ def parse_request(request: dict[str, Any]) -> dict[str, Any]:
 
 def _is_declarations(answer: dict[str, Any]) -> bool:
     """Whether a worker's answer has parse_file()'s shape (the merge relies on it)."""
-    return isinstance(answer.get("providers"), dict) and all(isinstance(answer.get(k), list) for k in (*_DECLARED, "notes"))
+    return isinstance(answer.get("providers"), dict) and all(
+        isinstance(answer.get(k), list) for k in (*_DECLARED, "notes")
+    )
 
 
 def _provider(name: str, spec: Any) -> dict[str, Any]:
@@ -323,7 +337,9 @@ def _plain_text(inline: list[Token]) -> str:
     for token in inline:
         if token.type in ("text", "text_special", "code_inline"):
             parts.append(token.content)
-        elif token.type in ("softbreak", "hardbreak") or (token.type == "html_inline" and token.content[:3].lower() == "<br"):
+        elif token.type in ("softbreak", "hardbreak") or (
+            token.type == "html_inline" and token.content[:3].lower() == "<br"
+        ):
             parts.append(" ")
     return "".join(parts)
 
@@ -338,7 +354,7 @@ def read_tree(stream: Any, base: str) -> tuple[dict[str, dict[str, bytes]], list
             for member in tar:
                 if not member.name.startswith(prefix):
                     continue
-                rel = member.name[len(prefix):].strip("/")
+                rel = member.name[len(prefix) :].strip("/")
                 parts = rel.split("/")
                 if len(parts) == 1:
                     directory, fname = "", parts[0]
@@ -437,8 +453,8 @@ def utc_timestamp(iso: str) -> str:
     except ValueError:
         return ""
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class DetailsService:
@@ -450,8 +466,14 @@ class DetailsService:
     never holds the server's GIL. close() stops the workers (the app's cleanup calls it).
     """
 
-    def __init__(self, mirrors: MirrorStore, git: MirrorGit, pool: GitPool, entries: int = CACHE_ENTRIES,
-                 parse_seconds: float = PARSE_SECONDS) -> None:
+    def __init__(
+        self,
+        mirrors: MirrorStore,
+        git: MirrorGit,
+        pool: GitPool,
+        entries: int = CACHE_ENTRIES,
+        parse_seconds: float = PARSE_SECONDS,
+    ) -> None:
         self.mirrors = mirrors
         self.git = git
         self.pool = pool
@@ -497,8 +519,9 @@ class DetailsService:
         with git_priority(Priority.BACKGROUND):
             async with self.mirrors.use(resolved.repository, tagged.sha) as mirror:
                 self.builds += 1
-                tree = await self.pool.run(read_commit, self.git, str(mirror), resolved, tagged,
-                                           host=host_label(resolved.repository))
+                tree = await self.pool.run(
+                    read_commit, self.git, str(mirror), resolved, tagged, host=host_label(resolved.repository)
+                )
         return await self._parse(tree)
 
     async def _parse(self, tree: CommitTree) -> ModuleDetails:
@@ -526,7 +549,9 @@ class DetailsService:
             log.warning("no parse worker for the details: %s", e)
             raise Overloaded("gitreg cannot start a process to read the module's files now; try again later") from e
         dirs = {
-            path: directory_details(path, tree.dirs[path], merge_declarations(declared[path]), tree.notes if path == "" else [])
+            path: directory_details(
+                path, tree.dirs[path], merge_declarations(declared[path]), tree.notes if path == "" else []
+            )
             for path in sorted(tree.dirs)
         }
         root = dirs.pop("")
@@ -543,7 +568,9 @@ class DetailsService:
         except WorkerFailed as e:
             log.warning("a parse worker stopped while reading %s: %s", shown, e)
             return _no_declarations(f"{shown}: the parser stopped on it; its contents are not shown")
-        if isinstance(answer, dict) and (_is_declarations(answer) if "data" in request else isinstance(answer.get("description"), str)):
+        if isinstance(answer, dict) and (
+            _is_declarations(answer) if "data" in request else isinstance(answer.get("description"), str)
+        ):
             return answer
         # The worker's way of saying it ran out of memory, or an answer we cannot use.
         return _no_declarations(f"{shown}: could not be parsed; its contents are not shown")
@@ -559,6 +586,6 @@ class DetailsService:
         except GitregError as e:
             log.warning("no details for %s %s: %s", resolved.address, tagged.canonical, e.message)
             return None
-        except Exception:  # noqa: BLE001 - one odd repository must not fail a whole listing
+        except Exception:  # one odd repository must not fail a whole listing
             log.exception("no details for %s %s", resolved.address, tagged.canonical)
             return None

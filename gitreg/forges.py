@@ -71,9 +71,16 @@ class RepoRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as stored in orgs.json."""
         return {
-            "id": self.id, "name": self.name, "full_name": self.full_name, "https_url": self.https_url,
-            "ssh_url": self.ssh_url, "web_url": self.web_url, "description": self.description,
-            "topics": list(self.topics), "archived": self.archived, "pushed_at": self.pushed_at,
+            "id": self.id,
+            "name": self.name,
+            "full_name": self.full_name,
+            "https_url": self.https_url,
+            "ssh_url": self.ssh_url,
+            "web_url": self.web_url,
+            "description": self.description,
+            "topics": list(self.topics),
+            "archived": self.archived,
+            "pushed_at": self.pushed_at,
             "pushed_throttle": self.pushed_throttle,
         }
 
@@ -93,8 +100,9 @@ class RepoRecord:
             return None
         if not data["name"] or not data["full_name"] or not data["https_url"]:
             return None
-        return cls(**{k: data[k] for k in strings}, topics=tuple(topics), archived=data["archived"],
-                   pushed_throttle=throttle)
+        return cls(
+            **{k: data[k] for k in strings}, topics=tuple(topics), archived=data["archived"], pushed_throttle=throttle
+        )
 
 
 def _text(item: Mapping[str, Any], key: str, limit: int = 2048) -> str:
@@ -209,7 +217,9 @@ class ForgeClient:
         next_url: str | None = url
         while next_url is not None:
             if next_url in seen or len(seen) >= MAX_PAGES:
-                raise ForgeError("error", f"{self.org.label}: the API's page links go round in circles or past {MAX_PAGES} pages")
+                raise ForgeError(
+                    "error", f"{self.org.label}: the API's page links go round in circles or past {MAX_PAGES} pages"
+                )
             seen.add(next_url)
             data, headers = await self.get_json(next_url)
             if not isinstance(data, list):
@@ -239,7 +249,9 @@ class ForgeClient:
         parts = urlsplit(target)
         if (parts.scheme, (parts.hostname or "").lower(), parts.port) != self._origin:
             # The token goes with every request: never follow a link to another host.
-            raise ForgeError("error", f"{self.org.label}: the API's next-page link leaves {self.org.api_url}; not followed")
+            raise ForgeError(
+                "error", f"{self.org.label}: the API's next-page link leaves {self.org.api_url}; not followed"
+            )
         return target
 
     async def _respect_remaining(self) -> None:
@@ -251,8 +263,11 @@ class ForgeClient:
 
     async def _wait_for_rate_limit(self, wait: float) -> None:
         if wait > self.rate_wait_budget:
-            raise ForgeError("rate_limited", f"{self.org.label}: rate limited for {wait:.0f} s more, past the wait "
-                             f"budget of {self.rate_wait_budget:.0f} s; the last listing stays")
+            raise ForgeError(
+                "rate_limited",
+                f"{self.org.label}: rate limited for {wait:.0f} s more, past the wait "
+                f"budget of {self.rate_wait_budget:.0f} s; the last listing stays",
+            )
         log.info("%s: API rate limit reached; waiting %.1f s for its reset", self.org.label, wait)
         await asyncio.sleep(wait)
 
@@ -269,7 +284,10 @@ class ForgeClient:
             try:
                 status, headers, body = await self._get(url)
             except TimeoutError:
-                reason, message = "timeout", f"{self.org.label}: the API did not answer within {API_TIMEOUT_SECONDS:g} s"
+                reason, message = (
+                    "timeout",
+                    f"{self.org.label}: the API did not answer within {API_TIMEOUT_SECONDS:g} s",
+                )
             except aiohttp.ClientError as e:
                 reason, message = "error", f"{self.org.label}: cannot reach the API: {type(e).__name__}"
             else:
@@ -283,7 +301,9 @@ class ForgeClient:
                     self.stats.failed("rate_limited")
                     rate_waits += 1
                     if rate_waits > MAX_RATE_WAITS:
-                        raise ForgeError("rate_limited", f"{self.org.label}: still rate limited after {MAX_RATE_WAITS} waits")
+                        raise ForgeError(
+                            "rate_limited", f"{self.org.label}: still rate limited after {MAX_RATE_WAITS} waits"
+                        )
                     await self._wait_for_rate_limit(wait)
                     continue
                 if status < 500:
@@ -298,7 +318,9 @@ class ForgeClient:
     async def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
         """One GET: status, headers and the (bounded) body; the connection is released before any wait."""
         async with self.session.get(
-            URL(url, encoded=True), headers=self.headers(), allow_redirects=False,
+            URL(url, encoded=True),
+            headers=self.headers(),
+            allow_redirects=False,
             timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_SECONDS),
         ) as resp:
             return resp.status, resp.headers, await _read_bounded(resp)
@@ -310,8 +332,10 @@ class ForgeClient:
             raise ForgeNotFound(f"{self.org.label}: the API answered 404 for {_path(url)}")
         if status in (401, 403):
             self.stats.failed("unauthorized")
-            raise ForgeError("unauthorized", f"{self.org.label}: the API refused access (HTTP {status}); "
-                             "check the org's token and its scopes")
+            raise ForgeError(
+                "unauthorized",
+                f"{self.org.label}: the API refused access (HTTP {status}); check the org's token and its scopes",
+            )
         if status != 200:
             self.stats.failed("error")
             raise ForgeError("error", f"{self.org.label}: the API answered HTTP {status} for {_path(url)}")
@@ -321,8 +345,9 @@ class ForgeClient:
             self.stats.failed("bad_json")
             raise ForgeError("bad_json", f"{self.org.label}: the API answered something that is not JSON") from None
 
-    def _rate_limited(self, status: int, headers: Mapping[str, str], remaining: int | None,
-                      reset: float | None) -> float | None:
+    def _rate_limited(
+        self, status: int, headers: Mapping[str, str], remaining: int | None, reset: float | None
+    ) -> float | None:
         """Seconds to wait when the answer says "rate limited", else None."""
         if status not in (403, 429):
             return None
@@ -432,8 +457,10 @@ class GitLabClient(ForgeClient):
     async def list_repositories(self) -> list[RepoRecord]:
         """All projects of the group and its subgroups (not projects merely shared with it)."""
         group = quote(self.org.group, safe="")
-        url = (f"{self.org.api_url}/groups/{group}/projects?include_subgroups=true&with_shared=false"
-               f"&per_page={PER_PAGE}&order_by=id&sort=asc")
+        url = (
+            f"{self.org.api_url}/groups/{group}/projects?include_subgroups=true&with_shared=false"
+            f"&per_page={PER_PAGE}&order_by=id&sort=asc"
+        )
         return await self._pages(url, gitlab_record)
 
     async def get_project(self, project: str | int) -> RepoRecord | None:

@@ -44,7 +44,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import BinaryIO, NamedTuple, TypeVar
+from typing import BinaryIO, NamedTuple, TypeVar, cast
 from urllib.parse import urljoin, urlsplit
 
 from . import urls
@@ -65,7 +65,8 @@ _NOT_FOUND = re.compile(
     re.IGNORECASE,
 )
 _AUTH_FAILED = re.compile(
-    r"authentication failed|HTTP 401|HTTP 403|returned error: 40[13]\b|could not read Username|terminal prompts disabled|"
+    r"authentication failed|HTTP 401|HTTP 403|returned error: 40[13]\b|could not read Username|"
+    r"terminal prompts disabled|"
     r"Permission denied",
     re.IGNORECASE,
 )
@@ -117,7 +118,9 @@ mask_url = urls.mask
 def _overloaded(reason: str) -> Overloaded:
     """The 503 for git that cannot start now (out of file descriptors, processes or memory), logged once."""
     log.warning("cannot start git: %s; answering 503 until resources free up", reason)
-    return Overloaded(f"gitreg is out of file descriptors or processes to run git ({reason}); try again in a few seconds")
+    return Overloaded(
+        f"gitreg is out of file descriptors or processes to run git ({reason}); try again in a few seconds"
+    )
 
 
 @dataclass(frozen=True)
@@ -138,12 +141,19 @@ class _GitRun:
     id, cannot be reused, so the kill never hits an unrelated process.
     """
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int,
-                 stdin: BinaryIO | None = None) -> None:
-        self.stderr = tempfile.TemporaryFile()
+    def __init__(
+        self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int, stdin: BinaryIO | None = None
+    ) -> None:
+        # Owned by this run: closed on a failed start below, or once git is reaped (stderr_text).
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this method
         try:
             self.proc = subprocess.Popen(
-                args, cwd=cwd, env=env, stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=stdout, stderr=self.stderr,
+                args,
+                cwd=cwd,
+                env=env,
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=self.stderr,
                 start_new_session=True,
             )
         except BaseException:
@@ -268,13 +278,21 @@ class GitAdapter:
         best: Credential | None = None
         for cred in self.credentials:
             prefix = cred.url if cred.url.endswith("/") else cred.url + "/"
-            if (url.startswith(prefix) or url == cred.url.rstrip("/")) and (best is None or len(cred.url) > len(best.url)):
+            if (url.startswith(prefix) or url == cred.url.rstrip("/")) and (
+                best is None or len(cred.url) > len(best.url)
+            ):
                 best = cred
         return best
 
     @contextlib.contextmanager
-    def _spawn(self, args: list[str], url: str, cwd: str | None = None, timeout: float | None = None,
-               stdin: BinaryIO | None = None) -> Iterator[_GitRun]:
+    def _spawn(
+        self,
+        args: list[str],
+        url: str,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: BinaryIO | None = None,
+    ) -> Iterator[_GitRun]:
         """The one way gitreg starts git: against `url` (credentials) or its own repositories (url "").
 
         In its own process group, killed with its helpers at `timeout` (default [git]
@@ -418,8 +436,12 @@ class GitAdapter:
                     run.kill("too_large")
                     break
                 parser.feed(line)
-        self._check(run, url, f"{mask_url(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
-                    "of tag refs); gitreg refuses to read them all")
+        self._check(
+            run,
+            url,
+            f"{mask_url(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
+            "of tag refs); gitreg refuses to read them all",
+        )
         return TagList(parser.result())
 
     def _timeout(self, shown: str) -> UpstreamTimeout:
@@ -439,7 +461,8 @@ class GitAdapter:
         if _AUTH_FAILED.search(stderr):
             if self.credential_for(url) is None:
                 return UpstreamUnavailable(
-                    f"the Git host refused access without credentials to {shown}; add [[credentials]] for it on the registry server"
+                    f"the Git host refused access without credentials to {shown}; "
+                    "add [[credentials]] for it on the registry server"
                 )
             return UpstreamUnavailable(
                 f"the Git host refused gitreg's credentials for {shown}; check [[credentials]] on the registry server"
@@ -467,9 +490,11 @@ class _RefParser:
         sha, sep, ref = line.partition("\t")
         if not sep or not _SHA_RE.fullmatch(sha) or not ref.startswith("refs/tags/"):
             if line.strip():
-                raise UpstreamUnavailable(f"the Git host answered something that is not a ref list for {mask_url(self.url)}")
+                raise UpstreamUnavailable(
+                    f"the Git host answered something that is not a ref list for {mask_url(self.url)}"
+                )
             return
-        name = ref[len("refs/tags/"):]
+        name = ref[len("refs/tags/") :]
         if name.endswith("^{}"):
             self._peeled[name[:-3]] = sha
         else:
@@ -560,8 +585,9 @@ class MirrorGit:
     def __init__(self, adapter: GitAdapter) -> None:
         self.adapter = adapter
 
-    def _local(self, path: str | None, args: list[str], timeout: float | None = None,
-               stdin: BinaryIO | None = None) -> tuple[int, str]:
+    def _local(
+        self, path: str | None, args: list[str], timeout: float | None = None, stdin: BinaryIO | None = None
+    ) -> tuple[int, str]:
         """Run git on gitreg's own repository at `path` (no Git host involved): exit status and stdout."""
         with self.adapter._spawn(["git", *args], "", cwd=path, timeout=timeout, stdin=stdin) as run:
             assert run.proc.stdout is not None
@@ -589,16 +615,28 @@ class MirrorGit:
     def init(self, path: str) -> None:
         """Create an empty bare repository at `path`."""
         # Absolute: git runs in gitreg's own empty HOME, not in the server's working directory.
-        status, _ = self._local(None, ["init", "--quiet", "--bare", "--end-of-options", os.path.abspath(path)], timeout=60)
+        status, _ = self._local(
+            None, ["init", "--quiet", "--bare", "--end-of-options", os.path.abspath(path)], timeout=60
+        )
         if status != 0:
             raise UpstreamUnavailable(f"could not create a mirror repository (git init exited with {status})")
 
     def fetch_tags(self, path: str, url: str) -> None:
         """Fetch every tag of `url` into the mirror at `path` (tags may move: force, prune)."""
         self.adapter.run(
-            ["git", "fetch", "--quiet", "--force", "--prune", "--no-write-fetch-head", "--end-of-options", url,
-             "+refs/tags/*:refs/tags/*"],
-            url, path,
+            [
+                "git",
+                "fetch",
+                "--quiet",
+                "--force",
+                "--prune",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url,
+                "+refs/tags/*:refs/tags/*",
+            ],
+            url,
+            path,
         )
 
     def has_commit(self, path: str, sha: str) -> bool:
@@ -619,20 +657,24 @@ class MirrorGit:
         args = ["git", "archive", "--format=tar", "--end-of-options", f"{sha}:{subdir}"]
         with self.adapter._spawn(args, "", cwd=path) as run:
             assert run.proc.stdout is not None
-            result = consume(run.proc.stdout)  # type: ignore[arg-type]
+            # Popen(stdout=PIPE) in bytes mode: a BufferedReader, which typeshed calls IO[bytes].
+            result = consume(cast(BinaryIO, run.proc.stdout))
         self._raise_if_killed(run, f"git archive of commit {sha[:12]}")
         if run.proc.returncode != 0:
             if not self.has_commit(path, sha):
                 raise NoSuchTree(sha, subdir, commit_missing=True)
             if "not a valid object name" in run.error_text or "not a tree object" in run.error_text:
                 raise NoSuchTree(sha, subdir, commit_missing=False)
-            raise UpstreamUnavailable(f"could not read commit {sha[:12]} from gitreg's mirror: {_last_line(run.error_text)}")
+            raise UpstreamUnavailable(
+                f"could not read commit {sha[:12]} from gitreg's mirror: {_last_line(run.error_text)}"
+            )
         return result
 
     def tag_dates(self, path: str) -> dict[str, str]:
         """tag name -> ISO 8601 date (the tagger's date, or the commit's for a lightweight tag)."""
         status, out = self._local(
-            path, ["for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"], timeout=60)
+            path, ["for-each-ref", "--format=%(refname:strip=2)%00%(creatordate:iso-strict)", "refs/tags"], timeout=60
+        )
         if status != 0:
             raise UpstreamUnavailable(f"could not read the tag dates of gitreg's mirror (git exited with {status})")
         dates = {}

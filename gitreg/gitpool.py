@@ -147,8 +147,17 @@ _QUEUED, _RUNNING, _DONE = "queued", "running", "done"
 class _Job:
     __slots__ = ("args", "fn", "future", "host", "pool", "priority", "ran_as", "seq", "state", "waiters")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], host: str, seq: int, priority: Priority,
-                 future: asyncio.Future[Any], waiters: Waiters | None, pool: GitPool) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        host: str,
+        seq: int,
+        priority: Priority,
+        future: asyncio.Future[Any],
+        waiters: Waiters | None,
+        pool: GitPool,
+    ) -> None:
         self.fn = fn
         self.args = args
         self.host = host
@@ -168,8 +177,9 @@ def _seq(job: _Job) -> int:
 class GitPool:
     """Runs blocking git calls in threads, bounded, highest priority first, fair between hosts."""
 
-    def __init__(self, max_concurrency: int, max_queue: int, max_per_host: int,
-                 thread_name_prefix: str = "gitreg-git") -> None:
+    def __init__(
+        self, max_concurrency: int, max_queue: int, max_per_host: int, thread_name_prefix: str = "gitreg-git"
+    ) -> None:
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.max_per_host = max_per_host
@@ -196,8 +206,14 @@ class GitPool:
 
     # -- the API ----------------------------------------------------------------------------
 
-    async def run(self, fn: Callable[..., T], *args: Any, host: str, priority: Priority | None = None,
-                  waiters: Waiters | None = None) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        host: str,
+        priority: Priority | None = None,
+        waiters: Waiters | None = None,
+    ) -> T:
         """Run `fn(*args)` in a thread once a slot for `host` is free; its result.
 
         `priority` defaults to the current context's (GIT_PRIORITY); with `waiters` the job
@@ -209,10 +225,13 @@ class GitPool:
         loop = self._loop = asyncio.get_running_loop()
         if waiters is not None:
             chosen = waiters.priority
+        elif priority is not None:
+            chosen = priority
         else:
-            chosen = GIT_PRIORITY.get() if priority is None else priority
+            chosen = GIT_PRIORITY.get()
         self._seq += 1
-        job = _Job(fn, args, host, self._seq, chosen, loop.create_future(), waiters, self)
+        future: asyncio.Future[T] = loop.create_future()  # typed here: the queue holds jobs of every T
+        job = _Job(fn, args, host, self._seq, chosen, future, waiters, self)
         if waiters is not None:
             waiters._job = job
         if self._can_start(chosen, host):
@@ -220,7 +239,7 @@ class GitPool:
         else:
             self._enqueue(job)
         try:
-            return await job.future
+            return await future
         except asyncio.CancelledError:
             if job.state == _QUEUED:
                 self._remove(job)
@@ -272,8 +291,10 @@ class GitPool:
     def _enqueue(self, job: _Job) -> None:
         if self._queued >= self.max_queue:
             victim = self._newest_below(job.priority)
-            message = (f"gitreg has {self._queued} git calls waiting ([git] max_queue = {self.max_queue}); "
-                       "try again in a few seconds")
+            message = (
+                f"gitreg has {self._queued} git calls waiting ([git] max_queue = {self.max_queue}); "
+                "try again in a few seconds"
+            )
             if victim is None:
                 self.rejected[job.priority] += 1
                 raise Overloaded(message)
@@ -368,10 +389,8 @@ class GitPool:
     def _thread_done(self, job: _Job, result: ThreadFuture[Any]) -> None:
         """In the worker thread: hand the outcome back to the event loop."""
         assert self._loop is not None
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed (shutdown): nobody is left to tell
             self._loop.call_soon_threadsafe(self._finished, job, result)
-        except RuntimeError:
-            pass  # the loop is closed (shutdown): nobody is left to tell
 
     def _finished(self, job: _Job, result: ThreadFuture[Any]) -> None:
         self._release(job)

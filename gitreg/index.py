@@ -117,10 +117,19 @@ class IndexEntry:
     def to_json(self) -> dict[str, Any]:
         """The entry as index.json stores it (by hand: `asdict` deep-copies, 10x slower at 20 versions)."""
         return {
-            "address": str(self.address), "repository": self.repository, "path": self.path, "source": self.source,
-            "versions": [[v.canonical, v.tag, v.sha] for v in self.versions], "latest": self.latest.canonical,
-            "description": self.description, "published_at": self.published_at, "verified": self.verified,
-            "topics": list(self.topics), "words": self.words, "marker": self.marker, "details": self.details,
+            "address": str(self.address),
+            "repository": self.repository,
+            "path": self.path,
+            "source": self.source,
+            "versions": [[v.canonical, v.tag, v.sha] for v in self.versions],
+            "latest": self.latest.canonical,
+            "description": self.description,
+            "published_at": self.published_at,
+            "verified": self.verified,
+            "topics": list(self.topics),
+            "words": self.words,
+            "marker": self.marker,
+            "details": self.details,
             "indexed_at": self.indexed_at,
         }
 
@@ -134,12 +143,20 @@ class IndexEntry:
             if address is None or any(parse_version(v.canonical) is None for v in versions):
                 return None
             return IndexEntry(
-                address=address, repository=str(data["repository"]), path=str(data.get("path", "")),
-                source=str(data.get("source", "")), versions=versions, latest=latest,
-                description=str(data.get("description", "")), published_at=str(data.get("published_at", "")),
-                verified=bool(data.get("verified", False)), topics=tuple(str(t) for t in data.get("topics", ())),
-                words=str(data.get("words", "")), marker=str(data.get("marker", "")),
-                details=bool(data.get("details", False)), indexed_at=float(data.get("indexed_at", 0.0)),
+                address=address,
+                repository=str(data["repository"]),
+                path=str(data.get("path", "")),
+                source=str(data.get("source", "")),
+                versions=versions,
+                latest=latest,
+                description=str(data.get("description", "")),
+                published_at=str(data.get("published_at", "")),
+                verified=bool(data.get("verified", False)),
+                topics=tuple(str(t) for t in data.get("topics", ())),
+                words=str(data.get("words", "")),
+                marker=str(data.get("marker", "")),
+                details=bool(data.get("details", False)),
+                indexed_at=float(data.get("indexed_at", 0.0)),
             )
         except (KeyError, TypeError, ValueError, StopIteration):
             return None
@@ -157,7 +174,12 @@ def _parse_address(key: object) -> ModuleAddress | None:
     if not isinstance(key, str):
         return None
     parts = key.split("/")
-    if len(parts) != 3 or not NAME_RE.fullmatch(parts[0]) or not NAME_RE.fullmatch(parts[1]) or not SYSTEM_RE.fullmatch(parts[2]):
+    if (
+        len(parts) != 3
+        or not NAME_RE.fullmatch(parts[0])
+        or not NAME_RE.fullmatch(parts[1])
+        or not SYSTEM_RE.fullmatch(parts[2])
+    ):
         return None
     return ModuleAddress(*parts)
 
@@ -244,7 +266,8 @@ class _View:
 
     def __init__(self, entries: Iterable[IndexEntry], readme: Mapping[str, set[ModuleAddress]]) -> None:
         self.ordered = sorted(
-            entries, key=lambda e: (e.address.namespace.casefold(), e.address.name.casefold(), e.address.system, str(e.address))
+            entries,
+            key=lambda e: (e.address.namespace.casefold(), e.address.name.casefold(), e.address.system, str(e.address)),
         )
         self.by_namespace: dict[str, list[IndexEntry]] = {}
         for e in self.ordered:
@@ -303,8 +326,13 @@ class DetailsStore:
         """Blocking: the stored details, or None (absent or unreadable: built again)."""
         try:
             data = json.loads((self.root / f"{self.key(repository, path, sha)}.json").read_text(encoding="utf-8"))
-            return ModuleDetails(str(data["description"]), str(data["published_at"]), dict(data["root"]),
-                                 list(data["submodules"]), list(data.get("examples", [])))
+            return ModuleDetails(
+                str(data["description"]),
+                str(data["published_at"]),
+                dict(data["root"]),
+                list(data["submodules"]),
+                list(data.get("examples", [])),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -340,9 +368,18 @@ class IndexStats:
 class ModuleIndex:
     """Listable modules with their versions and latest details, served from memory."""
 
-    def __init__(self, root: Path, sources: Sources, resolve: Resolve, versions: Versions, details: DetailsService,
-                 refresh_seconds: float, org_info: Callable[[ModuleAddress], OrgInfo | None] | None = None,
-                 on_gone: Callable[[ModuleAddress], None] | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        sources: Sources,
+        resolve: Resolve,
+        versions: Versions,
+        details: DetailsService,
+        refresh_seconds: float,
+        org_info: Callable[[ModuleAddress], OrgInfo | None] | None = None,
+        on_gone: Callable[[ModuleAddress], None] | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.path = root / FILE_NAME
         self.store = DetailsStore(root / DETAILS_DIR)
         self._sources = sources  # every listable module (a pass)
@@ -402,16 +439,21 @@ class ModuleIndex:
         rebuild it after every module; once the indexer is idle, the next request sees all.
         """
         view = self._view
-        if view is not None and (not self._view_stale or (
-                self.queue_depth() and time.monotonic() - self._view_built < VIEW_STALE_SECONDS)):
+        if view is not None and (
+            not self._view_stale or (self.queue_depth() and time.monotonic() - self._view_built < VIEW_STALE_SECONDS)
+        ):
             return view
         self._view = view = _View(self._entries.values(), self._readme)
         self._view_stale = False
         self._view_built = time.monotonic()
         return view
 
-    def listed(self, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...] | None = None,
-               namespaces: Iterable[str] | None = None) -> list[IndexEntry]:
+    def listed(
+        self,
+        keep: Callable[[IndexEntry], bool],
+        memo_key: tuple[object, ...] | None = None,
+        namespaces: Iterable[str] | None = None,
+    ) -> list[IndexEntry]:
         """Listed modules for which `keep` holds, in list order; remembered per `memo_key`.
 
         `namespaces`, when given, bounds the work to those namespaces' modules.
@@ -430,8 +472,13 @@ class ModuleIndex:
             return make()
         return view.remembered(("list", *memo_key), make)
 
-    def search(self, query: str, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...],
-               downloads: Callable[[ModuleAddress], int]) -> list[IndexEntry]:
+    def search(
+        self,
+        query: str,
+        keep: Callable[[IndexEntry], bool],
+        memo_key: tuple[object, ...],
+        downloads: Callable[[ModuleAddress], int],
+    ) -> list[IndexEntry]:
         """Matching modules, best first (ties: most downloaded, then by address)."""
         view = self.view()
 
@@ -440,7 +487,12 @@ class ModuleIndex:
             for entry in view.candidates(query):
                 if not keep(entry):
                     continue
-                rank = search_rank(query, entry, lambda w, a=entry.address: a in view.readme.get(w, ()))
+                address = entry.address
+
+                def in_readme(word: str, address: ModuleAddress = address) -> bool:
+                    return address in view.readme.get(word, ())
+
+                rank = search_rank(query, entry, in_readme)
                 if rank is not None:
                     ranked.append(((rank, -downloads(entry.address), str(entry.address)), entry))
             ranked.sort(key=lambda pair: pair[0])
@@ -666,7 +718,7 @@ class ModuleIndex:
                 await self._index(address, build=queue is self._later)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - one odd module must never stop the indexer
+            except Exception:
                 self.stats.failures += 1
                 log.exception("indexing %s failed", address)
             finally:
@@ -689,8 +741,13 @@ class ModuleIndex:
             self._drop(address, "no rule or org serves it any more")
             return
         old = self._entries.get(address)
-        if build and old is not None and not old.details and old.repository == resolved.repository \
-                and old.path == resolved.rule.path:
+        if (
+            build
+            and old is not None
+            and not old.details
+            and old.repository == resolved.repository
+            and old.path == resolved.rule.path
+        ):
             # Listed a moment ago with its versions: only its details are missing (and the tag
             # cache's TTL may have run out since, which must not cost a second ls-remote).
             versions, newest = old.versions, old.latest
@@ -714,8 +771,13 @@ class ModuleIndex:
             old = self._entries.get(address)
         org = self._org_info(address)
         details: ModuleDetails | None = None
-        if old is not None and old.details and old.latest == newest and old.repository == resolved.repository \
-                and old.path == resolved.rule.path:
+        if (
+            old is not None
+            and old.details
+            and old.latest == newest
+            and old.repository == resolved.repository
+            and old.path == resolved.rule.path
+        ):
             description, published, words = old.description, old.published_at, old.words
         else:
             try:
@@ -729,12 +791,18 @@ class ModuleIndex:
             published = details.published_at if details else ""
             words = readme_words(details.root.get("readme", "")) if details else ""
         entry = IndexEntry(
-            address=address, repository=resolved.repository, path=resolved.rule.path,
+            address=address,
+            repository=resolved.repository,
+            path=resolved.rule.path,
             source=(org.source if org and org.source else _web_url(resolved.clone_url)),
-            versions=versions, latest=newest,
+            versions=versions,
+            latest=newest,
             description=(org.description if org and org.description else description),
-            published_at=published, verified=resolved.rule.verified,
-            topics=org.topics if org else (), words=words, marker=org.marker if org else "",
+            published_at=published,
+            verified=resolved.rule.verified,
+            topics=org.topics if org else (),
+            words=words,
+            marker=org.marker if org else "",
             details=details is not None or (old is not None and old.details and old.latest == newest),
             indexed_at=time.time(),
         )
@@ -794,8 +862,11 @@ class ModuleIndex:
 
     def _write_entries(self, entries: list[IndexEntry], complete: bool) -> str:
         """Blocking: serialize and write index.json; its text."""
-        data = {"format": FORMAT, "complete": complete,
-                "entries": [e.to_json() for e in sorted(entries, key=lambda e: str(e.address))]}
+        data = {
+            "format": FORMAT,
+            "complete": complete,
+            "entries": [e.to_json() for e in sorted(entries, key=lambda e: str(e.address))],
+        }
         text = json.dumps(data)
         self._write(text)
         return text
@@ -837,11 +908,17 @@ class IndexCollector:
 
         index = self.index
         yield GaugeMetricFamily("gitreg_index_modules", "Modules listed by the index.", value=len(index))
-        yield GaugeMetricFamily("gitreg_index_complete", "1 once every listable module was indexed at least once.",
-                                value=1 if index.complete else 0)
-        yield GaugeMetricFamily("gitreg_index_age_seconds", "Seconds since the index's last complete pass.",
-                                value=index.age())
-        yield GaugeMetricFamily("gitreg_index_queue_depth", "Modules waiting to be (re)indexed.",
-                                value=index.queue_depth())
-        yield CounterMetricFamily("gitreg_index_failures", "Indexing attempts that failed (the last state stays).",
-                                  value=index.stats.failures)
+        yield GaugeMetricFamily(
+            "gitreg_index_complete",
+            "1 once every listable module was indexed at least once.",
+            value=1 if index.complete else 0,
+        )
+        yield GaugeMetricFamily(
+            "gitreg_index_age_seconds", "Seconds since the index's last complete pass.", value=index.age()
+        )
+        yield GaugeMetricFamily(
+            "gitreg_index_queue_depth", "Modules waiting to be (re)indexed.", value=index.queue_depth()
+        )
+        yield CounterMetricFamily(
+            "gitreg_index_failures", "Indexing attempts that failed (the last state stays).", value=index.stats.failures
+        )

@@ -23,8 +23,15 @@ log = logging.getLogger("gitreg")
 class Listener(web.BaseSite):
     """A TCP site whose TLS handshake has a deadline (aiohttp's TCPSite cannot set one)."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.SSLContext | None,
-                 handshake_timeout: float, reuse_port: bool = False) -> None:
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        handshake_timeout: float,
+        reuse_port: bool = False,
+    ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host = host
         self._port = port
@@ -45,7 +52,8 @@ class Listener(web.BaseSite):
         if self._ssl_context is not None:
             tls = {"ssl": self._ssl_context, "ssl_handshake_timeout": self._handshake_timeout}
         self._server = await asyncio.get_running_loop().create_server(
-            server, self._host, self._port, backlog=self._backlog, reuse_port=self._reuse_port or None, **tls)
+            server, self._host, self._port, backlog=self._backlog, reuse_port=self._reuse_port or None, **tls
+        )
 
 
 def loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -56,7 +64,8 @@ def loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     """
     exc = context.get("exception")
     if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES:
-        log.warning("%s: %s; new connections wait until others close", context.get("message", "out of resources"),
-                    exc.strerror)
+        log.warning(
+            "%s: %s; new connections wait until others close", context.get("message", "out of resources"), exc.strerror
+        )
         return
     loop.default_exception_handler(context)

@@ -12,8 +12,8 @@ import logging
 import re
 import time
 import weakref
-from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from datetime import UTC, datetime
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import unquote_plus
 
 from aiohttp import web
@@ -100,16 +100,29 @@ def access_line(entry: AccessEntry) -> str:
     """One combined-log-format line plus the duration in seconds."""
     raw_path, version = entry.raw_path, entry.http_version
     path = mask_query(raw_path) if "?" in raw_path else raw_path
-    return (f'{entry.remote or "-"} - - [{_clf_time(int(entry.created))}] "{entry.method} {path} '
-            f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{entry.referer or "-"}" '
-            f'"{entry.user_agent or "-"}" {entry.duration:.6f}')
+    return (
+        f'{entry.remote or "-"} - - [{_clf_time(int(entry.created))}] "{entry.method} {path} '
+        f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{entry.referer or "-"}" '
+        f'"{entry.user_agent or "-"}" {entry.duration:.6f}'
+    )
 
 
 def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> None:
-    """Hand `entries` to `logger` as ONE record: the lines joined by newlines, (entry, line) pairs on `record.access`."""
+    """Hand `entries` to `logger` as ONE record.
+
+    The message is the lines joined by newlines; `record.access` holds the (entry, line) pairs.
+    """
     lines = [access_line(entry) for entry in entries]
-    record = logger.makeRecord(logger.name, logging.INFO, "(access log)", 0, "\n".join(lines), None, None,
-                               extra={ACCESS_FIELD: list(zip(entries, lines))})
+    record = logger.makeRecord(
+        logger.name,
+        logging.INFO,
+        "(access log)",
+        0,
+        "\n".join(lines),
+        (),  # no %-arguments: the lines are the message
+        None,
+        extra={ACCESS_FIELD: list(zip(entries, lines, strict=True))},
+    )
     logger.handle(record)
 
 
@@ -143,7 +156,9 @@ class AccessLogger(AbstractAccessLogger):
     """
 
     # aiohttp makes one AccessLogger per connection; the batch is shared per loop and logger.
-    _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]] = weakref.WeakKeyDictionary()
+    _batches: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]]] = (
+        weakref.WeakKeyDictionary()
+    )
     _batch: _Batch | None = None  # this connection's (found once)
 
     @property
@@ -154,8 +169,16 @@ class AccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
         headers = request.headers
         entry = AccessEntry(
-            time.time(), request.remote, request.method, request.raw_path, request.version, response.status,
-            body_bytes(request, response), headers.get("Referer", ""), headers.get("User-Agent", ""), time_taken,
+            time.time(),
+            request.remote,
+            request.method,
+            request.raw_path,
+            request.version,
+            response.status,
+            body_bytes(request, response),
+            headers.get("Referer", ""),
+            headers.get("User-Agent", ""),
+            time_taken,
         )
         batch = self._batch
         if batch is None:
@@ -176,10 +199,18 @@ class JsonFormatter(logging.Formatter):
         access = getattr(record, ACCESS_FIELD, None)
         if isinstance(access, list):
             # A batch of access lines: one object per request.
-            return "\n".join(self._dumps({
-                "time": _iso(entry.created), "level": record.levelname.lower(), "logger": record.name,
-                "message": line, HTTP_FIELD: entry.fields(),
-            }) for entry, line in access)
+            return "\n".join(
+                self._dumps(
+                    {
+                        "time": _iso(entry.created),
+                        "level": record.levelname.lower(),
+                        "logger": record.name,
+                        "message": line,
+                        HTTP_FIELD: entry.fields(),
+                    }
+                )
+                for entry, line in access
+            )
         out: dict[str, Any] = {
             "time": _iso(record.created),
             "level": record.levelname.lower(),
@@ -200,10 +231,10 @@ class JsonFormatter(logging.Formatter):
 
 
 def _iso(created: float) -> str:
-    return datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
 
 
-class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class ServerLogger(logging.LoggerAdapter[logging.Logger]):
     """aiohttp's server logger, minus tracebacks for requests its HTTP parser refused.
 
     A request line or header beyond aiohttp's limits, an unknown method, a duplicate Host
@@ -217,8 +248,14 @@ class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     def log(self, level: int, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else None
         if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 0) < 500:
-            super().log(min(level, logging.WARNING), f"{msg}: %s (%d), refused by the HTTP parser",
-                        *args, type(exc).__name__, exc.code, **kwargs)
+            super().log(
+                min(level, logging.WARNING),
+                f"{msg}: %s (%d), refused by the HTTP parser",
+                *args,
+                type(exc).__name__,
+                exc.code,
+                **kwargs,
+            )
             return
         super().log(level, msg, *args, exc_info=exc_info, **kwargs)
 

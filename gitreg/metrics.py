@@ -13,9 +13,10 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -24,14 +25,14 @@ from prometheus_client.utils import floatToGoString
 
 from . import urls
 from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
-from .secrets import digest, same_secret
 from .gitpool import Priority
+from .secrets import digest, same_secret
 
 if TYPE_CHECKING:
     from .cache import TagCache
     from .git_adapter import TagList
-    from .orgs import OrgCatalog
     from .gitpool import GitPool
+    from .orgs import OrgCatalog
     from .shared import SharedState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,19 +71,29 @@ class Metrics:
         self.registry.register(self.requests)
         self.registry.register(self.latency)
         self.git_calls = Counter(
-            "gitreg_upstream_git_calls", "git ls-remote calls to upstream hosts.", ["host"], registry=self.registry,
+            "gitreg_upstream_git_calls",
+            "git ls-remote calls to upstream hosts.",
+            ["host"],
+            registry=self.registry,
         )
         self.git_failures = Counter(
-            "gitreg_upstream_git_failures", "Failed git ls-remote calls, by host and reason (timeout, not_found, error).",
-            ["host", "reason"], registry=self.registry,
+            "gitreg_upstream_git_failures",
+            "Failed git ls-remote calls, by host and reason (timeout, not_found, error).",
+            ["host", "reason"],
+            registry=self.registry,
         )
         self.git_duration = Histogram(
-            "gitreg_upstream_git_duration_seconds", "Duration of git ls-remote calls, by host.",
-            ["host"], buckets=GIT_BUCKETS, registry=self.registry,
+            "gitreg_upstream_git_duration_seconds",
+            "Duration of git ls-remote calls, by host.",
+            ["host"],
+            buckets=GIT_BUCKETS,
+            registry=self.registry,
         )
         self.webhooks = Counter(
-            "gitreg_webhook_events", "Webhook deliveries, by provider and result.",
-            ["provider", "result"], registry=self.registry,
+            "gitreg_webhook_events",
+            "Webhook deliveries, by provider and result.",
+            ["provider", "result"],
+            registry=self.registry,
         )
         self._cache: TagCache | None = None
         self._shared: SharedState | None = None
@@ -145,7 +156,13 @@ class Metrics:
             try:
                 return list_tags(url)
             except GitregError as e:
-                reason = "timeout" if isinstance(e, UpstreamTimeout) else "not_found" if isinstance(e, ModuleNotFound) else "error"
+                reason = (
+                    "timeout"
+                    if isinstance(e, UpstreamTimeout)
+                    else "not_found"
+                    if isinstance(e, ModuleNotFound)
+                    else "error"
+                )
                 self.git_failures.labels(host, reason).inc()
                 raise
             except Exception:
@@ -172,7 +189,7 @@ class Metrics:
 class _Latency:
     """One route's latency histogram: per-bucket (not cumulative) counts, the last one +Inf."""
 
-    __slots__ = ("buckets", "total", "created")
+    __slots__ = ("buckets", "created", "total")
 
     def __init__(self) -> None:
         self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
@@ -202,8 +219,11 @@ class _RequestCounter(Collector):
         self._stats = stats
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("gitreg_http_requests", "HTTP requests answered, by route template, method and status.",
-                                     labels=["route", "method", "status"])
+        family = CounterMetricFamily(
+            "gitreg_http_requests",
+            "HTTP requests answered, by route template, method and status.",
+            labels=["route", "method", "status"],
+        )
         stats = self._stats
         for (route, method, status), count in list(stats.counts.items()):
             family.add_metric([route, method, str(status)], count, created=stats.created[(route, method, status)])
@@ -219,12 +239,15 @@ class _RequestLatency(Collector):
         self._stats = stats
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
-        family = HistogramMetricFamily(self.NAME, "Time to answer an HTTP request, by route template.", labels=["route"])
+        family = HistogramMetricFamily(
+            self.NAME, "Time to answer an HTTP request, by route template.", labels=["route"]
+        )
         for route, latency in list(self._stats.latency.items()):
             cumulative, buckets = 0, []
-            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.buckets):
+            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), latency.buckets, strict=False):
                 cumulative += count
-                buckets.append((floatToGoString(bound), cumulative))
+                # prometheus_client does not annotate floatToGoString (its "+Inf" and "0.005" labels).
+                buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
             family.add_metric([route], buckets, sum_value=latency.total)
             family.samples.append(Sample(f"{self.NAME}_created", {"route": route}, latency.created))
         yield family
@@ -234,7 +257,7 @@ class _CacheCollector(Collector):
     """Reads the tag cache's counters at scrape time."""
 
     # CacheStats field -> (metric name, help)
-    COUNTERS = {
+    COUNTERS: ClassVar[dict[str, tuple[str, str]]] = {
         "hits": ("gitreg_cache_hits", "Tag lists served fresh from the cache."),
         "misses": ("gitreg_cache_misses", "Requests that needed an upstream git call (started or joined)."),
         "coalesced": ("gitreg_cache_coalesced_waits", "Requests that waited for a git call another request started."),
@@ -244,8 +267,10 @@ class _CacheCollector(Collector):
         "refresh_failures": ("gitreg_cache_refresh_failures", "Upstream tag list refreshes that failed."),
         "invalidations": ("gitreg_cache_invalidations", "Cache invalidations (webhooks)."),
         "evictions": ("gitreg_cache_evictions", "Tag lists dropped by [cache] max_repositories."),
-        "errors_served": ("gitreg_cache_errors_served",
-                          "Upstream failures answered again without a git call ([cache] error_retry_seconds)."),
+        "errors_served": (
+            "gitreg_cache_errors_served",
+            "Upstream failures answered again without a git call ([cache] error_retry_seconds).",
+        ),
     }
 
     def __init__(self, metrics: Metrics) -> None:
@@ -258,10 +283,15 @@ class _CacheCollector(Collector):
         except RuntimeError:  # collected outside the event loop
             tasks = None
         if tasks is not None:
-            yield GaugeMetricFamily("gitreg_event_loop_tasks", "asyncio tasks alive (requests, refreshes, builds).", value=tasks)
+            yield GaugeMetricFamily(
+                "gitreg_event_loop_tasks", "asyncio tasks alive (requests, refreshes, builds).", value=tasks
+            )
         if self._metrics._git_running is not None:
-            yield GaugeMetricFamily("gitreg_git_processes", "git processes running now (calls to Git hosts, and on gitreg's mirrors: archives, details).",
-                                    value=self._metrics._git_running())
+            yield GaugeMetricFamily(
+                "gitreg_git_processes",
+                "git processes running now (calls to Git hosts, and on gitreg's mirrors: archives, details).",
+                value=self._metrics._git_running(),
+            )
         yield from _shared_metrics(self._metrics._shared)
         cache = self._metrics._cache
         if cache is None:
@@ -275,7 +305,8 @@ class _CacheCollector(Collector):
             value=cache.oldest_served_age(),
         )
         yield GaugeMetricFamily(
-            "gitreg_cache_oldest_entry_age_seconds", "Seconds since the oldest cached tag list was fetched.",
+            "gitreg_cache_oldest_entry_age_seconds",
+            "Seconds since the oldest cached tag list was fetched.",
             value=cache.oldest_age(),
         )
 
@@ -289,21 +320,32 @@ class _OrgCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         orgs = self._metrics._orgs
-        calls = CounterMetricFamily("gitreg_org_api_calls", "REST API calls made to list an org's repositories.",
-                                    labels=["org"])
+        calls = CounterMetricFamily(
+            "gitreg_org_api_calls", "REST API calls made to list an org's repositories.", labels=["org"]
+        )
         failures = CounterMetricFamily(
             "gitreg_org_api_failures",
-            "Failed or rate-limited org API calls, by reason (rate_limited, timeout, error, not_found, unauthorized, bad_json).",
-            labels=["org", "reason"])
-        remaining = GaugeMetricFamily("gitreg_org_rate_limit_remaining",
-                                      "API calls left in the current rate-limit window, as the host last said.", labels=["org"])
+            "Failed or rate-limited org API calls, by reason "
+            "(rate_limited, timeout, error, not_found, unauthorized, bad_json).",
+            labels=["org", "reason"],
+        )
+        remaining = GaugeMetricFamily(
+            "gitreg_org_rate_limit_remaining",
+            "API calls left in the current rate-limit window, as the host last said.",
+            labels=["org"],
+        )
         modules = GaugeMetricFamily("gitreg_org_modules", "Modules the org's listing serves.", labels=["org"])
-        repositories = GaugeMetricFamily("gitreg_org_repositories", "Repositories in the org's listing.", labels=["org"])
-        age = GaugeMetricFamily("gitreg_org_listing_age_seconds",
-                                "Seconds since the org was last listed successfully (+Inf: never).", labels=["org"])
+        repositories = GaugeMetricFamily(
+            "gitreg_org_repositories", "Repositories in the org's listing.", labels=["org"]
+        )
+        age = GaugeMetricFamily(
+            "gitreg_org_listing_age_seconds",
+            "Seconds since the org was last listed successfully (+Inf: never).",
+            labels=["org"],
+        )
         now = time.time()
         # The families are exposed without orgs too (no samples): dashboards and alerts can be set up first.
-        for org, stats in (orgs.stats() if orgs is not None else ()):
+        for org, stats in orgs.stats() if orgs is not None else ():
             label = org.label[:100]
             calls.add_metric([label], stats.calls)
             for reason, count in sorted(stats.failures.items()):
@@ -324,12 +366,20 @@ class _PoolCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         pool = self._pool
-        depth = GaugeMetricFamily("gitreg_git_queue_depth", "git calls waiting for a slot, by priority.", labels=["priority"])
+        depth = GaugeMetricFamily(
+            "gitreg_git_queue_depth", "git calls waiting for a slot, by priority.", labels=["priority"]
+        )
         running = GaugeMetricFamily("gitreg_git_running", "git calls running now, by priority.", labels=["priority"])
-        rejected = CounterMetricFamily("gitreg_git_rejected", "git calls refused because the queue was full ([git] max_queue), "
-                                       "by priority.", labels=["priority"])
-        abandoned = CounterMetricFamily("gitreg_git_abandoned", "git calls dropped before they started because nobody "
-                                        "waited for them any more, by priority.", labels=["priority"])
+        rejected = CounterMetricFamily(
+            "gitreg_git_rejected",
+            "git calls refused because the queue was full ([git] max_queue), by priority.",
+            labels=["priority"],
+        )
+        abandoned = CounterMetricFamily(
+            "gitreg_git_abandoned",
+            "git calls dropped before they started because nobody waited for them any more, by priority.",
+            labels=["priority"],
+        )
         queued, busy = pool.queue_depth(), pool.running()
         for p in Priority:
             name = p.name.lower()
@@ -338,8 +388,9 @@ class _PoolCollector(Collector):
             rejected.add_metric([name], pool.rejected[p])
             abandoned.add_metric([name], pool.abandoned[p])
         yield from (depth, running, rejected, abandoned)
-        per_host = GaugeMetricFamily("gitreg_git_running_per_host", "git calls running now, by host ([git] max_per_host).",
-                                     labels=["host"])
+        per_host = GaugeMetricFamily(
+            "gitreg_git_running_per_host", "git calls running now, by host ([git] max_per_host).", labels=["host"]
+        )
         hosts = sorted(pool.running_per_host().items(), key=lambda item: -item[1])
         for host, count in hosts[:MAX_HOSTS]:
             per_host.add_metric([host], count)
@@ -352,14 +403,19 @@ def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily 
     """`gitreg_redis_up` and how tag lists were loaded, with the Redis backend (never its URL)."""
     from .shared import RedisShared
 
-    up = GaugeMetricFamily("gitreg_redis_up", "1 while Redis answers; 0 while this replica serves from its own memory.",
-                           labels=[])
-    leader = GaugeMetricFamily("gitreg_index_leader",
-                               "1 while this replica builds the index (holds the lease, or Redis is down).", labels=[])
+    up = GaugeMetricFamily(
+        "gitreg_redis_up", "1 while Redis answers; 0 while this replica serves from its own memory.", labels=[]
+    )
+    leader = GaugeMetricFamily(
+        "gitreg_index_leader", "1 while this replica builds the index (holds the lease, or Redis is down).", labels=[]
+    )
     errors = CounterMetricFamily("gitreg_redis_errors", "Redis commands or connections that failed.", labels=[])
     loads = CounterMetricFamily(
-        "gitreg_shared_tag_loads", "Tag cache misses by how they were answered: shared (Redis had it), led (this replica "
-        "ran git under the lock), waited (another replica ran git), local (Redis down).", labels=["result"])
+        "gitreg_shared_tag_loads",
+        "Tag cache misses by how they were answered: shared (Redis had it), led (this replica "
+        "ran git under the lock), waited (another replica ran git), local (Redis down).",
+        labels=["result"],
+    )
     # With the memory backend the families are there without samples (dashboards can be set up first).
     if isinstance(shared, RedisShared):
         up.add_metric([], 1 if shared.up else 0)
@@ -379,7 +435,7 @@ def route_label(request: web.Request) -> str:
     return resource.canonical
 
 
-def metrics_middleware(metrics: Metrics) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def metrics_middleware(metrics: Metrics) -> Middleware:
     """The outermost middleware: times every request and counts it by route and final status."""
 
     @web.middleware

@@ -59,10 +59,17 @@ class _UrlLock:
 class MirrorStore:
     """One bare mirror per repository URL, created and updated under a per-URL lock."""
 
-    def __init__(self, root: Path, git: MirrorGit, pool: GitPool, files: Executor | None = None,
-                 budget: StorageBudget | None = None,
-                 error_retry_seconds: float = 0.0, pinned: Callable[[str], Collection[str]] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        root: Path,
+        git: MirrorGit,
+        pool: GitPool,
+        files: Executor | None = None,
+        budget: StorageBudget | None = None,
+        error_retry_seconds: float = 0.0,
+        pinned: Callable[[str], Collection[str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.root = root
         self.git = git
         self.pool = pool
@@ -248,7 +255,7 @@ def sync_pin_refs(git: MirrorGit, path: str, commits: Collection[str]) -> None:
     """
     wanted = {sha for sha in commits if _SHA_RE.fullmatch(sha)}
     out = git.local(path, ["for-each-ref", "--format=%(refname)", PIN_REFS], timeout=60)
-    have = {line[len(PIN_REFS):] for line in out.splitlines() if line.startswith(PIN_REFS)}
+    have = {line[len(PIN_REFS) :] for line in out.splitlines() if line.startswith(PIN_REFS)}
     missing = sorted(wanted - have)
     present: list[str] = []
     if missing:

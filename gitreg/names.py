@@ -65,6 +65,7 @@ def check_version(value: str) -> None:
     if not SEMVER_RE.fullmatch(value):
         raise BadRequest(f"{value[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
 
+
 # What a query string may hold. The API's parameters are short (`q` at most 200 characters);
 # a longer query string is refused before anything parses it.
 MAX_QUERY_BYTES = 4096
@@ -112,8 +113,8 @@ def check_request(request: _Request) -> None:
         if key in query:
             _digits(key, query[key])
     for key, grammar, expected in (("namespace", NAME_RE, _NAME_EXPECTED), ("provider", SYSTEM_RE, _SYSTEM_EXPECTED)):
-        value = query.get(key)
-        if value and not grammar.fullmatch(value):
-            raise BadRequest(f"invalid {key} filter {value[:80]!r}: expected {expected}")
+        given = query.get(key)
+        if given and not grammar.fullmatch(given):
+            raise BadRequest(f"invalid {key} filter {given[:80]!r}: expected {expected}")
     if len(query.get("q", "")) > MAX_SEARCH_CHARS:
         raise BadRequest(f"the search query is longer than {MAX_SEARCH_CHARS} characters")

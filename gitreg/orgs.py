@@ -14,6 +14,7 @@ Everything here runs on the event loop, except the file write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -40,9 +41,9 @@ from .forges import (
     client_for,
     github_record,
 )
-from .urls import mask, transport
 from .names import ModuleAddress
 from .rules import ResolvedModule
+from .urls import mask, transport
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +158,9 @@ class _Org:
     attempted: asyncio.Event = field(default_factory=asyncio.Event)  # a first enumeration ended (either way)
 
 
-def evaluate(org: OrgConfig, index: int, records: Iterable[RepoRecord],
-             protocols: tuple[str, ...]) -> tuple[dict[ModuleAddress, OrgRepo], dict[str, str]]:
+def evaluate(
+    org: OrgConfig, index: int, records: Iterable[RepoRecord], protocols: tuple[str, ...]
+) -> tuple[dict[ModuleAddress, OrgRepo], dict[str, str]]:
     """Which repositories are modules (address -> OrgRepo) and which are ignored (full_name -> why)."""
     modules: dict[ModuleAddress, OrgRepo] = {}
     ignored: dict[str, str] = {}
@@ -177,8 +179,9 @@ def evaluate(org: OrgConfig, index: int, records: Iterable[RepoRecord],
             continue
         scheme = transport(rec.https_url)
         if scheme not in protocols or rec.https_url.startswith("-"):
-            ignored[rec.full_name] = (f"its clone URL {mask(rec.https_url)[:200]!r} uses a transport "
-                                      "[git] protocols does not allow")
+            ignored[rec.full_name] = (
+                f"its clone URL {mask(rec.https_url)[:200]!r} uses a transport [git] protocols does not allow"
+            )
             continue
         clone_url = rec.ssh_url if org.clone == "ssh" and rec.ssh_url else rec.https_url
         if transport(clone_url) not in KNOWN_PROTOCOLS or clone_url.startswith("-"):
@@ -188,9 +191,16 @@ def evaluate(org: OrgConfig, index: int, records: Iterable[RepoRecord],
             ignored[rec.full_name] = f"{address} is already served by {modules[address].full_name}"
             continue
         modules[address] = OrgRepo(
-            address=address, repository=rec.https_url, clone_url=clone_url, web_url=rec.web_url,
-            description=rec.description, topics=rec.topics, archived=rec.archived, pushed_at=rec.pushed_at,
-            full_name=rec.full_name, org=index,
+            address=address,
+            repository=rec.https_url,
+            clone_url=clone_url,
+            web_url=rec.web_url,
+            description=rec.description,
+            topics=rec.topics,
+            archived=rec.archived,
+            pushed_at=rec.pushed_at,
+            full_name=rec.full_name,
+            org=index,
         )
     return modules, ignored
 
@@ -237,8 +247,13 @@ class OrgCatalog:
             return memo[1]
         org = self.config.orgs[repo.org]
         rule = ModuleRule(
-            repository=repo.repository, namespace=address.namespace, name=address.name, system=address.system,
-            clone_url=repo.clone_url, ref="tag", download=org.download,
+            repository=repo.repository,
+            namespace=address.namespace,
+            name=address.name,
+            system=address.system,
+            clone_url=repo.clone_url,
+            ref="tag",
+            download=org.download,
         )
         resolved = ResolvedModule(address, rule, repo.repository, repo.clone_url)
         self._resolved[address] = (repo, resolved)
@@ -259,8 +274,10 @@ class OrgCatalog:
     def not_found(self, address: ModuleAddress) -> ModuleNotFound:
         """The 404 for a name the org listing of its namespace does not have."""
         labels = ", ".join(s.config.label for s in self._namespaces.get(address.namespace, ()))
-        return ModuleNotFound(f"module {address} is not served by this registry: namespace {address.namespace} "
-                              f"lists the repositories of {labels}, and none of them is this module")
+        return ModuleNotFound(
+            f"module {address} is not served by this registry: namespace {address.namespace} "
+            f"lists the repositories of {labels}, and none of them is this module"
+        )
 
     async def wait_listed(self, namespace: str, timeout: float = FIRST_LISTING_WAIT) -> None:
         """Return once every org of `namespace` has a listing; 503 (OrgListingPending) when one has none.
@@ -272,15 +289,15 @@ class OrgCatalog:
             return
         waiting = [s.attempted.wait() for s in pending if not s.attempted.is_set()]
         if waiting:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waiting), timeout)
-            except TimeoutError:
-                pass
         pending = [s for s in pending if s.records is None]
         if pending:
             errors = "; ".join(s.error for s in pending if s.error) or "the first listing is still being fetched"
-            raise OrgListingPending(f"namespace {namespace} is served from an org whose repositories are not listed "
-                                    f"yet ({errors}); try again shortly")
+            raise OrgListingPending(
+                f"namespace {namespace} is served from an org whose repositories are not listed "
+                f"yet ({errors}); try again shortly"
+            )
 
     def repositories_named(self, urls: Iterable[str], identity: Callable[[str], str | None]) -> list[str]:
         """The org repositories (cache keys) that any of `urls` names, by `identity` (urls.identity).
@@ -313,13 +330,19 @@ class OrgCatalog:
         out = []
         for s in self._orgs:
             ignored = {**s.ignored, **self._shadowed.get(s.index, {})}
-            modules = tuple(repo for address, repo in sorted(s.modules.items())
-                            if repo.full_name not in ignored)
-            out.append(OrgReport(
-                org=s.config, index=s.index, found=len(s.records) if s.records is not None else None,
-                modules=modules, ignored=tuple(sorted(ignored.items(), key=lambda kv: kv[0].lower())),
-                enumerated_at=s.enumerated_at, loaded=s.loaded, error=s.error,
-            ))
+            modules = tuple(repo for address, repo in sorted(s.modules.items()) if repo.full_name not in ignored)
+            out.append(
+                OrgReport(
+                    org=s.config,
+                    index=s.index,
+                    found=len(s.records) if s.records is not None else None,
+                    modules=modules,
+                    ignored=tuple(sorted(ignored.items(), key=lambda kv: kv[0].lower())),
+                    enumerated_at=s.enumerated_at,
+                    loaded=s.loaded,
+                    error=s.error,
+                )
+            )
         return out
 
     def stats(self) -> list[tuple[OrgConfig, OrgStats]]:
@@ -352,7 +375,11 @@ class OrgCatalog:
             except ForgeError as e:
                 s.error = e.message
                 s.failures += 1
-                kept = f"keeping the last listing ({len(s.records)} repositories)" if s.records is not None else "no listing yet"
+                kept = (
+                    f"keeping the last listing ({len(s.records)} repositories)"
+                    if s.records is not None
+                    else "no listing yet"
+                )
                 log.warning("org %s: listing failed: %s; %s", s.config.label, e.message, kept)
                 return False
             finally:
@@ -362,7 +389,9 @@ class OrgCatalog:
             s.stats.last_success = s.enumerated_at
             s.error, s.failures, s.loaded = None, 0, False
             if not records and s.records:
-                log.warning("org %s: the API now lists no repositories at all (it listed %d)", s.config.label, len(s.records))
+                log.warning(
+                    "org %s: the API now lists no repositories at all (it listed %d)", s.config.label, len(s.records)
+                )
             listing = {r.full_name.lower(): r for r in records}
             for dropped, record in s.journal:
                 _patch(listing, dropped, record)
@@ -398,11 +427,16 @@ class OrgCatalog:
                     try:
                         # Within GitLab's webhook timeout (10 s); past it, the next enumeration will do.
                         record = await asyncio.wait_for(
-                            s.client.get_project(event.project_id or event.full_name), WEBHOOK_FETCH_SECONDS)
+                            s.client.get_project(event.project_id or event.full_name), WEBHOOK_FETCH_SECONDS
+                        )
                     except (TimeoutError, ForgeError) as e:
                         why = e.message if isinstance(e, ForgeError) else "no answer in time"
-                        log.warning("org %s: webhook for %s: cannot fetch the project (%s); enumerating again",
-                                    s.config.label, event.full_name[:200], why)
+                        log.warning(
+                            "org %s: webhook for %s: cannot fetch the project (%s); enumerating again",
+                            s.config.label,
+                            event.full_name[:200],
+                            why,
+                        )
                         self.refresh_soon(s.index)
                         continue
             if record is not None and not self._owns(s.config, record.full_name):
@@ -412,7 +446,9 @@ class OrgCatalog:
                 s.journal.append((dropped, record))
             records = dict(s.records)
             _patch(records, dropped, record)
-            log.info("org %s: %s webhook: %s %s", s.config.label, event.provider, event.action[:40], event.full_name[:200])
+            log.info(
+                "org %s: %s webhook: %s %s", s.config.label, event.provider, event.action[:40], event.full_name[:200]
+            )
             self._set_records(s, records, None)
         if concerned:
             self._schedule_flush()
@@ -479,10 +515,14 @@ class OrgCatalog:
             self._resolved.pop(address, None)
         common = new.keys() & old.keys()
         changed = frozenset(a for a in common if new[a] != old[a])
-        pushed = frozenset(
-            a for a in common
-            if new[a].pushed_at != old[a].pushed_at or new[a].repository != old[a].repository or a in pushed_hint
-        ) | added
+        pushed = (
+            frozenset(
+                a
+                for a in common
+                if new[a].pushed_at != old[a].pushed_at or new[a].repository != old[a].repository or a in pushed_hint
+            )
+            | added
+        )
         changes = OrgChanges(added=added, changed=changed, removed=removed, pushed=pushed)
         if changes:
             self._dirty = True
@@ -502,11 +542,15 @@ class OrgCatalog:
         for s in self._orgs:
             if s.records is None:
                 continue
-            orgs.append({
-                "provider": s.config.provider, "api_url": s.config.api_url, "group": s.config.group,
-                "enumerated_at": s.enumerated_at,
-                "repositories": [r.to_json() for _, r in sorted(s.records.items())],
-            })
+            orgs.append(
+                {
+                    "provider": s.config.provider,
+                    "api_url": s.config.api_url,
+                    "group": s.config.group,
+                    "enumerated_at": s.enumerated_at,
+                    "repositories": [r.to_json() for _, r in sorted(s.records.items())],
+                }
+            )
         return json.dumps({"format": FORMAT, "orgs": orgs}, separators=(",", ":"))
 
     async def flush(self) -> None:
@@ -567,10 +611,8 @@ class OrgCatalog:
         delay = 0.0
         while True:
             if delay > 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(s.wake.wait(), delay)
-                except TimeoutError:
-                    pass
             s.wake.clear()
             try:
                 ok = await self.enumerate(s.index)
@@ -627,10 +669,8 @@ def _read_json(path: Path) -> Any:
         return None
     except (OSError, ValueError, RecursionError) as e:
         log.warning("%s could not be read (%s); the org listings start empty", path, type(e).__name__)
-        try:
+        with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".damaged"))
-        except OSError:
-            pass
         return None
 
 
@@ -685,7 +725,9 @@ def github_repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | Non
     return RepositoryEvent("github", action, record.full_name, old, None if removed else record, removed=removed)
 
 
-GITLAB_PROJECT_EVENTS = frozenset({"project_create", "project_destroy", "project_rename", "project_transfer", "project_update"})
+GITLAB_PROJECT_EVENTS = frozenset(
+    {"project_create", "project_destroy", "project_rename", "project_transfer", "project_update"}
+)
 
 
 def gitlab_project_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
@@ -697,7 +739,10 @@ def gitlab_project_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
     old = payload.get("old_path_with_namespace")
     project_id = payload.get("project_id")
     return RepositoryEvent(
-        "gitlab", str(name), path, old if isinstance(old, str) and old else None,
+        "gitlab",
+        str(name),
+        path,
+        old if isinstance(old, str) and old else None,
         project_id=str(project_id) if isinstance(project_id, int) and not isinstance(project_id, bool) else None,
         removed=name == "project_destroy",
     )

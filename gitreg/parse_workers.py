@@ -38,6 +38,8 @@ KEEP_BELOW = 128 << 20  # resident memory under which a worker is kept for the n
 NICENESS = 10  # on a busy host the server's own process goes first
 _HEADER = struct.Struct(">Q")
 # The worker imports the gitreg that started it (a checkout may shadow an installed copy).
+# The checkout or site-packages that holds gitreg, for the worker's sys.path (resolved once, at import).
+_ROOT = str(Path(__file__).resolve().parent.parent)
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from gitreg.parse_workers import serve; serve(sys.argv[2])"
 
 Call = Callable[[Any], Awaitable[Any]]
@@ -158,11 +160,18 @@ class ParseWorkers:
     async def _start(self) -> _Worker:
         if self._closed:
             raise OSError("the parse workers are shut down")
-        root = str(Path(__file__).resolve().parent.parent)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-c", _BOOT, root, self.handler,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env={}, start_new_session=True,
+            sys.executable,
+            "-I",
+            "-c",
+            _BOOT,
+            _ROOT,
+            self.handler,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={},
+            start_new_session=True,
         )
         worker = _Worker(proc)
         self._running.add(worker)

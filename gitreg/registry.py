@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -59,8 +60,11 @@ class Registry:
 
     async def versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
         """The module's versions from its repository's (cached) tags."""
-        if (self.orgs is not None and not self.orgs.complete()
-                and (address.namespace, address.name, address.system) not in self.rules.explicit):
+        if (
+            self.orgs is not None
+            and not self.orgs.complete()
+            and (address.namespace, address.name, address.system) not in self.rules.explicit
+        ):
             await self.orgs.wait_listed(address.namespace)  # only until the org's first listing
         resolved = self.resolve(address)
         tags = await self.cache.get(resolved.repository)
@@ -72,7 +76,8 @@ class Registry:
                 # ~10 µs a tag: a long list is parsed in a thread, so the event loop keeps
                 # answering other requests meanwhile (bench/scale.py: the /healthz column).
                 found = await asyncio.get_running_loop().run_in_executor(
-                    None, _select_and_index, tags.tags, resolved.rule.tag_prefix)
+                    None, _select_and_index, tags.tags, resolved.rule.tag_prefix
+                )
             else:
                 found = select_versions(tags.tags, resolved.rule.tag_prefix)
             found = tags.derived.setdefault(key, found)  # a concurrent request may have won
@@ -117,11 +122,16 @@ class Registry:
             # First time here: the commit another replica pinned wins (Redis); a warm download asks nobody.
             sha = await self.shared.pin(resolved.repository, found.tag, sha, allow)
         rule = resolved.rule
-        return await self.pins.pin(resolved.repository, found.tag, sha, allow_moved=allow,
-                                   follows_tag=rule.download == "git" and rule.ref == "tag")
+        return await self.pins.pin(
+            resolved.repository,
+            found.tag,
+            sha,
+            allow_moved=allow,
+            follows_tag=rule.download == "git" and rule.ref == "tag",
+        )
 
 
-def _select_and_index(tags: dict[str, str], tag_prefix: str) -> ModuleVersions:
+def _select_and_index(tags: Mapping[str, str], tag_prefix: str) -> ModuleVersions:
     """select_versions, plus the lookups every request needs next, made while still off the loop."""
     found = select_versions(tags, tag_prefix)
     found.index  # noqa: B018 - builds the version index (and each version's canonical text)
@@ -139,8 +149,12 @@ class Download:
 def template_location(rule: ModuleRule, address: ModuleAddress, found: TaggedVersion, sha: str) -> str:
     """A host tarball URL from the rule's template, pointing into the tarball's wrapper directory."""
     values = {
-        "namespace": address.namespace, "name": address.name, "system": address.system,
-        "tag": found.tag, "version": found.canonical, "sha": sha,
+        "namespace": address.namespace,
+        "name": address.name,
+        "system": address.system,
+        "tag": found.tag,
+        "version": found.canonical,
+        "sha": sha,
     }
     url = _TEMPLATE_RE.sub(lambda m: quote(values[m.group(1)], safe="/"), rule.download)
     root = (

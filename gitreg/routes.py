@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -50,10 +51,19 @@ async def readyz(request: web.Request) -> web.Response:
         return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
     # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
     index = request.app[INDEX]
-    return web.json_response({"status": "ready", "index": {
-        "complete": index.complete, "modules": len(index), "queued": index.queue_depth(),
-        "age_seconds": round(index.age(), 1),
-    }, "shared": request.app[SHARED].status(), "pid": os.getpid()})
+    return web.json_response(
+        {
+            "status": "ready",
+            "index": {
+                "complete": index.complete,
+                "modules": len(index),
+                "queued": index.queue_depth(),
+                "age_seconds": round(index.age(), 1),
+            },
+            "shared": request.app[SHARED].status(),
+            "pid": os.getpid(),
+        }
+    )
 
 
 @routes.get("/metrics")
@@ -113,11 +123,9 @@ async def _archive_location(request: web.Request, key: ArchiveKey, relative: str
     archives = request.app[ARCHIVES]
     if archives.cached(key) is None:
         task = archives.start(key)
-        try:
+        with contextlib.suppress(TimeoutError):
             # A quick build finishes here; a slow first clone goes on while the client follows the URL.
             await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
-        except asyncio.TimeoutError:
-            pass
     # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
     # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
     # answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
@@ -158,8 +166,12 @@ async def archive(request: web.Request) -> web.StreamResponse:
     key = await request.app[REGISTRY].archive_key(address, m["version"])
     archives = request.app[ARCHIVES]
     path = await archives.hold(key)
-    return HeldFileResponse(path, functools.partial(archives.release, path), headers={
-        "Content-Type": "application/gzip",
-        "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
-        "Cache-Control": "private, max-age=3600, immutable",
-    })
+    return HeldFileResponse(
+        path,
+        functools.partial(archives.release, path),
+        headers={
+            "Content-Type": "application/gzip",
+            "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
+            "Cache-Control": "private, max-age=3600, immutable",
+        },
+    )

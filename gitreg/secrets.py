@@ -23,7 +23,10 @@ def digest(secret: str | bytes) -> bytes:
 
 
 def same_secret(presented: str | bytes | None, expected_digest: bytes) -> bool:
-    """True when `presented` (a header or query value; surrounding whitespace ignored) is the secret `expected_digest` stands for."""
+    """True when `presented` is the secret `expected_digest` stands for.
+
+    `presented` is a header or query value; surrounding whitespace is ignored.
+    """
     if not presented:
         return False
     return hmac.compare_digest(digest(presented.strip()), expected_digest)

@@ -29,6 +29,7 @@ Everything here runs on the event loop; no call blocks longer than OP_TIMEOUT_SE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -58,8 +59,11 @@ DOWNLOADS_READ_SECONDS = 2.0
 LEASE_SECONDS, LEASE_RENEW_SECONDS = 10.0, 3.0
 # A waiter whose pub/sub message got lost (a reconnect) looks again after this long.
 WAIT_CHECK_SECONDS = 1.0
-_ERRORS: dict[str, type[GitregError]] = {"not_found": ModuleNotFound, "timeout": UpstreamTimeout,
-                                         "unavailable": UpstreamUnavailable}
+_ERRORS: dict[str, type[GitregError]] = {
+    "not_found": ModuleNotFound,
+    "timeout": UpstreamTimeout,
+    "unavailable": UpstreamUnavailable,
+}
 
 # Store a fetched list (or error) only if this replica still holds the lock: an invalidation
 # that arrived meanwhile deleted the lock, and its (older) answer must not be shared.
@@ -151,8 +155,13 @@ class RedisShared(SharedState):
 
     backend = "redis"
 
-    def __init__(self, config: CacheConfig, lock_seconds: float, replica: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: CacheConfig,
+        lock_seconds: float,
+        replica: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         from redis.asyncio import Redis
         from redis.asyncio.retry import Retry
@@ -169,8 +178,11 @@ class RedisShared(SharedState):
         self._clock = clock
         # No retries inside redis-py: a failure falls back at once and the reconnect loop takes over.
         self.client = Redis.from_url(
-            config.redis_url, socket_timeout=OP_TIMEOUT_SECONDS, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            retry=Retry(NoBackoff(), 0), client_name="gitreg",
+            config.redis_url,
+            socket_timeout=OP_TIMEOUT_SECONDS,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            retry=Retry(NoBackoff(), 0),
+            client_name="gitreg",
         )
         self._store_script = self.client.register_script(_STORE)
         self._release_script = self.client.register_script(_RELEASE)
@@ -221,16 +233,22 @@ class RedisShared(SharedState):
             return
         self._up, self._since = False, self._clock()
         self._totals = None
-        log.warning("redis at %s unreachable (%s): answering from this replica's own memory until it returns",
-                    self.shown_url, self.last_error)
+        log.warning(
+            "redis at %s unreachable (%s): answering from this replica's own memory until it returns",
+            self.shown_url,
+            self.last_error,
+        )
         for key in list(self._waiters):
             self._wake(key)  # waiting for another replica's answer: go on alone
 
     def status(self) -> dict[str, Any]:
         """For /readyz (never the URL: it may name internal hosts)."""
-        state: dict[str, Any] = {"backend": "redis", "redis": "up" if self._up else "down",
-                                 "for_seconds": round(self._clock() - self._since, 1),
-                                 "index": "leader" if self.leading() else "follower"}
+        state: dict[str, Any] = {
+            "backend": "redis",
+            "redis": "up" if self._up else "down",
+            "for_seconds": round(self._clock() - self._since, 1),
+            "index": "leader" if self.leading() else "follower",
+        }
         if not self._up:
             state["error"] = self.last_error
         return state
@@ -248,8 +266,11 @@ class RedisShared(SharedState):
         except Exception as e:  # noqa: BLE001 - any failure to reach Redis means "alone for now"
             self._close_pubsub()
             self._mark_down(e)
-            log.warning("redis at %s unreachable at start (%s): serving from memory, retrying in the background",
-                        self.shown_url, self.last_error)
+            log.warning(
+                "redis at %s unreachable at start (%s): serving from memory, retrying in the background",
+                self.shown_url,
+                self.last_error,
+            )
         self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
@@ -262,16 +283,21 @@ class RedisShared(SharedState):
             try:
                 await asyncio.wait_for(self._flush_downloads(), OP_TIMEOUT_SECONDS)
                 if self._leading:
-                    await asyncio.wait_for(self.client.eval(
-                        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-                        1, self._key("index-lease"), self.replica), OP_TIMEOUT_SECONDS)
+                    await asyncio.wait_for(
+                        self.client.eval(
+                            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+                            "return 0",
+                            1,
+                            self._key("index-lease"),
+                            self.replica,
+                        ),
+                        OP_TIMEOUT_SECONDS,
+                    )
             except Exception as e:  # noqa: BLE001 - shutting down: the lease expires by itself
                 log.info("redis at shutdown: %s", _describe(e, self.config.redis_url))
         self._close_pubsub()
-        try:
+        with contextlib.suppress(Exception):  # shutting down: a broken connection is dropped anyway
             await self.client.aclose()
-        except Exception:  # noqa: BLE001
-            pass
 
     def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -395,10 +421,9 @@ class RedisShared(SharedState):
                     self.tag_loads["led"] += 1
                     return await self._lead(key, loader, token)
                 waited = True
-                try:
+                # On a timeout, look again (a lost message; or the holder died: its lock expires).
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter, WAIT_CHECK_SECONDS)
-                except TimeoutError:
-                    pass  # look again (a lost message; or the holder died: its lock expires)
             except _RedisDown:
                 continue  # now not up: the loop answers locally
             finally:
@@ -434,13 +459,23 @@ class RedisShared(SharedState):
         try:
             tags = await loader(key)
         except GitregError as e:
-            kind = "not_found" if isinstance(e, ModuleNotFound) else "timeout" if isinstance(e, UpstreamTimeout) \
+            kind = (
+                "not_found"
+                if isinstance(e, ModuleNotFound)
+                else "timeout"
+                if isinstance(e, UpstreamTimeout)
                 else "unavailable"
+            )
             seconds = self.config.negative_ttl_seconds if kind == "not_found" else self.config.error_retry_seconds
             if seconds > 0:
                 value = json.dumps({"px": int(seconds * 1000), "error": kind, "message": e.message})
-                self._spawn(self._quiet_call(self._store_script(
-                    keys=[lock, stored], args=[token, value, max(1, int(seconds * 1000)), self.channel, message])))
+                self._spawn(
+                    self._quiet_call(
+                        self._store_script(
+                            keys=[lock, stored], args=[token, value, max(1, int(seconds * 1000)), self.channel, message]
+                        )
+                    )
+                )
             else:
                 self._spawn(self._quiet_call(self._release_script(keys=[lock], args=[token, self.channel, message])))
             raise
@@ -450,10 +485,8 @@ class RedisShared(SharedState):
         # Kept at least a second, so the waiters woken now still find it (ttl_seconds may be 0).
         px = max(1000, int(self.config.ttl_seconds * 1000))
         value = json.dumps({"px": px, "tags": dict(tags.tags)})
-        try:
+        with contextlib.suppress(_RedisDown):  # the answer is good here; the others go on alone
             await self._call(self._store_script(keys=[lock, stored], args=[token, value, px, self.channel, message]))
-        except _RedisDown:
-            pass  # the answer is good here; the others go on alone
         return tags
 
     async def invalidate(self, keys: list[str]) -> None:
@@ -464,10 +497,8 @@ class RedisShared(SharedState):
         for key in keys:
             pipe.delete(self._repo_key("tags", key), self._repo_key("lock", key))
         pipe.publish(self.channel, self._message("inv", keys=keys))
-        try:
+        with contextlib.suppress(_RedisDown):
             await self._call(pipe.execute())
-        except _RedisDown:
-            pass
 
     # --- moved-tag records --------------------------------------------------------------------------
 
@@ -500,8 +531,10 @@ class RedisShared(SharedState):
         if not self._leading:
             self._leading = bool(await self.client.set(key, self.replica, nx=True, px=ms))
         if self._leading != was:
-            log.info("index: this replica %s", "builds the index (lease taken)" if self._leading
-                     else "loads the index another replica builds")
+            log.info(
+                "index: this replica %s",
+                "builds the index (lease taken)" if self._leading else "loads the index another replica builds",
+            )
 
     async def publish_index(self, text: str) -> None:
         """The leader's index.json text, for the followers to load."""
@@ -510,10 +543,8 @@ class RedisShared(SharedState):
         pipe = self.client.pipeline(transaction=True)
         pipe.set(self._key("index"), text)
         pipe.publish(self.channel, self._message("index"))
-        try:
+        with contextlib.suppress(_RedisDown):
             await self._call(pipe.execute())
-        except _RedisDown:
-            pass
 
     async def _read_index(self) -> None:
         try:
@@ -550,7 +581,8 @@ class RedisShared(SharedState):
                 self._pending[address] = self._pending.get(address, 0) + count
             raise
         if self._totals is not None:
-            for address, total in zip(pending, results):
+            # `results` ends with the PUBLISH count, one more than the increments.
+            for address, total in zip(pending, results, strict=False):
                 self._totals[address] = int(total)
             self.on_downloads()
 
@@ -558,7 +590,7 @@ class RedisShared(SharedState):
         self._totals_stale = False
         self._next_totals = self._clock() + DOWNLOADS_READ_SECONDS
         raw = await self.client.hgetall(self._key("downloads"))
-        totals = {k.decode("utf-8", "replace"): int(v) for k, v in raw.items()}
+        totals = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
         if totals != self._totals:
             self._totals = totals
             self.on_downloads()
@@ -576,10 +608,8 @@ class RedisShared(SharedState):
             raise _RedisDown() from None
 
     async def _quiet_call(self, awaitable: Awaitable[Any]) -> None:
-        try:
+        with contextlib.suppress(_RedisDown):
             await self._call(awaitable)
-        except _RedisDown:
-            pass
 
 
 class _RedisDown(Exception):
@@ -587,10 +617,8 @@ class _RedisDown(Exception):
 
 
 async def _quietly(awaitable: Awaitable[Any]) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closing a broken connection
         await awaitable
-    except Exception:  # noqa: BLE001 - closing a broken connection
-        pass
 
 
 def _describe(error: BaseException, url: str | None) -> str:

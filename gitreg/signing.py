@@ -38,10 +38,14 @@ class UrlSigner:
         expires_text = query.get("expires", "")
         signature = query.get("signature", "")
         if not expires_text.isascii() or not expires_text.isdigit() or len(expires_text) > 12 or not signature:
-            raise Forbidden("this archive URL is not signed correctly: ask the registry's download endpoint for a new one")
+            raise Forbidden(
+                "this archive URL is not signed correctly: ask the registry's download endpoint for a new one"
+            )
         expires = int(expires_text)
         # Checked before the expiry so a tampered URL never learns whether its time was right.
         if not same_secret(signature, digest(self._mac(path, expires))):
-            raise Forbidden("this archive URL's signature does not match: ask the registry's download endpoint for a new one")
+            raise Forbidden(
+                "this archive URL's signature does not match: ask the registry's download endpoint for a new one"
+            )
         if expires < (time.time() if now is None else now):
             raise Forbidden("this archive URL has expired: run `terraform init` again to get a fresh one")

@@ -5,8 +5,9 @@ which of them are in use (a fetch or an archive build reading a mirror, an archi
 response is being sent). When the total is over the bound, it removes the least recently used
 entries that are not in use, never the newest one (just built for a request that has yet to
 send it); an entry in use is removed once it is released, if the total is still over. So the
-total passes the bound only by entries in use and the newest one, and only while they are. The budget itself never touches the disk: each store gives it a coroutine that
-removes one of its entries off the event loop.
+total passes the bound only by entries in use and the newest one, and only while they are.
+The budget itself never touches the disk: each store gives it a coroutine that removes one of
+its entries off the event loop.
 
 Everything here runs on the event loop (no locks); sizes are measured by the stores, in their
 executor, with `tree_bytes`.
@@ -15,6 +16,7 @@ executor, with `tree_bytes`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import OrderedDict
@@ -43,10 +45,8 @@ def tree_bytes(path: str) -> int:
     total = 0
     for top, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # removed meanwhile (a git lock file, a temporary pack)
                 total += os.lstat(os.path.join(top, name)).st_size
-            except OSError:
-                pass  # removed meanwhile (a git lock file, a temporary pack)
     return total
 
 
@@ -80,8 +80,10 @@ class StorageBudget:
     def seed(self, found: Iterable[tuple[str, int, float, str, Remover]]) -> None:
         """Add what is on disk at start: (path, size, last used, kind, remover); merged by last use."""
         known = [(0.0, i, path, e) for i, (path, e) in enumerate(self._entries.items())]
-        new = [(used, len(known) + i, path, _Entry(size, kind, remove))
-               for i, (path, size, used, kind, remove) in enumerate(found)]
+        new = [
+            (used, len(known) + i, path, _Entry(size, kind, remove))
+            for i, (path, size, used, kind, remove) in enumerate(found)
+        ]
         self._entries.clear()
         self.total = 0
         for _, _, path, entry in sorted(known + new, key=lambda t: (t[0], t[1])):

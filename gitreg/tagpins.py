@@ -127,14 +127,22 @@ class TagPins:
                 self._warned.add((repository, tag, sha))
                 self.moved_total += 1
                 if follows_tag:  # whatever allow_moved_tags says: git downloads the tag as it is now
-                    outcome = (f'clients follow the tag (ref = "tag" with download = "git": they resolve it '
-                               f"themselves), so they now get commit {sha[:12]}")
+                    outcome = (
+                        f'clients follow the tag (ref = "tag" with download = "git": they resolve it '
+                        f"themselves), so they now get commit {sha[:12]}"
+                    )
                 elif allow_moved:
                     outcome = "serving the new commit ([git] allow_moved_tags = true)"
                 else:
                     outcome = "still serving the first commit (set [git] allow_moved_tags = true to follow the tag)"
-                log.warning("tag %r of %s moved from commit %s to %s; %s", tag, mask_url(repository), first[:12],
-                            sha[:12], outcome)
+                log.warning(
+                    "tag %r of %s moved from commit %s to %s; %s",
+                    tag,
+                    mask_url(repository),
+                    first[:12],
+                    sha[:12],
+                    outcome,
+                )
             if allow_moved:
                 self._set(key, sha)
                 self._write(key, sha)
@@ -187,10 +195,12 @@ class TagPins:
                 for key, _ in batch:
                     if self._unwritten.get(key) is done:
                         self._unwritten[key] = self._batch
-                done.set_exception(PinNotRecorded(
-                    f"gitreg could not record the commit of this version in its storage ({e.strerror or e}); "
-                    "check [storage] path on the registry server"
-                ))
+                done.set_exception(
+                    PinNotRecorded(
+                        f"gitreg could not record the commit of this version in its storage ({e.strerror or e}); "
+                        "check [storage] path on the registry server"
+                    )
+                )
                 done.exception()  # retrieved here: every waiter may have gone away
                 return  # no retry loop against a full disk: the next pin (or durable answer) tries again
             for key, _ in batch:

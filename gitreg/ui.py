@@ -19,20 +19,24 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import jinja2
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 
 from .appkeys import AUTH, CATALOG, CONFIG, INDEX, REGISTRY
 from .auth import SCOPE_KEY
 from .config import TokenConfig
-from .errors import GitregError, ModuleNotFound
 from .details import ModuleDetails
+from .errors import GitregError, ModuleNotFound
 from .index import DetailsPending, IndexedVersion, IndexEntry
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress, check_version, parse_address
 from .secrets import digest, same_secret
@@ -80,7 +84,7 @@ def _safe_link(url: str) -> bool:
 
 def repository_file_url(source: str, ref: str, path: str, raw: bool) -> str:
     """The web URL of a file in the repository at `ref` (GitLab's `/-/blob/` or GitHub's `/blob/`)."""
-    kind = ("raw" if raw else "blob")
+    kind = "raw" if raw else "blob"
     host = (urlsplit(source).hostname or "").lower()
     middle = f"/-/{kind}/" if "gitlab" in host else f"/{kind}/"
     return f"{source.rstrip('/')}{middle}{quote(ref, safe='')}/{path.lstrip('/')}"
@@ -89,6 +93,7 @@ def repository_file_url(source: str, ref: str, path: str, raw: bool) -> str:
 def render_readme(text: str, source: str, ref: str, base: str) -> str:
     """The README as HTML: no raw HTML, safe links only, relative links into the repository."""
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
+    # markdown-it's documented way to restrict links is to replace this method on the instance.
     md.validateLink = _safe_link  # type: ignore[method-assign]
 
     def resolve(url: str, raw: bool) -> str | None:
@@ -99,7 +104,7 @@ def render_readme(text: str, source: str, ref: str, base: str) -> str:
         target = urljoin(f"{base.strip('/')}/" if base.strip("/") else "", url)
         return repository_file_url(source, ref, target, raw)
 
-    def link_open(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    def link_open(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
         token = tokens[idx]
         href = resolve(str(token.attrGet("href") or ""), raw=False)
         if href is None:
@@ -110,7 +115,7 @@ def render_readme(text: str, source: str, ref: str, base: str) -> str:
                 token.attrSet("rel", "nofollow noopener noreferrer")
         return self.renderToken(tokens, idx, options, env)
 
-    def image(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    def image(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
         token = tokens[idx]
         src = resolve(str(token.attrGet("src") or ""), raw=True)
         if src is None:
@@ -122,7 +127,8 @@ def render_readme(text: str, source: str, ref: str, base: str) -> str:
 
     md.add_render_rule("link_open", link_open)
     md.add_render_rule("image", image)
-    return md.render(text)
+    html: str = md.render(text)  # markdown-it types render() as Any (its renderer is pluggable)
+    return html
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,15 +224,20 @@ def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion) ->
     label = entry.address.name.replace("-", "_")
     if not label[0].isalpha():
         label = f"m_{label}"
-    return (f'module "{label}" {{\n  source  = "{registry_host(request)}/{entry.address}"\n'
-            f'  version = "{constraint(version)}"\n}}\n')
+    return (
+        f'module "{label}" {{\n  source  = "{registry_host(request)}/{entry.address}"\n'
+        f'  version = "{constraint(version)}"\n}}\n'
+    )
 
 
 def _render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
     config = request.app[CONFIG]
     context.setdefault("logged_in", request.get(LOGGED_IN, False))
     html = _templates.get_template(template).render(
-        title=config.ui.title, auth=config.auth.enabled, path=request.path, **context,
+        title=config.ui.title,
+        auth=config.auth.enabled,
+        path=request.path,
+        **context,
     )
     return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 
@@ -241,10 +252,12 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
     return _render(request, "error.html", status=status, heading=heading, message=message)
 
 
-LOGGED_IN = web.RequestKey("ui_logged_in", bool) if hasattr(web, "RequestKey") else "gitreg.ui_logged_in"  # type: ignore[assignment]
+LOGGED_IN = web.RequestKey("ui_logged_in", bool) if hasattr(web, "RequestKey") else "gitreg.ui_logged_in"
 
 
-async def ui_guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def ui_guard(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Pages: the visitor's scope from the session cookie, a redirect to /login without one."""
     logged_in, scope = _scope_from_cookie(request)
     request[LOGGED_IN] = logged_in and request.app[CONFIG].auth.enabled
@@ -282,8 +295,11 @@ async def index_page(request: web.Request) -> web.Response:
     scope = request.get(SCOPE_KEY)
 
     def keep(e: IndexEntry) -> bool:
-        return ((scope is None or e.address.namespace in scope) and (not namespace or e.address.namespace == namespace)
-                and (not system or e.address.system == system))
+        return (
+            (scope is None or e.address.namespace in scope)
+            and (not namespace or e.address.namespace == namespace)
+            and (not system or e.address.system == system)
+        )
 
     memo = ("ui", namespace, system, scope)
     catalog = request.app[CATALOG]
@@ -292,20 +308,27 @@ async def index_page(request: web.Request) -> web.Response:
     else:
         entries = _published_order(index.listed(keep, memo, scope))
     visible = index.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
-    shown = entries[offset: offset + PAGE_SIZE]
+    shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
 
     def page_url(at: int) -> str:
         return "/?" + urlencode({**params, "offset": at}) if at else ("/?" + urlencode(params) if params else "/")
 
     return _render(
-        request, "index.html",
+        request,
+        "index.html",
         modules=[{"entry": e, "downloads": catalog.downloads(e.address)} for e in shown],
-        total=len(entries), q=q, namespace=namespace, system=system,
-        namespaces=sorted({e.address.namespace for e in visible}), systems=sorted({e.address.system for e in visible}),
+        total=len(entries),
+        q=q,
+        namespace=namespace,
+        system=system,
+        namespaces=sorted({e.address.namespace for e in visible}),
+        systems=sorted({e.address.system for e in visible}),
         previous=page_url(max(0, offset - PAGE_SIZE)) if offset > 0 else None,
         next=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < len(entries) else None,
-        first=offset + 1, last=offset + len(shown), complete=index.complete,
+        first=offset + 1,
+        last=offset + len(shown),
+        complete=index.complete,
     )
 
 
@@ -342,20 +365,45 @@ async def module_page(request: web.Request) -> web.Response:
     readme_html = render_readme(root.get("readme", ""), entry.source, version.tag, base) if details else ""
     submodules = details.submodules if details else []
     examples = details.examples if details else []
-    systems = [e.address.system for e in index.listed(
-        lambda e: e.address.namespace == address.namespace and e.address.name == address.name)]
+    systems = [
+        e.address.system
+        for e in index.listed(lambda e: e.address.namespace == address.namespace and e.address.name == address.name)
+    ]
     return _render(
-        request, "module.html",
-        entry=entry, version=version, latest=entry.latest, versions=entry.versions,
-        snippet=snippet(request, entry, version), readme=readme_html, root=root,
-        submodules=[{**s, "readme_html": render_readme(s.get("readme", ""), entry.source, version.tag,
-                                                         f"{base}/{s.get('path', '')}".strip("/"))} for s in submodules],
-        examples=[{**s, "readme_html": render_readme(s.get("readme", ""), entry.source, version.tag,
-                                                       f"{base}/{s.get('path', '')}".strip("/"))} for s in examples],
-        downloads=request.app[CATALOG].downloads(address), systems=systems,
-        published_at=(details.published_at if details else "") or (entry.published_at if version == entry.latest else ""),
+        request,
+        "module.html",
+        entry=entry,
+        version=version,
+        latest=entry.latest,
+        versions=entry.versions,
+        snippet=snippet(request, entry, version),
+        readme=readme_html,
+        root=root,
+        submodules=[
+            {
+                **s,
+                "readme_html": render_readme(
+                    s.get("readme", ""), entry.source, version.tag, f"{base}/{s.get('path', '')}".strip("/")
+                ),
+            }
+            for s in submodules
+        ],
+        examples=[
+            {
+                **s,
+                "readme_html": render_readme(
+                    s.get("readme", ""), entry.source, version.tag, f"{base}/{s.get('path', '')}".strip("/")
+                ),
+            }
+            for s in examples
+        ],
+        downloads=request.app[CATALOG].downloads(address),
+        systems=systems,
+        published_at=(details.published_at if details else "")
+        or (entry.published_at if version == entry.latest else ""),
         description=(details.description if details and version != entry.latest else entry.description),
-        details_missing=details is None, details_pending=pending,
+        details_missing=details is None,
+        details_pending=pending,
     )
 
 
@@ -377,32 +425,51 @@ async def login(request: web.Request) -> web.Response:
     if not config.auth.enabled:
         raise web.HTTPFound("/")
     if not same_origin(request):
-        return _render(request, "error.html", status=403, heading="Refused",
-                       message="The login form must be sent from this registry's own page.", logged_in=False)
+        return _render(
+            request,
+            "error.html",
+            status=403,
+            heading="Refused",
+            message="The login form must be sent from this registry's own page.",
+            logged_in=False,
+        )
     form = await request.post()
     presented = str(form.get("token", "")).strip()
     target = _next_target(str(form.get("next", "/")))
     matched = request.app[AUTH].find(presented) if presented else None
     if matched is None:
-        return _render(request, "login.html", status=401, next=target, error="That token is not valid here.",
-                       logged_in=False)
+        return _render(
+            request, "login.html", status=401, next=target, error="That token is not valid here.", logged_in=False
+        )
     response = web.HTTPFound(target)
-    response.set_cookie(COOKIE, request.app[SESSIONS].issue(token_id(matched)), max_age=SESSION_SECONDS, path="/",
-                        httponly=True, samesite="Strict", secure=request.secure)
+    response.set_cookie(
+        COOKIE,
+        request.app[SESSIONS].issue(token_id(matched)),
+        max_age=SESSION_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
     raise response
 
 
 async def logout(request: web.Request) -> web.Response:
     """Forget the session cookie."""
     if not same_origin(request):
-        return _render(request, "error.html", status=403, heading="Refused",
-                       message="Logging out must be sent from this registry's own page.")
+        return _render(
+            request,
+            "error.html",
+            status=403,
+            heading="Refused",
+            message="Logging out must be sent from this registry's own page.",
+        )
     response = web.HTTPFound("/login" if request.app[CONFIG].auth.enabled else "/")
     response.del_cookie(COOKIE, path="/")
     raise response
 
 
-def _guarded(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+def _guarded(handler: Handler) -> Handler:
     async def page(request: web.Request) -> web.StreamResponse:
         return await ui_guard(request, handler)
 

@@ -80,7 +80,7 @@ def parse(url: str) -> GitUrl | None:
 
 def parse_or_reason(url: str) -> GitUrl | str:
     """Like `parse`, but for text that is not a Git URL the reason, e.g. `not a valid URL: ...`."""
-    if not isinstance(url, str) or not url:
+    if not url:
         return NOT_A_GIT_URL
     m = _URL_RE.match(url)
     if m is not None:
@@ -129,8 +129,17 @@ def _parse_url(url: str, scheme: str) -> GitUrl | str:
         port = int(port_text)
     if _BAD_HOST_RE.search(host) or (not host and scheme != "file"):
         return "not a valid URL: no usable host"
-    return GitUrl(scheme, host.lower(), parts.path, user=user, password=password, port=port,
-                  query=parts.query, fragment=parts.fragment, netloc=netloc)
+    return GitUrl(
+        scheme,
+        host.lower(),
+        parts.path,
+        user=user,
+        password=password,
+        port=port,
+        query=parts.query,
+        fragment=parts.fragment,
+        netloc=netloc,
+    )
 
 
 def transport(url: str) -> str | None:
@@ -195,10 +204,10 @@ def mask(url: str) -> str:
         return _MASK_RE.sub("***@", url) if "://" in url else url
     if found.password is None:
         return url
-    userinfo, _, hostport = found.netloc.rpartition("@")
+    _, _, hostport = found.netloc.rpartition("@")
     masked = f"{found.user}:***@{hostport}"
     start = url.index("://") + 3
-    return url[:start] + masked + url[start + len(found.netloc):]
+    return url[:start] + masked + url[start + len(found.netloc) :]
 
 
 def as_go_getter(url: str) -> str:

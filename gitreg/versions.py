@@ -76,15 +76,20 @@ def parse_version(text: str) -> semver.Version | None:
         return None
 
 
+# A sort key in SemVer precedence order (see `precedence`): major, minor, patch, 1 for a release
+# or 0 for a prerelease, then the prerelease identifiers as (0, number, "") or (1, 0, text).
+PrecedenceKey = tuple[int, int, int, int, tuple[tuple[int, int, str], ...]]
+
+
 def select_versions(tags: Mapping[str, str], tag_prefix: str = "") -> ModuleVersions:
     """Pick the tags that are `tag_prefix` + optional `v` + SemVer 2.0, one per version."""
-    found: dict[tuple, TaggedVersion] = {}
+    found: dict[tuple[int, int, int, str | None], TaggedVersion] = {}  # by version without build metadata
     skipped: list[SkippedTag] = []
     # Sorted so the choice between duplicates never depends on the order git lists tags in.
     for tag in sorted(tags):
         if not tag.startswith(tag_prefix):
             continue  # another module's tag in a monorepo: not ours to explain
-        rest = tag[len(tag_prefix):]
+        rest = tag[len(tag_prefix) :]
         version = parse_version(rest)
         if version is None:
             skipped.append(SkippedTag(tag, _why_not_semver(rest, tag_prefix)))
@@ -103,7 +108,7 @@ def select_versions(tags: Mapping[str, str], tag_prefix: str = "") -> ModuleVers
     return ModuleVersions(tuple(ordered), tuple(sorted(skipped, key=lambda s: s.tag)))
 
 
-def precedence(tv: TaggedVersion) -> tuple:
+def precedence(tv: TaggedVersion) -> PrecedenceKey:
     """A sort key in SemVer 2.0 precedence order, made of plain tuples.
 
     Sorting 10,000 tags by semver.Version comparisons took ~0.4 s (each compare builds
@@ -115,13 +120,19 @@ def precedence(tv: TaggedVersion) -> tuple:
     v = tv.version
     if not v.prerelease:
         return (v.major, v.minor, v.patch, 1, ())
-    return (v.major, v.minor, v.patch, 0,
-            tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in v.prerelease.split(".")))
+    return (
+        v.major,
+        v.minor,
+        v.patch,
+        0,
+        tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in v.prerelease.split(".")),
+    )
 
 
 def _preferred(a: TaggedVersion, b: TaggedVersion) -> bool:
     """Between two tags of one version, prefer the one without `v`, then the shorter name, then by name."""
-    def rank(tv: TaggedVersion) -> tuple:
+
+    def rank(tv: TaggedVersion) -> tuple[bool, int, str]:
         return (tv.tag.rsplit("/", 1)[-1].startswith("v"), len(tv.tag), tv.tag)
 
     return rank(a) <= rank(b)

@@ -217,8 +217,10 @@ async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.
         request.app[METRICS].webhook(provider, "unknown_repository")
         log.info("%s webhook: %s on %s: no configured repository matches; ignored", provider, event.ref[:200], shown)
         return web.json_response(
-            {"result": "unknown_repository",
-             "note": f"no repository configured in this registry matches {shown}; nothing was changed"},
+            {
+                "result": "unknown_repository",
+                "note": f"no repository configured in this registry matches {shown}; nothing was changed",
+            },
             status=202,
         )
     # First the other replicas (with Redis): the shared lists go, and every replica refreshes.
@@ -289,8 +291,9 @@ async def github(request: web.Request) -> web.Response:
         if event == "repository":
             repository_event = github_repository_event(payload)
             if repository_event is None:
-                raise MalformedPayload("a repository payload needs an 'action' and a 'repository' with "
-                                       "name, full_name and clone_url")
+                raise MalformedPayload(
+                    "a repository payload needs an 'action' and a 'repository' with name, full_name and clone_url"
+                )
             return await _apply_repository_event(request, repository_event)
         found = github_event(event, payload)
     except MalformedPayload:
@@ -357,17 +360,19 @@ def webhook_instructions(config: Config) -> list[str]:
             key, is_set = secrets[provider]
             state = "set" if is_set else "NOT SET, the endpoint answers 404"
             path = GITHUB_PATH if provider == "github" else GITLAB_PATH
-            lines.append(f"  {host} ({names[provider]}): {base}{path}; {events[provider]}; "
-                         f"secret [webhooks] {key}: {state}")
+            lines.append(
+                f"  {host} ({names[provider]}): {base}{path}; {events[provider]}; secret [webhooks] {key}: {state}"
+            )
     for org in config.orgs:
         key, is_set = secrets[org.provider]
         state = "set" if is_set else "NOT SET, the endpoint answers 404"
         if org.provider == "github":
-            where = (f"organization webhook of {org.group}: {base}{GITHUB_PATH}; events: repositories, pushes, "
-                     "branch or tag creation and deletion")
+            where = (
+                f"organization webhook of {org.group}: {base}{GITHUB_PATH}; events: repositories, pushes, "
+                "branch or tag creation and deletion"
+            )
         else:
-            where = (f"group webhook of {org.group} (tag push and project events), or a system hook: "
-                     f"{base}{GITLAB_PATH}")
+            where = f"group webhook of {org.group} (tag push and project events), or a system hook: {base}{GITLAB_PATH}"
         lines.append(f"  org {org.label}: {where}; secret [webhooks] {key}: {state}")
     if config.server.public_url is None:
         lines.append("  (set [server] public_url to see the registry's real address here)")

@@ -14,6 +14,7 @@ capacity without anyone noticing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -29,7 +30,9 @@ log = logging.getLogger(__name__)
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """A socket bound to (host, port) with SO_REUSEPORT and not listening: it holds the port for the workers."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -89,9 +92,9 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
                 break
             except InterruptedError:
                 continue
-            number = children.pop(pid, None)
-            if number is None:
+            if pid not in children:  # not a worker (none is forked otherwise, but never guess)
                 continue
+            number = children.pop(pid)
             exit_code = os.waitstatus_to_exitcode(status)
             if not stopping:
                 log.error("worker %d (pid %d) exited with %d; stopping the others", number, pid, exit_code)
@@ -108,7 +111,5 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -28,12 +28,16 @@ class GitregProcess:
         self.url = ""
         self.log: list[str] = []
 
-    def start(self, timeout: float = 20) -> "GitregProcess":
+    def start(self, timeout: float = 20) -> GitregProcess:
         """Start and wait until the server says where it listens."""
         env = {**self.env, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gitreg", *self.args],
-            cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=self.cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         found = threading.Event()
 
@@ -77,17 +81,23 @@ class GitregProcess:
             self.proc.wait()
             raise
 
-    def __enter__(self) -> "GitregProcess":
+    def __enter__(self) -> GitregProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def run_gitreg(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_gitreg(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m gitreg ARGS` to completion."""
     full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "gitreg", *args], cwd=cwd or ROOT, env=full_env,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "gitreg", *args],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )

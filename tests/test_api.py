@@ -84,8 +84,17 @@ async def test_monorepo_module_gets_its_subdirectory_and_prefixed_tags(make_clie
     mono.tag("compute/v9.9.9")
     mono.tag("v7.0.0")
     config = make_config(
-        [{"namespace": "acme", "name": "network", "system": "aws", "repository": mono.url,
-          "path": "modules/network", "tag_prefix": "network/", "clone_url": "ssh://git@git.example.com/acme/infra.git"}]
+        [
+            {
+                "namespace": "acme",
+                "name": "network",
+                "system": "aws",
+                "repository": mono.url,
+                "path": "modules/network",
+                "tag_prefix": "network/",
+                "clone_url": "ssh://git@git.example.com/acme/infra.git",
+            }
+        ]
     )
     client = await make_client(config)
     assert await versions_of(client, "acme/network/aws") == ["1.4.0"]
@@ -103,8 +112,15 @@ async def test_wildcard_rule_fills_placeholders_from_the_request(make_client, tm
     vpc.commit({"main.tf": "# vpc\n"})
     vpc.tag("v0.1.0")
     base = (tmp_path / "repos").as_uri()
-    config = make_config([{"namespace": "acme", "repository": base + "/terraform-{system}-{name}.git",
-                           "clone_url": "https://git.example.com/{namespace}/terraform-{system}-{name}.git"}])
+    config = make_config(
+        [
+            {
+                "namespace": "acme",
+                "repository": base + "/terraform-{system}-{name}.git",
+                "clone_url": "https://git.example.com/{namespace}/terraform-{system}-{name}.git",
+            }
+        ]
+    )
     client = await make_client(config)
     assert await versions_of(client, "acme/vpc/aws") == ["0.1.0"]
     assert await location_of(client, "0.1.0", "acme/vpc/aws") == (
@@ -118,12 +134,14 @@ async def test_most_specific_rule_wins_then_the_earlier(make_client, tmp_path):
         repos[name] = GitRepo(tmp_path / "repos", name)
         repos[name].commit({"main.tf": f"# {name}\n"})
         repos[name].tag("v1.0.0")
-    config = make_config([
-        {"namespace": "acme", "repository": repos["wild"].url},
-        {"namespace": "acme", "name": "vpc", "repository": repos["named"].url},
-        {"name": "db", "system": "aws", "repository": repos["first"].url},
-        {"namespace": "acme", "system": "aws", "repository": repos["second"].url},
-    ])
+    config = make_config(
+        [
+            {"namespace": "acme", "repository": repos["wild"].url},
+            {"namespace": "acme", "name": "vpc", "repository": repos["named"].url},
+            {"name": "db", "system": "aws", "repository": repos["first"].url},
+            {"namespace": "acme", "system": "aws", "repository": repos["second"].url},
+        ]
+    )
     client = await make_client(config)
     assert repos["named"].url in await location_of(client, "1.0.0", "acme/vpc/aws")
     assert repos["wild"].url in await location_of(client, "1.0.0", "acme/dns/gcp")
@@ -202,10 +220,28 @@ async def test_modules_sharing_a_repository_share_one_tag_list(make_client, tmp_
     mono.commit({"a/main.tf": "#\n", "b/main.tf": "#\n"})
     mono.tag("a/v1.0.0")
     mono.tag("b/v2.0.0")
-    client = await make_client(make_config([
-        {"namespace": "acme", "name": "a", "system": "aws", "repository": mono.url, "path": "a", "tag_prefix": "a/"},
-        {"namespace": "acme", "name": "b", "system": "aws", "repository": mono.url, "path": "b", "tag_prefix": "b/"},
-    ]))
+    client = await make_client(
+        make_config(
+            [
+                {
+                    "namespace": "acme",
+                    "name": "a",
+                    "system": "aws",
+                    "repository": mono.url,
+                    "path": "a",
+                    "tag_prefix": "a/",
+                },
+                {
+                    "namespace": "acme",
+                    "name": "b",
+                    "system": "aws",
+                    "repository": mono.url,
+                    "path": "b",
+                    "tag_prefix": "b/",
+                },
+            ]
+        )
+    )
     assert await versions_of(client, "acme/a/aws") == ["1.0.0"]
     assert await versions_of(client, "acme/b/aws") == ["2.0.0"]
     assert client.app[CACHE].stats.refreshes == 1
@@ -344,11 +380,17 @@ async def test_registry_token_is_required_on_the_api_but_not_on_discovery(make_c
     resp = await client.get("/v1/modules/demo/hello/null/versions")
     await assert_error(resp, 401, "TF_TOKEN_")
     assert resp.headers["WWW-Authenticate"].startswith("Bearer")
-    resp = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": "Bearer wrong-token-000000"})
+    resp = await client.get(
+        "/v1/modules/demo/hello/null/versions", headers={"Authorization": "Bearer wrong-token-000000"}
+    )
     await assert_error(resp, 401, "not valid")
-    resp = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Basic {REGISTRY_TOKEN}"})
+    resp = await client.get(
+        "/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Basic {REGISTRY_TOKEN}"}
+    )
     await assert_error(resp, 401, "Bearer")
-    resp = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"})
+    resp = await client.get(
+        "/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"}
+    )
     assert resp.status == 200
     assert (await client.get("/.well-known/terraform.json")).status == 200
     assert (await client.get("/healthz")).status == 200

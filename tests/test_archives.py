@@ -44,10 +44,14 @@ def stored_bytes(store: Path) -> int:
 def mono_repo(base: Path, name: str = "mono") -> GitRepo:
     """A monorepo: modules/network (tagged network/v1.0.0 and network/v1.1.0) and modules/compute."""
     repo = GitRepo(base, name)
-    repo.commit({"modules/network/main.tf": 'output "v" { value = "net-1.0.0" }\n',
-                 "modules/network/sub/vars.tf": 'variable "x" {}\n',
-                 "modules/compute/main.tf": 'output "v" { value = "compute" }\n',
-                 "README.md": "# mono\n"})
+    repo.commit(
+        {
+            "modules/network/main.tf": 'output "v" { value = "net-1.0.0" }\n',
+            "modules/network/sub/vars.tf": 'variable "x" {}\n',
+            "modules/compute/main.tf": 'output "v" { value = "compute" }\n',
+            "README.md": "# mono\n",
+        }
+    )
     repo.tag("network/v1.0.0")
     repo.commit({"modules/network/main.tf": 'output "v" { value = "net-1.1.0" }\n'})
     repo.tag("network/v1.1.0", annotated=True, message="1.1.0")
@@ -55,8 +59,16 @@ def mono_repo(base: Path, name: str = "mono") -> GitRepo:
 
 
 def mono_rule(url: str, **extra: object) -> dict[str, object]:
-    return {"namespace": "acme", "name": "network", "system": "aws", "repository": url,
-            "path": "modules/network", "tag_prefix": "network/", "download": "archive", **extra}
+    return {
+        "namespace": "acme",
+        "name": "network",
+        "system": "aws",
+        "repository": url,
+        "path": "modules/network",
+        "tag_prefix": "network/",
+        "download": "archive",
+        **extra,
+    }
 
 
 async def lookup(client, version: str, headers: dict[str, str] | None = None) -> tuple[str, dict]:
@@ -97,14 +109,18 @@ async def test_archive_download_answer_and_archive_contents(make_client, tmp_pat
 
 
 async def test_archive_of_the_repository_root_and_a_conditional_get(make_client, repo):
-    client = await make_client(make_config([{"namespace": "demo", "name": "hello", "system": "null",
-                                             "repository": repo.url, "download": "archive"}]))
+    client = await make_client(
+        make_config(
+            [{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "archive"}]
+        )
+    )
     resp = await client.get("/v1/modules/demo/hello/null/1.1.0/archive.tar.gz")
     assert resp.status == 200
     data = await resp.read()
     assert file_text(data, "main.tf") == 'output "version" { value = "1.1.0" }\n'
-    again = await client.get("/v1/modules/demo/hello/null/1.1.0/archive.tar.gz",
-                             headers={"If-None-Match": resp.headers["ETag"]})
+    again = await client.get(
+        "/v1/modules/demo/hello/null/1.1.0/archive.tar.gz", headers={"If-None-Match": resp.headers["ETag"]}
+    )
     assert again.status == 304
 
 
@@ -118,7 +134,7 @@ async def test_archives_are_reproducible_byte_for_byte(make_client, tmp_path, mo
         built.append(await resp.read())
         await client.close()
         if round_ == 0:
-            time.sleep(1.1)  # git would stamp a tree archive with the current second
+            await asyncio.sleep(1.1)  # git would stamp a tree archive with the current second
     assert built[0] == built[1]
     assert hashlib.sha256(built[0]).digest() == hashlib.sha256(built[1]).digest()
     assert {m.mtime for m in members(built[0]).values()} == {FIXED_MTIME}
@@ -145,14 +161,18 @@ async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(mak
     rng = random.Random(7)
     for i in range(3):
         # ~700 KB of incompressible text per version: two archives exceed the 1 MiB bound
-        repo.commit({"main.tf": f"# {i}\n", "blob.txt": "".join(rng.choice("0123456789abcdef") for _ in range(1_400_000))})
+        repo.commit(
+            {"main.tf": f"# {i}\n", "blob.txt": "".join(rng.choice("0123456789abcdef") for _ in range(1_400_000))}
+        )
         repo.tag(f"v1.{i}.0")
     # The mirror (~2.4 MiB: all three blobs) and one archive fit; a second archive does not.
     max_bytes = 3 * 1024 * 1024 + 512 * 1024
-    client = await make_client(make_config(
-        [{"namespace": "demo", "name": "big", "system": "null", "repository": repo.url, "download": "archive"}],
-        storage={"path": str(tmp_path / "store"), "max_bytes": max_bytes},
-    ))
+    client = await make_client(
+        make_config(
+            [{"namespace": "demo", "name": "big", "system": "null", "repository": repo.url, "download": "archive"}],
+            storage={"path": str(tmp_path / "store"), "max_bytes": max_bytes},
+        )
+    )
     archives = tmp_path / "store" / "archives"
     for i in range(3):
         resp = await client.get(f"/v1/modules/demo/big/null/1.{i}.0/archive.tar.gz")
@@ -175,8 +195,11 @@ async def test_a_module_with_submodules_is_refused_with_the_reason(make_client, 
     repo.git("commit", "--quiet", "-m", "add submodule")
     repo.git("push", "--quiet", "origin", "main")
     repo.tag("v1.0.0")
-    client = await make_client(make_config([{"namespace": "demo", "name": "sub", "system": "null",
-                                             "repository": repo.url, "download": "archive"}]))
+    client = await make_client(
+        make_config(
+            [{"namespace": "demo", "name": "sub", "system": "null", "repository": repo.url, "download": "archive"}]
+        )
+    )
     resp = await client.get("/v1/modules/demo/sub/null/1.0.0/download")
     await assert_error(resp, 409, "submodules", "vendor/dep", 'download = "git"')
     resp = await client.get("/v1/modules/demo/sub/null/1.0.0/archive.tar.gz")
@@ -211,8 +234,9 @@ async def test_signed_archive_url_valid_expired_tampered_and_wrong_path(make_cli
     resp = await client.get(parts.path, params={"expires": query["expires"], "signature": bad})
     await assert_error(resp, 403, "signature")
     # tampered expiry (pushed into the future)
-    resp = await client.get(parts.path, params={"expires": str(int(query["expires"]) + 3600),
-                                                "signature": query["signature"]})
+    resp = await client.get(
+        parts.path, params={"expires": str(int(query["expires"]) + 3600), "signature": query["signature"]}
+    )
     await assert_error(resp, 403, "signature")
     # wrong path: the 1.1.0 signature on the 1.0.0 archive
     resp = await client.get(parts.path.replace("/1.1.0/", "/1.0.0/"), params=query)
@@ -296,8 +320,9 @@ async def test_moved_tag_keeps_serving_the_first_commit_across_restarts(make_cli
     assert file_text(await (await client.get(url)).read(), "main.tf") == "# first\n"
     await client.close()
     # allow_moved_tags: follow the tag
-    allowing = make_config([rule], cache={"ttl_seconds": 0}, storage={"path": str(tmp_path / "store")},
-                           git={"allow_moved_tags": True})
+    allowing = make_config(
+        [rule], cache={"ttl_seconds": 0}, storage={"path": str(tmp_path / "store")}, git={"allow_moved_tags": True}
+    )
     client = await make_client(allowing)
     assert file_text(await (await client.get(url)).read(), "main.tf") == "# second\n"
 
@@ -306,8 +331,10 @@ async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(make_cli
     repo = GitRepo(tmp_path / "repos", "moving")
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
-    config = make_config([{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url,
-                           "ref": "commit"}], cache={"ttl_seconds": 0})
+    config = make_config(
+        [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url, "ref": "commit"}],
+        cache={"ttl_seconds": 0},
+    )
     client = await make_client(config)
     resp = await client.get("/v1/modules/demo/moving/null/1.0.0/download")
     assert (await resp.json())["location"].endswith(f"?ref={first}")
@@ -336,16 +363,31 @@ async def test_a_torn_pin_record_is_ignored_and_repaired(tmp_path):
 # --- host tarball templates --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("template", "extra", "expected"), [
-    ("https://codeload.github.com/acme/infra/tar.gz/{tag}", {},
-     "https://codeload.github.com/acme/infra/tar.gz/network/v1.1.0//infra-network-v1.1.0/modules/network?archive=tar.gz"),
-    ("https://codeload.github.com/acme/infra/tar.gz/{sha}", {},
-     "https://codeload.github.com/acme/infra/tar.gz/{sha}//infra-{sha}/modules/network?archive=tar.gz"),
-    ("https://gitlab.example.com/acme/infra/-/archive/{tag}/infra.tar.gz", {},
-     "https://gitlab.example.com/acme/infra/-/archive/network/v1.1.0/infra.tar.gz//infra-network-v1.1.0-{sha}/modules/network"),
-    ("https://files.example.com/{name}-{version}.tgz", {"archive_root": "pkg-{version}"},
-     "https://files.example.com/network-1.1.0.tgz//pkg-1.1.0/modules/network"),
-])
+@pytest.mark.parametrize(
+    ("template", "extra", "expected"),
+    [
+        (
+            "https://codeload.github.com/acme/infra/tar.gz/{tag}",
+            {},
+            "https://codeload.github.com/acme/infra/tar.gz/network/v1.1.0//infra-network-v1.1.0/modules/network?archive=tar.gz",
+        ),
+        (
+            "https://codeload.github.com/acme/infra/tar.gz/{sha}",
+            {},
+            "https://codeload.github.com/acme/infra/tar.gz/{sha}//infra-{sha}/modules/network?archive=tar.gz",
+        ),
+        (
+            "https://gitlab.example.com/acme/infra/-/archive/{tag}/infra.tar.gz",
+            {},
+            "https://gitlab.example.com/acme/infra/-/archive/network/v1.1.0/infra.tar.gz//infra-network-v1.1.0-{sha}/modules/network",
+        ),
+        (
+            "https://files.example.com/{name}-{version}.tgz",
+            {"archive_root": "pkg-{version}"},
+            "https://files.example.com/network-1.1.0.tgz//pkg-1.1.0/modules/network",
+        ),
+    ],
+)
 async def test_tarball_template_locations(make_client, tmp_path, template, extra, expected):
     repo = mono_repo(tmp_path / "repos")
     sha = repo.git("rev-parse", "network/v1.1.0^{commit}")
@@ -355,8 +397,19 @@ async def test_tarball_template_locations(make_client, tmp_path, template, extra
 
 
 async def test_github_tarball_template_strips_a_v_prefix(make_client, repo):
-    client = await make_client(make_config([{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url,
-                                             "download": "https://codeload.github.com/demo/terraform-null-hello/tar.gz/{tag}"}]))
+    client = await make_client(
+        make_config(
+            [
+                {
+                    "namespace": "demo",
+                    "name": "hello",
+                    "system": "null",
+                    "repository": repo.url,
+                    "download": "https://codeload.github.com/demo/terraform-null-hello/tar.gz/{tag}",
+                }
+            ]
+        )
+    )
     resp = await client.get("/v1/modules/demo/hello/null/1.1.0/download")
     assert (await resp.json())["location"] == (
         "https://codeload.github.com/demo/terraform-null-hello/tar.gz/v1.1.0//terraform-null-hello-1.1.0?archive=tar.gz"
@@ -369,8 +422,9 @@ def test_archive_root_needs_a_template():
 
     with pytest.raises(ConfigError) as e:
         parse_config({"modules": [{"namespace": "a", "repository": "file:///r.git", "archive_root": "x"}]}, {})
-    assert e.value.problems == ["modules[0].archive_root: applies only to an https:// tarball URL template in `download`"]
-
+    assert e.value.problems == [
+        "modules[0].archive_root: applies only to an https:// tarball URL template in `download`"
+    ]
 
 
 async def test_long_paths_symlinks_and_a_nested_submodule(make_client, tmp_path):
@@ -385,8 +439,20 @@ async def test_long_paths_symlinks_and_a_nested_submodule(make_client, tmp_path)
     repo.git("commit", "--quiet", "-m", "submodule deep inside")
     repo.git("push", "--quiet", "origin", "main")
     repo.tag("v1.1.0")
-    client = await make_client(make_config([{"namespace": "demo", "name": "odd", "system": "null", "repository": repo.url,
-                                             "path": "modules/m", "download": "archive"}]))
+    client = await make_client(
+        make_config(
+            [
+                {
+                    "namespace": "demo",
+                    "name": "odd",
+                    "system": "null",
+                    "repository": repo.url,
+                    "path": "modules/m",
+                    "download": "archive",
+                }
+            ]
+        )
+    )
     data = await (await client.get("/v1/modules/demo/odd/null/1.0.0/archive.tar.gz")).read()
     found = members(data)
     assert file_text(data, f"{long_dir}/{'f' * 90}.tf") == "# long\n"

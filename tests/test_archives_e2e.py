@@ -5,6 +5,7 @@ Terraform runs with the registry token only: no git on its PATH, no Git credenti
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -18,6 +19,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import trustme
@@ -63,9 +65,11 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
             f'[storage]\npath = "{tmp_path / "store"}"\n'
             f'[auth]\ntokens = ["{TOKEN}"]\nsigning_key = "{SIGNING_KEY}"\n'
             f'[[credentials]]\nurl = "{git_http.base_url}/"\nusername = "{GIT_USER}"\npassword = "${{GIT_PASSWORD}}"\n'
-            f'[[modules]]\nnamespace = "acme"\nname = "network"\nsystem = "aws"\nrepository = "{git_http.url("mono.git")}"\n'
+            '[[modules]]\nnamespace = "acme"\nname = "network"\nsystem = "aws"\n'
+            f'repository = "{git_http.url("mono.git")}"\n'
             'path = "modules/network"\ntag_prefix = "network/"\ndownload = "archive"\n'
-            f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{git_http.url("hello.git")}"\n'
+            '[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\n'
+            f'repository = "{git_http.url("hello.git")}"\n'
             'download = "archive"\n'
         )
         with GitregProcess("--config", str(config), env={"GIT_PASSWORD": GIT_PASSWORD}) as server:
@@ -78,8 +82,12 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
             cli_config(tmp_path / "cli.tfrc", server.url)
             empty_bin = tmp_path / "empty-bin"
             empty_bin.mkdir()
-            env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                            TF_TOKEN_registry_example_test=TOKEN, PATH=str(empty_bin))
+            env = clean_env(
+                tmp_path / "home",
+                TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+                TF_TOKEN_registry_example_test=TOKEN,
+                PATH=str(empty_bin),
+            )
             assert not (tmp_path / "home" / ".netrc").exists()
             result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
             assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
@@ -103,8 +111,8 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
 class _TarballHost(BaseHTTPRequestHandler):
     """A stand-in for codeload.github.com: fixed tarballs by path, over HTTPS."""
 
-    files: dict[str, bytes] = {}
-    seen: list[str] = []
+    files: ClassVar[dict[str, bytes]] = {}
+    seen: ClassVar[list[str]] = []
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -130,8 +138,12 @@ class _TarballHost(BaseHTTPRequestHandler):
 def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client, tmp_path):
     mono = mono_repo(tmp_path / "repos", "infra")
     # what GitHub serves: the tree under one wrapper directory
-    tarball = subprocess.run(["git", "archive", "--format=tar.gz", "--prefix=infra-network-v1.1.0/", "network/v1.1.0"],
-                             cwd=mono.bare, capture_output=True, check=True).stdout
+    tarball = subprocess.run(
+        ["git", "archive", "--format=tar.gz", "--prefix=infra-network-v1.1.0/", "network/v1.1.0"],
+        cwd=mono.bare,
+        capture_output=True,
+        check=True,
+    ).stdout
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -155,8 +167,12 @@ def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client,
                 'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "1.1.0"\n}\n'
             )
             cli_config(tmp_path / "cli.tfrc", server.url)
-            env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                            SSL_CERT_FILE=str(tmp_path / "ca.pem"), PATH=str(tmp_path))
+            env = clean_env(
+                tmp_path / "home",
+                TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+                SSL_CERT_FILE=str(tmp_path / "ca.pem"),
+                PATH=str(tmp_path),
+            )
             result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
             assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
     finally:
@@ -175,9 +191,11 @@ def test_kill_9_during_an_archive_build_leaves_nothing_that_is_ever_served(tmp_p
     repo.tag("v1.0.0")
     store = tmp_path / "store"
     config = tmp_path / "gitreg.toml"
-    config.write_text(f'[storage]\npath = "{store}"\n'
-                      f'[[modules]]\nnamespace = "demo"\nname = "big"\nsystem = "null"\nrepository = "{repo.url}"\n'
-                      'download = "archive"\n')
+    config.write_text(
+        f'[storage]\npath = "{store}"\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "big"\nsystem = "null"\nrepository = "{repo.url}"\n'
+        'download = "archive"\n'
+    )
     archives = store / "archives"
     server = GitregProcess("--config", str(config)).start()
     try:
@@ -205,10 +223,8 @@ def test_kill_9_during_an_archive_build_leaves_nothing_that_is_ever_served(tmp_p
 
 
 def _quietly_fetch(url: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # the server is killed under it
         urllib.request.urlopen(url, timeout=120).read()
-    except OSError:
-        pass  # the server is killed under it
 
 
 def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_disk(client, tmp_path):
@@ -226,10 +242,13 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
     def init(server: GitregProcess, name: str) -> tuple[subprocess.CompletedProcess[str], Path]:
         work = tmp_path / name
         work.mkdir()
-        (work / "main.tf").write_text('module "hello" {\n  source  = "registry.example.test/demo/hello/null"\n'
-                                      '  version = "1.0.0"\n}\n')
+        (work / "main.tf").write_text(
+            'module "hello" {\n  source  = "registry.example.test/demo/hello/null"\n  version = "1.0.0"\n}\n'
+        )
         cli_config(tmp_path / "cli.tfrc", server.url)
-        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN)
+        env = clean_env(
+            tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN
+        )
         return client.run(["init", "-input=false", "-no-color"], cwd=work, env=env), work
 
     with GitregProcess("--config", str(config)) as server:
@@ -247,8 +266,9 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
             tar.addfile(info, io.BytesIO(data))
         archive.write_bytes(evil.getvalue())
         bad, work = init(server, "tampered")
-        request = urllib.request.Request(f"{server.url}/v1/modules/demo/hello/null/1.0.0/download",
-                                         headers={"Authorization": f"Bearer {TOKEN}"})
+        request = urllib.request.Request(
+            f"{server.url}/v1/modules/demo/hello/null/1.0.0/download", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as resp:
             location = json.loads(resp.read())["location"]
         log = "".join(server.log)

@@ -17,7 +17,7 @@ import pytest
 
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
-from tests.conftest import indexed, assert_error, make_config
+from tests.conftest import assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
@@ -63,20 +63,28 @@ def git_host(tmp_path: Path) -> Iterator[GitHttpServer]:
 
 
 def rules(git_host: GitHttpServer) -> list[dict[str, Any]]:
-    explicit = [dict(zip(("namespace", "name", "system"), address.split("/")), repository=git_host.url(f"{repo}.git"))
-                for address, repo in MODULES.items()]
+    explicit = [
+        dict(
+            zip(("namespace", "name", "system"), address.split("/"), strict=True),
+            repository=git_host.url(f"{repo}.git"),
+        )
+        for address, repo in MODULES.items()
+    ]
     return [*explicit, {"namespace": "platform", "repository": git_host.base_url + "/platform-{name}.git"}]
 
 
 @pytest.fixture
 async def client(make_client, git_host, tmp_path):
-    config = parse_config({
-        "git": {"protocols": ["http"], "timeout_seconds": 10},
-        "storage": {"path": str(tmp_path / "state")},
-        "auth": {"tokens": TOKENS, "metrics_token": METRICS_TOKEN},
-        "webhooks": {"github_secret": "github-webhook-secret-0001"},
-        "modules": rules(git_host),
-    }, ENV)
+    config = parse_config(
+        {
+            "git": {"protocols": ["http"], "timeout_seconds": 10},
+            "storage": {"path": str(tmp_path / "state")},
+            "auth": {"tokens": TOKENS, "metrics_token": METRICS_TOKEN},
+            "webhooks": {"github_secret": "github-webhook-secret-0001"},
+            "modules": rules(git_host),
+        },
+        ENV,
+    )
     client = await indexed(await make_client(config))
     git_host.reset_counters()  # what the background index asked is not what these requests cause
     return client
@@ -95,17 +103,36 @@ async def ids(client, url: str, token: str) -> list[str]:
 # --- which paths need which token --------------------------------------------------------------
 
 API = [
-    "/v1/modules", "/v1/modules/", "/v1/modules/search?q=vpc", "/v1/modules/acme", "/v1/modules/acme/vpc",
-    "/v1/modules/acme/vpc/aws", "/v1/modules/acme/vpc/aws/versions", "/v1/modules/acme/vpc/aws/download",
-    "/v1/modules/acme/vpc/aws/1.0.0", "/v1/modules/acme/vpc/aws/1.0.0/download",
+    "/v1/modules",
+    "/v1/modules/",
+    "/v1/modules/search?q=vpc",
+    "/v1/modules/acme",
+    "/v1/modules/acme/vpc",
+    "/v1/modules/acme/vpc/aws",
+    "/v1/modules/acme/vpc/aws/versions",
+    "/v1/modules/acme/vpc/aws/download",
+    "/v1/modules/acme/vpc/aws/1.0.0",
+    "/v1/modules/acme/vpc/aws/1.0.0/download",
     "/v1/modules/nobody/x/aws/versions",  # unknown modules are no different: 401, not 404
 ]
 
 
 async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_bearer_challenge(client, git_host):
-    for path, headers in ((p, h) for p in API for h in (
-            {}, bearer("wrong-token-but-long-enough"), bearer(METRICS_TOKEN), {"Authorization": f"Basic {ADMIN}"},
-            {"Authorization": ADMIN}, bearer(sha256(AUDIT)), bearer(ADMIN[:-1]), bearer(ADMIN + "0"), bearer(ADMIN.upper()))):
+    for path, headers in (
+        (p, h)
+        for p in API
+        for h in (
+            {},
+            bearer("wrong-token-but-long-enough"),
+            bearer(METRICS_TOKEN),
+            {"Authorization": f"Basic {ADMIN}"},
+            {"Authorization": ADMIN},
+            bearer(sha256(AUDIT)),
+            bearer(ADMIN[:-1]),
+            bearer(ADMIN + "0"),
+            bearer(ADMIN.upper()),
+        )
+    ):
         for method in ("GET", "HEAD"):
             resp = await client.request(method, path, headers=headers, allow_redirects=False)
             assert resp.status == 401, (method, path, headers)
@@ -153,7 +180,11 @@ async def test_webhooks_answer_their_own_secret_not_a_registry_token(client, git
 
 async def test_a_configured_token_opens_the_api_however_the_scheme_is_spelled(client):
     for authorization in (
-        f"Bearer {ADMIN}", f"bearer {ADMIN}", f"BEARER {ADMIN}", f"Bearer   {ADMIN}", f"Bearer {ADMIN}   ",
+        f"Bearer {ADMIN}",
+        f"bearer {ADMIN}",
+        f"BEARER {ADMIN}",
+        f"Bearer   {ADMIN}",
+        f"Bearer {ADMIN}   ",
         f"Bearer {CI}",  # expanded from ${CI_TOKEN}
         f"Bearer {AUDIT}",  # configured only as its sha256
     ):
@@ -163,13 +194,19 @@ async def test_a_configured_token_opens_the_api_however_the_scheme_is_spelled(cl
 
 async def test_a_stored_hash_is_not_itself_a_token(client):
     # Someone who reads the config file learns sha256:..., which must not open anything.
-    for presented in (sha256(AUDIT), sha256(AUDIT).removeprefix("sha256:"), hashlib.sha256(AUDIT.encode()).hexdigest().upper()):
+    for presented in (
+        sha256(AUDIT),
+        sha256(AUDIT).removeprefix("sha256:"),
+        hashlib.sha256(AUDIT.encode()).hexdigest().upper(),
+    ):
         await assert_error(await client.get("/v1/modules", headers=bearer(presented)), 401, "not valid")
 
 
 async def test_a_token_with_bytes_that_are_not_utf8_is_refused_not_a_500(client):
     for raw in ("Bearer \udcff\udcfe" + ADMIN, "Bearer " + ADMIN + "\udc80"):
-        resp = await client.get("/v1/modules", headers={"Authorization": raw.encode("utf-8", "surrogateescape").decode("latin-1")})
+        resp = await client.get(
+            "/v1/modules", headers={"Authorization": raw.encode("utf-8", "surrogateescape").decode("latin-1")}
+        )
         await assert_error(resp, 401)
 
 
@@ -182,9 +219,13 @@ async def test_scoping_a_request_records_no_untyped_request_key(client, recwarn)
 # --- scopes ---------------------------------------------------------------------------------------
 
 OTHER_PATHS = [
-    "/v1/modules/other", "/v1/modules/other/secret", "/v1/modules/other/secret/aws",
-    "/v1/modules/other/secret/aws/versions", "/v1/modules/other/secret/aws/download",
-    "/v1/modules/other/secret/aws/1.0.0", "/v1/modules/other/secret/aws/1.0.0/download",
+    "/v1/modules/other",
+    "/v1/modules/other/secret",
+    "/v1/modules/other/secret/aws",
+    "/v1/modules/other/secret/aws/versions",
+    "/v1/modules/other/secret/aws/download",
+    "/v1/modules/other/secret/aws/1.0.0",
+    "/v1/modules/other/secret/aws/1.0.0/download",
 ]
 
 
@@ -232,8 +273,13 @@ async def test_lists_and_search_never_show_a_scoped_token_another_namespace(clie
     assert await walk(client, "/v1/modules?limit=1", CI) == ["acme/network/aws", "acme/vpc/aws", "platform/db/aws"]
     assert await walk(client, "/v1/modules?limit=1", AUDIT) == ["other/secret/aws"]
     assert await walk(client, "/v1/modules?limit=1", NOBODY) == []
-    for url in ("/v1/modules/search?q=secret", "/v1/modules/search?q=other", "/v1/modules/search?q=aws&namespace=other",
-                "/v1/modules?provider=aws&namespace=other", "/v1/modules/search?q=secret%20module"):
+    for url in (
+        "/v1/modules/search?q=secret",
+        "/v1/modules/search?q=other",
+        "/v1/modules/search?q=aws&namespace=other",
+        "/v1/modules?provider=aws&namespace=other",
+        "/v1/modules/search?q=secret%20module",
+    ):
         assert "other/secret/aws" not in await ids(client, url, CI), url
     assert await ids(client, "/v1/modules/search?q=aws", CI) != []
     assert await ids(client, "/v1/modules/search?q=secret", AUDIT) == ["other/secret/aws"]
@@ -251,17 +297,24 @@ async def test_plain_string_tokens_alone_still_work(make_client, git_host, tmp_p
 # --- configuration ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("tokens", "env", "problem"), [
-    (["${MISSING_TOKEN}"], {}, "auth.tokens[0]: environment variable MISSING_TOKEN is not set"),
-    ([{"token": "${MISSING_TOKEN}"}], {}, "auth.tokens[0].token: environment variable MISSING_TOKEN is not set"),
-    (["sha256:abc"], {}, "auth.tokens[0]: a hashed token must be sha256: followed by 64 lowercase hex digits"),
-    ([sha256(ADMIN).upper().replace("SHA256", "sha256")], {}, "auth.tokens[0]: a hashed token must be sha256:"),
-    ([{"token": ADMIN, "namespaces": ["ok", "not ok"]}], {}, "auth.tokens[0].namespaces[1]: 'not ok' is not a valid namespace"),
-    ([{"token": ADMIN, "scopes": ["acme"]}], {}, "auth.tokens[0].scopes: unknown key"),
-    ([{"namespaces": ["acme"]}], {}, "auth.tokens[0].token: missing"),
-    (["${SHORT}"], {"SHORT": "short"}, "auth.tokens[0]: is shorter than 16 characters"),
-    ([42], {}, "auth.tokens[0]: must be a string or a table"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "env", "problem"),
+    [
+        (["${MISSING_TOKEN}"], {}, "auth.tokens[0]: environment variable MISSING_TOKEN is not set"),
+        ([{"token": "${MISSING_TOKEN}"}], {}, "auth.tokens[0].token: environment variable MISSING_TOKEN is not set"),
+        (["sha256:abc"], {}, "auth.tokens[0]: a hashed token must be sha256: followed by 64 lowercase hex digits"),
+        ([sha256(ADMIN).upper().replace("SHA256", "sha256")], {}, "auth.tokens[0]: a hashed token must be sha256:"),
+        (
+            [{"token": ADMIN, "namespaces": ["ok", "not ok"]}],
+            {},
+            "auth.tokens[0].namespaces[1]: 'not ok' is not a valid namespace",
+        ),
+        ([{"token": ADMIN, "scopes": ["acme"]}], {}, "auth.tokens[0].scopes: unknown key"),
+        ([{"namespaces": ["acme"]}], {}, "auth.tokens[0].token: missing"),
+        (["${SHORT}"], {"SHORT": "short"}, "auth.tokens[0]: is shorter than 16 characters"),
+        ([42], {}, "auth.tokens[0]: must be a string or a table"),
+    ],
+)
 def test_token_configuration_mistakes_are_named_by_key(tokens, env, problem):
     with pytest.raises(ConfigError) as e:
         parse_config({"auth": {"tokens": tokens}}, env)
@@ -304,15 +357,21 @@ def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_pat
         '[auth]\ntokens = [{ token = "${CI_TOKEN}", namespaces = ["acme"] },'
         f' {{ token = "{sha256(AUDIT)}", namespaces = ["other"] }}]\n'
         f'[storage]\npath = "{tmp_path / "state"}"\n'
-        f'[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\nrepository = "{(repos / "acme-vpc.git").as_uri()}"\n'
-        f'[[modules]]\nnamespace = "other"\nname = "secret"\nsystem = "aws"\nrepository = "{(repos / "other-secret.git").as_uri()}"\n'
+        '[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\n'
+        f'repository = "{(repos / "acme-vpc.git").as_uri()}"\n'
+        '[[modules]]\nnamespace = "other"\nname = "secret"\nsystem = "aws"\n'
+        f'repository = "{(repos / "other-secret.git").as_uri()}"\n'
     )
     with GitregProcess("--config", str(config), env=ENV) as server:
         host = server.url.removeprefix("https://")
         # TF_TOKEN_<host> cannot name a port: a CLI `host` block maps a plain name to the TLS endpoint.
         cli_config(tmp_path / "cli.tfrc", server.url, f'credentials "{host}" {{\n  token = "{AUDIT}"\n}}\n')
-        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                        SSL_CERT_FILE=str(tmp_path / "ca.pem"), TF_TOKEN_registry_example_test=CI)
+        env = clean_env(
+            tmp_path / "home",
+            TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+            SSL_CERT_FILE=str(tmp_path / "ca.pem"),
+            TF_TOKEN_registry_example_test=CI,
+        )
         allowed = module_dir(tmp_path, "allowed", "registry.example.test/acme/vpc/aws")
         ok = terraform.run(["init", "-input=false", "-no-color"], cwd=allowed, env=env)
         forbidden = module_dir(tmp_path, "forbidden", "registry.example.test/other/secret/aws")

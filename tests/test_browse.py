@@ -28,7 +28,7 @@ MODULES = {
 }
 SORTED = sorted(MODULES, key=lambda a: tuple(p.casefold() for p in a.split("/")))
 
-VPC_TF = '''
+VPC_TF = """
 variable "cidr" {
   type        = string
   description = "The VPC's CIDR block."
@@ -36,12 +36,12 @@ variable "cidr" {
 }
 output "vpc_id" { value = aws_vpc.this.id }
 resource "aws_vpc" "this" { cidr_block = var.cidr }
-'''
-SUBNETS_TF = '''
+"""
+SUBNETS_TF = """
 variable "vpc_id" { type = string }
 output "subnet_ids" { value = aws_subnet.this[*].id }
 resource "aws_subnet" "this" { vpc_id = var.vpc_id }
-'''
+"""
 
 
 @pytest.fixture
@@ -63,9 +63,17 @@ def rules_for(url: str) -> list[dict]:
     rules = []
     for address, (directory, _) in MODULES.items():
         namespace, name, system = address.split("/")
-        rules.append({"namespace": namespace, "name": name, "system": system, "repository": url, "path": directory,
-                      "clone_url": f"https://bot@git.example.com/{namespace}/modules.git",
-                      "verified": namespace == "other" or name == "vpc"})
+        rules.append(
+            {
+                "namespace": namespace,
+                "name": name,
+                "system": system,
+                "repository": url,
+                "path": directory,
+                "clone_url": f"https://bot@git.example.com/{namespace}/modules.git",
+                "verified": namespace == "other" or name == "vpc",
+            }
+        )
     return rules
 
 
@@ -94,10 +102,17 @@ async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(cli
     assert body["meta"] == {"limit": DEFAULT_LIMIT, "current_offset": 0}
     vpc = next(m for m in body["modules"] if m["name"] == "vpc")
     assert vpc == {
-        "id": "acme/vpc/aws/1.0.0", "owner": "", "namespace": "acme", "name": "vpc", "version": "1.0.0",
-        "provider": "aws", "description": "Creates a network for your apps.",
+        "id": "acme/vpc/aws/1.0.0",
+        "owner": "",
+        "namespace": "acme",
+        "name": "vpc",
+        "version": "1.0.0",
+        "provider": "aws",
+        "description": "Creates a network for your apps.",
         "source": "https://git.example.com/acme/modules",  # web URL: no credentials, no .git
-        "published_at": vpc["published_at"], "downloads": 0, "verified": True,
+        "published_at": vpc["published_at"],
+        "downloads": 0,
+        "verified": True,
     }
     assert vpc["published_at"].endswith("Z")
 
@@ -129,7 +144,9 @@ async def test_limit_zero_means_the_default_and_too_large_is_clamped_to_the_maxi
     assert body["meta"]["limit"] == MAX_LIMIT and len(body["modules"]) == len(MODULES)
 
 
-@pytest.mark.parametrize("query", ["limit=abc", "offset=-1", "limit=1.5", "offset=", "limit=1e3", "offset=9999999999999", "limit=%EF%BC%91"])
+@pytest.mark.parametrize(
+    "query", ["limit=abc", "offset=-1", "limit=1.5", "offset=", "limit=1e3", "offset=9999999999999", "limit=%EF%BC%91"]
+)
 async def test_non_numeric_offset_or_limit_is_400(client, query):
     await assert_error(await client.get(f"/v1/modules?{query}"), 400, "non-negative integer")
     await assert_error(await client.get(f"/v1/modules/search?q=network&{query}"), 400, "non-negative integer")
@@ -152,7 +169,10 @@ async def test_provider_verified_and_namespace_filters_combine(client):
     # The spec: any value but "true" lists everything, verified or not.
     assert ids(await get_json(client, "/v1/modules?verified=yes")) == SORTED
     assert ids(await get_json(client, "/v1/modules/other")) == ["other/network/azurerm"]
-    assert ids(await get_json(client, "/v1/modules/acme?provider=google")) == ["acme/core-network/google", "acme/network/google"]
+    assert ids(await get_json(client, "/v1/modules/acme?provider=google")) == [
+        "acme/core-network/google",
+        "acme/network/google",
+    ]
     assert ids(await get_json(client, "/v1/modules/nobody")) == []
     body = await get_json(client, "/v1/modules/search?q=network&namespace=acme&provider=aws&verified=true")
     assert ids(body) == ["acme/vpc/aws"]
@@ -170,7 +190,9 @@ async def test_filters_outside_the_grammar_are_400(client):
 async def test_search_ranks_exact_name_then_prefix_then_substring_then_description(client):
     body = await get_json(client, "/v1/modules/search?q=Network")
     assert ids(body) == [
-        "acme/network/aws", "acme/network/google", "other/network/azurerm",  # the name is the query
+        "acme/network/aws",
+        "acme/network/google",
+        "other/network/azurerm",  # the name is the query
         "acme/network-firewall/aws",  # starts with it
         "acme/core-network/google",  # contains it
         "acme/vpc/aws",  # only the description says it
@@ -230,13 +252,23 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
     beta.tag("v0.1.0-alpha.1")
     beta.tag("v0.1.0-beta.2")
     beta.tag("not-semver")
-    client = await indexed(await make_client(make_config([{"namespace": "demo", "name": "beta", "system": "null", "repository": beta.url}])))
+    client = await indexed(
+        await make_client(
+            make_config([{"namespace": "demo", "name": "beta", "system": "null", "repository": beta.url}])
+        )
+    )
     assert (await get_json(client, "/v1/modules/demo/beta/null"))["version"] == "0.1.0-beta.2"
     empty = GitRepo(tmp_path / "repos", "empty")
     empty.commit({"main.tf": "# no versions\n"})
-    client = await indexed(await make_client(make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}])))
+    client = await indexed(
+        await make_client(
+            make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}])
+        )
+    )
     await assert_error(await client.get("/v1/modules/demo/empty/null"), 404, "not listed")
-    await assert_error(await client.get("/v1/modules/demo/empty/null/download", allow_redirects=False), 404, "no versions")
+    await assert_error(
+        await client.get("/v1/modules/demo/empty/null/download", allow_redirects=False), 404, "no versions"
+    )
     assert ids(await get_json(client, "/v1/modules")) == []  # nothing to show for it
 
 
@@ -249,8 +281,10 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(make
         repo.commit({"README.md": f"# {name}\n\nThe {name} module.\n"})
         repo.tag("v0.1.0")
     base = (tmp_path / "repos").as_uri()
-    config = make_config([{"namespace": "acme", "repository": base + "/terraform-{system}-{name}.git"}],
-                         storage={"path": str(tmp_path / "state")})
+    config = make_config(
+        [{"namespace": "acme", "repository": base + "/terraform-{system}-{name}.git"}],
+        storage={"path": str(tmp_path / "state")},
+    )
     client = await indexed(await make_client(config))
     assert ids(await get_json(client, "/v1/modules")) == []  # a wildcard cannot be enumerated
     # Browsing never runs git: a module a wildcard could serve is not listed before it was served.
@@ -282,12 +316,17 @@ async def test_downloads_are_counted_in_batches_and_kept_across_restarts(make_cl
     assert client.app[CATALOG].writes <= 1  # not one write per request
     await client.close()
     restarted = await indexed(await make_client(config))
-    listed = {m["name"] + "/" + m["provider"]: m["downloads"] for m in (await get_json(restarted, "/v1/modules"))["modules"]}
+    listed = {
+        m["name"] + "/" + m["provider"]: m["downloads"] for m in (await get_json(restarted, "/v1/modules"))["modules"]
+    }
     assert listed["vpc/aws"] == 25 and listed["dns/aws"] == 0
     # Popular modules come first among equally good search matches.
     for _ in range(3):
         await restarted.get("/v1/modules/acme/network/google/1.0.0/download")
-    assert ids(await get_json(restarted, "/v1/modules/search?q=network"))[:2] == ["acme/network/google", "acme/network/aws"]
+    assert ids(await get_json(restarted, "/v1/modules/search?q=network"))[:2] == [
+        "acme/network/google",
+        "acme/network/aws",
+    ]
 
 
 async def test_a_damaged_catalog_file_is_set_aside_not_fatal(make_client, mono, tmp_path):
@@ -304,7 +343,11 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(make_client, mono, 
 
 async def test_scoped_tokens_never_list_or_find_other_namespaces(make_client, mono, tmp_path):
     tokens = [{"token": READ_ACME, "namespaces": ["acme"]}, READ_ALL]
-    client = await indexed(await make_client(make_config(rules_for(mono.url), auth={"tokens": tokens}, storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(
+            make_config(rules_for(mono.url), auth={"tokens": tokens}, storage={"path": str(tmp_path / "state")})
+        )
+    )
     acme = {"Authorization": f"Bearer {READ_ACME}"}
     everything = {"Authorization": f"Bearer {READ_ALL}"}
     assert ids(await get_json(client, "/v1/modules", headers=acme)) == [a for a in SORTED if a.startswith("acme/")]
@@ -337,14 +380,17 @@ def assert_same_shape(spec, ours, where: str = "$") -> None:
         assert type(ours) is type(spec), f"{where}: {type(spec).__name__} in the spec, {type(ours).__name__} here"
 
 
-@pytest.mark.parametrize(("golden", "url", "status"), [
-    ("list-modules", "/v1/modules?limit=2&verified=false", 200),
-    ("search-modules", "/v1/modules/search?q=network&limit=2", 200),
-    ("latest-for-all-providers", "/v1/modules/acme/network", 200),
-    ("latest-for-provider", "/v1/modules/acme/vpc/aws", 200),
-    ("module-version", "/v1/modules/acme/vpc/aws/1.0.0", 200),
-    ("errors", "/v1/modules?limit=ten", 400),
-])
+@pytest.mark.parametrize(
+    ("golden", "url", "status"),
+    [
+        ("list-modules", "/v1/modules?limit=2&verified=false", 200),
+        ("search-modules", "/v1/modules/search?q=network&limit=2", 200),
+        ("latest-for-all-providers", "/v1/modules/acme/network", 200),
+        ("latest-for-provider", "/v1/modules/acme/vpc/aws", 200),
+        ("module-version", "/v1/modules/acme/vpc/aws/1.0.0", 200),
+        ("errors", "/v1/modules?limit=ten", 400),
+    ],
+)
 async def test_responses_have_the_fields_and_types_of_the_spec_samples(client, golden, url, status):
     spec = json.loads((GOLDEN / f"{golden}.json").read_text())
     ours = await get_json(client, url, status=status)
@@ -363,8 +409,15 @@ async def test_the_versions_answer_names_the_repository_web_page_as_its_source(c
 
 
 async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(make_client, repo, tmp_path):
-    config = make_config([{"namespace": "demo", "repository": repo.url,
-                           "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git"}])
+    config = make_config(
+        [
+            {
+                "namespace": "demo",
+                "repository": repo.url,
+                "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git",
+            }
+        ]
+    )
     client = await make_client(config)
     versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
     assert versions["modules"][0]["source"] == "https://git.example.com/demo/terraform-null-hello"

@@ -87,11 +87,13 @@ async def test_100_concurrent_cold_requests_make_exactly_one_ref_advertisement(m
 
 
 async def test_git_host_down_serves_last_good_versions_within_stale_seconds_then_a_clear_502(
-        clocked_client, clock, git_http, tmp_path):
+    clocked_client, clock, git_http, tmp_path
+):
     public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))],
-                         cache={"ttl_seconds": 300, "stale_seconds": 3600, "negative_ttl_seconds": 30,
-                                "error_retry_seconds": 5})
+    config = make_config(
+        [rule(git_http.url("public.git"))],
+        cache={"ttl_seconds": 300, "stale_seconds": 3600, "negative_ttl_seconds": 30, "error_retry_seconds": 5},
+    )
     client = await clocked_client(config)
     assert await versions_of(client) == ["1.0.0"]
     git_http.mode = "down"
@@ -109,10 +111,10 @@ async def test_git_host_down_serves_last_good_versions_within_stale_seconds_then
 
 
 async def test_a_failed_refresh_backs_off_instead_of_asking_a_down_host_on_every_request(
-        clocked_client, clock, git_http, tmp_path):
+    clocked_client, clock, git_http, tmp_path
+):
     public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))],
-                         cache={"ttl_seconds": 300, "negative_ttl_seconds": 60})
+    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300, "negative_ttl_seconds": 60})
     client = await clocked_client(config)
     await versions_of(client)
     git_http.mode = "error"
@@ -124,7 +126,8 @@ async def test_a_failed_refresh_backs_off_instead_of_asking_a_down_host_on_every
 
 
 async def test_a_failing_host_with_nothing_cached_is_asked_once_per_error_retry_seconds(
-        clocked_client, clock, git_http, tmp_path):
+    clocked_client, clock, git_http, tmp_path
+):
     # CI fleets retry a failed `terraform init`: with nothing cached to serve, every retry
     # used to be one more git call to a host that is already failing.
     public_repo(tmp_path)
@@ -155,7 +158,8 @@ async def test_a_webhook_clears_a_remembered_failure(make_client, git_http, tmp_
 
 
 async def test_not_found_for_a_repository_that_was_there_serves_the_last_good_list(
-        clocked_client, clock, git_http, tmp_path):
+    clocked_client, clock, git_http, tmp_path
+):
     # "Repository not found" from GitHub also means "token revoked": do not turn a day of
     # stale-if-error into an outage of 404s.
     repo = public_repo(tmp_path)
@@ -225,6 +229,7 @@ async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behin
     # git-remote-http helper, which otherwise keeps the pipes open) answers within this bound.
     resp = await asyncio.wait_for(request, 8)
     await assert_error(resp, 504, "did not answer within 1s")
+
     # Orphans (a killed parent's git-remote-http) leave the process tree; look for the URL anywhere.
     def left() -> set[int]:
         return set(_git_descendants(os.getpid())) - set(before)
@@ -237,7 +242,9 @@ async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behin
     assert _processes_mentioning(git_http.base_url) == []
 
 
-async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(clocked_client, clock, git_http, tmp_path):
+async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(
+    clocked_client, clock, git_http, tmp_path
+):
     repo = public_repo(tmp_path)
     config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300, "refresh_ahead": True})
     client = await clocked_client(config)
@@ -256,8 +263,11 @@ async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(
 
 async def test_negative_results_are_cached_so_a_typo_makes_one_git_call(clocked_client, clock, git_http, tmp_path):
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
-    config = make_config([{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
-                         credentials=credentials, cache={"negative_ttl_seconds": 30})
+    config = make_config(
+        [{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
+        credentials=credentials,
+        cache={"negative_ttl_seconds": 30},
+    )
     client = await clocked_client(config)
     for _ in range(5):
         await assert_error(await client.get("/v1/modules/acme/typo/aws/versions"), 404, "does not exist upstream")
@@ -272,8 +282,11 @@ async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_
     for name in ("a", "b", "c"):
         public_repo(tmp_path, name)
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
-    config = make_config([{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
-                         credentials=credentials, cache={"max_repositories": 2})
+    config = make_config(
+        [{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
+        credentials=credentials,
+        cache={"max_repositories": 2},
+    )
     client = await make_client(config)
     cache = client.app[CACHE]
     for name in ("a", "b", "c"):  # a is evicted
@@ -291,8 +304,11 @@ async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_
 async def test_a_flood_of_typos_does_not_evict_good_tag_lists(make_client, git_http, tmp_path):
     public_repo(tmp_path, "good")
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
-    config = make_config([{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
-                         credentials=credentials, cache={"max_repositories": 1})
+    config = make_config(
+        [{"namespace": "acme", "repository": git_http.base_url + "/{name}.git"}],
+        credentials=credentials,
+        cache={"max_repositories": 1},
+    )
     client = await make_client(config)
     assert await versions_of(client, "acme/good/aws") == ["1.0.0"]
     for i in range(3):

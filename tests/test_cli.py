@@ -66,7 +66,11 @@ def test_check_prints_every_problem_with_its_key_and_exits_2(tmp_path):
         '[[modules]]\nrepository = "https://h/{team}.git"\nref = "branch"\n'
         '[[credentials]]\nurl = "https://h/"\nusername = "u"\npassword = "${MISSING_SECRET}"\n'
     )
-    result = run_gitreg("check", "--config", str(config), )
+    result = run_gitreg(
+        "check",
+        "--config",
+        str(config),
+    )
     assert result.returncode == 2
     for expected in (
         "server.port: must be an integer",
@@ -98,7 +102,9 @@ def test_check_probe_lists_versions_and_explains_every_skipped_tag(tmp_path):
 
 
 def test_check_probe_exits_1_when_a_repository_cannot_be_listed(tmp_path):
-    result = run_gitreg("check", "--probe", "--module", f"demo/gone/null={(tmp_path / 'gone.git').as_uri()}", cwd=tmp_path)
+    result = run_gitreg(
+        "check", "--probe", "--module", f"demo/gone/null={(tmp_path / 'gone.git').as_uri()}", cwd=tmp_path
+    )
     assert result.returncode == 1
     assert "ERROR: repository" in result.stdout and "does not exist upstream" in result.stdout
 
@@ -122,8 +128,11 @@ def test_check_into_a_pipe_closed_early_exits_without_a_traceback(tmp_path):
     # `gitreg check | head -1`: the reader is gone before gitreg writes (here: before it even starts).
     proc = subprocess.Popen(
         [sys.executable, "-m", "gitreg", "check", "--config", str(ROOT / "config.example.toml")],
-        cwd=tmp_path, env={**os.environ, "GITLAB_TOKEN": "x", "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env={**os.environ, "GITLAB_TOKEN": "x", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     proc.stdout.close()
     _, err = proc.communicate(timeout=60)
@@ -134,8 +143,12 @@ def test_check_into_a_pipe_closed_early_exits_without_a_traceback(tmp_path):
 def test_check_piped_into_head_prints_the_first_line_only(tmp_path):
     result = subprocess.run(
         ["bash", "-c", f'"{sys.executable}" -m gitreg check --config "{ROOT / "config.example.toml"}" | head -1'],
-        cwd=tmp_path, env={**os.environ, "GITLAB_TOKEN": "x", "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+        env={**os.environ, "GITLAB_TOKEN": "x", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.stdout.startswith("config OK") and result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
@@ -150,16 +163,21 @@ def test_check_warns_about_rules_an_earlier_rule_always_wins_over(tmp_path):
         '[[modules]]\nnamespace = "acme"\nrepository = "https://h/other/{name}.git"\n'
         '[[modules]]\nnamespace = "acme"\nsystem = "aws"\nrepository = "https://h/acme/{name}-aws.git"\n'
     )
-    result = run_gitreg("check", "--config", str(config), "--module", "acme/net/aws=https://h/acme/net.git", cwd=tmp_path)
+    result = run_gitreg(
+        "check", "--config", str(config), "--module", "acme/net/aws=https://h/acme/net.git", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    wins = "has the same namespace, name and system and wins"
     assert warnings == [
-        "warning: modules[2] (acme/vpc/aws) never serves anything: modules[0] has the same namespace, name and system and wins",
-        "warning: modules[3] (acme/*/*) never serves anything: modules[1] has the same namespace, name and system and wins",
+        f"warning: modules[2] (acme/vpc/aws) never serves anything: modules[0] {wins}",
+        f"warning: modules[3] (acme/*/*) never serves anything: modules[1] {wins}",
     ]
     # A --module rule overrides a file rule of the same module: the file rule is the one named.
     result = run_gitreg("check", "--config", str(config), "--module", "acme/vpc/aws=https://h/acme/v.git", cwd=tmp_path)
-    assert "warning: modules[0] (acme/vpc/aws) never serves anything: --module acme/vpc/aws has the same" in result.stderr
+    assert (
+        "warning: modules[0] (acme/vpc/aws) never serves anything: --module acme/vpc/aws has the same" in result.stderr
+    )
 
 
 def test_check_probe_of_an_address_goes_through_the_wildcard_rule_that_serves_it(tmp_path):
@@ -201,19 +219,27 @@ def assert_config_exit(result, *expected: str) -> None:
 
 def test_check_refuses_numbers_that_would_break_git_or_the_cache(tmp_path):
     config = tmp_path / "gitreg.toml"
-    config.write_text("[git]\ntimeout_seconds = nan\n[cache]\nttl_seconds = inf\nstale_seconds = 1e308\n"
-                      "[server]\nidle_timeout_seconds = -inf\n")
+    config.write_text(
+        "[git]\ntimeout_seconds = nan\n[cache]\nttl_seconds = inf\nstale_seconds = 1e308\n"
+        "[server]\nidle_timeout_seconds = -inf\n"
+    )
     result = run_gitreg("check", "--config", str(config))
-    assert_config_exit(result, "git.timeout_seconds: must be a number between 0.1 and 86400, not nan",
-                       "cache.ttl_seconds: must be a number between 0 and 2.592e+06, not inf",
-                       "cache.stale_seconds: must be a number between 0 and 2.592e+06, not 1e+308",
-                       "server.idle_timeout_seconds: must be a number between 1 and 86400, not -inf")
+    assert_config_exit(
+        result,
+        "git.timeout_seconds: must be a number between 0.1 and 86400, not nan",
+        "cache.ttl_seconds: must be a number between 0 and 2.592e+06, not inf",
+        "cache.stale_seconds: must be a number between 0 and 2.592e+06, not 1e+308",
+        "server.idle_timeout_seconds: must be a number between 1 and 86400, not -inf",
+    )
 
 
 def test_unreadable_config_files_exit_2_with_one_line_each(tmp_path):
     cases = {
         "latin1.toml": ('[server]\nhost = "caf\xe9"\n'.encode("latin-1"), "not UTF-8 text (byte 0xe9 on line 2)"),
-        "deep.toml": (("x = " + "[" * 3000 + "]" * 3000 + "\n").encode(), "not valid TOML: arrays or tables nested too deeply"),
+        "deep.toml": (
+            ("x = " + "[" * 3000 + "]" * 3000 + "\n").encode(),
+            "not valid TOML: arrays or tables nested too deeply",
+        ),
         "broken.toml": (b"[server\n", "not valid TOML"),
     }
     for name, (content, message) in cases.items():
@@ -223,14 +249,18 @@ def test_unreadable_config_files_exit_2_with_one_line_each(tmp_path):
             assert_config_exit(result, f"{tmp_path / name}: {message}")
             assert result.stderr.count("\n") == 2, result.stderr  # "invalid configuration:" and the one problem
     (tmp_path / "a-directory.toml").mkdir()
-    assert_config_exit(run_gitreg("check", "--config", str(tmp_path / "a-directory.toml")), "cannot read: Is a directory")
+    assert_config_exit(
+        run_gitreg("check", "--config", str(tmp_path / "a-directory.toml")), "cannot read: Is a directory"
+    )
 
 
 def test_a_storage_path_that_is_a_file_is_named_as_such_not_as_a_listen_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    for path, message in ((blocker, "exists and is not a directory"),
-                          (blocker / "state", "cannot be created: a part of it is a file, not a directory")):
+    for path, message in (
+        (blocker, "exists and is not a directory"),
+        (blocker / "state", "cannot be created: a part of it is a file, not a directory"),
+    ):
         config = tmp_path / "gitreg.toml"
         config.write_text(f'[storage]\npath = "{path}"\n')
         result = run_gitreg("serve", "--config", str(config), "--port", "0", "--module", "demo/x/null=file:///x.git")

@@ -12,15 +12,15 @@ import pytest
 from gitreg.config import (
     AuthConfig,
     CacheConfig,
-    StorageConfig,
-    TokenConfig,
-    WebhooksConfig,
     Config,
     Credential,
     GitConfig,
     ModuleRule,
     OrgConfig,
     ServerConfig,
+    StorageConfig,
+    TokenConfig,
+    WebhooksConfig,
     load_config,
     module_rule_from_flag,
     parse_config,
@@ -45,9 +45,18 @@ def test_example_config_is_valid():
 
 @pytest.mark.parametrize(
     ("section", "cls"),
-    [("server", ServerConfig), ("cache", CacheConfig), ("git", GitConfig), ("auth", AuthConfig),
-     ("modules", ModuleRule), ("credentials", Credential), ("storage", StorageConfig),
-     ("webhooks", WebhooksConfig), ("auth", TokenConfig), ("orgs", OrgConfig)],
+    [
+        ("server", ServerConfig),
+        ("cache", CacheConfig),
+        ("git", GitConfig),
+        ("auth", AuthConfig),
+        ("modules", ModuleRule),
+        ("credentials", Credential),
+        ("storage", StorageConfig),
+        ("webhooks", WebhooksConfig),
+        ("auth", TokenConfig),
+        ("orgs", OrgConfig),
+    ],
 )
 def test_every_config_key_is_documented_in_the_example(section, cls):
     text = EXAMPLE.read_text()
@@ -70,7 +79,7 @@ def test_example_documents_only_keys_the_parser_accepts(tmp_path):
         (tmp_path / name).write_text("x")
         text = text.replace(f"/etc/gitreg/tls/{name}", str(tmp_path / name))
     data = tomllib.loads(text)
-    env = {name: "x" * 40 for name in re.findall(r"\$\{(\w+)\}", text)}
+    env = dict.fromkeys(re.findall(r"\$\{(\w+)\}", text), "x" * 40)
     parse_config(data, env)
 
 
@@ -169,7 +178,12 @@ def test_bad_public_url_is_a_config_error_not_a_traceback(url):
 
 def test_module_flag_makes_an_explicit_rule():
     rule = module_rule_from_flag("demo/hello/null=file:///srv/hello.git")
-    assert (rule.namespace, rule.name, rule.system, rule.repository) == ("demo", "hello", "null", "file:///srv/hello.git")
+    assert (rule.namespace, rule.name, rule.system, rule.repository) == (
+        "demo",
+        "hello",
+        "null",
+        "file:///srv/hello.git",
+    )
     assert rule.explicit
 
 
@@ -187,37 +201,51 @@ def test_invalid_toml_is_a_config_error(tmp_path):
     assert "not valid TOML" in info.value.problems[0]
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    ({"modules": [{"namespace": "acme", "repo": "https://h/x.git"}]},
-     "modules[0].repo: unknown key; did you mean repository?"),
-    ({"modules": [{"repository": "https://h/x.git", "tag_prefx": "net/"}]},
-     "modules[0].tag_prefx: unknown key; did you mean tag_prefix?"),
-    ({"cache": {"ttl": 60}}, "cache.ttl: unknown key; did you mean ttl_seconds?"),
-    ({"servr": {"port": 80}}, "servr: unknown key; did you mean server?"),
-])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"modules": [{"namespace": "acme", "repo": "https://h/x.git"}]},
+            "modules[0].repo: unknown key; did you mean repository?",
+        ),
+        (
+            {"modules": [{"repository": "https://h/x.git", "tag_prefx": "net/"}]},
+            "modules[0].tag_prefx: unknown key; did you mean tag_prefix?",
+        ),
+        ({"cache": {"ttl": 60}}, "cache.ttl: unknown key; did you mean ttl_seconds?"),
+        ({"servr": {"port": 80}}, "servr: unknown key; did you mean server?"),
+    ],
+)
 def test_an_unknown_key_names_the_key_it_probably_meant(data, expected):
     assert expected in problems(data)
 
 
 def test_an_unknown_key_like_no_known_key_gets_no_guess():
-    assert "modules[0].colour: unknown key" in problems({"modules": [{"repository": "https://h/x.git", "colour": "red"}]})
+    assert "modules[0].colour: unknown key" in problems(
+        {"modules": [{"repository": "https://h/x.git", "colour": "red"}]}
+    )
 
 
-@pytest.mark.parametrize("data", [
-    {"modules": [{"namespace": "acme", "repository": "${UNSET}"}]},
-    {"modules": [{"namespace": "acme", "repository": "https://${UNSET}/acme/{name}.git"}]},
-    {"modules": [{"namespace": "acme", "repository": "https://h/x.git", "clone_url": "${UNSET}"}]},
-    {"auth": {"tokens": ["${UNSET}"]}},
-    {"auth": {"tokens": [{"token": "${UNSET}", "namespaces": ["acme"]}]}},
-    {"auth": {"metrics_token": "${UNSET}"}},
-    {"auth": {"tokens": ["registry-token-long-enough"], "signing_key": "${UNSET}"},
-     "modules": [{"namespace": "acme", "repository": "https://h/x.git", "download": "archive"}]},
-    {"webhooks": {"github_secret": "${UNSET}"}},
-    {"server": {"public_url": "${UNSET}"}},
-    {"server": {"tls_cert": "${UNSET}", "tls_key": "/etc/key.pem"}},
-    {"credentials": [{"url": "${UNSET}", "username": "u", "password": "p"}]},
-    {"git": {"protocols": ["${UNSET}"]}},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"modules": [{"namespace": "acme", "repository": "${UNSET}"}]},
+        {"modules": [{"namespace": "acme", "repository": "https://${UNSET}/acme/{name}.git"}]},
+        {"modules": [{"namespace": "acme", "repository": "https://h/x.git", "clone_url": "${UNSET}"}]},
+        {"auth": {"tokens": ["${UNSET}"]}},
+        {"auth": {"tokens": [{"token": "${UNSET}", "namespaces": ["acme"]}]}},
+        {"auth": {"metrics_token": "${UNSET}"}},
+        {
+            "auth": {"tokens": ["registry-token-long-enough"], "signing_key": "${UNSET}"},
+            "modules": [{"namespace": "acme", "repository": "https://h/x.git", "download": "archive"}],
+        },
+        {"webhooks": {"github_secret": "${UNSET}"}},
+        {"server": {"public_url": "${UNSET}"}},
+        {"server": {"tls_cert": "${UNSET}", "tls_key": "/etc/key.pem"}},
+        {"credentials": [{"url": "${UNSET}", "username": "u", "password": "p"}]},
+        {"git": {"protocols": ["${UNSET}"]}},
+    ],
+)
 def test_one_unset_environment_variable_is_one_problem(data):
     found = [p for p in problems(data) if "key.pem" not in p]  # tls_key's own file check is another fact
     assert len(found) == 1 and found[0].endswith("environment variable UNSET is not set"), found
@@ -226,8 +254,12 @@ def test_one_unset_environment_variable_is_one_problem(data):
 # --- numbers: finite and bounded; unreadable files ------------------------------------------------
 
 NUMBER_KEYS = [
-    ("server", "idle_timeout_seconds"), ("cache", "ttl_seconds"), ("cache", "stale_seconds"),
-    ("cache", "negative_ttl_seconds"), ("cache", "error_retry_seconds"), ("git", "timeout_seconds"),
+    ("server", "idle_timeout_seconds"),
+    ("cache", "ttl_seconds"),
+    ("cache", "stale_seconds"),
+    ("cache", "negative_ttl_seconds"),
+    ("cache", "error_retry_seconds"),
+    ("git", "timeout_seconds"),
     ("auth", "signed_url_ttl_seconds"),
 ]
 
@@ -240,18 +272,30 @@ def test_every_number_key_refuses_nan_infinity_and_absurd_values_naming_the_key(
     assert len(found[0]) < 200  # a 400-digit integer is not echoed whole
 
 
-@pytest.mark.parametrize(("section", "key", "value"), [
-    ("cache", "max_repositories", 10**30), ("storage", "max_bytes", 2**80), ("git", "max_concurrency", 10**6),
-    ("server", "port", 70000),
-])
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("cache", "max_repositories", 10**30),
+        ("storage", "max_bytes", 2**80),
+        ("git", "max_concurrency", 10**6),
+        ("server", "port", 70000),
+    ],
+)
 def test_every_integer_key_has_a_maximum(section, key, value):
     found = problems({section: {key: value}})
     assert len(found) == 1 and found[0].startswith(f"{section}.{key}: must be between "), found
 
 
 def test_sane_numbers_at_the_bounds_are_accepted():
-    config = parse_config({"server": {"idle_timeout_seconds": 86400}, "cache": {"ttl_seconds": 0, "stale_seconds": 2592000},
-                           "git": {"timeout_seconds": 86400}, "auth": {"signed_url_ttl_seconds": 86400}}, {})
+    config = parse_config(
+        {
+            "server": {"idle_timeout_seconds": 86400},
+            "cache": {"ttl_seconds": 0, "stale_seconds": 2592000},
+            "git": {"timeout_seconds": 86400},
+            "auth": {"signed_url_ttl_seconds": 86400},
+        },
+        {},
+    )
     assert config.git.timeout_seconds == 86400.0 and config.cache.ttl_seconds == 0.0
     assert config.server.idle_timeout_seconds == 86400.0
     assert parse_config({}, {}).server.idle_timeout_seconds == 15.0

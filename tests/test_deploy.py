@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import tomllib
 import yaml
 
 from gitreg.config import parse_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ module "vpc" { source = "acme/vpc/aws" }
 ```
 """
 
-VARIABLES = '''
+VARIABLES = """
 variable "name" {
   type        = string
   description = "Name prefix of every resource."
@@ -92,9 +92,9 @@ variable "db_password" {
   sensitive = true
   default   = ""
 }
-'''
+"""
 
-OUTPUTS = '''
+OUTPUTS = """
 output "vpc_id" {
   description = "The ID of the VPC."
   value       = aws_vpc.this.id
@@ -105,9 +105,9 @@ output "db_password" {
   value       = var.db_password
   sensitive   = true
 }
-'''
+"""
 
-MAIN = '''
+MAIN = """
 resource "aws_vpc" "this" {
   cidr_block = var.cidrs[0]
   tags       = var.tags
@@ -129,9 +129,9 @@ module "network" {
   source = "./modules/network"
   name   = var.name
 }
-'''
+"""
 
-VERSIONS = '''
+VERSIONS = """
 terraform {
   required_version = ">= 1.3"
   required_providers {
@@ -145,26 +145,28 @@ terraform {
     random = ">= 3.1"
   }
 }
-'''
+"""
 
 
 def realistic_module(base: Path) -> GitRepo:
     """terraform-aws-vpc: root module, two submodules (one with a broken file), a README-only dir."""
     repo = GitRepo(base, "terraform-aws-vpc")
-    repo.commit({
-        "README.md": README,
-        "variables.tf": VARIABLES,
-        "outputs.tf": OUTPUTS,
-        "main.tf": MAIN,
-        "versions.tf": VERSIONS,
-        "examples/basic/main.tf": 'module "vpc" { source = "../.." }\n',  # not a submodule
-        "modules/network/README.md": "# Network\n\nSubnets and routes.\n",
-        "modules/network/main.tf": 'variable "name" { type = string }\nresource "aws_route_table" "private" {}\n'
-                                   'output "route_table_id" { value = aws_route_table.private.id }\n',
-        "modules/flaky/good.tf": 'variable "ok" {\n  default = "yes"\n}\n',
-        "modules/flaky/broken.tf": 'variable "oops" {\n  type = \n',
-        "modules/docs-only/README.md": "# Nothing to deploy here\n",
-    })
+    repo.commit(
+        {
+            "README.md": README,
+            "variables.tf": VARIABLES,
+            "outputs.tf": OUTPUTS,
+            "main.tf": MAIN,
+            "versions.tf": VERSIONS,
+            "examples/basic/main.tf": 'module "vpc" { source = "../.." }\n',  # not a submodule
+            "modules/network/README.md": "# Network\n\nSubnets and routes.\n",
+            "modules/network/main.tf": 'variable "name" { type = string }\nresource "aws_route_table" "private" {}\n'
+            'output "route_table_id" { value = aws_route_table.private.id }\n',
+            "modules/flaky/good.tf": 'variable "ok" {\n  default = "yes"\n}\n',
+            "modules/flaky/broken.tf": 'variable "oops" {\n  type = \n',
+            "modules/docs-only/README.md": "# Nothing to deploy here\n",
+        }
+    )
     repo.tag("v1.0.0")
     return repo
 
@@ -180,7 +182,9 @@ def vpc(tmp_path: Path) -> GitRepo:
 
 @pytest.fixture
 async def details(make_client, vpc, tmp_path) -> dict:
-    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    )
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     assert resp.status == 200, await resp.text()
     return await resp.json()
@@ -193,23 +197,54 @@ def by_name(items: list[dict]) -> dict[str, dict]:
 async def test_inputs_show_every_kind_of_type_and_default(details):
     inputs = by_name(details["root"]["inputs"])
     assert [i["name"] for i in details["root"]["inputs"]] == [
-        "name", "az_count", "scale", "enable_nat", "cidrs", "tags", "flow_logs", "extra", "untyped", "db_password",
+        "name",
+        "az_count",
+        "scale",
+        "enable_nat",
+        "cidrs",
+        "tags",
+        "flow_logs",
+        "extra",
+        "untyped",
+        "db_password",
     ]  # declaration order
     assert inputs["name"] | {"description": ""} == {
-        "name": "name", "type": "string", "description": "", "default": "", "required": True, "sensitive": False,
+        "name": "name",
+        "type": "string",
+        "description": "",
+        "default": "",
+        "required": True,
+        "sensitive": False,
     }
     assert inputs["name"]["description"] == "Name prefix of every resource."
-    assert (inputs["az_count"]["type"], inputs["az_count"]["default"], inputs["az_count"]["required"]) == ("number", "3", False)
+    assert (inputs["az_count"]["type"], inputs["az_count"]["default"], inputs["az_count"]["required"]) == (
+        "number",
+        "3",
+        False,
+    )
     assert json.loads(inputs["scale"]["default"]) == -1500.0
     assert (inputs["enable_nat"]["type"], inputs["enable_nat"]["default"]) == ("bool", "false")
     assert inputs["cidrs"]["type"] == "list(string)"
     assert json.loads(inputs["cidrs"]["default"]) == ["10.0.0.0/24", "10.0.1.0/24"]
     assert inputs["tags"]["type"] == "map(string)"
     assert json.loads(inputs["tags"]["default"]) == {"Team": "net", "cost-center": "42"}
-    assert inputs["flow_logs"]["type"] == "object({enabled = bool, retention = optional(number, 30), bucket = optional(string)})"
-    assert (inputs["flow_logs"]["default"], inputs["flow_logs"]["required"]) == ("null", False)  # null default: optional
+    assert (
+        inputs["flow_logs"]["type"]
+        == "object({enabled = bool, retention = optional(number, 30), bucket = optional(string)})"
+    )
+    assert (inputs["flow_logs"]["default"], inputs["flow_logs"]["required"]) == (
+        "null",
+        False,
+    )  # null default: optional
     assert (inputs["extra"]["type"], inputs["extra"]["default"]) == ("any", "{}")
-    assert inputs["untyped"] == {"name": "untyped", "type": "any", "description": "", "default": "", "required": True, "sensitive": False}
+    assert inputs["untyped"] == {
+        "name": "untyped",
+        "type": "any",
+        "description": "",
+        "default": "",
+        "required": True,
+        "sensitive": False,
+    }
     assert (inputs["db_password"]["sensitive"], inputs["db_password"]["default"]) == (True, '""')
 
 
@@ -243,9 +278,7 @@ async def test_module_calls_resources_and_required_providers_are_listed(details)
 
 async def test_readme_is_shown_and_its_first_paragraph_is_the_description(details):
     assert details["root"]["readme"] == README
-    assert details["description"] == (
-        "Creates a VPC with public and private subnets, NAT gateways and flow logs."
-    )
+    assert details["description"] == ("Creates a VPC with public and private subnets, NAT gateways and flow logs.")
 
 
 async def test_submodules_are_the_modules_directories_and_a_broken_file_only_adds_a_note(details):
@@ -266,9 +299,16 @@ async def test_submodules_are_the_modules_directories_and_a_broken_file_only_add
 
 async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(make_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "broken")
-    repo.commit({"main.tf": 'resource "x" "y" {\n  a = "unterminated\n}\n', "deep.tf": "locals { a = " + "[" * 5000 + "]" * 5000 + " }\n"})
+    repo.commit(
+        {
+            "main.tf": 'resource "x" "y" {\n  a = "unterminated\n}\n',
+            "deep.tf": "locals { a = " + "[" * 5000 + "]" * 5000 + " }\n",
+        }
+    )
     repo.tag("v0.1.0")
-    client = await indexed(await make_client(make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state")}))
+    )
     resp = await client.get("/v1/modules/acme/vpc/aws")
     assert resp.status == 200, await resp.text()
     root = (await resp.json())["root"]
@@ -279,7 +319,9 @@ async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(make_c
 async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, tmp_path):
     vpc.commit({"variables.tf": 'variable "renamed" { type = string }\n'})
     vpc.tag("v2.0.0")
-    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    )
     # An older version is read when first asked for, in the background: no git inside the request.
     first = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     await assert_error(first, 503, "being read")
@@ -291,7 +333,9 @@ async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, t
 
 
 async def test_details_are_cached_by_commit_and_the_mirror_is_fetched_once(make_client, vpc, tmp_path):
-    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    )
     for _ in range(3):
         assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
     assert (await client.get("/v1/modules/acme/vpc/aws")).status == 200  # latest is the same commit
@@ -302,14 +346,27 @@ async def test_details_are_cached_by_commit_and_the_mirror_is_fetched_once(make_
 
 async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_path):
     mono = GitRepo(tmp_path / "repos", "infra")
-    mono.commit({
-        "modules/network/main.tf": 'variable "cidr" { type = string }\n',
-        "modules/network/modules/peering/main.tf": 'variable "peer" {}\n',
-        "modules/compute/main.tf": 'variable "size" {}\n',
-    })
+    mono.commit(
+        {
+            "modules/network/main.tf": 'variable "cidr" { type = string }\n',
+            "modules/network/modules/peering/main.tf": 'variable "peer" {}\n',
+            "modules/compute/main.tf": 'variable "size" {}\n',
+        }
+    )
     mono.tag("network/v1.4.0")
-    config = make_config([{"namespace": "acme", "name": "network", "system": "aws", "repository": mono.url,
-                           "path": "modules/network", "tag_prefix": "network/"}], storage={"path": str(tmp_path / "state")})
+    config = make_config(
+        [
+            {
+                "namespace": "acme",
+                "name": "network",
+                "system": "aws",
+                "repository": mono.url,
+                "path": "modules/network",
+                "tag_prefix": "network/",
+            }
+        ],
+        storage={"path": str(tmp_path / "state")},
+    )
     client = await indexed(await make_client(config))
     body = await (await client.get("/v1/modules/acme/network/aws")).json()
     assert [i["name"] for i in body["root"]["inputs"]] == ["cidr"]
@@ -318,7 +375,7 @@ async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_p
 
 async def test_published_at_is_the_tag_date_in_utc(details, vpc):
     tagged = datetime.fromisoformat(vpc.git("for-each-ref", "--format=%(creatordate:iso-strict)", "refs/tags/v1.0.0"))
-    assert details["published_at"] == tagged.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert details["published_at"] == tagged.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(make_client, vpc, tmp_path):
@@ -331,7 +388,9 @@ async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(ma
 
 
 async def test_details_of_an_unknown_or_malformed_version_are_404_and_400(make_client, vpc, tmp_path):
-    client = await indexed(await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+    )
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/9.9.9"), 404, "no version 9.9.9")
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/1.0"), 400, "SemVer")
 
@@ -343,28 +402,57 @@ def test_description_skips_headings_badges_html_and_code():
     assert description_from_readme("x" * 1000).endswith("...")
 
 
-@pytest.mark.parametrize(("readme", "description"), [
-    # Underscores inside words are not emphasis (the old regex made this "Creates an awss3bucket").
-    ("Creates an aws_s3_bucket with `aws_s3_bucket_policy` attached.\n",
-     "Creates an aws_s3_bucket with aws_s3_bucket_policy attached."),
-    ("terraform-aws-vpc\n=================\n\nA VPC for every team.\n", "A VPC for every team."),  # setext heading
-    ("Overview\n--------\n\nSubnets and routes.\n", "Subnets and routes."),
-    ("# Title\n\n    terraform init\n    terraform apply\n\nRun it once per account.\n", "Run it once per account."),
-    ("[![CI](https://ci.example.com/b.svg)](https://ci.example.com) ![cov](cov.svg)\n\nThe module.\n", "The module."),
-    # Reference-style badges and links, defined at the bottom (and far below the top).
-    ("[![Build][build-badge]][build]\n\nSee [the docs][docs] and [CI].\n\n" + "## More\n\nText.\n\n" * 2000
-     + "[build-badge]: https://ci.example.com/b.svg\n[build]: https://ci.example.com\n[docs]: https://docs.example.com\n"
-       "[ci]: https://ci.example.com\n",
-     "See the docs and CI."),
-    ('<div align="center">\n  <img src="logo.png" alt="logo">\n  <h1>vpc</h1>\n</div>\n\nA VPC module.\n', "A VPC module."),
-    ("Made with <b>care</b>.<br>Really &amp; truly \\*not emphasis\\*.\n", "Made with care. Really & truly *not emphasis*."),
-    ("**Bold**, _italic_, ~~struck~~ and [a link](https://example.com 'title').\n", "Bold, italic, struck and a link."),
-    ("> **Warning**: deprecated, use vpc2.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nThe prose.\n", "The prose."),
-    ("First line\nsecond line  \nthird line.\n\nSecond paragraph.\n", "First line second line third line."),
-    ("<!-- a comment -->\n```hcl\nmodule \"x\" {}\n```\n\n~~~\nmore code\n~~~\n\nAfter the code.\n", "After the code."),
-    ("[x]: https://example.com\n", ""),
-    ("# Only a title\n", ""),
-])
+@pytest.mark.parametrize(
+    ("readme", "description"),
+    [
+        # Underscores inside words are not emphasis (the old regex made this "Creates an awss3bucket").
+        (
+            "Creates an aws_s3_bucket with `aws_s3_bucket_policy` attached.\n",
+            "Creates an aws_s3_bucket with aws_s3_bucket_policy attached.",
+        ),
+        ("terraform-aws-vpc\n=================\n\nA VPC for every team.\n", "A VPC for every team."),  # setext heading
+        ("Overview\n--------\n\nSubnets and routes.\n", "Subnets and routes."),
+        (
+            "# Title\n\n    terraform init\n    terraform apply\n\nRun it once per account.\n",
+            "Run it once per account.",
+        ),
+        (
+            "[![CI](https://ci.example.com/b.svg)](https://ci.example.com) ![cov](cov.svg)\n\nThe module.\n",
+            "The module.",
+        ),
+        # Reference-style badges and links, defined at the bottom (and far below the top).
+        (
+            "[![Build][build-badge]][build]\n\nSee [the docs][docs] and [CI].\n\n"
+            + "## More\n\nText.\n\n" * 2000
+            + "[build-badge]: https://ci.example.com/b.svg\n[build]: https://ci.example.com\n[docs]: https://docs.example.com\n"
+            "[ci]: https://ci.example.com\n",
+            "See the docs and CI.",
+        ),
+        (
+            '<div align="center">\n  <img src="logo.png" alt="logo">\n  <h1>vpc</h1>\n</div>\n\nA VPC module.\n',
+            "A VPC module.",
+        ),
+        (
+            "Made with <b>care</b>.<br>Really &amp; truly \\*not emphasis\\*.\n",
+            "Made with care. Really & truly *not emphasis*.",
+        ),
+        (
+            "**Bold**, _italic_, ~~struck~~ and [a link](https://example.com 'title').\n",
+            "Bold, italic, struck and a link.",
+        ),
+        (
+            "> **Warning**: deprecated, use vpc2.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nThe prose.\n",
+            "The prose.",
+        ),
+        ("First line\nsecond line  \nthird line.\n\nSecond paragraph.\n", "First line second line third line."),
+        (
+            '<!-- a comment -->\n```hcl\nmodule "x" {}\n```\n\n~~~\nmore code\n~~~\n\nAfter the code.\n',
+            "After the code.",
+        ),
+        ("[x]: https://example.com\n", ""),
+        ("# Only a title\n", ""),
+    ],
+)
 def test_description_is_the_first_paragraph_as_markdown_reads_it(readme, description):
     assert description_from_readme(readme) == description
 
@@ -396,17 +484,20 @@ def test_the_description_of_a_hostile_readme_at_the_size_cap_takes_well_under_a_
     assert time.perf_counter() - started < 2.0
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    ("<<EOT\nhello\n  world\nEOT", "hello\n  world"),
-    ("<<-EOT\n    hello\n      world\n    EOT", "hello\n  world"),
-    ("<<EOT\nEOT", ""),
-    ("<<EOT\r\nwindows\r\nlines\r\nEOT", "windows\nlines"),
-    ("<<EOT\nEOTX\nEOT", "EOTX"),
-    ("<<EOT\nnot closed", "<<EOT\nnot closed"),
-    ("<<EOT", "<<EOT"),
-    ("plain", "plain"),
-    ("${var.x}", "var.x"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("<<EOT\nhello\n  world\nEOT", "hello\n  world"),
+        ("<<-EOT\n    hello\n      world\n    EOT", "hello\n  world"),
+        ("<<EOT\nEOT", ""),
+        ("<<EOT\r\nwindows\r\nlines\r\nEOT", "windows\nlines"),
+        ("<<EOT\nEOTX\nEOT", "EOTX"),
+        ("<<EOT\nnot closed", "<<EOT\nnot closed"),
+        ("<<EOT", "<<EOT"),
+        ("plain", "plain"),
+        ("${var.x}", "var.x"),
+    ],
+)
 def test_heredocs_become_their_text(value, text):
     assert hcl_text(value) == text
 

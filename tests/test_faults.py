@@ -43,6 +43,7 @@ FAULTS = {
 
 # -- helpers shared with test_shutdown.py --------------------------------------------------
 
+
 def tagged_repo(base: Path, name: str, *tags: str) -> GitRepo:
     """A bare repository `name.git` under `base` with a module and `tags` on one commit."""
     r = GitRepo(base, name)
@@ -123,6 +124,7 @@ def closed_port() -> int:
 
 # -- in-process: every fault, cold and warm ------------------------------------------------
 
+
 def fault_config(git_http, tmp_path: Path, **cache: float):
     """demo/hello/null from the private repo on the fault-injecting host; demo/other/null healthy (file://)."""
     tagged_repo(tmp_path / "repos", "private", "v1.0.0", "v1.1.0")
@@ -133,8 +135,13 @@ def fault_config(git_http, tmp_path: Path, **cache: float):
         {"namespace": "demo", "name": "other", "system": "null", "repository": other.url},
     ]
     # These tests count the cache's own calls to the host: no background index asking too.
-    return make_config(modules, credentials=credentials, git={"timeout_seconds": 1},
-                       cache={"negative_ttl_seconds": 60, **cache}, index={"enabled": False})
+    return make_config(
+        modules,
+        credentials=credentials,
+        git={"timeout_seconds": 1},
+        cache={"negative_ttl_seconds": 60, **cache},
+        index={"enabled": False},
+    )
 
 
 async def versions(client, path: str = FAULTY) -> list[str]:
@@ -201,16 +208,22 @@ async def test_a_misbehaving_host_with_a_warm_but_expired_cache_serves_the_last_
     assert_no_secret(caplog.text)
 
 
-@pytest.mark.parametrize("host, says", [
-    ("127.0.0.1:{port}", "Connection refused"),
-    ("host.invalid", "Could not resolve hostname"),
-])
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("127.0.0.1:{port}", "Connection refused"),
+        ("host.invalid", "Could not resolve hostname"),
+    ],
+)
 async def test_an_ssh_host_that_is_down_is_a_502_and_never_a_cached_not_found(host, says, make_client, tmp_path):
     # git prints "Could not read from remote repository" after every ssh failure; taken for
     # "not found" it made a down host a 404, cached for negative_ttl_seconds.
     url = f"ssh://git@{host.format(port=closed_port())}/acme/infra.git"
-    config = make_config([{"namespace": "demo", "name": "hello", "system": "null", "repository": url}],
-                         git={"protocols": ["ssh", "file"], "timeout_seconds": 5}, cache={"negative_ttl_seconds": 60})
+    config = make_config(
+        [{"namespace": "demo", "name": "hello", "system": "null", "repository": url}],
+        git={"protocols": ["ssh", "file"], "timeout_seconds": 5},
+        cache={"negative_ttl_seconds": 60},
+    )
     client = await make_client(config)
     for _ in range(2):
         text = await assert_error(await client.get(FAULTY), 502, "could not list tags of", says)
@@ -220,6 +233,7 @@ async def test_an_ssh_host_that_is_down_is_a_502_and_never_a_cached_not_found(ho
 
 # -- the real server process: its git children and its memory ------------------------------
 
+
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
     async with session.get(url) as resp:
         return resp.status, await resp.json()
@@ -228,32 +242,37 @@ async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
 async def test_a_trickling_host_is_cut_off_at_the_timeout_and_leaves_no_git_child_of_the_server(git_http, tmp_path):
     tagged_repo(tmp_path / "repos", "public", "v1.0.0")
     other = tagged_repo(tmp_path / "elsewhere", "other", "v3.0.0")
-    config = write_config(tmp_path / "gitreg.toml", f"""
+    config = write_config(
+        tmp_path / "gitreg.toml",
+        f"""
 [git]
 timeout_seconds = 2
 protocols = ["http", "file"]
 [storage]
-path = "{tmp_path / 'state'}"
+path = "{tmp_path / "state"}"
 [index]
 enabled = false  # the git processes watched here are the requests' own
 [[modules]]
 namespace = "demo"
 name = "hello"
 system = "null"
-repository = "{git_http.url('public.git')}"
+repository = "{git_http.url("public.git")}"
 [[modules]]
 namespace = "demo"
 name = "other"
 system = "null"
 repository = "{other.url}"
-""")
+""",
+    )
     git_http.mode = "trickle"  # a byte every 0.1 s: never silent, never done
     with GitregProcess("--config", str(config)) as server:
         pid = server.proc.pid
         async with aiohttp.ClientSession() as session:
             faulty = asyncio.ensure_future(get(session, server.url + FAULTY))
-            await eventually(lambda: any("ls-remote" in c for c in git_children(pid).values()),
-                             "git ls-remote running under the server")
+            await eventually(
+                lambda: any("ls-remote" in c for c in git_children(pid).values()),
+                "git ls-remote running under the server",
+            )
             children = git_children(pid)
             assert any("remote-http" in c for c in children.values()), children  # git's helper, same group
             assert await get(session, server.url + "/healthz") == (200, {"status": "ok"})
@@ -278,8 +297,13 @@ def million_tags(base: Path) -> GitRepo:
 async def test_a_repository_with_a_million_tags_is_refused_within_a_memory_bound(tmp_path):
     huge = million_tags(tmp_path / "repos")
     other = tagged_repo(tmp_path / "repos", "other", "v3.0.0")
-    with GitregProcess("--module", f"demo/hello/null={huge.url}", "--module", f"demo/other/null={other.url}",
-                       env={"XDG_STATE_HOME": str(tmp_path / "state")}) as server:
+    with GitregProcess(
+        "--module",
+        f"demo/hello/null={huge.url}",
+        "--module",
+        f"demo/other/null={other.url}",
+        env={"XDG_STATE_HOME": str(tmp_path / "state")},
+    ) as server:
         pid = server.proc.pid
         async with aiohttp.ClientSession() as session:
             assert (await get(session, server.url + OTHER))[0] == 200  # warm: code paths loaded

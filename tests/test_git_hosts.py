@@ -44,7 +44,9 @@ def host_config(git_http: GitHttpServer, tmp_path: Path, with_credentials: bool 
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
     return make_config(
         [{"namespace": "demo", "name": "hello", "system": "null", "repository": git_http.url("private.git")}],
-        credentials=credentials if with_credentials else [], git={"timeout_seconds": 5}, cache=cache,
+        credentials=credentials if with_credentials else [],
+        git={"timeout_seconds": 5},
+        cache=cache,
         index={"enabled": False},  # the host's requests counted here are the tag cache's alone
     )
 
@@ -63,13 +65,15 @@ def assert_no_secret(*texts: str) -> None:
 
 # -- item 1: a credential never leaves its host -----------------------------------------------------
 
+
 async def test_a_redirect_to_another_host_is_a_502_naming_it_and_the_credential_never_reaches_it(
     make_client, git_http, other_host, tmp_path, caplog
 ):
     client = await make_client(host_config(git_http, tmp_path, error_retry_seconds=0))
     git_http.mode, git_http.redirect_to = "redirect", other_host.base_url
-    text = await assert_error(await client.get(VERSIONS), 502, "redirected gitreg to", other_host.base_url,
-                              git_http.url("private.git"))
+    text = await assert_error(
+        await client.get(VERSIONS), 502, "redirected gitreg to", other_host.base_url, git_http.url("private.git")
+    )
     # Before: git followed the 302, served the other host's v9.9.9, and its POST to the other
     # host carried this host's `Authorization: Basic ...` (git sends extraHeader everywhere).
     assert "9.9.9" not in text
@@ -81,8 +85,10 @@ async def test_a_redirect_to_another_host_is_a_502_naming_it_and_the_credential_
     git_http.mode = "ok"
     git_http.reset_counters()
     assert await versions(client) == ["1.1.0", "1.0.0"]
-    assert git_http.authorizations() == [("GET", "/private.git/info/refs", BASIC),
-                                         ("POST", "/private.git/git-upload-pack", BASIC)]
+    assert git_http.authorizations() == [
+        ("GET", "/private.git/info/refs", BASIC),
+        ("POST", "/private.git/git-upload-pack", BASIC),
+    ]
 
 
 async def test_a_redirect_with_a_warm_cache_keeps_serving_the_configured_hosts_versions(
@@ -123,11 +129,10 @@ password = "${{GIT_PASSWORD}}"
 namespace = "demo"
 name = "hello"
 system = "null"
-repository = "{git_http.url('private.git')}"
+repository = "{git_http.url("private.git")}"
 """)
     git_http.mode, git_http.redirect_to = "redirect", other_host.base_url
-    result = run_gitreg("check", "--probe", "--config", str(config), env={"GIT_PASSWORD": GIT_PASSWORD},
-                        cwd=tmp_path)
+    result = run_gitreg("check", "--probe", "--config", str(config), env={"GIT_PASSWORD": GIT_PASSWORD}, cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"ERROR: the Git host redirected gitreg to {other_host.base_url}/private.git" in result.stdout
     assert other_host.requests() == []
@@ -145,14 +150,18 @@ NOT_GIT = {
     "an empty HTML page": ((200, HTML, b""), "text/html"),
     "an empty answer without a content type": ((200, {}, b""), "no content type"),
     # git's dumb protocol parsed these lines as the repository's refs: 200 with version 6.6.6.
-    "a dumb-protocol ref list": ((200, {"Content-Type": "text/plain"},
-                                 b"1234567890123456789012345678901234567890\trefs/tags/v6.6.6\n"), "text/plain"),
+    "a dumb-protocol ref list": (
+        (200, {"Content-Type": "text/plain"}, b"1234567890123456789012345678901234567890\trefs/tags/v6.6.6\n"),
+        "text/plain",
+    ),
     # These were 502s already, with git's words ("info/refs not valid"): kept as they are.
     "an SSO page ending in a newline": ((200, HTML, b"<html><body>Sign in</body></html>\n"), "text/html"),
     # git's content type, but not git's pkt-line framing: "could not list tags of" before.
     "git's content type with an empty body": ((200, {"Content-Type": ADVERTISEMENT}, b""), "ended before"),
     "git's content type with a service line and no refs": (
-        (200, {"Content-Type": ADVERTISEMENT}, b"001e# service=git-upload-pack\n0000"), "ended before"),
+        (200, {"Content-Type": ADVERTISEMENT}, b"001e# service=git-upload-pack\n0000"),
+        "ended before",
+    ),
 }
 
 
@@ -163,8 +172,13 @@ async def test_an_answer_that_is_not_git_is_a_502_and_never_an_empty_version_lis
     answer, says = NOT_GIT[case]
     client = await make_client(host_config(git_http, tmp_path))
     git_http.mode, git_http.answer = "answer", answer
-    text = await assert_error(await client.get(VERSIONS), 502, "the Git host did not answer with the git protocol for",
-                              git_http.url("private.git"), says)
+    text = await assert_error(
+        await client.get(VERSIONS),
+        502,
+        "the Git host did not answer with the git protocol for",
+        git_http.url("private.git"),
+        says,
+    )
     assert all(c.isprintable() for c in text)
     assert_no_secret(text, caplog.text)
 
@@ -174,8 +188,12 @@ async def test_an_html_answer_to_the_ref_listing_post_is_a_502(make_client, git_
     client = await make_client(host_config(git_http, tmp_path))
     git_http.mode, git_http.answer_path = "answer", "/git-upload-pack"
     git_http.answer = (200, HTML, b"<html><body>Sign in</body></html>")
-    await assert_error(await client.get(VERSIONS), 502, "did not answer with the git protocol",
-                       "text/html instead of application/x-git-upload-pack-result")
+    await assert_error(
+        await client.get(VERSIONS),
+        502,
+        "did not answer with the git protocol",
+        "text/html instead of application/x-git-upload-pack-result",
+    )
 
 
 async def test_a_host_turning_to_an_sso_page_keeps_the_last_good_versions_served(make_client, git_http, tmp_path):
@@ -194,9 +212,12 @@ async def test_a_host_turning_to_an_sso_page_keeps_the_last_good_versions_served
 async def test_a_403_without_credentials_says_credentials_are_missing(body, make_client, git_http, tmp_path):
     client = await make_client(host_config(git_http, tmp_path, with_credentials=False))
     git_http.mode, git_http.answer = "answer", (403, *body)
-    await assert_error(await client.get(VERSIONS), 502,
-                       f"the Git host refused access without credentials to {git_http.url('private.git')}",
-                       "add [[credentials]]")
+    await assert_error(
+        await client.get(VERSIONS),
+        502,
+        f"the Git host refused access without credentials to {git_http.url('private.git')}",
+        "add [[credentials]]",
+    )
 
 
 async def test_a_403_to_the_credentials_says_they_were_refused(make_client, git_http, tmp_path):

@@ -50,22 +50,38 @@ def helpers_running() -> list[int]:
 
 async def git_processes(client) -> float:
     text = await (await client.get("/metrics")).text()
-    return next(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == "gitreg_git_processes")
+    return next(
+        s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == "gitreg_git_processes"
+    )
 
 
 async def start_hanging_details(aiohttp_client, tmp_path: Path, timeout: float):
     """An app whose mirror makes `git archive` of v1.1.0 hang in a helper; the details request for it, started."""
     slow_repo(tmp_path)
     # Archive mode, no background index: only the requests below run git on the mirror.
-    rule = {"namespace": "demo", "name": "slow", "system": "null", "repository": (tmp_path / "repos" / "slow.git").as_uri(),
-            "download": "archive"}
-    client = await aiohttp_client(create_app(make_config([rule], git={"timeout_seconds": timeout}, index={"enabled": False},
-                                                         storage={"path": str(tmp_path / "state")})))
+    rule = {
+        "namespace": "demo",
+        "name": "slow",
+        "system": "null",
+        "repository": (tmp_path / "repos" / "slow.git").as_uri(),
+        "download": "archive",
+    }
+    client = await aiohttp_client(
+        create_app(
+            make_config(
+                [rule],
+                git={"timeout_seconds": timeout},
+                index={"enabled": False},
+                storage={"path": str(tmp_path / "state")},
+            )
+        )
+    )
     assert (await client.get("/v1/modules/demo/slow/null/1.0.0/archive.tar.gz")).status == 200  # creates the mirror
     mirror = next(client.app[MIRRORS].root.glob("*.git"))
     # The helper is a grandchild of gitreg (git -> sh -> python), as git-remote-http or ssh are.
     helper = f"{sys.executable} -c 'import time; time.sleep(60)' {MARKER}"
-    subprocess.run(["git", "-C", str(mirror), "config", "filter.slow.smudge", helper], check=True)
+    # Set up before the request under test starts: nothing else runs on the loop meanwhile.
+    subprocess.run(["git", "-C", str(mirror), "config", "filter.slow.smudge", helper], check=True)  # noqa: ASYNC221
     request = asyncio.ensure_future(client.get("/v1/modules/demo/slow/null/1.1.0/archive.tar.gz"))
     for _ in range(200):
         if helpers_running():

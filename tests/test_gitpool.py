@@ -61,8 +61,11 @@ def on_localhost(server: GitHttpServer, name: str) -> str:
 
 def infos_refs_order(server: GitHttpServer) -> list[str]:
     """The repositories whose refs git asked `server` for, in the order the answers went out."""
-    return [r.path.split("/")[1].removesuffix(".git") for r in server.requests()
-            if r.path.endswith("/info/refs") and r.status == 200]
+    return [
+        r.path.split("/")[1].removesuffix(".git")
+        for r in server.requests()
+        if r.path.endswith("/info/refs") and r.status == 200
+    ]
 
 
 async def drain(tasks: list[asyncio.Future]) -> None:
@@ -72,8 +75,10 @@ async def drain(tasks: list[asyncio.Future]) -> None:
 
 
 async def test_a_full_git_queue_answers_503_with_retry_after_in_the_error_shape(make_client, stalling):
-    config = make_config([{"namespace": "stall", "repository": on_localhost(stalling, "{name}.git")}],
-                         git={"timeout_seconds": 5, "max_concurrency": 1, "max_queue": 2})
+    config = make_config(
+        [{"namespace": "stall", "repository": on_localhost(stalling, "{name}.git")}],
+        git={"timeout_seconds": 5, "max_concurrency": 1, "max_queue": 2},
+    )
     client = await make_client(config)
     pool = client.app[GIT_POOL]
     waiting = [asyncio.ensure_future(client.get(VERSIONS.format(f"stall/m{i}/null"))) for i in range(3)]
@@ -90,17 +95,22 @@ async def test_a_full_git_queue_answers_503_with_retry_after_in_the_error_shape(
 
 async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_client, stalling, healthy, tmp_path):
     tagged_repo(tmp_path / "healthy", "x", "v1.0.0")
-    config = make_config([
-        {"namespace": "demo", "name": "busy", "system": "null", "repository": on_localhost(stalling, "busy.git")},
-        {"namespace": "demo", "name": "x", "system": "null", "repository": healthy.url("x.git")},
-    ], git={"timeout_seconds": 3, "max_concurrency": 1})
+    config = make_config(
+        [
+            {"namespace": "demo", "name": "busy", "system": "null", "repository": on_localhost(stalling, "busy.git")},
+            {"namespace": "demo", "name": "x", "system": "null", "repository": healthy.url("x.git")},
+        ],
+        git={"timeout_seconds": 3, "max_concurrency": 1},
+    )
     client = await make_client(config)
     pool, cache = client.app[GIT_POOL], client.app[CACHE]
     busy = asyncio.ensure_future(client.get(VERSIONS.format("demo/busy/null")))
     await eventually(lambda: sum(pool.running().values()) == 1, "the stalled call holding the only slot")
     first, second = (asyncio.ensure_future(client.get(VERSIONS.format("demo/x/null"))) for _ in range(2))
-    await eventually(lambda: cache.stats.coalesced == 1 and pool.queue_depth()[Priority.INSTALL] == 1,
-                     "two requests waiting for one queued call")
+    await eventually(
+        lambda: cache.stats.coalesced == 1 and pool.queue_depth()[Priority.INSTALL] == 1,
+        "two requests waiting for one queued call",
+    )
     await drain([first])
     await asyncio.sleep(0.2)
     assert pool.queue_depth()[Priority.INSTALL] == 1  # one waiter is left: the call stays
@@ -115,13 +125,17 @@ async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_cl
 
 
 async def test_install_work_goes_before_background_work_and_a_joining_request_raises_its_priority(
-        make_client, stalling, healthy, tmp_path):
+    make_client, stalling, healthy, tmp_path
+):
     for name in ("b1", "b2", "inst"):
         tagged_repo(tmp_path / "healthy", name, "v1.0.0")
-    config = make_config([
-        {"namespace": "demo", "name": "busy", "system": "null", "repository": on_localhost(stalling, "busy.git")},
-        {"namespace": "demo", "repository": healthy.url("{name}.git")},
-    ], git={"timeout_seconds": 2, "max_concurrency": 1})
+    config = make_config(
+        [
+            {"namespace": "demo", "name": "busy", "system": "null", "repository": on_localhost(stalling, "busy.git")},
+            {"namespace": "demo", "repository": healthy.url("{name}.git")},
+        ],
+        git={"timeout_seconds": 2, "max_concurrency": 1},
+    )
     client = await make_client(config)
     pool, cache = client.app[GIT_POOL], client.app[CACHE]
     busy = asyncio.ensure_future(client.get(VERSIONS.format("demo/busy/null")))
@@ -149,15 +163,21 @@ async def test_install_work_goes_before_background_work_and_a_joining_request_ra
 
 async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(make_client, stalling, healthy, tmp_path):
     tagged_repo(tmp_path / "healthy", "other", "v1.0.0")
-    config = make_config([
-        {"namespace": "stall", "repository": on_localhost(stalling, "{name}.git")},
-        {"namespace": "demo", "name": "other", "system": "null", "repository": healthy.url("other.git")},
-    ], git={"timeout_seconds": 5})  # the defaults: 8 slots, at most 6 for one host
+    # The defaults: 8 slots, at most 6 for one host.
+    config = make_config(
+        [
+            {"namespace": "stall", "repository": on_localhost(stalling, "{name}.git")},
+            {"namespace": "demo", "name": "other", "system": "null", "repository": healthy.url("other.git")},
+        ],
+        git={"timeout_seconds": 5},
+    )
     client = await make_client(config)
     pool = client.app[GIT_POOL]
     stalled = [asyncio.ensure_future(client.get(VERSIONS.format(f"stall/m{i}/null"))) for i in range(20)]
-    await eventually(lambda: pool.running_per_host().get("localhost") == 6 and sum(pool.queue_depth().values()) == 14,
-                     "6 stalled calls running and 14 waiting")
+    await eventually(
+        lambda: pool.running_per_host().get("localhost") == 6 and sum(pool.queue_depth().values()) == 14,
+        "6 stalled calls running and 14 waiting",
+    )
     started = time.monotonic()
     resp = await client.get(VERSIONS.format("demo/other/null"))
     elapsed = time.monotonic() - started
@@ -169,19 +189,23 @@ async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(mak
 
 async def test_requests_whose_clients_hung_up_never_reach_git(healthy, tmp_path):
     healthy.mode, healthy.delay = "slow", 1.0  # a slow host: work queues up behind it
-    config = write_config(tmp_path / "gitreg.toml", f"""
+    config = write_config(
+        tmp_path / "gitreg.toml",
+        f"""
 [git]
 protocols = ["http"]
 timeout_seconds = 10
 [storage]
-path = "{tmp_path / 'state'}"
+path = "{tmp_path / "state"}"
 [[modules]]
 namespace = "scoped"
-repository = "{healthy.url('{name}.git')}"
-""")
+repository = "{healthy.url("{name}.git")}"
+""",
+    )
     with GitregProcess("--config", str(config)) as server:
         # 40 unknown names in a wildcard namespace; every client gives up after 0.3 s.
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.3)) as session:
+
             async def abandoned(i: int) -> None:
                 try:
                     async with session.get(server.url + VERSIONS.format(f"scoped/typo{i}/null")) as resp:
@@ -191,17 +215,23 @@ repository = "{healthy.url('{name}.git')}"
 
             await asyncio.gather(*(abandoned(i) for i in range(40)))
         async with aiohttp.ClientSession() as session:
+
             async def settled() -> str:
                 async with session.get(server.url + "/metrics") as resp:
                     return await resp.text()
 
             for _ in range(150):  # until nothing waits or runs any more (a bound, not a timer)
                 text = await settled()
-                waiting = sum(float(v) for v in re.findall(r"^gitreg_git_(?:queue_depth|running)\{.*\} (\S+)$", text, re.MULTILINE))
+                waiting = sum(
+                    float(v)
+                    for v in re.findall(r"^gitreg_git_(?:queue_depth|running)\{.*\} (\S+)$", text, re.MULTILINE)
+                )
                 if waiting == 0 and "gitreg_git_queue_depth" in text:
                     break
                 await asyncio.sleep(0.1)
-            abandoned_total = sum(float(v) for v in re.findall(r"^gitreg_git_abandoned_total\{.*\} (\S+)$", text, re.MULTILINE))
+            abandoned_total = sum(
+                float(v) for v in re.findall(r"^gitreg_git_abandoned_total\{.*\} (\S+)$", text, re.MULTILINE)
+            )
         await asyncio.sleep(1.5)  # a call started late would have reached the host by now
     calls = healthy.ref_advertisements()
     # Before: 40 git calls, one per abandoned request. Now only those that started at once (6 for one host).
@@ -210,20 +240,24 @@ repository = "{healthy.url('{name}.git')}"
 
 
 async def test_sigterm_with_git_calls_queued_starts_none_of_them_and_leaves_no_git_running(stalling, tmp_path):
-    config = write_config(tmp_path / "gitreg.toml", f"""
+    config = write_config(
+        tmp_path / "gitreg.toml",
+        f"""
 [git]
 protocols = ["http"]
 timeout_seconds = 30
 [storage]
-path = "{tmp_path / 'state'}"
+path = "{tmp_path / "state"}"
 [[modules]]
 namespace = "stall"
-repository = "{stalling.url('{name}.git')}"
-""")
+repository = "{stalling.url("{name}.git")}"
+""",
+    )
     server = GitregProcess("--config", str(config)).start()
     try:
         pid = server.proc.pid
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
             async def ask(i: int) -> int:
                 try:
                     async with session.get(server.url + VERSIONS.format(f"stall/m{i}/null")) as resp:
@@ -249,6 +283,7 @@ repository = "{stalling.url('{name}.git')}"
 
 # -- the pool on its own (no git involved: blocking functions that wait for an event) -----
 
+
 def blocker(release: threading.Event, value: str) -> str:
     release.wait(10)
     return value
@@ -260,11 +295,15 @@ async def test_a_full_queue_refuses_background_work_before_install_work():
     try:
         running = asyncio.ensure_future(pool.run(blocker, release, "running", host="h", priority=Priority.INSTALL))
         await asyncio.sleep(0)
-        background = [asyncio.ensure_future(pool.run(blocker, release, f"bg{i}", host="h", priority=Priority.BACKGROUND))
-                      for i in range(2)]
+        background = [
+            asyncio.ensure_future(pool.run(blocker, release, f"bg{i}", host="h", priority=Priority.BACKGROUND))
+            for i in range(2)
+        ]
         await asyncio.sleep(0)
-        install = [asyncio.ensure_future(pool.run(blocker, release, f"in{i}", host="h", priority=Priority.INSTALL))
-                   for i in range(2)]
+        install = [
+            asyncio.ensure_future(pool.run(blocker, release, f"in{i}", host="h", priority=Priority.INSTALL))
+            for i in range(2)
+        ]
         await asyncio.sleep(0)
         assert pool.queue_depth() == {Priority.INSTALL: 2, Priority.BROWSE: 0, Priority.BACKGROUND: 0}
         with pytest.raises(Overloaded):  # nothing of lower priority is left to make room
@@ -320,5 +359,7 @@ def test_pool_sizes_have_documented_defaults_and_are_checked():
     assert parse_config({"git": {"max_concurrency": 1}}, {}).git.max_per_host == 1
     with pytest.raises(ConfigError) as info:
         parse_config({"git": {"max_concurrency": 4, "max_per_host": 5, "max_queue": 0}}, {})
-    assert info.value.problems == ["git.max_per_host: must be at most [git] max_concurrency (4), not 5",
-                                   "git.max_queue: must be between 1 and 100000, not 0"]
+    assert info.value.problems == [
+        "git.max_per_host: must be at most [git] max_concurrency (4), not 5",
+        "git.max_queue: must be between 1 and 100000, not 0",
+    ]

@@ -1,10 +1,10 @@
 """Hostile repository content: a README or `.tf` file pushed to a tag can never freeze the server.
 
 Each test serves a real bare repository through the real app and keeps asking `/healthz`
-while the module's details are being built (by the background index, as in production). On the old main, two backtracking regular
-expressions ran in a worker thread and held the GIL: 80 KB of `[` in a README froze every
-request for 26 s, a 60 KB heredoc for 12 s. Parsing now runs in worker processes, within a
-wall-clock budget per module.
+while the module's details are being built (by the background index, as in production). On
+the old main, two backtracking regular expressions ran in a worker thread and held the GIL:
+80 KB of `[` in a README froze every request for 26 s, a 60 KB heredoc for 12 s. Parsing now
+runs in worker processes, within a wall-clock budget per module.
 """
 
 from __future__ import annotations
@@ -23,11 +23,17 @@ SLOWEST_HEALTHZ = 1.0  # seconds; generous (a healthy answer takes milliseconds)
 
 HOSTILE_README = (
     "[" * 80_000  # quadratic in the old link pattern: 26 s
-    + "\n\n" + "[[a](" * 4_000
-    + "\n\n" + "*_a" * 5_000
-    + "\n\n" + "a|b\n-|-\n" + "x\n" * 5_000
-    + "\n\n" + "- a\n  - b\n" * 2_000
-    + "\n\n" + "[x]: /u\n" * 2_000
+    + "\n\n"
+    + "[[a](" * 4_000
+    + "\n\n"
+    + "*_a" * 5_000
+    + "\n\n"
+    + "a|b\n-|-\n"
+    + "x\n" * 5_000
+    + "\n\n"
+    + "- a\n  - b\n" * 2_000
+    + "\n\n"
+    + "[x]: /u\n" * 2_000
 )
 HEREDOC_NEAR_MISS = (  # 60 KB of spaces before the closing marker: the old heredoc pattern took 12 s
     'variable "banner" {\n  type        = string\n  description = <<EOT\n' + " " * 60_000 + "x\nEOT\n}\n"
@@ -69,13 +75,15 @@ async def details_while_probing(client, url: str) -> tuple[dict, list[float], fl
 
 async def test_healthz_answers_quickly_while_a_hostile_readme_and_tf_files_are_read(make_client, tmp_path: Path):
     repo = GitRepo(tmp_path / "repos", "hostile")
-    repo.commit({
-        "README.md": HOSTILE_README,
-        "main.tf": HEREDOC_NEAR_MISS,
-        "deep.tf": DEEP_NESTING,
-        "modules/inner/README.md": "[" * 80_000,
-        "modules/inner/main.tf": HEREDOC_NEAR_MISS,
-    })
+    repo.commit(
+        {
+            "README.md": HOSTILE_README,
+            "main.tf": HEREDOC_NEAR_MISS,
+            "deep.tf": DEEP_NESTING,
+            "modules/inner/README.md": "[" * 80_000,
+            "modules/inner/main.tf": HEREDOC_NEAR_MISS,
+        }
+    )
     repo.tag("v1.0.0")
     client = await make_client(make_config([rule(repo.url)], storage={"path": str(tmp_path / "state")}))
     body, latencies, _ = await details_while_probing(client, "/v1/modules/acme/vpc/aws/1.0.0")
@@ -91,13 +99,15 @@ async def test_healthz_answers_quickly_while_a_hostile_readme_and_tf_files_are_r
 
 async def test_parsing_longer_than_the_budget_is_cut_with_a_note_while_healthz_stays_fast(make_client, tmp_path: Path):
     repo = GitRepo(tmp_path / "repos", "slow")
-    repo.commit({
-        "README.md": "# vpc\n\nA VPC with a very large variables file.\n",
-        "a_variables.tf": 'variable "name" { type = string }\n',
-        "b_huge.tf": SLOW_TF,
-        "c_outputs.tf": 'output "id" { value = "x" }\n',
-        "modules/inner/main.tf": 'variable "inner" {}\n',
-    })
+    repo.commit(
+        {
+            "README.md": "# vpc\n\nA VPC with a very large variables file.\n",
+            "a_variables.tf": 'variable "name" { type = string }\n',
+            "b_huge.tf": SLOW_TF,
+            "c_outputs.tf": 'output "id" { value = "x" }\n',
+            "modules/inner/main.tf": 'variable "inner" {}\n',
+        }
+    )
     repo.tag("v1.0.0")
     client = await make_client(make_config([rule(repo.url)], storage={"path": str(tmp_path / "state")}))
     client.app[DETAILS].parse_seconds = 1.0  # the default (20 s) would make this test slow
@@ -158,8 +168,9 @@ async def test_the_app_cleanup_stops_its_parse_workers(aiohttp_client, tmp_path:
     repo = GitRepo(tmp_path / "repos", "plain")
     repo.commit({"main.tf": 'variable "x" {}\n'})
     repo.tag("v1.0.0")
-    client = await indexed(await aiohttp_client(create_app(make_config([rule(repo.url)],
-                                                                        storage={"path": str(tmp_path / "state")}))))
+    client = await indexed(
+        await aiohttp_client(create_app(make_config([rule(repo.url)], storage={"path": str(tmp_path / "state")})))
+    )
     assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
     pids = client.app[DETAILS].workers.pids()
     assert pids and all(alive(pid) for pid in pids)  # kept for the next build

@@ -40,8 +40,9 @@ def module_repo(tmp_path: Path, name: str, readme: str = README) -> GitRepo:
 
 
 def rules(git_http, names: list[str]) -> list[dict]:
-    return [{"namespace": "acme", "name": n, "system": "aws", "repository": git_http.url(f"public-{n}.git")}
-            for n in names]
+    return [
+        {"namespace": "acme", "name": n, "system": "aws", "repository": git_http.url(f"public-{n}.git")} for n in names
+    ]
 
 
 async def get_json(client, url: str) -> dict:
@@ -57,11 +58,20 @@ def names(body: dict) -> list[str]:
 async def test_browsing_a_settled_index_runs_no_git_at_all(make_client, git_http, tmp_path):
     for n in ("vnet", "dns"):
         module_repo(tmp_path, f"public-{n}")
-    client = await indexed(await make_client(make_config(rules(git_http, ["vnet", "dns"]), git_http,
-                                                         storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(
+            make_config(rules(git_http, ["vnet", "dns"]), git_http, storage={"path": str(tmp_path / "state")})
+        )
+    )
     git_http.reset_counters()
-    for url in ("/v1/modules", "/v1/modules/acme", "/v1/modules/search?q=vnet", "/v1/modules/acme/vnet",
-                "/v1/modules/acme/vnet/aws", "/v1/modules/acme/vnet/aws/1.0.0"):
+    for url in (
+        "/v1/modules",
+        "/v1/modules/acme",
+        "/v1/modules/search?q=vnet",
+        "/v1/modules/acme/vnet",
+        "/v1/modules/acme/vnet/aws",
+        "/v1/modules/acme/vnet/aws/1.0.0",
+    ):
         await get_json(client, url)
     assert git_http.requests() == []  # not one request reached the Git host
 
@@ -69,26 +79,36 @@ async def test_browsing_a_settled_index_runs_no_git_at_all(make_client, git_http
 async def test_search_finds_readme_words_and_ranks_names_first(make_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-bastion", "# Bastion\n\nA jump host.\n")
-    client = await indexed(await make_client(make_config(rules(git_http, ["vnet", "bastion"]), git_http,
-                                                         storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(
+            make_config(rules(git_http, ["vnet", "bastion"]), git_http, storage={"path": str(tmp_path / "state")})
+        )
+    )
     # "bastion" is the second module's name and a word deep in the first one's README.
     assert names(await get_json(client, "/v1/modules/search?q=bastion")) == ["bastion", "vnet"]
     assert names(await get_json(client, "/v1/modules/search?q=nat%20gateway")) == ["vnet"]
     assert names(await get_json(client, "/v1/modules/search?q=no-such-word")) == []
-    vnet = (await get_json(client, "/v1/modules/acme/vnet/aws"))
+    vnet = await get_json(client, "/v1/modules/acme/vnet/aws")
     assert vnet["description"] == "Creates a virtual network with peering and flow logs."
 
 
 async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(make_client, git_http, tmp_path):
     repo = module_repo(tmp_path, "public-vnet")
-    config = make_config(rules(git_http, ["vnet"]), git_http, cache={"ttl_seconds": 3600}, webhooks=WEBHOOKS,
-                         storage={"path": str(tmp_path / "state")})
+    config = make_config(
+        rules(git_http, ["vnet"]),
+        git_http,
+        cache={"ttl_seconds": 3600},
+        webhooks=WEBHOOKS,
+        storage={"path": str(tmp_path / "state")},
+    )
     client = await indexed(await make_client(config))
     assert (await get_json(client, "/v1/modules"))["modules"][0]["version"] == "1.0.0"
     repo.commit({"README.md": "# Virtual network\n\nNow with IPv6.\n"})
     repo.tag("v1.1.0")
     started = time.monotonic()
-    resp = await post_github(client, pointed_at(webhook_fixture("github-push-tag.json"), git_http.url("public-vnet.git")))
+    resp = await post_github(
+        client, pointed_at(webhook_fixture("github-push-tag.json"), git_http.url("public-vnet.git"))
+    )
     assert resp.status == 200
     while (await get_json(client, "/v1/modules"))["modules"][0]["version"] != "1.1.0":
         assert time.monotonic() - started < 5, "the new tag was not listed"
@@ -97,7 +117,9 @@ async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(make
     assert listed["versions"] == ["1.1.0", "1.0.0"] and listed["description"] == "Now with IPv6."
 
 
-async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_host_down(make_client, git_http, tmp_path):
+async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_host_down(
+    make_client, git_http, tmp_path
+):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-dns", "# DNS\n\nRecords.\n")
     state = tmp_path / "state"
@@ -126,7 +148,9 @@ async def test_a_damaged_index_file_is_set_aside_and_built_again(make_client, gi
     state = tmp_path / "state"
     state.mkdir()
     (state / "index.json").write_text('{"format": 1, "entries": [')
-    client = await indexed(await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)})))
+    client = await indexed(
+        await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)}))
+    )
     assert names(await get_json(client, "/v1/modules")) == ["vnet"]
     assert (state / "index.json.damaged").exists()
 
@@ -135,8 +159,11 @@ async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client,
     repo = GitRepo(tmp_path / "repos", "vnet")
     repo.commit({"main.tf": "# v\n"})
     repo.tag("v1.0.0")
-    config = make_config([{"namespace": "acme", "name": "vnet", "system": "aws", "repository": repo.url}],
-                         cache={"ttl_seconds": 0.1}, storage={"path": str(tmp_path / "state")})
+    config = make_config(
+        [{"namespace": "acme", "name": "vnet", "system": "aws", "repository": repo.url}],
+        cache={"ttl_seconds": 0.1},
+        storage={"path": str(tmp_path / "state")},
+    )
     client = await indexed(await make_client(config))
     assert names(await get_json(client, "/v1/modules")) == ["vnet"]
     repo.delete_tag("v1.0.0")
@@ -149,22 +176,30 @@ async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client,
 
 async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_runs(make_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
-    client = await make_client(make_config(rules(git_http, ["vnet"]), git_http, index={"enabled": False},
-                                           storage={"path": str(tmp_path / "state")}))
+    client = await make_client(
+        make_config(
+            rules(git_http, ["vnet"]), git_http, index={"enabled": False}, storage={"path": str(tmp_path / "state")}
+        )
+    )
     await asyncio.sleep(0.3)
     assert git_http.requests() == []
     assert names(await get_json(client, "/v1/modules")) == []
-    assert (await get_json(client, "/v1/modules/acme/vnet/aws/versions"))["modules"][0]["versions"] == [{"version": "1.0.0"}]
+    assert (await get_json(client, "/v1/modules/acme/vnet/aws/versions"))["modules"][0]["versions"] == [
+        {"version": "1.0.0"}
+    ]
     assert client.app[INDEX].complete is False
 
 
-async def test_new_modules_are_listed_with_their_versions_before_their_details_are_built(make_client, git_http, tmp_path):
+async def test_new_modules_are_listed_with_their_versions_before_their_details_are_built(
+    make_client, git_http, tmp_path
+):
     for n in ("vnet", "dns", "nat"):
         module_repo(tmp_path, f"public-{n}")
     git_http.hold_fetches()  # the mirrors that details are read from cannot be cloned; ls-remote answers
     try:
-        client = await make_client(make_config(rules(git_http, ["vnet", "dns", "nat"]), git_http,
-                                               storage={"path": str(tmp_path / "state")}))
+        client = await make_client(
+            make_config(rules(git_http, ["vnet", "dns", "nat"]), git_http, storage={"path": str(tmp_path / "state")})
+        )
         started = time.monotonic()
         while names(await get_json(client, "/v1/modules")) != ["dns", "nat", "vnet"]:
             assert time.monotonic() - started < 8, "new modules were not listed until their details were built"
@@ -181,12 +216,15 @@ async def test_new_modules_are_listed_with_their_versions_before_their_details_a
     assert vnet["description"] == "Creates a virtual network with peering and flow logs."
 
 
-async def test_an_older_versions_details_are_read_in_the_background_never_inside_the_request(make_client, git_http, tmp_path):
+async def test_an_older_versions_details_are_read_in_the_background_never_inside_the_request(
+    make_client, git_http, tmp_path
+):
     repo = module_repo(tmp_path, "public-vnet")
     repo.commit({"README.md": "# Virtual network\n\nVersion two.\n"})
     repo.tag("v2.0.0")
-    client = await indexed(await make_client(make_config(rules(git_http, ["vnet"]), git_http,
-                                                         storage={"path": str(tmp_path / "state")})))
+    client = await indexed(
+        await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(tmp_path / "state")}))
+    )
     git_http.reset_counters()
     started = time.monotonic()
     resp = await client.get("/v1/modules/acme/vnet/aws/1.0.0")

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitreg.app import create_app
-from tests.conftest import indexed, GIT_PASSWORD, GIT_USER, assert_error, make_config
+from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo
 
@@ -60,8 +60,16 @@ async def test_requests_are_counted_by_route_template_and_status_never_by_raw_pa
     assert (await client.get("/no/such/thing")).status == 404
     samples = await scrape(client)
     assert value(samples, "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 3
-    assert value(samples, "gitreg_http_requests_total", route="/v1/modules/{namespace}/{name}/{system}/{version}/download",
-                 method="GET", status="404") == 1
+    assert (
+        value(
+            samples,
+            "gitreg_http_requests_total",
+            route="/v1/modules/{namespace}/{name}/{system}/{version}/download",
+            method="GET",
+            status="404",
+        )
+        == 1
+    )
     assert value(samples, "gitreg_http_requests_total", route="unmatched", method="GET", status="404") == 1
     assert value(samples, "gitreg_http_request_duration_seconds_count", route=VERSIONS_ROUTE) == 3
     routes = {dict(labels).get("route") for _, labels in samples}
@@ -115,7 +123,9 @@ async def test_webhook_deliveries_are_counted_by_result(make_client, repo):
     signature = "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
     good = {"X-GitHub-Event": "push", "X-Hub-Signature-256": signature, "Content-Type": "application/json"}
     assert (await client.post("/webhooks/github", data=body, headers=good)).status == 200
-    assert (await client.post("/webhooks/github", data=body, headers={**good, "X-Hub-Signature-256": "sha256=00"})).status == 401
+    assert (
+        await client.post("/webhooks/github", data=body, headers={**good, "X-Hub-Signature-256": "sha256=00"})
+    ).status == 401
     assert (await client.post("/webhooks/gitlab", data=body)).status == 404
     samples = await scrape(client)
     assert value(samples, "gitreg_webhook_events_total", provider="github", result="refreshed") == 1
@@ -127,8 +137,9 @@ async def test_webhook_deliveries_are_counted_by_result(make_client, repo):
 async def test_metrics_never_show_credentials_or_repository_paths(make_client, git_http, tmp_path):
     GitRepo(tmp_path / "repos", "private").commit({"main.tf": "#\n"})
     url = git_http.url("private.git").replace("http://", f"http://{GIT_USER}@")
-    config = make_config([rule(url)],
-                         credentials=[{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}])
+    config = make_config(
+        [rule(url)], credentials=[{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
+    )
     client = await make_client(config)
     await client.get("/v1/modules/demo/hello/null/versions")
     text = await (await client.get("/metrics")).text()
@@ -158,8 +169,12 @@ async def test_each_app_has_its_own_metrics_and_none_reach_the_global_registry(a
     first = await aiohttp_client(create_app(make_config([rule(repo.url)])))
     second = await aiohttp_client(create_app(make_config([rule(repo.url)])))
     await first.get("/v1/modules/demo/hello/null/versions")
-    assert value(await scrape(first), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 1
-    assert value(await scrape(second), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 0
+    assert (
+        value(await scrape(first), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 1
+    )
+    assert (
+        value(await scrape(second), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 0
+    )
     assert "gitreg_" not in prometheus_client.generate_latest().decode()
 
 
@@ -206,9 +221,16 @@ async def _wait_for_log(proc: GitregProcess, needle: str) -> list[str]:
 
 async def test_access_log_uses_the_combined_log_format_by_default(repo, tmp_path):
     with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as proc:
-        assert await asyncio.to_thread(_get, proc.url + "/healthz?token=hunter2-secret", {"User-Agent": "Terraform/1.9.0"}) == 200
+        assert (
+            await asyncio.to_thread(_get, proc.url + "/healthz?token=hunter2-secret", {"User-Agent": "Terraform/1.9.0"})
+            == 200
+        )
         line = (await _wait_for_log(proc, "/healthz"))[0]
-    assert re.fullmatch(r'127\.0\.0\.1 - - \[[^\]]+\] "GET /healthz\?token=\*\*\* HTTP/1\.1" 200 \d+ "-" "Terraform/1\.9\.0" \d+\.\d+\n', line), line
+    assert re.fullmatch(
+        r'127\.0\.0\.1 - - \[[^\]]+\] "GET /healthz\?token=\*\*\* HTTP/1\.1" 200 \d+ '
+        r'"-" "Terraform/1\.9\.0" \d+\.\d+\n',
+        line,
+    ), line
     assert "hunter2-secret" not in "".join(proc.log)
 
 
@@ -235,8 +257,12 @@ async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
 async def test_log_format_json_writes_one_json_object_per_line(repo, tmp_path):
     args = ("--module", f"demo/hello/null={repo.url}", "--log-format", "json")
     with GitregProcess(*args, cwd=tmp_path) as proc:
-        assert await asyncio.to_thread(_get, proc.url + "/v1/modules/demo/hello/null/versions",
-                                       {"Authorization": "Bearer not-logged-token"}) == 200
+        assert (
+            await asyncio.to_thread(
+                _get, proc.url + "/v1/modules/demo/hello/null/versions", {"Authorization": "Bearer not-logged-token"}
+            )
+            == 200
+        )
         await _wait_for_log(proc, "/versions")
     records = [json.loads(line) for line in proc.log if line.strip()]  # every line is JSON
     assert any(r["logger"] == "gitreg" and "serving" in r["message"] for r in records)
@@ -312,8 +338,12 @@ async def test_invented_http_methods_share_one_method_label_so_series_stay_bound
         assert set(statuses) == {405}, statuses  # answered by gitreg, so counted by its middleware
         for method in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await _raw_method(port, method)
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(proc.url + "/metrics", timeout=10).read().decode())
-    series = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "gitreg_http_requests_total"]
+        text = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(proc.url + "/metrics", timeout=10).read().decode()
+        )
+    series = [
+        s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "gitreg_http_requests_total"
+    ]
     methods = {s.labels["method"] for s in series}
     assert methods <= {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other"}, methods
     assert sum(s.value for s in series if s.labels["method"] == "other") == 50

@@ -60,8 +60,14 @@ def credentials(git_http: GitHttpServer) -> list[dict[str, str]]:
 
 
 def org_table(fake: FakeForge, **extra: Any) -> dict[str, Any]:
-    return {"provider": fake.provider, "api_url": fake.api_url, "group": fake.group, "namespace": "acme",
-            "token": API_TOKEN, **extra}
+    return {
+        "provider": fake.provider,
+        "api_url": fake.api_url,
+        "group": fake.group,
+        "namespace": "acme",
+        "token": API_TOKEN,
+        **extra,
+    }
 
 
 def org_config(fake: FakeForge, git_http: GitHttpServer, modules: list[dict[str, Any]] | None = None, **extra: Any):
@@ -120,7 +126,11 @@ async def test_github_org_listing_follows_every_page_of_link_headers(github, git
     assert report.found == 5
     pages = github.requests("/repos")
     # Page 1 by the org's login, then GitHub's own next links (by org id), 2 repositories a page.
-    assert [r.path for r in pages] == ["/orgs/acme-infra/repos", "/organizations/9919/repos", "/organizations/9919/repos"]
+    assert [r.path for r in pages] == [
+        "/orgs/acme-infra/repos",
+        "/organizations/9919/repos",
+        "/organizations/9919/repos",
+    ]
     assert "per_page=100" in pages[0].query and "type=all" in pages[0].query
     assert [r.query.split("page=")[-1] for r in pages[1:]] == ["2", "3"]
     for r in pages:
@@ -131,18 +141,26 @@ async def test_github_org_listing_follows_every_page_of_link_headers(github, git
 
 @pytest.mark.parametrize("link_header", [True, False], ids=["link", "x-next-page"])
 async def test_gitlab_group_listing_follows_every_page_and_includes_subgroups(git_http, tmp_path, link_header):
-    fake = await FakeForge("gitlab", git_http, "platform/terraform", token=API_TOKEN, max_per_page=2,
-                           link_header=link_header).start()
+    fake = await FakeForge(
+        "gitlab", git_http, "platform/terraform", token=API_TOKEN, max_per_page=2, link_header=link_header
+    ).start()
     try:
-        for name, subgroup in (("terraform-aws-vpc", ""), ("terraform-aws-iam", "networking"),
-                               ("terraform-aws-dns", "networking/dns"), ("ansible-roles", "")):
+        for name, subgroup in (
+            ("terraform-aws-vpc", ""),
+            ("terraform-aws-iam", "networking"),
+            ("terraform-aws-dns", "networking/dns"),
+            ("ansible-roles", ""),
+        ):
             module_repo(tmp_path, name)
             fake.add(name, subgroup=subgroup)
         catalog = await listed(org_config(fake, git_http))
     finally:
         await fake.close()
     assert sorted(map(str, catalog.modules())) == ["acme/dns/aws", "acme/iam/aws", "acme/vpc/aws"]
-    assert catalog.get(ModuleAddress("acme", "dns", "aws")).full_name == "platform/terraform/networking/dns/terraform-aws-dns"
+    assert (
+        catalog.get(ModuleAddress("acme", "dns", "aws")).full_name
+        == "platform/terraform/networking/dns/terraform-aws-dns"
+    )
     pages = fake.requests("/projects")
     assert len(pages) == 2
     assert all(r.path == "/api/v4/groups/platform%2Fterraform/projects" for r in pages)
@@ -203,8 +221,9 @@ async def test_a_custom_repository_pattern_names_the_modules(github, git_http, t
 
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
 async def test_a_rate_limited_page_is_waited_out_then_the_listing_completes(git_http, tmp_path, provider):
-    fake = await FakeForge(provider, git_http, "acme-infra" if provider == "github" else "platform",
-                           token=API_TOKEN, max_per_page=1).start()
+    fake = await FakeForge(
+        provider, git_http, "acme-infra" if provider == "github" else "platform", token=API_TOKEN, max_per_page=1
+    ).start()
     try:
         for name in ("terraform-aws-vpc", "terraform-aws-iam"):
             fake.add(name)
@@ -222,7 +241,7 @@ async def test_a_rate_limited_page_is_waited_out_then_the_listing_completes(git_
     assert statuses == [403 if provider == "github" else 429, 200, 200]  # one refusal, the same page again, the next
     assert waited >= 0.4  # it waited for the reset instead of asking again at once
     assert sorted(map(str, catalog.modules())) == ["acme/iam/aws", "acme/vpc/aws"]
-    (_, stats), = catalog.stats()
+    ((_, stats),) = catalog.stats()
     assert stats.failures == {"rate_limited": 1}
     assert stats.rate_remaining is not None and stats.rate_remaining > 0
 
@@ -256,7 +275,7 @@ async def test_when_the_api_is_down_the_last_listing_stays(github, git_http, tmp
     assert list(catalog.modules()) == [VPC]
     report = catalog.report()[0]
     assert report.found == 1 and "HTTP 503" in report.error
-    (_, stats), = catalog.stats()
+    ((_, stats),) = catalog.stats()
     assert stats.failures == {"error": 3}  # tried, then twice more after a pause, then gave up
 
 
@@ -383,8 +402,9 @@ async def test_renamed_and_archived_github_repositories_move_and_disappear(make_
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
 
     github.rename("terraform-aws-vpc", "terraform-aws-network")
-    payload = github.github_repository_event("renamed", "terraform-aws-network",
-                                             repository={"name": {"from": "terraform-aws-vpc"}})
+    payload = github.github_repository_event(
+        "renamed", "terraform-aws-network", repository={"name": {"from": "terraform-aws-vpc"}}
+    )
     resp = await post_github(client, payload, "repository")
     assert resp.status == 200, await resp.text()
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/versions"), 404)
@@ -418,8 +438,11 @@ async def test_a_gitlab_system_hook_rename_moves_the_module(make_client, gitlab,
     await until(client.app[ORGS].complete)
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
     gitlab.rename("terraform-aws-vpc", "terraform-aws-network")
-    payload = gitlab.gitlab_system_hook("project_rename", "terraform-aws-network",
-                                        old_path_with_namespace="platform/terraform/networking/terraform-aws-vpc")
+    payload = gitlab.gitlab_system_hook(
+        "project_rename",
+        "terraform-aws-network",
+        old_path_with_namespace="platform/terraform/networking/terraform-aws-vpc",
+    )
     gitlab.reset_counters()
     resp = await post_gitlab(client, payload)
     assert resp.status == 200, await resp.text()
@@ -450,9 +473,12 @@ async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, gi
     assert await versions_of(client) == ["1.0.0"]  # cached for an hour
     # GitHub names the repository by its github.com URLs; gitreg knows them from the API.
     push = json.loads((Path(__file__).parent / "fixtures/webhooks/github-push-tag.json").read_text())
-    push["repository"].update(clone_url="https://github.com/acme-infra/terraform-aws-vpc.git",
-                              html_url="https://github.com/acme-infra/terraform-aws-vpc",
-                              ssh_url="git@github.com:acme-infra/terraform-aws-vpc.git", git_url="git://x/y.git")
+    push["repository"].update(
+        clone_url="https://github.com/acme-infra/terraform-aws-vpc.git",
+        html_url="https://github.com/acme-infra/terraform-aws-vpc",
+        ssh_url="git@github.com:acme-infra/terraform-aws-vpc.git",
+        git_url="git://x/y.git",
+    )
     resp = await post_github(client, push, "push")
     assert resp.status == 200, await resp.text()
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
@@ -569,24 +595,38 @@ def test_repository_pattern_needs_name_and_system():
     ]:
         with pytest.raises(ConfigError) as info:
             parse_config({"orgs": [{**base, "repository_pattern": pattern}]}, {})
-        assert any(p.startswith("orgs[0].repository_pattern: ") and message in p for p in info.value.problems), info.value.problems
+        assert any(p.startswith("orgs[0].repository_pattern: ") and message in p for p in info.value.problems), (
+            info.value.problems
+        )
 
 
 def test_org_config_is_checked_key_by_key():
     with pytest.raises(ConfigError) as info:
-        parse_config({"orgs": [
-            {"provider": "bitbucket", "group": "x", "namespace": "acme"},
-            {"provider": "gitlab", "api_url": "ftp://gitlab.example.com", "group": "a//b", "namespace": "acme"},
-            {"provider": "github", "group": "acme", "namespace": "acme", "refresh_seconds": 1, "clone": "git",
-             "download": "zip", "include_archived": "yes"},
-            {"provider": "github", "group": "ACME", "namespace": "other"},
-        ]}, {})
+        parse_config(
+            {
+                "orgs": [
+                    {"provider": "bitbucket", "group": "x", "namespace": "acme"},
+                    {"provider": "gitlab", "api_url": "ftp://gitlab.example.com", "group": "a//b", "namespace": "acme"},
+                    {
+                        "provider": "github",
+                        "group": "acme",
+                        "namespace": "acme",
+                        "refresh_seconds": 1,
+                        "clone": "git",
+                        "download": "zip",
+                        "include_archived": "yes",
+                    },
+                    {"provider": "github", "group": "ACME", "namespace": "other"},
+                ]
+            },
+            {},
+        )
     assert info.value.problems == [
-        "orgs[0].provider: must be \"gitlab\" or \"github\", not 'bitbucket'",
+        'orgs[0].provider: must be "gitlab" or "github", not \'bitbucket\'',
         "orgs[1].api_url: 'ftp://gitlab.example.com' must be an https:// URL like https://gitlab.example.com/api/v4",
         "orgs[1].group: 'a//b' is not a GitLab group path like 'platform/terraform'",
-        "orgs[2].clone: must be \"https\" or \"ssh\", not 'git'",
-        "orgs[2].download: must be \"git\", \"archive\" or an https:// tarball URL template, not 'zip'",
+        'orgs[2].clone: must be "https" or "ssh", not \'git\'',
+        'orgs[2].download: must be "git", "archive" or an https:// tarball URL template, not \'zip\'',
         "orgs[2].refresh_seconds: must be a number between 10 and 604800, not 1",
         "orgs[2].include_archived: must be true or false, not a string",
         "orgs[3].group: 'ACME' is already listed by orgs[2]",
@@ -594,8 +634,10 @@ def test_org_config_is_checked_key_by_key():
 
 
 def test_the_org_token_is_not_in_the_config_repr():
-    config = parse_config({"orgs": [{"provider": "gitlab", "group": "g", "namespace": "acme", "token": "${T}"}]},
-                          {"T": "glpat-very-secret"})
+    config = parse_config(
+        {"orgs": [{"provider": "gitlab", "group": "g", "namespace": "acme", "token": "${T}"}]},
+        {"T": "glpat-very-secret"},
+    )
     assert config.orgs[0].token == "glpat-very-secret"
     assert "glpat-very-secret" not in repr(config)
     assert config.orgs[0].api_url == "https://gitlab.com/api/v4"
@@ -625,8 +667,9 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
         fake.add("terraform-aws-legacy", archived=True)
         fake.add("handbook")
         config = write_config(tmp_path, fake, git_http)
-        result = run_gitreg("check", "--probe", "--config", str(config),
-                            env={"ORG_TOKEN": API_TOKEN, "GIT_PASSWORD": GIT_PASSWORD})
+        result = run_gitreg(
+            "check", "--probe", "--config", str(config), env={"ORG_TOKEN": API_TOKEN, "GIT_PASSWORD": GIT_PASSWORD}
+        )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert "1 org(s)" in out
@@ -663,16 +706,24 @@ def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, 
             work = tmp_path / "work"
             work.mkdir()
             (work / "main.tf").write_text(
-                'module "vpc" {\n  source  = "registry.example.test/acme/vpc/aws"\n  version = "~> 1.0"\n}\n')
+                'module "vpc" {\n  source  = "registry.example.test/acme/vpc/aws"\n  version = "~> 1.0"\n}\n'
+            )
             cli_config(tmp_path / "cli.tfrc", server.url)
             # Terraform clones with the same git credentials gitreg uses, from its own git config.
             (tmp_path / "home").mkdir()
             (tmp_path / "home" / ".git-credentials").write_text(
-                git_http.base_url.replace("://", f"://{GIT_USER}:{GIT_PASSWORD}@") + "\n")
+                git_http.base_url.replace("://", f"://{GIT_USER}:{GIT_PASSWORD}@") + "\n"
+            )
             (tmp_path / "home" / ".gitconfig").write_text("[credential]\n\thelper = store\n")
-            result = terraform.run(["init", "-input=false", "-no-color"], cwd=work, env=clean_env(
-                tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                GIT_CONFIG_GLOBAL=str(tmp_path / "home" / ".gitconfig")))
+            result = terraform.run(
+                ["init", "-input=false", "-no-color"],
+                cwd=work,
+                env=clean_env(
+                    tmp_path / "home",
+                    TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
+                    GIT_CONFIG_GLOBAL=str(tmp_path / "home" / ".gitconfig"),
+                ),
+            )
             log = "".join(server.log)
         assert fake.requests("/repos"), "gitreg listed the org through the API"
     assert result.returncode == 0, f"{terraform.name} init failed:\n{result.stdout}\n{result.stderr}\n{log}"
@@ -711,8 +762,15 @@ async def test_org_modules_are_listed_and_searchable_by_description_and_topic(ma
 async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(make_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, org={"refresh_seconds": 3600},
-                                          storage={"path": str(tmp_path / "state")}))
+    client = await make_client(
+        org_config(
+            github,
+            git_http,
+            webhooks=WEBHOOKS,
+            org={"refresh_seconds": 3600},
+            storage={"path": str(tmp_path / "state")},
+        )
+    )
     await until(client.app[ORGS].complete)
     await indexed(client)
     module_repo(tmp_path, "terraform-aws-iam", ("0.1.0",))
@@ -734,7 +792,8 @@ async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(mak
 
 
 async def test_an_org_refresh_where_nothing_changed_costs_no_git_and_a_restart_none_either(
-        make_client, github, git_http, tmp_path):
+    make_client, github, git_http, tmp_path
+):
     for name in ("terraform-aws-vpc", "terraform-aws-dns"):
         module_repo(tmp_path, name)
         github.add(name)

@@ -27,7 +27,7 @@ def section(text: str, heading: str) -> str:
     match = re.search(rf"^(#+) {re.escape(heading)}\s*$", text, re.MULTILINE)
     assert match, f"no section {heading!r}"
     level = len(match.group(1))
-    rest = text[match.end():]
+    rest = text[match.end() :]
     end = re.search(rf"^#{{1,{level}}} ", rest, re.MULTILINE)
     return rest[: end.start()] if end else rest
 
@@ -72,8 +72,14 @@ def _array_tables() -> set[str]:
 def test_the_key_list_is_derived_from_the_dataclasses():
     keys = config_keys()
     # What the README must name is taken from the code: a few known keys prove the walk works.
-    for expected in [("server", "public_url"), ("storage", "max_bytes"), ("auth", "signed_url_ttl_seconds"),
-                     ("modules", "archive_root"), ("auth", "tokens", "namespaces"), ("credentials", "password")]:
+    for expected in [
+        ("server", "public_url"),
+        ("storage", "max_bytes"),
+        ("auth", "signed_url_ttl_seconds"),
+        ("modules", "archive_root"),
+        ("auth", "tokens", "namespaces"),
+        ("credentials", "password"),
+    ]:
         assert expected in keys
     assert len(keys) >= 35
 
@@ -92,7 +98,9 @@ def test_every_config_key_is_in_the_readme_configuration_table(key):
         owner, name = f"`{'.'.join(key[:-1])}`", key[-1]
     candidates = [r for r in rows if owner is None or owner in r.split("|")[1]]
     assert candidates, f"no row for {owner} in the README's configuration table"
-    assert any(f"`{name}`" in r for r in candidates), f"{'.'.join(key)} is missing from the README's configuration table"
+    assert any(f"`{name}`" in r for r in candidates), (
+        f"{'.'.join(key)} is missing from the README's configuration table"
+    )
 
 
 def metric_families(text: str) -> set[str]:
@@ -110,12 +118,19 @@ async def test_every_metric_a_live_app_exposes_is_in_the_readme_metrics_table(ma
     repo = GitRepo(tmp_path / "repos", "hello")
     repo.commit({"main.tf": "# hello\n"})
     repo.tag("v1.0.0")
-    rules = [{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url},
-             {"namespace": "demo", "name": "packed", "system": "null", "repository": repo.url, "download": "archive"}]
+    rules = [
+        {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url},
+        {"namespace": "demo", "name": "packed", "system": "null", "repository": repo.url, "download": "archive"},
+    ]
     client = await make_client(make_config(rules, storage={"path": str(tmp_path / "state")}))
-    for path in ("/v1/modules/demo/hello/null/versions", "/v1/modules/demo/hello/null/1.0.0/download",
-                 "/v1/modules/demo/packed/null/1.0.0/download", "/v1/modules/demo/packed/null/1.0.0/archive.tar.gz",
-                 "/v1/modules/demo/gone/null/versions", "/healthz"):
+    for path in (
+        "/v1/modules/demo/hello/null/versions",
+        "/v1/modules/demo/hello/null/1.0.0/download",
+        "/v1/modules/demo/packed/null/1.0.0/download",
+        "/v1/modules/demo/packed/null/1.0.0/archive.tar.gz",
+        "/v1/modules/demo/gone/null/versions",
+        "/healthz",
+    ):
         await client.get(path)
     exposed = metric_families(await (await client.get("/metrics")).text())
     assert "gitreg_http_requests_total" in exposed and "gitreg_archives" in exposed

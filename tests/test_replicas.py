@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import time
 import urllib.request
 from pathlib import Path
@@ -23,8 +22,16 @@ from tests.test_webhooks import GITHUB_SECRET, fixture, github_headers, pointed_
 ADDRESS = "demo/hello/null"
 
 
-def write_config(tmp_path: Path, name: str, repository: str, *, backend: str = "redis", index: bool = False,
-                 ttl: float = 3600, rule: str = "") -> Path:
+def write_config(
+    tmp_path: Path,
+    name: str,
+    repository: str,
+    *,
+    backend: str = "redis",
+    index: bool = False,
+    ttl: float = 3600,
+    rule: str = "",
+) -> Path:
     """One replica's config: its own storage (as a pod has), Redis from $TEST_REDIS_URL."""
     storage = tmp_path / f"storage-{name}"
     path = tmp_path / f"{name}.toml"
@@ -74,7 +81,9 @@ def redis_state(url: str) -> str:
     return readyz(url)["shared"]["redis"]
 
 
-def start_replicas(tmp_path: Path, redis: RedisServer, repository: str, count: int = 3, **options: Any) -> list[GitregProcess]:
+def start_replicas(
+    tmp_path: Path, redis: RedisServer, repository: str, count: int = 3, **options: Any
+) -> list[GitregProcess]:
     replicas = []
     for i in range(count):
         config = write_config(tmp_path, f"replica{i}", repository, **options)
@@ -131,7 +140,9 @@ def git_server(tmp_path: Path):
 # --- one upstream call for all replicas ------------------------------------------------------------------
 
 
-async def test_300_cold_requests_across_three_replicas_cause_one_upstream_ref_advertisement(tmp_path, redis_server, git_server):
+async def test_300_cold_requests_across_three_replicas_cause_one_upstream_ref_advertisement(
+    tmp_path, redis_server, git_server
+):
     public_repo(tmp_path)
     replicas = start_replicas(tmp_path, redis_server, git_server.url("public.git"))
     try:
@@ -185,7 +196,7 @@ def test_download_counts_add_up_across_replicas_and_one_replica_indexes_for_all(
         # Only the leader built details (git on its mirror); the followers loaded its index.
         built = [len(list((tmp_path / f"storage-replica{i}" / "details").glob("*.json"))) for i in range(3)]
         assert sorted(built) == [0, 0, 1], built
-        for replica, count in zip(replicas, (2, 3, 4)):
+        for replica, count in zip(replicas, (2, 3, 4), strict=True):
             for _ in range(count):
                 download_location(replica.url)
 
@@ -212,8 +223,11 @@ def test_a_moved_tag_is_pinned_to_the_same_commit_on_every_replica(tmp_path, red
         github_webhook(a.url, url)
         for replica in (b, c):
             # b and c never served v1.0.0; they see it at the new commit, and still serve the first.
-            wait_for(lambda r=replica: download_location(r.url).endswith(f"?ref={first}")
-                     and b"moved" in _log_text(r), 5, f"{replica.url} noticed the move")
+            wait_for(
+                lambda r=replica: download_location(r.url).endswith(f"?ref={first}") and b"moved" in _log_text(r),
+                5,
+                f"{replica.url} noticed the move",
+            )
         assert {download_location(r.url) for r in replicas} == {download_location(a.url)}
     finally:
         stop_all(replicas)
@@ -227,7 +241,8 @@ def _log_text(replica: GitregProcess) -> bytes:
 
 
 def test_redis_killed_under_load_fails_no_request_and_invalidations_flow_again_when_it_returns(
-        tmp_path, redis_server, git_server):
+    tmp_path, redis_server, git_server
+):
     repo = public_repo(tmp_path)
     url = git_server.url("public.git")
     a, b, c = replicas = start_replicas(tmp_path, redis_server, url, ttl=0.5)
@@ -328,8 +343,9 @@ def test_two_workers_answer_on_one_port_and_a_webhook_reaches_both(tmp_path, red
         repo.tag("v1.1.0")
         github_webhook(server.url, url)
         # Every one of 30 requests on new connections (so, on both workers) lists the new tag.
-        wait_for(lambda: all(versions(server.url) == ["1.1.0", "1.0.0"] for _ in range(30)), 3,
-                 "the new tag on every worker")
+        wait_for(
+            lambda: all(versions(server.url) == ["1.1.0", "1.0.0"] for _ in range(30)), 3, "the new tag on every worker"
+        )
         assert server.stop() == 0  # SIGTERM to the parent: forwarded, and it exits when they have
         for pid in pids:
             with pytest.raises(ProcessLookupError):
@@ -351,8 +367,9 @@ def test_several_workers_with_the_memory_backend_refuse_to_start(tmp_path):
 def test_check_says_when_redis_does_not_answer_without_showing_its_password(tmp_path):
     redis = RedisServer(tmp_path / "redis")  # nothing listens on its port
     config = write_config(tmp_path, "check", "https://git.example.com/x.git")
-    result = run_gitreg("check", "--config", str(config),
-                        env={"TEST_REDIS_URL": f"redis://:pa55-w0rd-9d1c@127.0.0.1:{redis.port}/0"})
+    result = run_gitreg(
+        "check", "--config", str(config), env={"TEST_REDIS_URL": f"redis://:pa55-w0rd-9d1c@127.0.0.1:{redis.port}/0"}
+    )
     assert result.returncode == 1, result.stderr
     assert "cache.redis_url: redis at redis://:***@127.0.0.1" in result.stderr
     assert "pa55-w0rd-9d1c" not in result.stdout + result.stderr
@@ -365,11 +382,14 @@ def test_check_says_redis_answers(tmp_path, redis_server):
     assert f"redis: {redis_server.url} answers" in result.stdout
 
 
-@pytest.mark.parametrize("url, fragment", [
-    ("http://127.0.0.1:6379", "must start with redis://, rediss:// (TLS) or unix://"),
-    ("redis://:hunter2-secret@127.0.0.1:99999/0", "is not a valid URL"),
-    ("redis://127.0.0.1:6379/zero", "the path must be a database number"),
-])
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://127.0.0.1:6379", "must start with redis://, rediss:// (TLS) or unix://"),
+        ("redis://:hunter2-secret@127.0.0.1:99999/0", "is not a valid URL"),
+        ("redis://127.0.0.1:6379/zero", "the path must be a database number"),
+    ],
+)
 def test_a_malformed_redis_url_is_a_config_error(tmp_path, url, fragment):
     config = write_config(tmp_path, "bad", "https://git.example.com/x.git")
     result = run_gitreg("check", "--config", str(config), env={"TEST_REDIS_URL": url})

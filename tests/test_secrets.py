@@ -45,8 +45,18 @@ def basic(user: str, password: str) -> str:
     return base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-SECRETS = [GIT_PASSWORD, WRONG_PASSWORD, REGISTRY_TOKEN, SCOPED_TOKEN, METRICS_TOKEN, GITHUB_SECRET, GITLAB_TOKEN,
-           SIGNING_KEY, basic(GIT_USER, GIT_PASSWORD), basic(GIT_USER, WRONG_PASSWORD)]
+SECRETS = [
+    GIT_PASSWORD,
+    WRONG_PASSWORD,
+    REGISTRY_TOKEN,
+    SCOPED_TOKEN,
+    METRICS_TOKEN,
+    GITHUB_SECRET,
+    GITLAB_TOKEN,
+    SIGNING_KEY,
+    basic(GIT_USER, GIT_PASSWORD),
+    basic(GIT_USER, WRONG_PASSWORD),
+]
 
 
 def leaked(text: str) -> list[str]:
@@ -69,8 +79,11 @@ def config_data(host: GitHttpServer, tmp_path: Path) -> dict[str, Any]:
     return {
         "git": {"protocols": ["http"], "timeout_seconds": 20},
         "storage": {"path": str(tmp_path / "state")},
-        "auth": {"tokens": ["${REGISTRY_TOKEN}", {"token": SCOPED_TOKEN, "namespaces": ["demo"]}],
-                 "metrics_token": METRICS_TOKEN, "signing_key": SIGNING_KEY},
+        "auth": {
+            "tokens": ["${REGISTRY_TOKEN}", {"token": SCOPED_TOKEN, "namespaces": ["demo"]}],
+            "metrics_token": METRICS_TOKEN,
+            "signing_key": SIGNING_KEY,
+        },
         "webhooks": {"github_secret": GITHUB_SECRET, "gitlab_token": GITLAB_TOKEN},
         "modules": [
             {"namespace": "demo", "name": "hello", "system": "null", "repository": host.url("private.git")},
@@ -105,7 +118,8 @@ def processes_naming(needle: str) -> dict[int, tuple[list[str], str]]:
 
 async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(aiohttp_client, private_host, tmp_path):
     client = await aiohttp_client(create_app(parse_config(config_data(private_host, tmp_path), ENV)))
-    private_host.mode, private_host.delay = "slow", 0.5  # every git request waits: the children live long enough to read
+    # Every git request waits: the children live long enough to read.
+    private_host.mode, private_host.delay = "slow", 0.5
     # The background index runs ls-remote, then a fetch into the mirror for the details.
     indexing = asyncio.ensure_future(indexed(client))
     seen: dict[int, tuple[list[str], str]] = {}
@@ -116,11 +130,10 @@ async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(ai
     resp = await client.get("/v1/modules/demo/hello/null", headers={"Authorization": f"Bearer {REGISTRY_TOKEN}"})
     assert resp.status == 200, await resp.text()  # ls-remote and the fetch into the mirror both ran
     commands = [argv for argv, _ in seen.values()]
-    url = private_host.url("private.git")
     ls_remote = [a for a in commands if "ls-remote" in a]
     fetch = [a for a in commands if "fetch" in a]
     assert ls_remote and fetch, commands  # the probe saw the git processes it is about
-    for argv, environment in seen.values():
+    for argv in commands:
         assert leaked(" ".join(argv)) == [], argv
     for argv in ls_remote + fetch:
         # the one user-derived value comes after --end-of-options: it can never be read as an option
@@ -134,7 +147,9 @@ async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(ai
 
 
 def github_push(url: str) -> bytes:
-    return json.dumps({"ref": "refs/tags/v1.0.1", "repository": {"clone_url": url, "html_url": url.removesuffix(".git")}}).encode()
+    return json.dumps(
+        {"ref": "refs/tags/v1.0.1", "repository": {"clone_url": url, "html_url": url.removesuffix(".git")}}
+    ).encode()
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
@@ -159,23 +174,66 @@ async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_
             assert await call(s, "GET", "/v1/modules/demo/hello/null/1.0.0/download", headers=good) == 200
             assert await call(s, "GET", "/v1/modules", headers={"Authorization": f"Bearer {SCOPED_TOKEN}"}) == 200
             # a secret in a query string (where a careless client puts it) is masked in the access log
-            assert await call(s, "GET", f"/v1/modules/demo/hello/null/versions?token={REGISTRY_TOKEN}&signature={SIGNING_KEY}",
-                              headers=good) == 200
-            assert await call(s, "GET", "/v1/modules/demo/hello/null/versions",
-                              headers={"Authorization": f"Bearer {REGISTRY_TOKEN}x"}) == 401
-            assert await call(s, "GET", "/v1/modules/demo/broken/null/versions", headers=good) == 502  # git refuses the password
+            assert (
+                await call(
+                    s,
+                    "GET",
+                    f"/v1/modules/demo/hello/null/versions?token={REGISTRY_TOKEN}&signature={SIGNING_KEY}",
+                    headers=good,
+                )
+                == 200
+            )
+            assert (
+                await call(
+                    s,
+                    "GET",
+                    "/v1/modules/demo/hello/null/versions",
+                    headers={"Authorization": f"Bearer {REGISTRY_TOKEN}x"},
+                )
+                == 401
+            )
+            # git refuses the password
+            assert await call(s, "GET", "/v1/modules/demo/broken/null/versions", headers=good) == 502
             assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
             assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN[:-1]}"}) == 401
             body = github_push(private_host.url("private.git"))
             signature = "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
             wrong_last = "1" if signature.endswith("0") else "0"  # always a different signature
-            assert await call(s, "POST", "/webhooks/github", data=body,
-                              headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": signature,
-                                       "Content-Type": "application/json"}) == 200  # a background git call
-            assert await call(s, "POST", "/webhooks/github", data=body,
-                              headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": signature[:-1] + wrong_last}) == 401
-            assert await call(s, "POST", "/webhooks/gitlab", data=b"{}",
-                              headers={"X-Gitlab-Event": "Tag Push Hook", "X-Gitlab-Token": GITLAB_TOKEN + "x"}) == 401
+            # accepted: a background git call
+            assert (
+                await call(
+                    s,
+                    "POST",
+                    "/webhooks/github",
+                    data=body,
+                    headers={
+                        "X-GitHub-Event": "push",
+                        "X-Hub-Signature-256": signature,
+                        "Content-Type": "application/json",
+                    },
+                )
+                == 200
+            )
+            assert (
+                await call(
+                    s,
+                    "POST",
+                    "/webhooks/github",
+                    data=body,
+                    headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": signature[:-1] + wrong_last},
+                )
+                == 401
+            )
+            assert (
+                await call(
+                    s,
+                    "POST",
+                    "/webhooks/gitlab",
+                    data=b"{}",
+                    headers={"X-Gitlab-Event": "Tag Push Hook", "X-Gitlab-Token": GITLAB_TOKEN + "x"},
+                )
+                == 401
+            )
             await asyncio.sleep(0.5)  # let the webhook's background refresh log what it logs
             assert await call(s, "GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
     log = "".join(server.log)
@@ -191,6 +249,7 @@ async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_
 
 def toml(data: dict[str, Any]) -> str:
     """Just enough TOML for config_data (tables, arrays of tables, strings, lists, numbers)."""
+
     def value(v: Any) -> str:
         if isinstance(v, dict):
             return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
@@ -223,7 +282,14 @@ def test_check_probe_never_prints_a_password(private_host, tmp_path):
 
 async def test_no_secret_in_the_repr_of_config_or_of_the_objects_that_hold_it(aiohttp_client, private_host, tmp_path):
     config = parse_config(config_data(private_host, tmp_path), ENV)
-    objects: list[Any] = [config, config.auth, config.webhooks, *config.auth.tokens, *config.credentials, config.credentials]
+    objects: list[Any] = [
+        config,
+        config.auth,
+        config.webhooks,
+        *config.auth.tokens,
+        *config.credentials,
+        config.credentials,
+    ]
     client = await aiohttp_client(create_app(config))
     objects += [client.app[AUTH], client.app[GIT]]
     text = "\n".join(f"{o!r}\n{o!s}" for o in objects)
@@ -234,15 +300,21 @@ async def test_no_secret_in_the_repr_of_config_or_of_the_objects_that_hold_it(ai
         assert dataclasses.is_dataclass(o)
 
 
-@pytest.mark.parametrize(("data", "key"), [
-    ({"auth": {"metrics_token": "shortsecret1"}}, "auth.metrics_token"),
-    ({"auth": {"signing_key": "short-signing-key-1234"}}, "auth.signing_key"),
-    ({"auth": {"tokens": ["shortsecret2"]}}, "auth.tokens[0]"),
-    ({"auth": {"tokens": [{"token": "shortsecret3", "namespaces": ["acme"]}]}}, "auth.tokens[0]"),
-    ({"webhooks": {"github_secret": "shortsecret4"}}, "webhooks.github_secret"),
-    ({"webhooks": {"gitlab_token": "shortsecret5"}}, "webhooks.gitlab_token"),
-    ({"credentials": [{"url": "ssh://git.example.com/", "username": "u", "password": "shortsecret6"}]}, "credentials[0].url"),
-])
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"auth": {"metrics_token": "shortsecret1"}}, "auth.metrics_token"),
+        ({"auth": {"signing_key": "short-signing-key-1234"}}, "auth.signing_key"),
+        ({"auth": {"tokens": ["shortsecret2"]}}, "auth.tokens[0]"),
+        ({"auth": {"tokens": [{"token": "shortsecret3", "namespaces": ["acme"]}]}}, "auth.tokens[0]"),
+        ({"webhooks": {"github_secret": "shortsecret4"}}, "webhooks.github_secret"),
+        ({"webhooks": {"gitlab_token": "shortsecret5"}}, "webhooks.gitlab_token"),
+        (
+            {"credentials": [{"url": "ssh://git.example.com/", "username": "u", "password": "shortsecret6"}]},
+            "credentials[0].url",
+        ),
+    ],
+)
 def test_a_config_error_about_a_secret_never_prints_the_secret(data, key):
     with pytest.raises(ConfigError) as e:
         parse_config(data, {})
@@ -278,13 +350,17 @@ def test_a_request_the_http_parser_refuses_is_never_logged_with_its_signature(tm
     repo.commit({"main.tf": "#\n"})
     repo.tag("v1.0.0")
     archive = f"/v1/modules/demo/hello/null/1.0.0/archive.tar.gz?expires=1&signature={SIGNATURE}"
-    with GitregProcess("--module", f"demo/hello/null={repo.url}", "--log-level", "debug", "--log-format", log_format,
-                       cwd=tmp_path) as server:
+    with GitregProcess(
+        "--module", f"demo/hello/null={repo.url}", "--log-level", "debug", "--log-format", log_format, cwd=tmp_path
+    ) as server:
         # an unknown method as the first request (aiohttp logs it at DEBUG, with the request line)...
         first = raw_exchange(server.url, f"BREW {archive} HTTP/1.1\r\nHost: registry\r\n\r\n".encode())
         # ...and after a good one on the same connection (at ERROR, with a traceback)
-        later = raw_exchange(server.url, b"GET /healthz HTTP/1.1\r\nHost: registry\r\n\r\n",
-                             f"BREW {archive} HTTP/1.1\r\nHost: registry\r\n\r\n".encode())
+        later = raw_exchange(
+            server.url,
+            b"GET /healthz HTTP/1.1\r\nHost: registry\r\n\r\n",
+            f"BREW {archive} HTTP/1.1\r\nHost: registry\r\n\r\n".encode(),
+        )
         # a header the parser refuses, after a request line that carries the signature
         header = raw_exchange(server.url, f"GET {archive} HTTP/1.1\r\nHost: registry\r\nBad Header: x\r\n\r\n".encode())
     log = "".join(server.log)
@@ -303,7 +379,8 @@ def test_an_archive_build_that_fails_after_its_waiter_gave_up_logs_one_line_and_
         config = tmp_path / "gitreg.toml"
         config.write_text(
             f'[git]\nprotocols = ["http"]\ntimeout_seconds = 30\n[storage]\npath = "{tmp_path / "store"}"\n'
-            f'[[modules]]\nnamespace = "demo"\nname = "broken"\nsystem = "null"\nrepository = "{host.url("broken.git")}"\n'
+            '[[modules]]\nnamespace = "demo"\nname = "broken"\nsystem = "null"\n'
+            f'repository = "{host.url("broken.git")}"\n'
             'path = "nope"\ndownload = "archive"\n'  # no such directory: the build fails, after its clone
         )
         with GitregProcess("--config", str(config), "--log-level", "debug") as server:

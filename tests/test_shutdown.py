@@ -35,8 +35,10 @@ def config_text(tmp_path: Path, modules: dict[str, str], git: str = "", cache: s
         f'[[modules]]\nnamespace = "demo"\nname = "{name}"\nsystem = "null"\nrepository = "{url}"\n{rule}\n'
         for name, url in modules.items()
     )
-    return (f'[git]\nprotocols = ["http", "file"]\n{git}\n[cache]\n{cache}\n[index]\nenabled = false\n'
-            f'[storage]\npath = "{tmp_path / "state"}"\n{rules}')
+    return (
+        f'[git]\nprotocols = ["http", "file"]\n{git}\n[cache]\n{cache}\n[index]\nenabled = false\n'
+        f'[storage]\npath = "{tmp_path / "state"}"\n{rules}'
+    )
 
 
 async def get_archive(session: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
@@ -58,16 +60,24 @@ async def test_sigterm_answers_requests_in_flight_then_kills_git_and_exits_0(git
     git_http.mode, git_http.delay = "slow", 1.0  # answers after a second: finishes during shutdown
     with GitHttpServer(tmp_path / "hung-repos") as hung:
         hung.mode, hung.delay = "slow", 60  # never answers: the 3 s timeout does
-        config = write_config(tmp_path / "gitreg.toml", config_text(
-            tmp_path, {"slow": git_http.url("public.git"), "hung": hung.url("public.git")}, git="timeout_seconds = 3"))
+        config = write_config(
+            tmp_path / "gitreg.toml",
+            config_text(
+                tmp_path,
+                {"slow": git_http.url("public.git"), "hung": hung.url("public.git")},
+                git="timeout_seconds = 3",
+            ),
+        )
         server = GitregProcess("--config", str(config)).start()
         try:
             pid = server.proc.pid
             async with aiohttp.ClientSession() as session:
                 slow = asyncio.ensure_future(get(session, server.url + VERSIONS.format("slow")))
                 stuck = asyncio.ensure_future(get(session, server.url + VERSIONS.format("hung")))
-                await eventually(lambda: sum("ls-remote" in c for c in git_children(pid).values()) == 2,
-                                 "both requests waiting on git")
+                await eventually(
+                    lambda: sum("ls-remote" in c for c in git_children(pid).values()) == 2,
+                    "both requests waiting on git",
+                )
                 children = git_children(pid)
                 server.proc.send_signal(signal.SIGTERM)
                 status, body = await asyncio.wait_for(slow, 10)
@@ -88,9 +98,15 @@ async def test_sigterm_answers_requests_in_flight_then_kills_git_and_exits_0(git
 
 async def test_sigterm_kills_a_hung_background_git_at_once_instead_of_waiting_for_its_timeout(git_http, tmp_path):
     tagged_repo(tmp_path / "repos", "public", "v1.0.0")
-    config = write_config(tmp_path / "gitreg.toml", config_text(
-        tmp_path, {"hello": git_http.url("public.git")},
-        git="timeout_seconds = 30", cache="ttl_seconds = 0.3\nrefresh_ahead = true"))
+    config = write_config(
+        tmp_path / "gitreg.toml",
+        config_text(
+            tmp_path,
+            {"hello": git_http.url("public.git")},
+            git="timeout_seconds = 30",
+            cache="ttl_seconds = 0.3\nrefresh_ahead = true",
+        ),
+    )
     server = GitregProcess("--config", str(config)).start()
     try:
         pid = server.proc.pid
@@ -99,8 +115,9 @@ async def test_sigterm_kills_a_hung_background_git_at_once_instead_of_waiting_fo
             await asyncio.sleep(0.4)  # expired: the next request is answered at once, refreshed behind
             git_http.mode, git_http.delay = "slow", 60
             assert (await get(session, server.url + VERSIONS.format("hello")))[0] == 200
-            await eventually(lambda: any("ls-remote" in c for c in git_children(pid).values()),
-                             "the background refresh running git")
+            await eventually(
+                lambda: any("ls-remote" in c for c in git_children(pid).values()), "the background refresh running git"
+            )
             children = git_children(pid)
         server.proc.send_signal(signal.SIGTERM)
         # Nobody waits for that git: shutdown kills it rather than waiting up to the 30 s timeout.
@@ -112,6 +129,7 @@ async def test_sigterm_kills_a_hung_background_git_at_once_instead_of_waiting_fo
 
 
 # -- SIGKILL while writing catalog.json ------------------------------------------------------
+
 
 def _stopped(pid: int) -> bool:
     """True once the process is frozen by SIGSTOP (or has already exited)."""
@@ -151,15 +169,18 @@ async def test_sigkill_while_writing_the_catalog_keeps_the_last_complete_one_and
         "downloads": {"acme/vpc/null": 7, **{f"acme/d{i:06d}/null": 1 for i in range(100_000)}},
     }
     (storage / "catalog.json").write_text(json.dumps(catalog))
-    config = write_config(tmp_path / "gitreg.toml", f"""
+    config = write_config(
+        tmp_path / "gitreg.toml",
+        f"""
 [storage]
 path = "{storage}"
 [index]
 enabled = false  # 50,000 remembered modules: the test is about the catalog, not indexing them
 [[modules]]
 namespace = "acme"
-repository = "{(tmp_path / 'repos').as_uri()}/{{name}}.git"
-""")
+repository = "{(tmp_path / "repos").as_uri()}/{{name}}.git"
+""",
+    )
     caught = False
     for _ in range(5):
         with GitregProcess("--config", str(config)) as server:
@@ -182,18 +203,25 @@ repository = "{(tmp_path / 'repos').as_uri()}/{{name}}.git"
             assert status == 200
     assert not list(storage.glob(".catalog-*.tmp"))
     # The restarted server went on from the last complete catalog: one more download on top of it.
-    assert json.loads((storage / "catalog.json").read_text())["downloads"]["acme/vpc/null"] == \
-        catalog["downloads"]["acme/vpc/null"] + 1
+    assert (
+        json.loads((storage / "catalog.json").read_text())["downloads"]["acme/vpc/null"]
+        == catalog["downloads"]["acme/vpc/null"] + 1
+    )
     assert not (storage / "catalog.json.damaged").exists()
 
 
 # -- SIGKILL while making or updating a mirror -------------------------------------------------
 
+
 async def test_sigkill_while_making_a_mirror_then_restart_serves_complete_mirrors_and_cleans_up(git_http, tmp_path):
     repo = tagged_repo(tmp_path / "repos", "public", "v1.0.0")
     # Archive mode: an archive request makes the mirror (with no index, nothing else does).
-    config = write_config(tmp_path / "gitreg.toml", config_text(
-        tmp_path, {"hello": git_http.url("public.git")}, git="timeout_seconds = 2", rule='download = "archive"'))
+    config = write_config(
+        tmp_path / "gitreg.toml",
+        config_text(
+            tmp_path, {"hello": git_http.url("public.git")}, git="timeout_seconds = 2", rule='download = "archive"'
+        ),
+    )
     mirrors = tmp_path / "state" / "mirrors"
     details = "/v1/modules/demo/hello/null/{}/archive.tar.gz"
     with GitregProcess("--config", str(config)) as server:
@@ -226,8 +254,12 @@ async def test_sigkill_while_making_a_mirror_then_restart_serves_complete_mirror
     # A fetch into that mirror killed half-way leaves lock files and a partial pack behind.
     repo.commit({"main.tf": 'output "hello" { value = "again" }\n'})
     repo.tag("v1.1.0")
-    planted = [mirror / "refs" / "tags" / "v1.1.0.lock", mirror / "packed-refs.lock",
-               mirror / "objects" / "pack" / "tmp_pack_Xq3zA1", mirror / "objects" / "4b" / "tmp_obj_Kd81Wz"]
+    planted = [
+        mirror / "refs" / "tags" / "v1.1.0.lock",
+        mirror / "packed-refs.lock",
+        mirror / "objects" / "pack" / "tmp_pack_Xq3zA1",
+        mirror / "objects" / "4b" / "tmp_obj_Kd81Wz",
+    ]
     for path in planted:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"PACK\x00\x00\x00\x02 half")

@@ -46,7 +46,8 @@ def write_config(tmp_path: Path, repo: GitRepo, server: str = "", cache: str = "
         f"[index]\nenabled = false\n"
         f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
         # another repository: its tag list is not cached when hello's is
-        f'[[modules]]\nnamespace = "demo"\nname = "cold"\nsystem = "null"\nrepository = "{hello_repo(tmp_path, "cold").url}"\n'
+        '[[modules]]\nnamespace = "demo"\nname = "cold"\nsystem = "null"\n'
+        f'repository = "{hello_repo(tmp_path, "cold").url}"\n'
     )
     return config
 
@@ -132,7 +133,9 @@ def test_connections_that_trickle_their_headers_are_closed_after_the_idle_timeou
 def test_a_silent_connection_to_the_tls_listener_is_closed_before_its_handshake(tmp_path):
     repo = hello_repo(tmp_path)
     write_tls_files(tmp_path)
-    config = write_config(tmp_path, repo, server=f'tls_cert = "{tmp_path / "cert.pem"}"\ntls_key = "{tmp_path / "key.pem"}"\n')
+    config = write_config(
+        tmp_path, repo, server=f'tls_cert = "{tmp_path / "cert.pem"}"\ntls_key = "{tmp_path / "key.pem"}"\n'
+    )
     with GitregProcess("--config", str(config)) as server:
         socks = [socket.create_connection(address(server), timeout=10) for _ in range(20)]  # no ClientHello, ever
         times = closed_after(socks, trickle=False, limit=IDLE + 10)

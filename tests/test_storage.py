@@ -64,8 +64,11 @@ async def test_mirrors_and_archives_together_stay_under_max_bytes(make_client, t
         repo.tag("v1.0.0")
         repos.append(repo)
     store = tmp_path / "store"
-    client = await make_client(make_config([archive_rule(f"r{i}", r.url) for i, r in enumerate(repos)],
-                                           storage={"path": str(store), "max_bytes": MIB}))
+    client = await make_client(
+        make_config(
+            [archive_rule(f"r{i}", r.url) for i, r in enumerate(repos)], storage={"path": str(store), "max_bytes": MIB}
+        )
+    )
     for rounds in range(2):  # the second round rebuilds what was evicted
         for i in range(3):
             resp = await client.get(f"/v1/modules/demo/r{i}/null/1.0.0/archive.tar.gz")
@@ -83,8 +86,9 @@ async def test_an_archive_larger_than_max_bytes_is_refused_with_507_and_never_ke
     repo.commit({"main.tf": "# copies\n", **{f"copy{i}.txt": blob for i in range(6)}})
     repo.tag("v1.0.0")
     store = tmp_path / "store"
-    client = await make_client(make_config([archive_rule("copies", repo.url)],
-                                           storage={"path": str(store), "max_bytes": MIB}))
+    client = await make_client(
+        make_config([archive_rule("copies", repo.url)], storage={"path": str(store), "max_bytes": MIB})
+    )
     caplog.set_level(logging.INFO, "gitreg")
     resp = await client.get("/v1/modules/demo/copies/null/1.0.0/download")
     await assert_error(resp, 507, "larger than [storage] max_bytes", "1.0 MiB", 'download = "git"')
@@ -106,8 +110,9 @@ async def test_an_archive_being_sent_is_not_evicted_under_it(make_client, tmp_pa
         repo.commit({"main.tf": f"# {i}\n", **{f"copy{j}.txt": blob for j in range(6)}})
         repo.tag(f"v1.{i}.0")
     store = tmp_path / "store"
-    client = await make_client(make_config([archive_rule("two", repo.url)],
-                                           storage={"path": str(store), "max_bytes": MIB}))
+    client = await make_client(
+        make_config([archive_rule("two", repo.url)], storage={"path": str(store), "max_bytes": MIB})
+    )
     first, second = ("/v1/modules/demo/two/null/1.0.0/archive.tar.gz", "/v1/modules/demo/two/null/1.1.0/archive.tar.gz")
     assert (await client.get(first)).status == 200
     archives = store / "archives"
@@ -146,8 +151,12 @@ async def test_a_mirror_in_use_is_not_evicted(make_client, tmp_path):
     big.commit({"main.tf": "# big\n", **{f"copy{j}.txt": blob for j in range(6)}})  # archive ~0.65 MiB
     big.tag("v1.0.0")
     store = tmp_path / "store"
-    client = await make_client(make_config([archive_rule("small", small.url), archive_rule("big", big.url)],
-                                           storage={"path": str(store), "max_bytes": MIB}))
+    client = await make_client(
+        make_config(
+            [archive_rule("small", small.url), archive_rule("big", big.url)],
+            storage={"path": str(store), "max_bytes": MIB},
+        )
+    )
     mirrors = client.app[MIRRORS]
     async with mirrors.use(small.url, small_sha) as mirror:  # what module details do while they read it
         resp = await client.get("/v1/modules/demo/big/null/1.0.0/archive.tar.gz")
@@ -179,8 +188,9 @@ def broken_repo(root: Path) -> GitRepo:
     repo = GitRepo(root, "broken")
     repo.commit({"main.tf": "# broken\n"})
     repo.tag("v1.0.0")
-    blob = subprocess.run(["git", "rev-parse", "v1.0.0:main.tf"], cwd=repo.bare, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    blob = subprocess.run(
+        ["git", "rev-parse", "v1.0.0:main.tf"], cwd=repo.bare, capture_output=True, text=True, check=True
+    ).stdout.strip()
     loose = repo.bare / "objects" / blob[:2] / blob[2:]
     assert loose.exists(), "expected a loose object (a small push is unpacked)"
     loose.unlink()
@@ -190,8 +200,11 @@ def broken_repo(root: Path) -> GitRepo:
 async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client, tmp_path):
     broken_repo(tmp_path / "repos")
     with GitHttpServer(tmp_path / "repos") as host:
-        config = make_config([archive_rule("broken", host.url("broken.git"))],
-                             cache={"error_retry_seconds": 1.5}, storage={"path": str(tmp_path / "store")})
+        config = make_config(
+            [archive_rule("broken", host.url("broken.git"))],
+            cache={"error_retry_seconds": 1.5},
+            storage={"path": str(tmp_path / "store")},
+        )
         client = await make_client(config)
         url = "/v1/modules/demo/broken/null/1.0.0/archive.tar.gz"
         first = await assert_error(await client.get(url), 502)
@@ -206,7 +219,7 @@ async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client,
         await asyncio.sleep(1.6)
         await assert_error(await client.get(url), 502)
         assert len(host.requests()) > seen
-    assert not [p for p in (tmp_path / "store" / "mirrors").iterdir()]  # no half-made mirror left
+    assert not list((tmp_path / "store" / "mirrors").iterdir())  # no half-made mirror left
 
 
 # --- moved tags: the first-served commit stays reachable -----------------------------------------
@@ -250,8 +263,12 @@ async def test_a_moved_tag_with_git_downloads_logs_that_clients_follow_the_tag(m
     repo = GitRepo(tmp_path / "repos", "moving")
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
-    client = await make_client(make_config([{"namespace": "demo", "name": "moving", "system": "null",
-                                             "repository": repo.url}], cache={"ttl_seconds": 0}))
+    client = await make_client(
+        make_config(
+            [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url}],
+            cache={"ttl_seconds": 0},
+        )
+    )
     download = "/v1/modules/demo/moving/null/1.0.0/download"
     assert (await (await client.get(download)).json())["location"].endswith("?ref=v1.0.0")
     second = repo.commit({"main.tf": "# second\n"})
@@ -271,8 +288,12 @@ def test_the_pin_record_is_compacted_when_loaded(tmp_path):
     from gitreg.tagpins import TagPins
 
     path = tmp_path / "tagpins.jsonl"
-    records = [("file:///r.git", "v1.0.0", "a" * 40), ("file:///r.git", "v1.0.0", "b" * 40),
-               ("file:///r.git", "v2.0.0", "c" * 40), ("file:///r.git", "v1.0.0", "d" * 40)]
+    records = [
+        ("file:///r.git", "v1.0.0", "a" * 40),
+        ("file:///r.git", "v1.0.0", "b" * 40),
+        ("file:///r.git", "v2.0.0", "c" * 40),
+        ("file:///r.git", "v1.0.0", "d" * 40),
+    ]
     path.write_text("".join(json.dumps({"repository": r, "tag": t, "sha": s}) + "\n" for r, t, s in records))
     pins = TagPins(path)
     assert len(pins) == 2
@@ -289,7 +310,9 @@ async def test_the_pin_record_does_not_grow_forever_while_serving(tmp_path):
     pins = TagPins(path)
     # A tag moved 600 times with allow_moved_tags: each move is a new record, superseding the last.
     for i in range(600):
-        assert await pins.pin("file:///r.git", "v1.0.0", f"{i:040x}", allow_moved=True, follows_tag=False) == f"{i:040x}"
+        assert (
+            await pins.pin("file:///r.git", "v1.0.0", f"{i:040x}", allow_moved=True, follows_tag=False) == f"{i:040x}"
+        )
     await pins.pin("file:///r.git", "v2.0.0", "f" * 40, allow_moved=True, follows_tag=False)
     await pins.close()
     assert len(path.read_text().splitlines()) <= 300
@@ -303,8 +326,10 @@ def test_a_stalled_pin_write_does_not_freeze_the_server(tmp_path):
     repo.tag("v1.0.0")
     store = tmp_path / "store"
     config = tmp_path / "gitreg.toml"
-    config.write_text(f'[storage]\npath = "{store}"\n'
-                      f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n')
+    config.write_text(
+        f'[storage]\npath = "{store}"\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+    )
     with GitregProcess("--config", str(config)) as server:
         # A pin record that cannot be written (a named pipe nobody reads: opening it for writing
         # waits, as a stalled disk would).

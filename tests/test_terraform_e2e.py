@@ -53,8 +53,7 @@ def write_root_module(directory: Path, host: str, extra: str = "") -> None:
     (directory / "main.tf").write_text(
         f'module "constrained" {{\n  source  = "{host}/demo/hello/null"\n  version = "~> 1.1"\n}}\n'
         f'module "pinned" {{\n  source  = "{host}/demo/hello/null"\n  version = "1.0.0"\n}}\n'
-        f'module "prerelease" {{\n  source  = "{host}/demo/hello/null"\n  version = "2.0.0-rc.1"\n}}\n'
-        + extra
+        f'module "prerelease" {{\n  source  = "{host}/demo/hello/null"\n  version = "2.0.0-rc.1"\n}}\n' + extra
     )
 
 
@@ -86,8 +85,9 @@ def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(cli
         work = tmp_path / "work"
         write_root_module(work, "registry.example.test")
         cli_config(tmp_path / "cli.tfrc", server.url)
-        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"),
-                        TF_TOKEN_registry_example_test=TOKEN)
+        env = clean_env(
+            tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN
+        )
         result = run_init(client, work, env)
         log = "".join(server.log)
     assert "Downloading registry.example.test/demo/hello/null 1.2.0 for constrained" in result.stdout
@@ -139,8 +139,12 @@ def test_init_through_real_https_discovery_with_a_test_ca(client, tmp_path):
 def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(client, tmp_path):
     root = tmp_path / "repos"
     mono = GitRepo(root, "public")
-    mono.commit({"modules/network/main.tf": 'output "v" { value = "net-1.4.0" }\n',
-                 "modules/compute/main.tf": 'output "v" { value = "compute" }\n'})
+    mono.commit(
+        {
+            "modules/network/main.tf": 'output "v" { value = "net-1.4.0" }\n',
+            "modules/compute/main.tf": 'output "v" { value = "compute" }\n',
+        }
+    )
     mono.tag("network/v1.4.0")
     mono.commit({"modules/network/main.tf": 'output "v" { value = "net-2.0.0" }\n'})
     mono.tag("network/v2.0.0")
@@ -180,13 +184,25 @@ def leave_a_quickstart_run_behind(example: Path) -> None:
     modules = example / ".terraform/modules"
     (modules / "hello").mkdir(parents=True)
     (modules / "hello/main.tf").write_text('output "greeting" { value = "hello from an old run" }\n')
-    (modules / "modules.json").write_text(json.dumps({"Modules": [
-        {"Key": "", "Source": "", "Dir": "."},
-        {"Key": "hello", "Source": "registry.example.test/demo/hello/null", "Version": "1.2.0",
-         "Dir": ".terraform/modules/hello"},
-    ]}))
-    (example / ".terraform.lock.hcl").write_text("# This file is maintained automatically by \"terraform init\".\n")
-    (example / "terraform.tfstate").write_text('{"version": 4, "serial": 1, "lineage": "old", "outputs": {}, "resources": []}\n')
+    (modules / "modules.json").write_text(
+        json.dumps(
+            {
+                "Modules": [
+                    {"Key": "", "Source": "", "Dir": "."},
+                    {
+                        "Key": "hello",
+                        "Source": "registry.example.test/demo/hello/null",
+                        "Version": "1.2.0",
+                        "Dir": ".terraform/modules/hello",
+                    },
+                ]
+            }
+        )
+    )
+    (example / ".terraform.lock.hcl").write_text('# This file is maintained automatically by "terraform init".\n')
+    (example / "terraform.tfstate").write_text(
+        '{"version": 4, "serial": 1, "lineage": "old", "outputs": {}, "resources": []}\n'
+    )
     (example / "terraform.tfstate.backup").write_text("{}\n")
 
 

@@ -25,21 +25,27 @@ def repos(tmp_path: Path) -> dict[str, GitRepo]:
 
 
 def rules(found: dict[str, GitRepo]) -> list[dict]:
-    return [{"namespace": "acme", "name": "vpc", "system": "aws", "repository": found["vpc"].url},
-            {"namespace": "other", "name": "net", "system": "azurerm", "repository": found["net"].url}]
+    return [
+        {"namespace": "acme", "name": "vpc", "system": "aws", "repository": found["vpc"].url},
+        {"namespace": "other", "name": "net", "system": "azurerm", "repository": found["net"].url},
+    ]
 
 
 @pytest.fixture
 async def open_client(make_client, tmp_path):
-    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"title": "Acme <modules>"})
+    config = make_config(
+        rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"title": "Acme <modules>"}
+    )
     return await indexed(await make_client(config))
 
 
 @pytest.fixture
 async def auth_client(make_client, tmp_path):
-    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")},
-                         auth={"tokens": [{"token": TOKEN_ACME, "namespaces": ["acme"]}, TOKEN_ALL],
-                               "signing_key": "s" * 40})
+    config = make_config(
+        rules(repos(tmp_path)),
+        storage={"path": str(tmp_path / "state")},
+        auth={"tokens": [{"token": TOKEN_ACME, "namespaces": ["acme"]}, TOKEN_ALL], "signing_key": "s" * 40},
+    )
     return await indexed(await make_client(config))
 
 
@@ -48,13 +54,21 @@ def origin(client) -> dict[str, str]:
 
 
 async def login(client, token: str) -> None:
-    resp = await client.post("/login", data={"token": token, "next": "/"}, headers=origin(client), allow_redirects=False)
+    resp = await client.post(
+        "/login", data={"token": token, "next": "/"}, headers=origin(client), allow_redirects=False
+    )
     assert resp.status == 302, await resp.text()
 
 
 async def test_every_page_carries_the_security_headers(open_client):
-    for path in ("/", "/?q=vpc", "/modules/acme/vpc/aws", "/modules/acme/vpc/aws/1.0.0", "/modules/acme/nope/aws",
-                 "/static/style.css"):
+    for path in (
+        "/",
+        "/?q=vpc",
+        "/modules/acme/vpc/aws",
+        "/modules/acme/vpc/aws/1.0.0",
+        "/modules/acme/nope/aws",
+        "/static/style.css",
+    ):
         resp = await open_client.get(path)
         csp = resp.headers["Content-Security-Policy"]
         assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp, path
@@ -68,8 +82,12 @@ async def test_the_title_is_configurable_and_escaped(open_client):
 
 
 async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_json(open_client):
-    for path in ("/modules/acme/nope/aws", "/modules/acme/vpc/aws/9.9.9", "/modules/acme/vpc/aws/not-a-version",
-                 "/modules/Bad!/x/y"):
+    for path in (
+        "/modules/acme/nope/aws",
+        "/modules/acme/vpc/aws/9.9.9",
+        "/modules/acme/vpc/aws/not-a-version",
+        "/modules/Bad!/x/y",
+    ):
         resp = await open_client.get(path)
         assert resp.status == 404 and resp.content_type == "text/html", path
     await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
@@ -100,8 +118,9 @@ async def test_pages_need_a_session_when_tokens_are_configured(auth_client):
 
 
 async def test_a_session_cookie_is_signed_http_only_strict_and_shows_only_the_tokens_namespaces(auth_client):
-    resp = await auth_client.post("/login", data={"token": TOKEN_ACME, "next": "/"}, headers=origin(auth_client),
-                                  allow_redirects=False)
+    resp = await auth_client.post(
+        "/login", data={"token": TOKEN_ACME, "next": "/"}, headers=origin(auth_client), allow_redirects=False
+    )
     assert resp.status == 302 and resp.headers["Location"] == "/"
     cookie = resp.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie and "Path=/" in cookie
@@ -133,15 +152,18 @@ async def test_a_wrong_token_is_401_and_next_never_leaves_the_site(auth_client):
     resp = await auth_client.post("/login", data={"token": "wrong-token-0000000000"}, headers=origin(auth_client))
     assert resp.status == 401 and "not valid" in await resp.text()
     for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
-        resp = await auth_client.post("/login", data={"token": TOKEN_ALL, "next": target}, headers=origin(auth_client),
-                                      allow_redirects=False)
+        resp = await auth_client.post(
+            "/login", data={"token": TOKEN_ALL, "next": target}, headers=origin(auth_client), allow_redirects=False
+        )
         assert resp.headers["Location"] == "/", target
 
 
 async def test_relative_readme_links_point_into_the_repository(make_client, tmp_path):
     found = repos(tmp_path)
-    config = make_config([{**rules(found)[0], "clone_url": "git@gitlab.example.com:acme/terraform-aws-vpc.git"}],
-                         storage={"path": str(tmp_path / "state")})
+    config = make_config(
+        [{**rules(found)[0], "clone_url": "git@gitlab.example.com:acme/terraform-aws-vpc.git"}],
+        storage={"path": str(tmp_path / "state")},
+    )
     client = await indexed(await make_client(config))
     text = await (await client.get("/modules/acme/vpc/aws")).text()
     assert 'href="https://gitlab.example.com/acme/terraform-aws-vpc/-/blob/v1.0.0/docs/guide.md"' in text

@@ -5,6 +5,7 @@ Screenshots of every page are saved under the test's tmp directory (`.../screens
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import axe_violations, browser, chromium_driver  # noqa: F401 - fixture
+from tests.support.browser import axe_violations, chromium_driver
 from tests.support.repos import GitRepo
 
 VPC_README = """# VPC
@@ -48,22 +49,29 @@ TOKEN_ALL = "ui-token-everything-987654321"
 def submit_and_wait(b, button_css: str, url_part: str) -> None:
     """Click a form's button and wait for the page it leads to."""
     b.find_element(By.CSS_SELECTOR, button_css).click()
-    WebDriverWait(b, 10).until(lambda d: url_part in d.current_url and d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(b, 10).until(
+        lambda d: url_part in d.current_url and d.execute_script("return document.readyState") == "complete"
+    )
 
 
 def make_repos(root: Path) -> dict[str, GitRepo]:
     vpc = GitRepo(root, "terraform-aws-vpc")
     vpc.commit({"README.md": "# VPC\n\nThe first VPC.\n", "main.tf": 'variable "cidr" {\n  type = string\n}\n'})
     vpc.tag("v1.0.0")
-    vpc.commit({
-        "README.md": VPC_README,
-        "main.tf": ('variable "cidr" {\n  type        = string\n  description = "The VPC CIDR block."\n  default     = "10.0.0.0/16"\n}\n'
-                    'variable "name" {\n  type = string\n  description = "Name tag."\n}\n'
-                    'output "vpc_id" {\n  description = "The VPC ID."\n  value = aws_vpc.this.id\n}\n'
-                    'resource "aws_vpc" "this" {\n  cidr_block = var.cidr\n}\n'),
-        "modules/subnets/main.tf": 'variable "vpc_id" {\n  type = string\n}\n',
-        "examples/complete/main.tf": 'module "vpc" {\n  source = "../.."\n  name = "demo"\n}\n',
-    })
+    vpc.commit(
+        {
+            "README.md": VPC_README,
+            "main.tf": (
+                'variable "cidr" {\n  type        = string\n  description = "The VPC CIDR block."\n'
+                '  default     = "10.0.0.0/16"\n}\n'
+                'variable "name" {\n  type = string\n  description = "Name tag."\n}\n'
+                'output "vpc_id" {\n  description = "The VPC ID."\n  value = aws_vpc.this.id\n}\n'
+                'resource "aws_vpc" "this" {\n  cidr_block = var.cidr\n}\n'
+            ),
+            "modules/subnets/main.tf": 'variable "vpc_id" {\n  type = string\n}\n',
+            "examples/complete/main.tf": 'module "vpc" {\n  source = "../.."\n  name = "demo"\n}\n',
+        }
+    )
     vpc.tag("v2.1.0")
     vpc.tag("v2.2.0-rc.1")
     dns = GitRepo(root, "terraform-aws-dns")
@@ -79,18 +87,36 @@ def make_repos(root: Path) -> dict[str, GitRepo]:
 
 
 def config_toml(tmp_path: Path, repos: dict[str, GitRepo], auth: bool = False) -> Path:
-    rules = [("acme", "vpc", "aws", repos["vpc"]), ("acme", "dns", "aws", repos["dns"]),
-             ("acme", "evil", "null", repos["evil"]), ("other", "net", "azurerm", repos["other"])]
+    rules = [
+        ("acme", "vpc", "aws", repos["vpc"]),
+        ("acme", "dns", "aws", repos["dns"]),
+        ("acme", "evil", "null", repos["evil"]),
+        ("other", "net", "azurerm", repos["other"]),
+    ]
     text = f'[storage]\npath = "{tmp_path / "state"}"\n[ui]\ntitle = "Acme modules"\n'
     if auth:
-        text += (f'[auth]\nsigning_key = "{"k" * 40}"\n'
-                 f'tokens = [{{ token = "{TOKEN_ACME}", namespaces = ["acme"] }}, "{TOKEN_ALL}"]\n')
+        text += (
+            f'[auth]\nsigning_key = "{"k" * 40}"\n'
+            f'tokens = [{{ token = "{TOKEN_ACME}", namespaces = ["acme"] }}, "{TOKEN_ALL}"]\n'
+        )
     for ns, name, system, repo in rules:
-        text += (f'[[modules]]\nnamespace = "{ns}"\nname = "{name}"\nsystem = "{system}"\nrepository = "{repo.url}"\n'
-                 f'clone_url = "https://github.com/{ns}/terraform-{system}-{name}.git"\n')
+        text += (
+            f'[[modules]]\nnamespace = "{ns}"\nname = "{name}"\nsystem = "{system}"\nrepository = "{repo.url}"\n'
+            f'clone_url = "https://github.com/{ns}/terraform-{system}-{name}.git"\n'
+        )
     path = tmp_path / "gitreg.toml"
     path.write_text(text)
     return path
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    """A headless Chromium for one test."""
+    driver = chromium_driver()
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture
@@ -164,8 +190,9 @@ def test_pages_work_at_phone_width(server, shots):
     driver = chromium_driver()
     try:
         # A phone's viewport (a desktop window cannot be made this narrow).
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride", {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+        )
         driver.get(server.url + "/modules/acme/vpc/aws")
         driver.save_screenshot(str(shots / "module-phone.png"))
         # Nothing wider than the screen: the page does not scroll sideways.

@@ -31,10 +31,16 @@ ports = st.integers(min_value=1, max_value=65535)
 # A password carries a marker no generated user, host or path can contain, so "not shown" is a substring check.
 passwords = st.text(st.sampled_from("abcXYZ019-._~!$&'()*+,;=:@%"), max_size=16).map(lambda p: "Zq" + p)
 # Arbitrary text, and text made of the characters URLs are made of (reaches the parser's corners).
-url_alphabet = st.sampled_from(":/@[]%?#.-_~+ \t\n\x00\u00e9\udcff" "aAzZ09") | st.characters()
-any_text = st.text(st.characters(blacklist_categories=())) | st.text(url_alphabet, max_size=40) | st.builds(
-    lambda scheme, rest: f"{scheme}://{rest}", st.sampled_from(["https", "ssh", "git", "file", "HTTP", "git+ssh", "x"]),
-    st.text(url_alphabet, max_size=40))
+url_alphabet = st.sampled_from(":/@[]%?#.-_~+ \t\n\x00\u00e9\udcffaAzZ09") | st.characters()
+any_text = (
+    st.text(st.characters(blacklist_categories=()))
+    | st.text(url_alphabet, max_size=40)
+    | st.builds(
+        lambda scheme, rest: f"{scheme}://{rest}",
+        st.sampled_from(["https", "ssh", "git", "file", "HTTP", "git+ssh", "x"]),
+        st.text(url_alphabet, max_size=40),
+    )
+)
 
 
 @SETTINGS
@@ -48,7 +54,12 @@ def test_arbitrary_text_never_raises_and_every_view_agrees_whether_it_is_a_git_u
     found = urls.parse(text)
     reason = urls.parse_or_reason(text)
     assert (found is None) == isinstance(reason, str)
-    identity, web, label, masked = urls.identity(text.strip()), urls.web_url(text), urls.host_label(text), urls.mask(text)
+    identity, web, label, masked = (
+        urls.identity(text.strip()),
+        urls.web_url(text),
+        urls.host_label(text),
+        urls.mask(text),
+    )
     assert urls.as_go_getter(text).startswith("git::")
     if found is None:
         assert urls.transport(text) is None and identity is None and web == "" and label == "unknown"
@@ -84,20 +95,29 @@ def test_different_repositories_have_different_identities(host, path, other):
     assert urls.identity(f"git@{host}:{path}") != urls.identity(f"git@{host}x:{path}")
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ("https://GitHub.com/Acme/VPC.git/", "git@github.com:acme/vpc.git"),
-    ("ssh://git@github.com:22/acme/vpc", "https://github.com/acme/vpc"),
-    ("git://github.com/acme/vpc.git", "https://user@github.com/acme/vpc/"),
-    ("https://gitlab.example.com/a/b/c/d.git", "git@gitlab.example.com:a/b/c/d.git"),
-    ("git+ssh://git@github.com/acme/vpc.git", "git@github.com:acme/vpc"),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("https://GitHub.com/Acme/VPC.git/", "git@github.com:acme/vpc.git"),
+        ("ssh://git@github.com:22/acme/vpc", "https://github.com/acme/vpc"),
+        ("git://github.com/acme/vpc.git", "https://user@github.com/acme/vpc/"),
+        ("https://gitlab.example.com/a/b/c/d.git", "git@gitlab.example.com:a/b/c/d.git"),
+        ("git+ssh://git@github.com/acme/vpc.git", "git@github.com:acme/vpc"),
+    ],
+)
 def test_webhook_spellings_of_one_repository_have_one_identity(a, b):
     assert urls.identity(a) == urls.identity(b) is not None
 
 
 @SETTINGS
-@given(scheme=st.sampled_from(["https", "http", "ssh", "git+ssh"]), user=users, password=passwords, host=hosts,
-       port=st.none() | ports, path=paths)
+@given(
+    scheme=st.sampled_from(["https", "http", "ssh", "git+ssh"]),
+    user=users,
+    password=passwords,
+    host=hosts,
+    port=st.none() | ports,
+    path=paths,
+)
 def test_mask_never_shows_a_password_and_changes_nothing_else(scheme, user, password, host, port, path):
     hostport = f"{host}:{port}" if port else host
     url = f"{scheme}://{user}:{password}@{hostport}/{path}.git"
@@ -121,8 +141,14 @@ def test_mask_of_any_text_leaves_no_user_info_a_password_could_hide_in(text):
 
 
 @SETTINGS
-@given(scheme=st.sampled_from(["https", "http", "ssh", "git", "git+ssh", "scp"]), user=users, password=passwords,
-       host=hosts, port=st.none() | ports, path=paths)
+@given(
+    scheme=st.sampled_from(["https", "http", "ssh", "git", "git+ssh", "scp"]),
+    user=users,
+    password=passwords,
+    host=hosts,
+    port=st.none() | ports,
+    path=paths,
+)
 def test_web_url_never_carries_user_info(scheme, user, password, host, port, path):
     if scheme == "scp":
         url = f"{user}@{host}:{path}.git"
@@ -146,22 +172,32 @@ def test_web_url_of_any_text_is_empty_or_an_http_url_without_user_info(text):
         assert parts.scheme in ("https", "http") and parts.username is None and "@" not in parts.netloc
 
 
-@pytest.mark.parametrize(("clone_url", "web"), [
-    ("https://github.com/acme/terraform-aws-vpc.git", "https://github.com/acme/terraform-aws-vpc"),
-    ("https://user:secret@gitlab.example.com:8443/group/sub/vpc.git/", "https://gitlab.example.com:8443/group/sub/vpc"),
-    ("ssh://git@github.com:22/acme/vpc.git", "https://github.com/acme/vpc"),
-    ("git@github.com:acme/vpc.git", "https://github.com/acme/vpc"),
-    ("git://git.example.com/acme/vpc", "https://git.example.com/acme/vpc"),
-    ("https://[2001:db8::1]:8443/acme/vpc.git", "https://[2001:db8::1]:8443/acme/vpc"),
-    ("file:///srv/git/vpc.git", ""),
-])
+@pytest.mark.parametrize(
+    ("clone_url", "web"),
+    [
+        ("https://github.com/acme/terraform-aws-vpc.git", "https://github.com/acme/terraform-aws-vpc"),
+        (
+            "https://user:secret@gitlab.example.com:8443/group/sub/vpc.git/",
+            "https://gitlab.example.com:8443/group/sub/vpc",
+        ),
+        ("ssh://git@github.com:22/acme/vpc.git", "https://github.com/acme/vpc"),
+        ("git@github.com:acme/vpc.git", "https://github.com/acme/vpc"),
+        ("git://git.example.com/acme/vpc", "https://git.example.com/acme/vpc"),
+        ("https://[2001:db8::1]:8443/acme/vpc.git", "https://[2001:db8::1]:8443/acme/vpc"),
+        ("file:///srv/git/vpc.git", ""),
+    ],
+)
 def test_source_is_the_web_url_of_the_clone_url(clone_url, web):
     assert urls.web_url(clone_url) == web
 
 
 @SETTINGS
-@given(user=st.none() | users, host=hosts, path=paths, ref=st.from_regex(r"v[0-9]\.[0-9]\.[0-9](\+[a-z0-9]{1,5})?",
-                                                                          fullmatch=True))
+@given(
+    user=st.none() | users,
+    host=hosts,
+    path=paths,
+    ref=st.from_regex(r"v[0-9]\.[0-9]\.[0-9](\+[a-z0-9]{1,5})?", fullmatch=True),
+)
 def test_an_scp_like_clone_url_becomes_an_ssh_url_go_getter_reads_as_the_same_repository(user, host, path, ref):
     scp = f"{user}@{host}:{path}.git" if user else f"{host}:{path}.git"
     location = git_location(scp, "", ref)
@@ -181,7 +217,9 @@ def test_metric_host_labels_are_the_host_alone():
 def _rejected(url: str) -> bool:
     """Whether config validation calls `url` no Git URL (or no valid one)."""
     try:
-        parse_config({"git": {"protocols": ["https", "http", "ssh", "git", "file"]}, "modules": [{"repository": url}]}, {})
+        parse_config(
+            {"git": {"protocols": ["https", "http", "ssh", "git", "file"]}, "modules": [{"repository": url}]}, {}
+        )
     except ConfigError as e:
         return any("is not a Git URL" in p or "is not a valid URL" in p for p in e.problems)
     return False

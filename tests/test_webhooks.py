@@ -50,8 +50,12 @@ def github_headers(body: bytes, event: str = "push", secret: str = GITHUB_SECRET
 
 
 def gitlab_headers(event: str = "Tag Push Hook", token: str = GITLAB_TOKEN) -> dict[str, str]:
-    return {"X-Gitlab-Event": event, "X-Gitlab-Token": token, "Content-Type": "application/json",
-            "User-Agent": "GitLab/17.5.0"}
+    return {
+        "X-Gitlab-Event": event,
+        "X-Gitlab-Token": token,
+        "Content-Type": "application/json",
+        "User-Agent": "GitLab/17.5.0",
+    }
 
 
 async def post_github(client, payload: dict[str, Any], event: str = "push", **kw: Any):
@@ -89,7 +93,9 @@ async def long_ttl_client(make_client, rules: list[dict[str, Any]], **sections: 
 # --- a signed tag event makes the new tag visible without waiting for the TTL ------------------
 
 
-async def test_signed_github_tag_push_makes_a_new_tag_visible_without_waiting_for_the_ttl(make_client, git_http, tmp_path):
+async def test_signed_github_tag_push_makes_a_new_tag_visible_without_waiting_for_the_ttl(
+    make_client, git_http, tmp_path
+):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
     client = await long_ttl_client(make_client, [rule(url)])
@@ -174,7 +180,9 @@ async def test_after_a_webhook_the_refresh_runs_in_the_background_once(make_clie
 
 
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc", "sha256=", "wrong-secret", "sha256=é"])
-async def test_unsigned_or_wrongly_signed_github_webhook_is_401_and_changes_nothing(make_client, git_http, tmp_path, signature):
+async def test_unsigned_or_wrongly_signed_github_webhook_is_401_and_changes_nothing(
+    make_client, git_http, tmp_path, signature
+):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
     client = await long_ttl_client(make_client, [rule(url)])
@@ -207,7 +215,9 @@ async def test_a_signature_over_a_different_body_is_refused(make_client, git_htt
     assert client.app[CACHE].stats.invalidations == 0
 
 
-@pytest.mark.parametrize("token", [None, "", "gitlab-webhook-token-93ad7", "gitlab-webhook-token-93ad7e ", "ünïcode-token"])
+@pytest.mark.parametrize(
+    "token", [None, "", "gitlab-webhook-token-93ad7", "gitlab-webhook-token-93ad7e ", "ünïcode-token"]
+)
 async def test_gitlab_webhook_with_a_wrong_token_is_401_and_changes_nothing(make_client, git_http, tmp_path, token):
     repo = public_repo(tmp_path)
     client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
@@ -241,13 +251,18 @@ async def test_unknown_repository_is_202_with_a_note_and_no_git_call(make_client
     assert client.app[CACHE].stats.invalidations == 0
 
 
-@pytest.mark.parametrize("provider,name,event", [
-    ("github", "github-push-branch.json", "push"),
-    ("github", "github-create-tag.json", "issues"),
-    ("gitlab", "gitlab-push-branch.json", "Push Hook"),
-    ("gitlab", "gitlab-tag-push.json", "Merge Request Hook"),
-])
-async def test_events_that_are_not_tag_pushes_are_202_and_change_nothing(make_client, git_http, tmp_path, provider, name, event):
+@pytest.mark.parametrize(
+    ("provider", "name", "event"),
+    [
+        ("github", "github-push-branch.json", "push"),
+        ("github", "github-create-tag.json", "issues"),
+        ("gitlab", "gitlab-push-branch.json", "Push Hook"),
+        ("gitlab", "gitlab-tag-push.json", "Merge Request Hook"),
+    ],
+)
+async def test_events_that_are_not_tag_pushes_are_202_and_change_nothing(
+    make_client, git_http, tmp_path, provider, name, event
+):
     public_repo(tmp_path)
     client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
     await versions_of(client)
@@ -279,15 +294,19 @@ async def test_form_encoded_github_delivery_is_accepted(make_client, git_http, t
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
 
 
-@pytest.mark.parametrize("body,fragment", [
-    (b"{not json", "not a JSON document"),
-    (b"\xff\xfe", "not a JSON document"),
-    (b"[1, 2]", "JSON object"),
-    (b"[" * 500_000, "not a JSON document"),
-    (b'{"ref": "refs/tags/v1.0.0"}', "no repository"),
-    (b'{"ref": "refs/tags/v1.0.0", "repository": {"clone_url": 7}}', "none of"),
-    (b'{"ref": 5, "repository": {"clone_url": "https://github.com/a/b.git"}}', "'ref'"),
-], ids=["truncated", "not-utf8", "array", "deeply-nested", "no-repository", "no-url", "ref-not-a-string"])
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not a JSON document"),
+        (b"\xff\xfe", "not a JSON document"),
+        (b"[1, 2]", "JSON object"),
+        (b"[" * 500_000, "not a JSON document"),
+        (b'{"ref": "refs/tags/v1.0.0"}', "no repository"),
+        (b'{"ref": "refs/tags/v1.0.0", "repository": {"clone_url": 7}}', "none of"),
+        (b'{"ref": 5, "repository": {"clone_url": "https://github.com/a/b.git"}}', "'ref'"),
+    ],
+    ids=["truncated", "not-utf8", "array", "deeply-nested", "no-repository", "no-url", "ref-not-a-string"],
+)
 async def test_signed_but_malformed_github_body_is_400(make_client, repo, body, fragment):
     client = await long_ttl_client(make_client, [rule(repo.url)])
     resp = await client.post("/webhooks/github", data=body, headers=github_headers(body))

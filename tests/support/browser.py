@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,19 +31,17 @@ def chromium_driver(width: int = 1280, height: int = 900):  # type: ignore[no-un
         _missing("chromium / chromedriver")
     options = webdriver.ChromeOptions()
     options.binary_location = binary  # type: ignore[assignment]
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}", "--disable-extensions", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(driver_path), options=options)
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    driver = chromium_driver()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def axe_source() -> str:
@@ -62,8 +59,16 @@ def axe_violations(driver, impacts: tuple[str, ...] = ("serious", "critical")) -
     driver.execute_script(axe_source())
     result = driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations)).catch(e => done([{id: 'axe-error', impact: 'critical', help: String(e)}]));"
+        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations))"
+        ".catch(e => done([{id: 'axe-error', impact: 'critical', help: String(e)}]));"
     )
-    return [{"id": v["id"], "impact": v["impact"], "help": v["help"],
-             "nodes": [n.get("html", "")[:120] for n in v.get("nodes", [])][:3]}
-            for v in result if v.get("impact") in impacts]
+    return [
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "help": v["help"],
+            "nodes": [n.get("html", "")[:120] for n in v.get("nodes", [])][:3],
+        }
+        for v in result
+        if v.get("impact") in impacts
+    ]

@@ -49,8 +49,17 @@ def _iso(t: float) -> str:
 class FakeForge:
     """A fake GitHub (`provider="github"`) or GitLab (`"gitlab"`) API for one org or group."""
 
-    def __init__(self, provider: str, git: GitHttpServer, group: str, *, token: str | None = None,
-                 max_per_page: int = 100, user: bool = False, link_header: bool = True) -> None:
+    def __init__(
+        self,
+        provider: str,
+        git: GitHttpServer,
+        group: str,
+        *,
+        token: str | None = None,
+        max_per_page: int = 100,
+        user: bool = False,
+        link_header: bool = True,
+    ) -> None:
         assert provider in ("github", "gitlab")
         self.provider = provider
         self.git = git
@@ -81,8 +90,17 @@ class FakeForge:
         """The `api_url` of an `[[orgs]]` entry for this fake."""
         return self.base_url if self.provider == "github" else f"{self.base_url}/api/v4"
 
-    def add(self, name: str, *, topics: tuple[str, ...] = (), archived: bool = False, description: str = "",
-            subgroup: str = "", repo: str | None = None, pushed: float | None = None) -> dict[str, Any]:
+    def add(
+        self,
+        name: str,
+        *,
+        topics: tuple[str, ...] = (),
+        archived: bool = False,
+        description: str = "",
+        subgroup: str = "",
+        repo: str | None = None,
+        pushed: float | None = None,
+    ) -> dict[str, Any]:
         """List repository `name`, cloned from the git server's `<repo or name>.git`; its API object."""
         now = time.time() if pushed is None else pushed
         clone = self.git.url(f"{repo or name}.git")
@@ -105,11 +123,22 @@ class FakeForge:
             obj = self._repos.pop(old)
             if self.provider == "github":
                 full = f"{self.group}/{new}"
-                obj.update(name=new, full_name=full, html_url=f"https://github.com/{full}", ssh_url=f"git@github.com:{full}.git")
+                obj.update(
+                    name=new,
+                    full_name=full,
+                    html_url=f"https://github.com/{full}",
+                    ssh_url=f"git@github.com:{full}.git",
+                )
             else:
                 parent = obj["path_with_namespace"].rsplit("/", 1)[0]
-                obj.update(name=new, path=new, path_with_namespace=f"{parent}/{new}", web_url=f"https://gitlab.example.com/{parent}/{new}",
-                           ssh_url_to_repo=f"git@gitlab.example.com:{parent}/{new}.git", updated_at=_iso(time.time()))
+                obj.update(
+                    name=new,
+                    path=new,
+                    path_with_namespace=f"{parent}/{new}",
+                    web_url=f"https://gitlab.example.com/{parent}/{new}",
+                    ssh_url_to_repo=f"git@gitlab.example.com:{parent}/{new}.git",
+                    updated_at=_iso(time.time()),
+                )
             self._repos[new] = obj
             return json.loads(json.dumps(obj))
 
@@ -119,40 +148,95 @@ class FakeForge:
             key = "pushed_at" if self.provider == "github" else "updated_at"
             self._repos[name][key] = _iso(time.time() if when is None else when)
 
-    def _github_object(self, rid: int, name: str, clone: str, topics: tuple[str, ...], archived: bool,
-                     description: str, now: float) -> dict[str, Any]:
+    def _github_object(
+        self, rid: int, name: str, clone: str, topics: tuple[str, ...], archived: bool, description: str, now: float
+    ) -> dict[str, Any]:
         full = f"{self.group}/{name}"
         owner_type = "User" if self.user else "Organization"
         return {
-            "id": rid, "node_id": f"R_kgDO{rid}", "name": name, "full_name": full, "private": True,
-            "owner": {"login": self.group, "id": self.org_id, "type": owner_type,
-                      "html_url": f"https://github.com/{self.group}"},
-            "html_url": f"https://github.com/{full}", "description": description or None, "fork": False,
-            "url": f"{self.base_url}/repos/{full}", "git_url": f"git://github.com/{full}.git",
-            "ssh_url": f"git@github.com:{full}.git", "clone_url": clone, "svn_url": f"https://github.com/{full}",
-            "homepage": None, "size": 108, "stargazers_count": 0, "watchers_count": 0, "language": "HCL",
-            "default_branch": "main", "open_issues_count": 0, "is_template": False, "topics": list(topics),
-            "has_issues": True, "archived": archived, "disabled": False, "visibility": "private",
-            "pushed_at": _iso(now), "created_at": _iso(now - 86400), "updated_at": _iso(now),
+            "id": rid,
+            "node_id": f"R_kgDO{rid}",
+            "name": name,
+            "full_name": full,
+            "private": True,
+            "owner": {
+                "login": self.group,
+                "id": self.org_id,
+                "type": owner_type,
+                "html_url": f"https://github.com/{self.group}",
+            },
+            "html_url": f"https://github.com/{full}",
+            "description": description or None,
+            "fork": False,
+            "url": f"{self.base_url}/repos/{full}",
+            "git_url": f"git://github.com/{full}.git",
+            "ssh_url": f"git@github.com:{full}.git",
+            "clone_url": clone,
+            "svn_url": f"https://github.com/{full}",
+            "homepage": None,
+            "size": 108,
+            "stargazers_count": 0,
+            "watchers_count": 0,
+            "language": "HCL",
+            "default_branch": "main",
+            "open_issues_count": 0,
+            "is_template": False,
+            "topics": list(topics),
+            "has_issues": True,
+            "archived": archived,
+            "disabled": False,
+            "visibility": "private",
+            "pushed_at": _iso(now),
+            "created_at": _iso(now - 86400),
+            "updated_at": _iso(now),
             "permissions": {"admin": False, "push": False, "pull": True},
         }
 
-    def _gitlab_object(self, rid: int, name: str, clone: str, topics: tuple[str, ...], archived: bool,
-                        description: str, now: float, subgroup: str) -> dict[str, Any]:
+    def _gitlab_object(
+        self,
+        rid: int,
+        name: str,
+        clone: str,
+        topics: tuple[str, ...],
+        archived: bool,
+        description: str,
+        now: float,
+        subgroup: str,
+    ) -> dict[str, Any]:
         namespace = f"{self.group}/{subgroup}".strip("/")
         full = f"{namespace}/{name}"
         return {
-            "id": rid, "description": description or None, "name": name, "name_with_namespace": full.replace("/", " / "),
-            "path": name, "path_with_namespace": full, "created_at": _iso(now - 86400), "default_branch": "main",
-            "tag_list": list(topics), "topics": list(topics),
-            "ssh_url_to_repo": f"git@gitlab.example.com:{full}.git", "http_url_to_repo": clone,
-            "web_url": f"https://gitlab.example.com/{full}", "readme_url": f"https://gitlab.example.com/{full}/-/blob/main/README.md",
-            "avatar_url": None, "forks_count": 0, "star_count": 0,
-            "last_activity_at": _iso(now), "updated_at": _iso(now),
-            "namespace": {"id": 58, "name": namespace.rsplit("/", 1)[-1], "path": namespace.rsplit("/", 1)[-1],
-                          "kind": "group", "full_path": namespace, "parent_id": None,
-                          "web_url": f"https://gitlab.example.com/groups/{namespace}"},
-            "empty_repo": False, "archived": archived, "visibility": "private",
+            "id": rid,
+            "description": description or None,
+            "name": name,
+            "name_with_namespace": full.replace("/", " / "),
+            "path": name,
+            "path_with_namespace": full,
+            "created_at": _iso(now - 86400),
+            "default_branch": "main",
+            "tag_list": list(topics),
+            "topics": list(topics),
+            "ssh_url_to_repo": f"git@gitlab.example.com:{full}.git",
+            "http_url_to_repo": clone,
+            "web_url": f"https://gitlab.example.com/{full}",
+            "readme_url": f"https://gitlab.example.com/{full}/-/blob/main/README.md",
+            "avatar_url": None,
+            "forks_count": 0,
+            "star_count": 0,
+            "last_activity_at": _iso(now),
+            "updated_at": _iso(now),
+            "namespace": {
+                "id": 58,
+                "name": namespace.rsplit("/", 1)[-1],
+                "path": namespace.rsplit("/", 1)[-1],
+                "kind": "group",
+                "full_path": namespace,
+                "parent_id": None,
+                "web_url": f"https://gitlab.example.com/groups/{namespace}",
+            },
+            "empty_repo": False,
+            "archived": archived,
+            "visibility": "private",
         }
 
     # ---- webhook payloads (the shapes GitHub and GitLab send) ---------------------------
@@ -162,7 +246,8 @@ class FakeForge:
         with self._lock:
             repo = json.loads(json.dumps(self._repos.get(name) or {}))
         payload: dict[str, Any] = {
-            "action": action, "repository": repo,
+            "action": action,
+            "repository": repo,
             "organization": {"login": self.group, "id": self.org_id, "url": f"{self.base_url}/orgs/{self.group}"},
             "sender": {"login": "octocat", "id": 1, "type": "User"},
         }
@@ -170,16 +255,27 @@ class FakeForge:
             payload["changes"] = changes
         return payload
 
-    def gitlab_system_hook(self, event_name: str, name: str, old_path_with_namespace: str | None = None,
-                           project: dict[str, Any] | None = None) -> dict[str, Any]:
+    def gitlab_system_hook(
+        self,
+        event_name: str,
+        name: str,
+        old_path_with_namespace: str | None = None,
+        project: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """A GitLab system hook about project `name` (as listed now, or `project` when it is gone)."""
         with self._lock:
             obj = project or self._repos[name]
             payload = {
-                "created_at": obj["created_at"], "updated_at": obj["updated_at"], "event_name": event_name,
-                "name": obj["name"], "owner_email": "johnsmith@example.com", "owner_name": "John Smith",
-                "owners": [{"name": "John", "email": "user1@example.com"}], "path": obj["path"],
-                "path_with_namespace": obj["path_with_namespace"], "project_id": obj["id"],
+                "created_at": obj["created_at"],
+                "updated_at": obj["updated_at"],
+                "event_name": event_name,
+                "name": obj["name"],
+                "owner_email": "johnsmith@example.com",
+                "owner_name": "John Smith",
+                "owners": [{"name": "John", "email": "user1@example.com"}],
+                "path": obj["path"],
+                "path_with_namespace": obj["path_with_namespace"],
+                "project_id": obj["id"],
                 "project_visibility": "private",
             }
         if old_path_with_namespace is not None:
@@ -206,36 +302,59 @@ class FakeForge:
 
     def _record(self, request: web.Request, status: int) -> None:
         with self._lock:
-            self._requests.append(ApiRequest(request.method, request.raw_path.partition("?")[0], request.query_string,
-                                             dict(request.headers), status))
+            self._requests.append(
+                ApiRequest(
+                    request.method,
+                    request.raw_path.partition("?")[0],
+                    request.query_string,
+                    dict(request.headers),
+                    status,
+                )
+            )
 
     def _authorized(self, request: web.Request) -> bool:
         if self.token is None:
             return True
         if self.provider == "github":
             return request.headers.get("Authorization") == f"Bearer {self.token}"
-        return request.headers.get("PRIVATE-TOKEN") == self.token or \
-            request.headers.get("Authorization") == f"Bearer {self.token}"
+        return (
+            request.headers.get("PRIVATE-TOKEN") == self.token
+            or request.headers.get("Authorization") == f"Bearer {self.token}"
+        )
 
     def _rate_headers(self, remaining: int) -> dict[str, str]:
         reset = int(time.time()) + self._rate_seconds
         if self.provider == "github":
-            return {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": str(remaining), "X-RateLimit-Reset": str(reset),
-                    "X-RateLimit-Used": str(5000 - remaining), "X-RateLimit-Resource": "core"}
-        return {"RateLimit-Name": "throttle_authenticated_api", "RateLimit-Limit": "2000",
-                "RateLimit-Observed": str(2000 - remaining), "RateLimit-Remaining": str(remaining),
-                "RateLimit-Reset": str(reset), "RateLimit-ResetTime": email.utils.formatdate(reset, usegmt=True)}
+            return {
+                "X-RateLimit-Limit": "5000",
+                "X-RateLimit-Remaining": str(remaining),
+                "X-RateLimit-Reset": str(reset),
+                "X-RateLimit-Used": str(5000 - remaining),
+                "X-RateLimit-Resource": "core",
+            }
+        return {
+            "RateLimit-Name": "throttle_authenticated_api",
+            "RateLimit-Limit": "2000",
+            "RateLimit-Observed": str(2000 - remaining),
+            "RateLimit-Remaining": str(remaining),
+            "RateLimit-Reset": str(reset),
+            "RateLimit-ResetTime": email.utils.formatdate(reset, usegmt=True),
+        }
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         with self._lock:
             self.started += 1
         if self.mode == "down":
-            response: web.StreamResponse = web.Response(status=503, text="<html><body>503 Service Unavailable</body></html>",
-                                                        content_type="text/html")
+            response: web.StreamResponse = web.Response(
+                status=503, text="<html><body>503 Service Unavailable</body></html>", content_type="text/html"
+            )
         elif not self._authorized(request):
-            body = {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"} \
-                if self.provider == "github" else {"message": "401 Unauthorized"}
+            body = (
+                {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+                if self.provider == "github"
+                else {"message": "401 Unauthorized"}
+            )
             response = web.json_response(body, status=401)
         else:
             with self._lock:
@@ -250,9 +369,13 @@ class FakeForge:
                 if self.provider == "github":
                     # The primary limit: 403 with x-ratelimit-remaining 0 and the reset time.
                     response = web.json_response(
-                        {"message": "API rate limit exceeded for installation ID 1.", "documentation_url":
-                         "https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"},
-                        status=403, headers=headers)
+                        {
+                            "message": "API rate limit exceeded for installation ID 1.",
+                            "documentation_url": "https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting",
+                        },
+                        status=403,
+                        headers=headers,
+                    )
                 else:
                     headers["Retry-After"] = str(self._rate_seconds)
                     response = web.Response(status=429, text="Retry later\n", headers=headers)
@@ -266,33 +389,50 @@ class FakeForge:
         per_page = min(int(request.query.get("per_page", "30")), self.max_per_page)
         page = max(1, int(request.query.get("page", "1")))
         pages = max(1, -(-len(items) // per_page))
-        chunk = items[(page - 1) * per_page: page * per_page]
+        chunk = items[(page - 1) * per_page : page * per_page]
         headers: dict[str, str] = {}
         if self.provider == "github":
             # GitHub's links name the org by id, not by the login the client asked for.
-            base = f"{self.base_url}/organizations/{self.org_id}/repos" if not self.user else f"{self.base_url}/user/{self.org_id}/repos"
+            base = (
+                f"{self.base_url}/organizations/{self.org_id}/repos"
+                if not self.user
+                else f"{self.base_url}/user/{self.org_id}/repos"
+            )
             query = {k: v for k, v in request.query.items() if k != "page"}
             links = []
             if page < pages:
-                links += [f'<{base}?{urlencode({**query, "page": page + 1})}>; rel="next"',
-                          f'<{base}?{urlencode({**query, "page": pages})}>; rel="last"']
+                links += [
+                    f'<{base}?{urlencode({**query, "page": page + 1})}>; rel="next"',
+                    f'<{base}?{urlencode({**query, "page": pages})}>; rel="last"',
+                ]
             if page > 1:
-                links += [f'<{base}?{urlencode({**query, "page": page - 1})}>; rel="prev"',
-                          f'<{base}?{urlencode({**query, "page": 1})}>; rel="first"']
+                links += [
+                    f'<{base}?{urlencode({**query, "page": page - 1})}>; rel="prev"',
+                    f'<{base}?{urlencode({**query, "page": 1})}>; rel="first"',
+                ]
             if links:
                 headers["Link"] = ", ".join(links)
         else:
             query = {k: v for k, v in request.query.items() if k != "page"}
             url = f"{self.base_url}{request.raw_path.partition('?')[0]}"
-            headers.update({"X-Page": str(page), "X-Per-Page": str(per_page), "X-Total": str(len(items)),
-                            "X-Total-Pages": str(pages), "X-Next-Page": str(page + 1) if page < pages else "",
-                            "X-Prev-Page": str(page - 1) if page > 1 else ""})
+            headers.update(
+                {
+                    "X-Page": str(page),
+                    "X-Per-Page": str(per_page),
+                    "X-Total": str(len(items)),
+                    "X-Total-Pages": str(pages),
+                    "X-Next-Page": str(page + 1) if page < pages else "",
+                    "X-Prev-Page": str(page - 1) if page > 1 else "",
+                }
+            )
             if self.link_header:
                 links = []
                 if page < pages:
                     links.append(f'<{url}?{urlencode({**query, "page": page + 1})}>; rel="next"')
-                links += [f'<{url}?{urlencode({**query, "page": 1})}>; rel="first"',
-                          f'<{url}?{urlencode({**query, "page": pages})}>; rel="last"']
+                links += [
+                    f'<{url}?{urlencode({**query, "page": 1})}>; rel="first"',
+                    f'<{url}?{urlencode({**query, "page": pages})}>; rel="last"',
+                ]
                 headers["Link"] = ", ".join(links)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -404,4 +544,3 @@ class FakeForge:
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
-

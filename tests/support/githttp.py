@@ -15,6 +15,7 @@ which credential reached which server.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import os
 import shutil
@@ -44,7 +45,7 @@ class RequestRecord:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    owner: "GitHttpServer"
+    owner: GitHttpServer
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that hung up is not news
@@ -66,7 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, status: int) -> None:
         parts = urlsplit(self.path)
         self.server.owner._record(
-            RequestRecord(self.command, parts.path, parts.query, {k: v for k, v in self.headers.items()}, status)
+            RequestRecord(self.command, parts.path, parts.query, dict(self.headers.items()), status)
         )
 
     def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
@@ -88,10 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "down":
             self._record(0)
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(2)
-            except OSError:
-                pass
             return
         if mode == "slow":
             if owner._stopping.wait(owner.delay):
@@ -139,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
             for i in range(len(body)):
                 if owner._stopping.wait(owner.trickle_interval if i >= 40 else 0):
                     return
-                self.wfile.write(body[i:i + 1])
+                self.wfile.write(body[i : i + 1])
                 self.wfile.flush()
         except OSError:
             pass  # the client gave up
@@ -199,10 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
                 status = int(value.strip().split()[0])
             else:
                 headers[name.strip()] = value.strip()
-        try:
+        with contextlib.suppress(OSError):
             self._reply(status, payload, headers)
-        except OSError:
-            pass
 
 
 class GitHttpServer:
@@ -240,7 +237,7 @@ class GitHttpServer:
         self._thread: threading.Thread | None = None
         self.base_url = ""
 
-    def start(self) -> "GitHttpServer":
+    def start(self) -> GitHttpServer:
         """Listen on a free port and serve in a daemon thread."""
         server = _Server(("127.0.0.1", 0), _Handler)
         server.owner = self
@@ -271,7 +268,7 @@ class GitHttpServer:
         """Answer fetches again (the held ones too)."""
         self._fetches.set()
 
-    def __enter__(self) -> "GitHttpServer":
+    def __enter__(self) -> GitHttpServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

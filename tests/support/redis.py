@@ -46,18 +46,26 @@ class RedisServer:
         auth = f":{self.password}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10) -> "RedisServer":
+    def start(self, timeout: float = 10) -> RedisServer:
         """Start and wait until it answers PING."""
         conf = self.directory / "redis.conf"
         # The password in a file, not in argv (ps shows argv to every user).
-        lines = [f"port {self.port}", "bind 127.0.0.1", 'save ""', "appendonly no", f"dir {self.directory}",
-                 "daemonize no", "loglevel warning"]
+        lines = [
+            f"port {self.port}",
+            "bind 127.0.0.1",
+            'save ""',
+            "appendonly no",
+            f"dir {self.directory}",
+            "daemonize no",
+            "loglevel warning",
+        ]
         if self.password:
             lines.append(f"requirepass {self.password}")
         conf.write_text("\n".join(lines) + "\n")
         log = (self.directory / "redis.log").open("ab")
-        self.proc = subprocess.Popen([self.binary, str(conf)], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [self.binary, str(conf)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

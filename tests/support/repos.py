@@ -35,7 +35,10 @@ class GitRepo:
         """Run git in the work tree and return its stdout."""
         result = subprocess.run(
             ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
-            cwd=self.work, env=self._env, capture_output=True, text=True,
+            cwd=self.work,
+            env=self._env,
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
             raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr}")

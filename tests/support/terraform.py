@@ -30,15 +30,23 @@ class TerraformClient:
     name: str
     argv: tuple[str, ...]
 
-    def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: list[str], cwd: Path, env: dict[str, str], timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
         """Run `terraform ARGS` in `cwd` with exactly `env`."""
         return subprocess.run([*self.argv, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _version(argv: tuple[str, ...]) -> str | None:
     try:
-        result = subprocess.run([*argv, "version"], capture_output=True, text=True, timeout=60, cwd="/",
-                                env={"PATH": os.environ.get("PATH", ""), "CHECKPOINT_DISABLE": "1", "HOME": "/nonexistent"})
+        result = subprocess.run(
+            [*argv, "version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+            env={"PATH": os.environ.get("PATH", ""), "CHECKPOINT_DISABLE": "1", "HOME": "/nonexistent"},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(r"Terraform v(\S+)", result.stdout)
