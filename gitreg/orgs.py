@@ -734,7 +734,10 @@ def gitlab_project_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
     """A GitLab system hook (or group hook project event) about a project; None otherwise."""
     name = payload.get("event_name")
     path = payload.get("path_with_namespace")
-    if name not in GITLAB_PROJECT_EVENTS or not isinstance(path, str) or not path or len(path) > 1024:
+    # `name` is checked to be a string first: a list or an object cannot be looked up in a set.
+    if not isinstance(name, str) or name not in GITLAB_PROJECT_EVENTS:
+        return None
+    if not isinstance(path, str) or not path or len(path) > 1024:
         return None
     old = payload.get("old_path_with_namespace")
     project_id = payload.get("project_id")
