@@ -41,7 +41,7 @@ from .errors import (
 from .git_adapter import MirrorGit, NoSuchTree, mask_url
 from .gitpool import GitPool
 from .mirrors import MirrorStore
-from .storage import mib
+from .storage import mib, run_file_work
 from .urls import host_label
 
 if TYPE_CHECKING:
@@ -272,7 +272,7 @@ class ArchiveStore:
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
         """Blocking file work (renames, removals, the directory scan): the app's file executor, not a git slot."""
-        return await asyncio.get_running_loop().run_in_executor(self.files, fn, *args)
+        return await run_file_work(self.files, fn, *args)
 
     def cached(self, key: ArchiveKey) -> str | None:
         """The archive's path when it is already built (and mark it recently used)."""

@@ -37,7 +37,7 @@ from typing import TypeVar
 from .errors import GitregError, StorageFull
 from .git_adapter import _SHA_RE, MirrorGit, mask_url
 from .gitpool import GitPool
-from .storage import StorageBudget, mib, tree_bytes
+from .storage import StorageBudget, mib, run_file_work, tree_bytes
 from .urls import host_label
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class MirrorStore:
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
         """Blocking file work (sizes, renames, removals): the app's file executor, never a git slot."""
-        return await asyncio.get_running_loop().run_in_executor(self.files, fn, *args)
+        return await run_file_work(self.files, fn, *args)
 
     async def _git(self, url: str, fn: Callable[..., T], *args: object) -> T:
         """Blocking git work for `url`'s mirror: through the git pool, under `url`'s host limit."""

@@ -21,9 +21,12 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Remover = Callable[[str], Awaitable[None]]
 
@@ -33,6 +36,21 @@ class _Entry:
     size: int
     kind: str  # "mirror" or "archive": for the metrics and the log
     remove: Remover
+
+
+async def run_file_work(executor: Executor | None, fn: Callable[..., T], *args: object) -> T:
+    """Blocking file work (sizes, renames, removals, pin records) off the event loop.
+
+    At shutdown the app's file executor closes while cancelled work may still run its cleanup
+    (a half-made mirror's removal): that last bit of file work then runs inline, instead of
+    failing with "cannot schedule new futures after shutdown" and a traceback in the log.
+    """
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    except RuntimeError:
+        if executor is None or not getattr(executor, "_shutdown", False):
+            raise
+        return fn(*args)
 
 
 def tree_bytes(path: str) -> int:

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from .errors import GitregError
 from .git_adapter import mask_url
+from .storage import run_file_work
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -217,7 +218,7 @@ class TagPins:
                     log.warning("could not compact %s: %s", self.path, e)
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        return await run_file_work(self.executor, fn, *args)
 
     def _append(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

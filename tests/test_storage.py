@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import subprocess
 import threading
 import time
@@ -18,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gitreg.appkeys import MIRRORS
-from tests.conftest import assert_error, make_config
+from gitreg.config import Config
+from tests.conftest import assert_error
+from tests.conftest import make_config as _make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
@@ -31,6 +34,12 @@ def hex_blob(seed: int, chars: int) -> str:
     """Text that compresses to about half its length (random hex digits), the same for a seed."""
     rng = random.Random(seed)
     return "".join(rng.choice("0123456789abcdef") for _ in range(chars))
+
+
+def make_config(modules: list[dict[str, object]], **sections: object) -> Config:
+    """These tests hold the storage bound to what their requests build: no background index
+    mirroring modules for their details at the same time (a mirror in use may pass the bound)."""
+    return _make_config(modules, index={"enabled": False}, **sections)
 
 
 def archive_rule(name: str, url: str, **extra: object) -> dict[str, object]:
@@ -346,3 +355,19 @@ def test_a_stalled_pin_write_does_not_freeze_the_server(tmp_path):
             reader = os.open(store / "tagpins.jsonl", os.O_RDONLY | os.O_NONBLOCK)  # let the write finish
             server.stop()
             os.close(reader)
+
+
+async def test_file_work_after_the_file_executor_closed_runs_inline_without_a_traceback(tmp_path):
+    # At shutdown a cancelled mirror fetch's cleanup (removing its half-made temp mirror) can run
+    # after the app's file executor has closed: it must still happen, and raise nothing.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gitreg.storage import run_file_work
+
+    leftover = tmp_path / "tmp-half-made"
+    leftover.mkdir()
+    executor = ThreadPoolExecutor(max_workers=1)
+    executor.shutdown(wait=True)
+    await run_file_work(executor, shutil.rmtree, str(leftover))
+    assert not leftover.exists()
+    assert await run_file_work(executor, len, "four") == 4
