@@ -195,6 +195,9 @@ class RedisShared(SharedState):
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        # Tag-list locks this replica holds (lock key -> token, wake-up message): released at
+        # shutdown too, so the other replicas do not wait for a stopped replica's lock to expire.
+        self._held: dict[str, tuple[str, str]] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._leading = False
         self._pending: dict[str, int] = {}
@@ -281,6 +284,13 @@ class RedisShared(SharedState):
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._up:
             try:
+                # Locks of calls cut short by the shutdown: release them now (their release task
+                # was just cancelled), or every other replica would wait for them to expire.
+                for lock, (token, message) in list(self._held.items()):
+                    await asyncio.wait_for(
+                        self._release_script(keys=[lock], args=[token, self.channel, message]), OP_TIMEOUT_SECONDS
+                    )
+                    self._held.pop(lock, None)
                 await asyncio.wait_for(self._flush_downloads(), OP_TIMEOUT_SECONDS)
                 if self._leading:
                     await asyncio.wait_for(
@@ -456,6 +466,7 @@ class RedisShared(SharedState):
         """This replica holds the lock: fetch, share the answer (or the error), tell the waiters."""
         lock, stored = self._repo_key("lock", key), self._repo_key("tags", key)
         message = self._message("tags", key=key)
+        self._held[lock] = (token, message)
         try:
             tags = await loader(key)
         except GitregError as e:
@@ -470,23 +481,25 @@ class RedisShared(SharedState):
             if seconds > 0:
                 value = json.dumps({"px": int(seconds * 1000), "error": kind, "message": e.message})
                 self._spawn(
-                    self._quiet_call(
+                    self._settle(
+                        lock,
                         self._store_script(
                             keys=[lock, stored], args=[token, value, max(1, int(seconds * 1000)), self.channel, message]
-                        )
+                        ),
                     )
                 )
             else:
-                self._spawn(self._quiet_call(self._release_script(keys=[lock], args=[token, self.channel, message])))
+                self._spawn(self._settle(lock, self._release_script(keys=[lock], args=[token, self.channel, message])))
             raise
         except BaseException:
-            self._spawn(self._quiet_call(self._release_script(keys=[lock], args=[token, self.channel, message])))
+            self._spawn(self._settle(lock, self._release_script(keys=[lock], args=[token, self.channel, message])))
             raise
         # Kept at least a second, so the waiters woken now still find it (ttl_seconds may be 0).
         px = max(1000, int(self.config.ttl_seconds * 1000))
         value = json.dumps({"px": px, "tags": dict(tags.tags)})
         with contextlib.suppress(_RedisDown):  # the answer is good here; the others go on alone
             await self._call(self._store_script(keys=[lock, stored], args=[token, value, px, self.channel, message]))
+        self._held.pop(lock, None)
         return tags
 
     async def invalidate(self, keys: list[str]) -> None:
@@ -606,6 +619,11 @@ class RedisShared(SharedState):
         except Exception as e:  # noqa: BLE001 - redis-py raises many kinds; all mean "not now"
             self._mark_down(e)
             raise _RedisDown() from None
+
+    async def _settle(self, lock: str, awaitable: Awaitable[Any]) -> None:
+        """Give up a held lock (store the answer, or release it); forgotten once Redis has it."""
+        await self._quiet_call(awaitable)
+        self._held.pop(lock, None)
 
     async def _quiet_call(self, awaitable: Awaitable[Any]) -> None:
         with contextlib.suppress(_RedisDown):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -421,3 +422,37 @@ def test_the_redis_password_never_appears_in_logs_metrics_or_readiness(tmp_path,
             assert password not in text
     finally:
         redis.stop()
+
+
+def test_a_replica_stopped_in_the_middle_of_a_git_call_releases_its_lock_for_the_others(
+    tmp_path, redis_server, git_server
+):
+    import threading
+
+    import redis
+
+    public_repo(tmp_path)
+    url = git_server.url("public.git")
+    client = redis.Redis.from_url(redis_server.url)
+    [a] = start_replicas(tmp_path, redis_server, url, count=1)
+    git_server.mode, git_server.delay = "slow", 60  # a's git call hangs while it holds the lock
+    asking = threading.Thread(target=lambda: _swallow(lambda: versions(a.url)), daemon=True)
+    asking.start()
+    wait_for(lambda: list(client.scan_iter("gitreg:lock:*")) != [], 10, "a holding the shared lock")
+    a.stop()
+    # Released at shutdown: the others do not wait for it to expire ([git] timeout_seconds + 5 s).
+    assert list(client.scan_iter("gitreg:lock:*")) == []
+    git_server.mode = "ok"
+    [b] = start_replicas(tmp_path, redis_server, url, count=1)
+    try:
+        started = time.monotonic()
+        assert versions(b.url) == ["1.0.0"]
+        assert time.monotonic() - started < 5
+    finally:
+        stop_all([b])
+
+
+def _swallow(call: Any) -> None:
+    # The request of a replica being stopped may fail any way.
+    with contextlib.suppress(Exception):
+        call()
