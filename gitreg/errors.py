@@ -77,6 +77,15 @@ class StorageFull(GitregError):
     status = 507
 
 
+def failure_kind(e: GitregError) -> str:
+    """How a failed git call is counted and shared: `not_found`, `timeout` or `error`."""
+    if isinstance(e, ModuleNotFound):
+        return "not_found"
+    if isinstance(e, UpstreamTimeout):
+        return "timeout"
+    return "error"
+
+
 class ConfigError(Exception):
     """The configuration is invalid; `problems` lists every `key.path: reason`."""
 

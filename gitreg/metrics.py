@@ -24,7 +24,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from . import urls
-from .errors import GitregError, ModuleNotFound, Unauthorized, UpstreamTimeout
+from .errors import GitregError, Unauthorized, failure_kind
 from .gitpool import Priority
 from .secrets import digest, same_secret
 
@@ -156,13 +156,7 @@ class Metrics:
             try:
                 return list_tags(url)
             except GitregError as e:
-                reason = (
-                    "timeout"
-                    if isinstance(e, UpstreamTimeout)
-                    else "not_found"
-                    if isinstance(e, ModuleNotFound)
-                    else "error"
-                )
+                reason = failure_kind(e)
                 self.git_failures.labels(host, reason).inc()
                 raise
             except Exception:

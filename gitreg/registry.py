@@ -101,11 +101,11 @@ class Registry:
         sha = await self._served_sha(resolved, found)
         if rule.download == "git":
             if rule.ref == "commit":
-                return Download(git_location(resolved.clone_url, rule.path, sha))
-            return Download(git_location(resolved.clone_url, rule.path, found.tag))
+                return Download(git_location(resolved.clone_url, rule.path, sha), resolved)
+            return Download(git_location(resolved.clone_url, rule.path, found.tag), resolved)
         if rule.download == "archive":
-            return Download(f"./{ARCHIVE_NAME}", archive=ArchiveKey(resolved.repository, sha, rule.path))
-        return Download(template_location(rule, address, found, sha))
+            return Download(f"./{ARCHIVE_NAME}", resolved, archive=ArchiveKey(resolved.repository, sha, rule.path))
+        return Download(template_location(rule, address, found, sha), resolved)
 
     async def archive_key(self, address: ModuleAddress, version: str) -> ArchiveKey:
         """The archive an archive-mode module version is served from (pins applied)."""
@@ -143,6 +143,7 @@ class Download:
     """A download answer: the location, and for archive mode the archive behind it."""
 
     location: str
+    resolved: ResolvedModule
     archive: ArchiveKey | None = None
 
 

@@ -108,7 +108,7 @@ async def download(request: web.Request) -> web.Response:
             body["use_registry_credentials"] = True
     catalog = request.app[CATALOG]
     catalog.count_download(address)  # in memory; the catalog writes it in batches
-    catalog.remember(request.app[REGISTRY].resolve(address))  # a wildcard rule's module becomes listable
+    catalog.remember(answer.resolved)  # a wildcard rule's module becomes listable
     text = json.dumps({"location": location, **body}) if body else _location_json(location)
     return web.json_response(text=text, headers={"X-Terraform-Get": location})
 

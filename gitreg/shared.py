@@ -41,7 +41,7 @@ from typing import Any
 
 from . import urls
 from .config import CacheConfig
-from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
+from .errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable, failure_kind
 from .git_adapter import TagList
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ WAIT_CHECK_SECONDS = 1.0
 _ERRORS: dict[str, type[GitregError]] = {
     "not_found": ModuleNotFound,
     "timeout": UpstreamTimeout,
-    "unavailable": UpstreamUnavailable,
+    "error": UpstreamUnavailable,
 }
 
 # Store a fetched list (or error) only if this replica still holds the lock: an invalidation
@@ -470,13 +470,7 @@ class RedisShared(SharedState):
         try:
             tags = await loader(key)
         except GitregError as e:
-            kind = (
-                "not_found"
-                if isinstance(e, ModuleNotFound)
-                else "timeout"
-                if isinstance(e, UpstreamTimeout)
-                else "unavailable"
-            )
+            kind = failure_kind(e)
             seconds = self.config.negative_ttl_seconds if kind == "not_found" else self.config.error_retry_seconds
             if seconds > 0:
                 value = json.dumps({"px": int(seconds * 1000), "error": kind, "message": e.message})

@@ -419,20 +419,25 @@ def _next_target(value: str) -> str:
     return value if value.startswith("/") and not value.startswith("//") and "\\" not in value else "/"
 
 
+def _cross_site(request: web.Request, what: str) -> web.Response:
+    """The 403 for a form POST that did not come from this registry's own page (CSRF)."""
+    return _render(
+        request,
+        "error.html",
+        status=403,
+        heading="Refused",
+        message=f"{what} must be sent from this registry's own page.",
+        logged_in=False,
+    )
+
+
 async def login(request: web.Request) -> web.Response:
     """Check the token; set the session cookie."""
     config = request.app[CONFIG]
     if not config.auth.enabled:
         raise web.HTTPFound("/")
     if not same_origin(request):
-        return _render(
-            request,
-            "error.html",
-            status=403,
-            heading="Refused",
-            message="The login form must be sent from this registry's own page.",
-            logged_in=False,
-        )
+        return _cross_site(request, "The login form")
     form = await request.post()
     presented = str(form.get("token", "")).strip()
     target = _next_target(str(form.get("next", "/")))
@@ -457,13 +462,7 @@ async def login(request: web.Request) -> web.Response:
 async def logout(request: web.Request) -> web.Response:
     """Forget the session cookie."""
     if not same_origin(request):
-        return _render(
-            request,
-            "error.html",
-            status=403,
-            heading="Refused",
-            message="Logging out must be sent from this registry's own page.",
-        )
+        return _cross_site(request, "Logging out")
     response = web.HTTPFound("/login" if request.app[CONFIG].auth.enabled else "/")
     response.del_cookie(COOKIE, path="/")
     raise response
