@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -61,6 +62,26 @@ class ModuleVersions:
             if not tv.version.prerelease:
                 return tv
         return self.versions[0] if self.versions else None
+
+
+# SemVer 2.0 as semver.org gives it ("Is there a suggested regular expression?"), with ASCII
+# digits only (Python's \d also matches other scripts' digits): exactly the versions that
+# parse_version accepts, less its optional leading `v`.
+_SEMVER_RE = re.compile(
+    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_canonical(text: str) -> bool:
+    """True when `text` is a version as gitreg lists it: SemVer 2.0, no leading `v`.
+
+    The check of every version in a persisted index at start: one regex match (remembered:
+    the same versions recur across modules), not a semver.Version built and thrown away.
+    """
+    return _SEMVER_RE.fullmatch(text) is not None
 
 
 def parse_version(text: str) -> semver.Version | None:
