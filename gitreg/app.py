@@ -212,7 +212,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     mirrors = MirrorStore(
         storage / "mirrors", MirrorGit(adapter), pool, files, budget, config.cache.error_retry_seconds, pins.commits
     )
-    await mirrors.prepare()
+    await mirrors.prepare()  # a directory listing; the mirrors are cleaned and measured by _storage_scan
     app[REGISTRY].shared = shared
     app[MIRRORS] = mirrors
     archives = ArchiveStore(
@@ -246,6 +246,22 @@ async def _org_listings(app: web.Application) -> AsyncIterator[None]:
     """Org listings: loaded from disk, then enumerated in the background until shutdown."""
     async for _ in app[ORGS].lifetime():
         yield
+
+
+async def _storage_scan(app: web.Application) -> AsyncIterator[None]:
+    """The mirrors an earlier run left: cleaned up, measured and counted in [storage] max_bytes in the
+    background, so the port opens at once (2,000 mirrors take seconds to walk)."""
+
+    async def scan() -> None:
+        try:
+            await app[MIRRORS].scan()
+        except Exception:
+            log.exception("the scan of [storage] path/mirrors failed; mirrors it did not reach are not counted")
+
+    task = asyncio.get_running_loop().create_task(scan())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
@@ -284,6 +300,7 @@ def create_app(config: Config, clock: Callable[[], float] = time.monotonic) -> w
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
     add_ui(app)
+    app.cleanup_ctx.append(_storage_scan)  # needs the services above; after the slower ones so it does not slow them
     app.cleanup_ctx.append(_readiness)  # keep last: ready only when every service above is up
     app.on_shutdown.append(_stopping)
     return app

@@ -244,10 +244,14 @@ class ArchiveStore:
         self.builds = 0
 
     async def prepare(self) -> None:
-        """Create the directory, remove half-written builds, and count what is there in the budget."""
+        """Create the directory, remove half-written builds, and count what is there in the budget.
+
+        One directory read and a stat per archive: done before the port opens (an archive the
+        budget does not know would be built again). Eviction waits for the mirrors' scan
+        (MirrorStore.scan): least recently used first needs the sizes of both.
+        """
         found = await self._call(self._scan)
         self.budget.seed((self._prefix + name, size, used, "archive", self._remove) for name, size, used in found)
-        await self.budget.evict()
 
     def _scan(self) -> list[tuple[str, int, float]]:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -82,27 +82,73 @@ class MirrorStore:
         self._locks: dict[str, _UrlLock] = {}
         self._failures: OrderedDict[str, tuple[float, GitregError]] = OrderedDict()  # url -> (until, error)
         self.fetches = 0
+        # What an earlier run left, from prepare() until scan() went through it: temp
+        # directories (a clone or a removal cut short) and mirrors not yet cleaned up.
+        self._leftovers: list[str] = []
+        self._mirrors: list[str] = []
+        self._unchecked: set[str] = set()
+        self._checking: dict[str, asyncio.Task[tuple[int, float] | None]] = {}
+        self.scanned = asyncio.Event()  # set once scan() counted every mirror in the budget
 
     async def prepare(self) -> None:
-        """Create the directory, remove what a crash may have left, and count the mirrors in the budget."""
-        found = await self._call(self._scan)
-        self.budget.seed((path, size, used, "mirror", self._remove) for path, size, used in found)
+        """Create the directory and list what an earlier run left (one directory read: start is not held up).
+
+        The slow part, cleaning up and measuring each mirror, is scan()'s, in the background. The
+        mirrors found are held until then: none is evicted before its size is known.
+        """
+        self._leftovers, self._mirrors = await self._call(self._list)
+        self._unchecked = set(self._mirrors)
+        for key in self._mirrors:
+            self.budget.hold(key)
+
+    def _list(self) -> tuple[list[str], list[str]]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        leftovers, mirrors = [], []
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.name.startswith("tmp-"):
+                    leftovers.append(entry.path)
+                elif entry.name.endswith(".git"):
+                    mirrors.append(entry.path)
+        return leftovers, mirrors
+
+    async def scan(self) -> None:
+        """After start, in the background: remove what a crash left, count the mirrors in the budget, evict.
+
+        Only what prepare() listed: a temp directory or mirror this run made is not touched. A
+        mirror a request needs before the scan reached it is cleaned up first (see hold()).
+        """
+        leftovers, mirrors = self._leftovers, self._mirrors
+        self._leftovers, self._mirrors = [], []
+        try:
+            for path in leftovers:
+                await self._call(_remove_tree, path)
+            found = []
+            for key in mirrors:
+                measured = await self._checked(key)
+                if measured is None:  # a request had it cleaned already: measure only
+                    measured = await self._call(_mirror_size, key)
+                if measured is not None:
+                    found.append((key, *measured, "mirror", self._remove))
+            # Those made or fetched meanwhile are in the budget already, measured then: counted once.
+            self.budget.seed(found)
+        finally:
+            self.budget.release_all(mirrors)
+        self.scanned.set()
         await self.budget.evict()
 
-    def _scan(self) -> list[tuple[str, int, float]]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        found = []
-        for entry in self.root.iterdir():
-            if entry.name.startswith("tmp-"):
-                shutil.rmtree(entry, ignore_errors=True)  # a clone or a removal cut short
-            elif entry.suffix == ".git":
-                for lock in entry.rglob("*.lock"):
-                    lock.unlink(missing_ok=True)
-                # A killed fetch's half-written pack or object: never referenced, only disk used.
-                for partial in (*entry.glob("objects/pack/tmp_*"), *entry.glob("objects/??/tmp_obj_*")):
-                    partial.unlink(missing_ok=True)
-                found.append((str(entry), tree_bytes(str(entry)), entry.stat().st_mtime))
-        return found
+    async def _checked(self, key: str) -> tuple[int, float] | None:
+        """Clean up the mirror at `key` if this run has not yet: stale locks and half-written packs go
+        before any git runs in it. Its (size, mtime) when this call cleaned it, else None."""
+        task = self._checking.get(key)
+        if task is None:
+            if key not in self._unchecked:
+                return None
+            self._unchecked.discard(key)
+            task = self._checking[key] = asyncio.ensure_future(self._call(_clean_mirror, key))
+            task.add_done_callback(lambda _: self._checking.pop(key, None))
+        # shield: a request that gives up must not leave a half-cleaned mirror for the next one.
+        return await asyncio.shield(task)
 
     def path_for(self, url: str) -> Path:
         """Where the mirror of `url` lives (a hash: URLs are not file names)."""
@@ -123,6 +169,8 @@ class MirrorStore:
         key = str(path)
         self.budget.hold(key)
         try:
+            if self._unchecked or self._checking:
+                await self._checked(key)  # from before this start, and the scan has not reached it yet
             await self.budget.settled(key)  # an eviction that started before us finishes first
             self.budget.touch(key)
             yield path
@@ -232,6 +280,43 @@ class MirrorStore:
     async def _remove(self, path: str) -> None:
         """Evict one mirror: renamed to tmp-* at once (never half-deleted under its name), then deleted."""
         await self._call(_discard, path, str(self.root / f"tmp-{uuid.uuid4().hex}"))
+
+
+def _clean_mirror(path: str) -> tuple[int, float] | None:
+    """Remove what a killed git left in a mirror; its (size, mtime) after that, None when it is gone.
+
+    Stale `*.lock` files (they would block the next fetch) and a killed fetch's half-written
+    pack or loose object (never referenced, only disk used). One walk does both. Blocking.
+    """
+    objects = os.path.join(path, "objects")
+    pack = os.path.join(objects, "pack")
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        loose = os.path.dirname(top) == objects and len(os.path.basename(top)) == 2
+        for name in files:
+            full = os.path.join(top, name)
+            with contextlib.suppress(OSError):  # removed meanwhile
+                if (
+                    name.endswith(".lock")
+                    or (top == pack and name.startswith("tmp_"))
+                    or (loose and name.startswith("tmp_obj_"))
+                ):
+                    os.unlink(full)
+                else:
+                    total += os.lstat(full).st_size
+    return _with_mtime(path, total)
+
+
+def _mirror_size(path: str) -> tuple[int, float] | None:
+    """A mirror's (size, mtime), None when it is gone. Blocking."""
+    return _with_mtime(path, tree_bytes(path))
+
+
+def _with_mtime(path: str, size: int) -> tuple[int, float] | None:
+    try:
+        return size, os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _remove_tree(path: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
@@ -36,6 +37,9 @@ class _Entry:
     size: int
     kind: str  # "mirror" or "archive": for the metrics and the log
     remove: Remover
+    # Last use as found on disk at start (a seeded entry), for merging later seeds; inf once
+    # added or used since start (more recent than anything on disk).
+    used: float = math.inf
 
 
 async def run_file_work(executor: Executor | None, fn: Callable[..., T], *args: object) -> T:
@@ -96,11 +100,16 @@ class StorageBudget:
         return count, size
 
     def seed(self, found: Iterable[tuple[str, int, float, str, Remover]]) -> None:
-        """Add what is on disk at start: (path, size, last used, kind, remover); merged by last use."""
-        known = [(0.0, i, path, e) for i, (path, e) in enumerate(self._entries.items())]
+        """Add what is on disk at start: (path, size, last used, kind, remover); merged by last use.
+
+        The scan of a large storage runs while gitreg serves: a path the budget already knows
+        (made, fetched or used since start, measured then) keeps its entry and is counted once.
+        """
+        known = [(e.used, i, path, e) for i, (path, e) in enumerate(self._entries.items())]
         new = [
-            (used, len(known) + i, path, _Entry(size, kind, remove))
+            (used, len(known) + i, path, _Entry(size, kind, remove, used))
             for i, (path, size, used, kind, remove) in enumerate(found)
+            if path not in self._entries
         ]
         self._entries.clear()
         self.total = 0
@@ -118,8 +127,10 @@ class StorageBudget:
 
     def touch(self, path: str) -> bool:
         """Mark `path` recently used; False when the budget does not know it (never added, or evicted)."""
-        if path not in self._entries:
+        entry = self._entries.get(path)
+        if entry is None:
             return False
+        entry.used = math.inf
         self._entries.move_to_end(path)
         return True
 
@@ -135,12 +146,19 @@ class StorageBudget:
 
     def release(self, path: str) -> None:
         """End one hold(); when storage is over its bound, eviction starts in the background."""
-        users = self._users.get(path, 0) - 1
-        if users > 0:
-            self._users[path] = users
-            return
-        self._users.pop(path, None)
-        if self.total > self.max_bytes and self._victim() is not None:
+        self.release_all([path])
+
+    def release_all(self, paths: Iterable[str]) -> None:
+        """End one hold() of each path; then, when storage is over its bound, one eviction in the background."""
+        freed = False
+        for path in paths:
+            users = self._users.get(path, 0) - 1
+            if users > 0:
+                self._users[path] = users
+            else:
+                self._users.pop(path, None)
+                freed = True
+        if freed and self.total > self.max_bytes and self._victim() is not None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
