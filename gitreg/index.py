@@ -39,6 +39,7 @@ from .details import DetailsService, ModuleDetails
 from .errors import GitregError, ModuleNotFound, Overloaded
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress
 from .rules import ResolvedModule
+from .storage import collector_paused
 from .versions import TaggedVersion, is_canonical, parse_version
 
 log = logging.getLogger(__name__)
@@ -599,17 +600,18 @@ class ModuleIndex:
         with contextlib.suppress(OSError):
             for tmp in self.path.parent.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
                 tmp.unlink(missing_ok=True)
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.warning("%s could not be read (%s); the index is built again", self.path, type(e).__name__)
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path.with_name(self.path.name + ".damaged"))
-            return
-        if self._read(data):
-            log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
+        with collector_paused():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                return
+            except (OSError, ValueError) as e:
+                log.warning("%s could not be read (%s); the index is built again", self.path, type(e).__name__)
+                with contextlib.suppress(OSError):
+                    os.replace(self.path, self.path.with_name(self.path.name + ".damaged"))
+                return
+            if self._read(data):
+                log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
 
     def _read(self, data: Any) -> bool:
         """Take the entries of an index.json document; False when it is not one."""

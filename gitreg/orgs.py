@@ -43,6 +43,7 @@ from .forges import (
 )
 from .names import ModuleAddress
 from .rules import ResolvedModule
+from .storage import collector_paused
 from .urls import mask, transport
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,9 @@ def evaluate(
             )
             continue
         clone_url = rec.ssh_url if org.clone == "ssh" and rec.ssh_url else rec.https_url
-        if transport(clone_url) not in KNOWN_PROTOCOLS or clone_url.startswith("-"):
+        # (The https URL's transport is known already: parsing a URL is most of this loop's time.)
+        clone_scheme = scheme if clone_url == rec.https_url else transport(clone_url)
+        if clone_scheme not in KNOWN_PROTOCOLS or clone_url.startswith("-"):
             clone_url = rec.https_url
         address = ModuleAddress(org.namespace, m.group("name"), m.group("system"))
         if address in modules:
@@ -579,7 +582,12 @@ class OrgCatalog:
         if self.path is None:
             return 0
         path = self.path
-        data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, path)
+        with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.py)
+            data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, path)
+            return self._take(data)
+
+    def _take(self, data: Any) -> int:
+        """Take the listings of an orgs.json document; how many orgs were loaded."""
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("orgs"), list):
             return 0
         loaded = 0
