@@ -179,7 +179,7 @@ def test_an_edited_index_file_never_lists_a_version_that_is_not_semver(tmp_path)
     entries = [entry("good", ["2.0.0-rc.1", "1.10.0+build.7", "1.2.3"], "1.10.0+build.7")]
     entries += [entry(f"bad{i}", ["1.0.0", version], "1.0.0") for i, version in enumerate(bad)]
     (tmp_path / "index.json").write_text(json.dumps({"format": 1, "complete": True, "entries": entries}))
-    index = ModuleIndex(tmp_path, lambda: {}, lambda a: None, None, None, 60)  # type: ignore[arg-type]
+    index = ModuleIndex(tmp_path, dict, lambda a: None, None, None, 60)  # type: ignore[arg-type]
     index.load()
     assert len(index) == 1
     good = index.get(ModuleAddress("acme", "good", "aws"))
