@@ -132,8 +132,11 @@ class MirrorStore:
                     found.append((key, *measured, "mirror", self._remove))
             # Those made or fetched meanwhile are in the budget already, measured then: counted once.
             self.budget.seed(found)
-        finally:
+        except Exception:
+            # What is counted still stays under the bound. (Not on a cancel: that is shutdown, no evicting then.)
             self.budget.release_all(mirrors)
+            raise
+        self.budget.release_all(mirrors)
         self.scanned.set()
         await self.budget.evict()
 
