@@ -8,7 +8,7 @@ import semver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitreg.versions import select_versions
+from gitreg.versions import is_canonical, parse_version, select_versions
 
 SHA = "0" * 40
 
@@ -102,3 +102,18 @@ def test_listed_order_is_semver_precedence_for_any_versions(versions):
     # gitreg sorts with its own key (fast for 10,000 tags); semver's comparison is the reference.
     expected = [str(v) for v in sorted({semver.Version.parse(v) for v in versions}, reverse=True)]
     assert listed(versions) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        _VERSION,
+        _VERSION.map(lambda v: v + "+build.7"),
+        _VERSION.map(lambda v: "v" + v),
+        st.text(alphabet="0123456789.-+vab\n \u0661", max_size=12),
+    )
+)
+def test_the_fast_check_of_a_persisted_version_agrees_with_the_parser(text):
+    # index.json's versions are checked at start with one regex: exactly what the parser
+    # accepts as a listed version (SemVer 2.0, no leading `v`), nothing more, nothing less.
+    assert is_canonical(text) == (parse_version(text) is not None and not text.startswith("v"))
