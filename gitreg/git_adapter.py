@@ -639,6 +639,28 @@ class MirrorGit:
             path,
         )
 
+    def fetch_tag_shallow(self, path: str, url: str, tag: str) -> None:
+        """Fetch one tag of `url` and its commit's tree only (no history) into the repository at `path`.
+
+        What module details need of a repository gitreg keeps no mirror of: one tag's files.
+        The tag name comes from the host's ref list (a valid ref name: no `:` or `*`).
+        """
+        self.adapter.run(
+            [
+                "git",
+                "fetch",
+                "--quiet",
+                "--depth=1",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url,
+                f"+refs/tags/{tag}:refs/tags/{tag}",
+            ],
+            url,
+            path,
+        )
+
     def has_commit(self, path: str, sha: str) -> bool:
         """True when the mirror at `path` holds commit `sha` (a validated SHA from ls-remote)."""
         if not _SHA_RE.fullmatch(sha):
