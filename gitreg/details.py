@@ -1,13 +1,14 @@
 """Module details read from a tagged tree: README, inputs, outputs, module calls, providers, resources.
 
-The tree comes from gitreg's bare mirror (`git archive` of the tag's commit, read in memory
-with tarfile); `.tf` files are parsed with python-hcl2, never by running Terraform, and the
-README's description with markdown-it-py. Repository content is hostile: the parsing runs in
-worker processes (gitreg/parse_workers.py) under a wall-clock budget per module, so no
-README or `.tf` file can hold the server's GIL; the text handling here uses no regular
-expression that can backtrack over it. Details depend only on the commit, so they are cached
-by (repository, path, tag, commit SHA) in a bounded LRU. A file that does not parse is
-skipped with a note: the rest still shows.
+The tree comes from a shallow fetch of the tag, or from gitreg's mirror of the repository when
+it keeps one (`git archive` of the tag's commit, read in memory with tarfile); `.tf` files are
+parsed with python-hcl2, never by running Terraform, and the README's description with
+markdown-it-py. Repository content is hostile: the parsing runs in worker processes
+(gitreg/parse_workers.py) under a wall-clock budget per module, so no README or `.tf` file can
+hold the server's GIL; the text handling here uses no regular expression that can backtrack
+over it. Details depend only on the commit, so they are cached by (repository, path, tag,
+commit SHA) in a bounded LRU. A file that does not parse is skipped with a note: the rest
+still shows.
 """
 
 from __future__ import annotations
@@ -429,7 +430,10 @@ def read_commit(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged: T
             git.archive(mirror, tagged.sha, base, lambda tar: shutil.copyfileobj(tar, writer))
         except NoSuchTree as e:
             if e.commit_missing:
-                raise UpstreamUnavailable(f"commit {tagged.sha[:12]} is not in gitreg's mirror") from None
+                raise UpstreamUnavailable(
+                    f"commit {tagged.sha[:12]} of tag {tagged.tag!r} is not in what gitreg fetched "
+                    "(did the tag move?); try again"
+                ) from None
             # The rule's `path` is not in this commit: an empty module says so better than a 502.
             return CommitTree({"": {}}, [f"the path {base!r} does not exist at tag {tagged.tag!r}"])
         spool.seek(0)
@@ -514,10 +518,11 @@ class DetailsService:
         from .urls import host_label
 
         self.workers.warm()  # a worker starts while git works
-        # The mirror is held while it is read (eviction under [storage] max_bytes skips it);
-        # mirroring for details is background work.
+        # The repository is kept while it is read (a mirror is held from eviction under
+        # [storage] max_bytes, a scratch fetch removed after); reading details is background work.
         with git_priority(Priority.BACKGROUND):
-            async with self.mirrors.use(resolved.repository, tagged.sha) as mirror:
+            archives = resolved.rule.download == "archive"  # its downloads need the mirror anyway
+            async with self.mirrors.snapshot(resolved.repository, tagged.tag, tagged.sha, archives) as mirror:
                 self.builds += 1
                 tree = await self.pool.run(
                     read_commit, self.git, str(mirror), resolved, tagged, host=host_label(resolved.repository)

@@ -50,6 +50,7 @@ from urllib.parse import urljoin, urlsplit
 from . import urls
 from .config import Credential, GitConfig
 from .errors import OUT_OF_RESOURCES, GitregError, ModuleNotFound, Overloaded, UpstreamTimeout, UpstreamUnavailable
+from .gitpool import RUNNING_AS, Priority
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -105,6 +106,8 @@ _USERINFO_RE = re.compile(r"(?<=://)[^/@\s']+@")
 # lines (an annotated tag takes two) or 32 MiB: far above real repositories.
 MAX_REFS = 200_000
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024
+# `nice` of git run for background work (as the parse workers): install requests go first for the CPU too.
+BACKGROUND_NICENESS = 10
 _MAX_LINE = 64 * 1024  # git's pkt-line limit is 65520 bytes: no ref line is longer
 _MAX_STDERR = 64 * 1024
 # curl gives up on a transfer slower than this many bytes per second for [git] timeout_seconds.
@@ -159,6 +162,11 @@ class _GitRun:
         except BaseException:
             self.stderr.close()
             raise
+        if RUNNING_AS.get() is Priority.BACKGROUND:
+            # Background git (the org index, details, refreshes) yields the CPU to the event loop
+            # serving `terraform init`: its whole process group, helpers it starts included.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PGRP, self.proc.pid, BACKGROUND_NICENESS)
         self.killed: str | None = None  # why gitreg killed it: "timeout", "too_large", "shutdown"
         self.error_text = ""  # the end of git's stderr, once finished (without GIT_TRACE_CURL lines)
         self.trace: list[tuple[str, str, str]] = []  # GIT_TRACE_CURL lines: (direction, kind, text)
@@ -634,6 +642,28 @@ class MirrorGit:
                 "--end-of-options",
                 url,
                 "+refs/tags/*:refs/tags/*",
+            ],
+            url,
+            path,
+        )
+
+    def fetch_tag_shallow(self, path: str, url: str, tag: str) -> None:
+        """Fetch one tag of `url` and its commit's tree only (no history) into the repository at `path`.
+
+        What module details need of a repository gitreg keeps no mirror of: one tag's files.
+        The tag name comes from the host's ref list (a valid ref name: no `:` or `*`).
+        """
+        self.adapter.run(
+            [
+                "git",
+                "fetch",
+                "--quiet",
+                "--depth=1",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url,
+                f"+refs/tags/{tag}:refs/tags/{tag}",
             ],
             url,
             path,

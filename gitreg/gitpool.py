@@ -60,6 +60,20 @@ class Priority(IntEnum):
 GIT_PRIORITY: ContextVar[Priority] = ContextVar("gitreg_git_priority", default=Priority.BACKGROUND)
 
 
+# The priority of the pool job running in this (worker) thread, None outside the pool's jobs:
+# git started for BACKGROUND work runs at a lower CPU priority (see git_adapter._GitRun).
+RUNNING_AS: ContextVar[Priority | None] = ContextVar("gitreg_git_running_as", default=None)
+
+
+def _run_as(priority: Priority, fn: Callable[..., T], *args: Any) -> T:
+    """In a worker thread: `fn(*args)` as a job of `priority` (RUNNING_AS)."""
+    token = RUNNING_AS.set(priority)
+    try:
+        return fn(*args)
+    finally:
+        RUNNING_AS.reset(token)
+
+
 @contextlib.contextmanager
 def git_priority(priority: Priority) -> Iterator[None]:
     """Run the block's git work (in this task and tasks it creates) at `priority`."""
@@ -379,7 +393,7 @@ class GitPool:
         self._running_hosts[job.host] = self._running_hosts.get(job.host, 0) + 1
         self.started[job.priority] += 1
         try:
-            thread_future = self._executor.submit(job.fn, *job.args)
+            thread_future = self._executor.submit(_run_as, job.ran_as, job.fn, *job.args)
         except RuntimeError:  # the executor was shut down
             self._release(job)
             job.future.set_exception(UpstreamUnavailable("gitreg is shutting down; try again"))

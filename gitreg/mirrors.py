@@ -186,6 +186,35 @@ class MirrorStore:
         async with self.hold(url):
             yield await self.ensure(url, sha)
 
+    @contextlib.asynccontextmanager
+    async def snapshot(self, url: str, tag: str, sha: str, mirror: bool = False) -> AsyncIterator[Path]:
+        """A repository holding commit `sha` (tag `tag` of `url`) to read files from, inside the block.
+
+        `url`'s mirror when gitreg keeps one, or must (`mirror`: the module is served as
+        archives, which are built from it); otherwise a shallow fetch of that one tag into a
+        scratch repository, removed after the block: module details need one commit's files, not
+        the whole history on disk (an org of thousands of repositories would otherwise be
+        mirrored in full just to be described).
+        """
+        if mirror or self.path_for(url).is_dir():
+            async with self.use(url, sha) as kept:
+                yield kept
+            return
+        self._raise_remembered(url)
+        self.fetches += 1
+        tmp = self.root / f"tmp-{uuid.uuid4().hex}"
+        try:
+            await self._git(url, self.git.init, str(tmp))
+            try:
+                await self._git(url, self.git.fetch_tag_shallow, str(tmp), url, tag)
+            except GitregError as e:
+                self._remember(url, e)
+                raise
+            self._check_fits(url, await self._call(tree_bytes, str(tmp)))
+            yield tmp
+        finally:
+            await self._call(_remove_tree, str(tmp))
+
     async def ensure(self, url: str, sha: str) -> Path:
         """The mirror of `url`, holding commit `sha` (cloned or fetched as needed). Call it inside hold()."""
         path = self.path_for(url)

@@ -41,6 +41,7 @@ from .forges import (
     client_for,
     github_record,
 )
+from .index import json_document
 from .names import ModuleAddress
 from .rules import ResolvedModule
 from .storage import collector_paused
@@ -541,20 +542,21 @@ class OrgCatalog:
     # ---- persistence ----------------------------------------------------------------------
 
     def _snapshot(self) -> str:
-        orgs = []
-        for s in self._orgs:
-            if s.records is None:
-                continue
-            orgs.append(
+        orgs = [
+            json_document(
                 {
                     "provider": s.config.provider,
                     "api_url": s.config.api_url,
                     "group": s.config.group,
                     "enumerated_at": s.enumerated_at,
-                    "repositories": [r.to_json() for _, r in sorted(s.records.items())],
-                }
+                },
+                "repositories",
+                (json.dumps(r.to_json()) for _, r in sorted(s.records.items())),
             )
-        return json.dumps({"format": FORMAT, "orgs": orgs}, separators=(",", ":"))
+            for s in self._orgs
+            if s.records is not None
+        ]
+        return json_document({"format": FORMAT}, "orgs", orgs)
 
     async def flush(self) -> None:
         """Write orgs.json if the listing changed since the last write (off the event loop)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -332,7 +333,7 @@ async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, t
     assert new["versions"] == ["2.0.0", "1.0.0"]
 
 
-async def test_details_are_cached_by_commit_and_the_mirror_is_fetched_once(make_client, vpc, tmp_path):
+async def test_details_are_cached_by_commit_and_read_with_one_fetch_that_leaves_no_mirror(make_client, vpc, tmp_path):
     client = await indexed(
         await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
     )
@@ -341,7 +342,27 @@ async def test_details_are_cached_by_commit_and_the_mirror_is_fetched_once(make_
     assert (await client.get("/v1/modules/acme/vpc/aws")).status == 200  # latest is the same commit
     assert client.app[DETAILS].builds == 1
     assert client.app[MIRRORS].fetches == 1
-    assert any((tmp_path / "state" / "mirrors").iterdir())  # the mirror lives under [storage] path
+    # Served with git, the module needs no mirror: the tag was fetched, read, and removed again.
+    assert list((tmp_path / "state" / "mirrors").iterdir()) == []
+
+
+async def test_details_need_only_the_tags_files_not_the_repositorys_history(make_client, tmp_path):
+    # 3 MiB of history (blobs deleted before the tag) in a repository, [storage] max_bytes 1 MiB:
+    # a mirror of it does not fit, the tagged tree does.
+    repo = GitRepo(tmp_path / "repos", "big-history")
+    rng = random.Random(7)
+    for n in range(3):
+        repo.commit({f"data{n}.txt": "".join(rng.choice("0123456789abcdef") for _ in range(2_000_000))})
+    repo.commit({f"data{n}.txt": None for n in range(3)} | {"variables.tf": 'variable "zone" { type = string }\n'})
+    repo.tag("v1.0.0", annotated=True, message="first release")
+    config = make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state"), "max_bytes": 1024 * 1024})
+    client = await indexed(await make_client(config))
+    resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert [i["name"] for i in body["root"]["inputs"]] == ["zone"]
+    tagged = datetime.fromisoformat(repo.git("for-each-ref", "--format=%(creatordate:iso-strict)", "refs/tags/v1.0.0"))
+    assert body["published_at"] == tagged.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_path):

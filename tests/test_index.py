@@ -234,4 +234,54 @@ async def test_an_older_versions_details_are_read_in_the_background_never_inside
     await indexed(client)
     old = await get_json(client, "/v1/modules/acme/vnet/aws/1.0.0")
     assert old["version"] == "1.0.0" and old["description"] == "Creates a virtual network with peering and flow logs."
-    assert git_http.requests() == []  # the mirror already held the tag: not even the host was asked
+    # Read with one shallow fetch of that tag (a ref advertisement, ls-refs, fetch), after the answer.
+    assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in git_http.requests()] == [
+        ("GET", "refs"),
+        ("POST", "git-upload-pack"),
+        ("POST", "git-upload-pack"),
+    ]
+
+
+def _git_niceness(marker: str) -> list[int]:
+    """The niceness of each running git process (and helper) whose command line contains `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if argv and b"git" in argv[0] and any(marker.encode() in a for a in argv):
+            found.append(int(stat.rsplit(")", 1)[1].split()[16]))  # field 19: nice
+    return found
+
+
+async def _processes(marker: str) -> list[int]:
+    for _ in range(200):
+        if found := _git_niceness(marker):
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no git process for {marker} appeared")
+
+
+async def test_background_git_yields_the_cpu_and_install_git_does_not(make_client, git_http, tmp_path):
+    module_repo(tmp_path, "public-vnet")
+    module_repo(tmp_path, "public-dns")
+    git_http.hold_fetches()  # the index's details fetch of vnet waits: its git processes can be looked at
+    try:
+        client = await make_client(
+            make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(tmp_path / "state")})
+        )
+        background = await _processes("public-vnet.git")
+        assert set(background) == {10}, background  # the fetch and its remote helper, niced
+    finally:
+        git_http.release_fetches()
+    await indexed(client)
+    git_http.mode, git_http.delay = "slow", 2.0  # an install request's ls-remote waits: look at it
+    other = await make_client(make_config(rules(git_http, ["dns"]), git_http, index={"enabled": False}))
+    install = asyncio.ensure_future(other.get("/v1/modules/acme/dns/aws/versions"))
+    foreground = await _processes("public-dns.git")
+    assert set(foreground) == {0}, foreground
+    assert (await install).status == 200
