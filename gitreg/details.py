@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import hcl2
 from cachetools import LRUCache
-from hcl2.utils import SerializationOptions
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
@@ -48,11 +46,6 @@ if TYPE_CHECKING:  # annotations only: the parse workers import this module and 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Plain Python values from python-hcl2: unquoted strings, no block markers, heredocs kept
-# raw (its own heredoc-to-string conversion leaves escaped quotes behind; we dedent ourselves).
-_HCL_OPTIONS = SerializationOptions(
-    with_comments=False, explicit_blocks=False, preserve_heredocs=True, strip_string_quotes=True
-)
 # Limits that keep one odd repository from costing unbounded memory or CPU.
 MAX_TREE_BYTES = 64 * 1024 * 1024  # of the `git archive` stream kept (the rest is discarded)
 MAX_TF_BYTES = 512 * 1024  # per .tf file; larger files are skipped with a note
@@ -165,12 +158,28 @@ def parse_file(name: str, raw: bytes, path: str) -> dict[str, Any]:
     if len(raw) > MAX_TF_BYTES:
         return _no_declarations(f"{shown}{name}: larger than {MAX_TF_BYTES} bytes; its contents are not shown")
     try:
-        parsed = hcl2.loads(raw.decode("utf-8"), serialization_options=_HCL_OPTIONS)
+        parsed = _hcl_loads(raw.decode("utf-8"))
         return {**_declarations(parsed), "notes": []}
     except UnicodeDecodeError:
         return _no_declarations(f"{shown}{name}: not UTF-8; skipped")
     except Exception as e:  # noqa: BLE001 - lark raises many kinds (and RecursionError on deep nesting)
         return _no_declarations(f"{shown}{name}: could not be parsed ({_parse_error(e)}); its contents are not shown")
+
+
+def _hcl_loads(text: str) -> Any:
+    """python-hcl2's plain Python values: unquoted strings, no block markers, heredocs kept raw
+    (its own heredoc-to-string conversion leaves escaped quotes behind; we dedent ourselves).
+
+    Imported here: only the parse worker processes parse, and python-hcl2 (with its grammar)
+    is a tenth of the server's start-up imports.
+    """
+    import hcl2
+    from hcl2.utils import SerializationOptions
+
+    options = SerializationOptions(
+        with_comments=False, explicit_blocks=False, preserve_heredocs=True, strip_string_quotes=True
+    )
+    return hcl2.loads(text, serialization_options=options)
 
 
 def _no_declarations(note: str) -> dict[str, Any]:
