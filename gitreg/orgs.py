@@ -617,8 +617,17 @@ class OrgCatalog:
     # ---- background -----------------------------------------------------------------------
 
     async def _run(self, s: _Org) -> None:
-        """Enumerate at start, then every refresh_seconds (jittered), or at once when woken."""
+        """Enumerate when due, then every refresh_seconds (jittered), or at once when woken.
+
+        Due at start, unless the listing loaded from orgs.json is younger than refresh_seconds:
+        then when it would have been due had gitreg kept running (a restart costs no API pages
+        and leaves the first requests the CPU; a webhook still wakes it at once).
+        """
         delay = 0.0
+        if s.loaded and s.enumerated_at is not None:
+            delay = max(0.0, s.enumerated_at + s.config.refresh_seconds - time.time())
+            if delay:
+                log.info("org %s: its listing on disk is current; next enumeration in %.0f s", s.config.label, delay)
         while True:
             if delay > 0:
                 with contextlib.suppress(TimeoutError):

@@ -539,6 +539,9 @@ async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(ma
     await first.close()
     stored = (tmp_path / "state" / "orgs.json").read_text()
     assert "terraform-aws-vpc" in stored and API_TOKEN not in stored
+    data = json.loads(stored)
+    data["orgs"][0]["enumerated_at"] -= 86400  # a day old: enumerating it again is due at start
+    (tmp_path / "state" / "orgs.json").write_text(json.dumps(data))
 
     github.mode = "down"
     github.reset_counters()
@@ -550,6 +553,27 @@ async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(ma
     await until(lambda: orgs.report()[0].error is not None)  # the API is down: the listing stays
     assert list(orgs.modules()) == [VPC]
     assert github.requests()  # it did try
+
+
+async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_next_refresh(
+    make_client, github, git_http, tmp_path
+):
+    module_repo(tmp_path, "terraform-aws-vpc")
+    github.add("terraform-aws-vpc", description="The VPC")
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
+    first = await make_client(config)
+    await until(first.app[ORGS].complete)
+    await first.close()
+
+    github.reset_counters()
+    second = await make_client(config)  # refresh_seconds after the listing was made: not due yet
+    assert await versions_of(second) == ["1.1.0", "1.0.0"]
+    await indexed(second)
+    await asyncio.sleep(0.5)
+    assert github.requests() == []  # no API page spent on a restart (rate limits)
+    github.add("terraform-aws-dns")
+    assert await second.app[ORGS].enumerate(0)  # what the next refresh (or a webhook) does
+    assert second.app[ORGS].report()[0].found == 2 and github.requests()
 
 
 # --- metrics, secrets, config --------------------------------------------------------------------
