@@ -621,7 +621,7 @@ class OrgCatalog:
 
         Due at start, unless the listing loaded from orgs.json is younger than refresh_seconds:
         then when it would have been due had gitreg kept running (a restart costs no API pages
-        and leaves the first requests the CPU; a webhook still wakes it at once).
+        and leaves the first requests the CPU; repository webhooks still apply at once).
         """
         delay = 0.0
         if s.loaded and s.enumerated_at is not None:
