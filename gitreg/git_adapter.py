@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import heapq
+import itertools
 import logging
 import math
 import os
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO, NamedTuple, TypeVar, cast
@@ -210,6 +213,60 @@ class _GitRun:
         return status
 
 
+class _Watchdog:
+    """Kills each git run still going at its deadline: one thread for all of them.
+
+    (A `threading.Timer` per git call started and stopped a thread for every call, hundreds a
+    second while an org is indexed, each start a round of GIL hand-offs with the event loop.)
+    The thread runs while a deadline is armed and ends when none is.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadlines: list[tuple[float, int]] = []  # heap of (monotonic deadline, number)
+        self._runs: dict[int, _GitRun] = {}  # armed, by number
+        self._numbers = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, run: _GitRun, seconds: float) -> int:
+        """Kill `run` ("timeout") in `seconds` unless disarmed; its number. RuntimeError: no thread."""
+        with self._cond:
+            number = next(self._numbers)
+            if self._thread is None:
+                thread = threading.Thread(target=self._watch, name="gitreg-git-watchdog", daemon=True)
+                thread.start()  # before anything is recorded: a failed start leaves nothing armed
+                self._thread = thread
+            heapq.heappush(self._deadlines, (time.monotonic() + seconds, number))
+            self._runs[number] = run
+            self._cond.notify()
+        return number
+
+    def disarm(self, number: int) -> None:
+        """The run finished: no kill."""
+        with self._cond:
+            self._runs.pop(number, None)
+
+    def _watch(self) -> None:
+        with self._cond:
+            while self._runs:
+                while self._deadlines and self._deadlines[0][1] not in self._runs:
+                    heapq.heappop(self._deadlines)  # disarmed
+                deadline, number = self._deadlines[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._deadlines)
+                run = self._runs.pop(number)
+                self._cond.release()
+                try:
+                    run.kill("timeout")
+                finally:
+                    self._cond.acquire()
+            self._deadlines.clear()
+            self._thread = None
+
+
 class GitAdapter:
     """Runs git for gitreg with a hardened, credential-carrying environment."""
 
@@ -220,6 +277,7 @@ class GitAdapter:
         self._home = home
         self._running: set[_GitRun] = set()
         self._running_lock = threading.Lock()
+        self._watchdog = _Watchdog()
         self._closed = False
 
     def environment(self, url: str) -> dict[str, str]:
@@ -318,8 +376,7 @@ class GitAdapter:
             if e.errno not in OUT_OF_RESOURCES:
                 raise
             raise _overloaded(e.strerror or str(e)) from None
-        timer = threading.Timer(self.config.timeout_seconds if timeout is None else timeout, run.kill, ("timeout",))
-        timer.daemon = True
+        armed: int | None = None
         with self._running_lock:
             self._running.add(run)
             closed = self._closed
@@ -327,7 +384,7 @@ class GitAdapter:
             run.kill("shutdown")
         try:
             try:
-                timer.start()
+                armed = self._watchdog.arm(run, self.config.timeout_seconds if timeout is None else timeout)
             except RuntimeError:  # "can't start new thread": out of processes or memory
                 raise _overloaded("cannot start a thread") from None
             yield run
@@ -338,7 +395,8 @@ class GitAdapter:
             try:
                 run.finish()
             finally:
-                timer.cancel()
+                if armed is not None:
+                    self._watchdog.disarm(armed)
                 with self._running_lock:
                     self._running.discard(run)
                 run.stderr.close()  # already closed unless finish() failed
