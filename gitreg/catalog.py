@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from .errors import BadRequest
 from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule, RuleIndex
 from .shared import SharedState
+from .storage import remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ FLUSH_SECONDS = 5.0
 # remembered modules new ones are served but not listed (and a warning is logged once).
 MAX_REMEMBERED = 50_000
 # The temp file a write goes to before `os.replace`; one left by a crash is deleted at start.
-_TMP_PREFIX, _TMP_SUFFIX = ".catalog-", ".tmp"
+_TMP_PREFIX = ".catalog-"  # temp files of write_atomically (`.catalog-*.tmp`)
 
 
 def _parse_key(key: object) -> ModuleAddress | None:
@@ -75,7 +75,7 @@ class Catalog:
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
-        self._remove_leftovers()
+        remove_leftovers(self.path, _TMP_PREFIX)
         try:
             data: Any = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -103,19 +103,6 @@ class Catalog:
                 address = _parse_key(key)
                 if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
                     self._downloads[address] = count
-
-    def _remove_leftovers(self) -> None:
-        """Delete temp files a write interrupted by a crash left (catalog.json itself is whole: os.replace)."""
-        try:
-            leftovers = list(self.path.parent.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"))
-        except OSError:
-            return
-        for tmp in leftovers:
-            try:
-                tmp.unlink()
-                log.info("removed %s, left by an interrupted write", tmp.name)
-            except OSError:
-                pass
 
     def listed(self) -> dict[ModuleAddress, ResolvedModule]:
         """Every listable module, bound to the rule serving it now (rules may have changed since)."""
@@ -191,17 +178,7 @@ class Catalog:
                 log.warning("could not write %s: %s", self.path, e)
 
     def _write(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self.path, text, _TMP_PREFIX)
         self.writes += 1
 
     async def run(self, interval: float = FLUSH_SECONDS) -> None:

@@ -271,9 +271,13 @@ class ForgeClient:
         log.info("%s: API rate limit reached; waiting %.1f s for its reset", self.org.label, wait)
         await asyncio.sleep(wait)
 
+    # The provider's rate-limit headers: `<prefix>Remaining`, `<prefix>Reset` (epoch seconds).
+    RATE_HEADERS = ""
+
     def _rate_headers(self, headers: Mapping[str, str]) -> tuple[int | None, float | None]:
         """(remaining, reset as wall-clock time) from the provider's rate-limit headers."""
-        raise NotImplementedError
+        reset = _int_header(headers, f"{self.RATE_HEADERS}Reset")
+        return _int_header(headers, f"{self.RATE_HEADERS}Remaining"), float(reset) if reset is not None else None
 
     async def get_json(self, url: str) -> tuple[Any, Mapping[str, str]]:
         """GET `url` (an API URL), with retries of transient failures and rate-limit waits."""
@@ -415,9 +419,7 @@ class GitHubClient(ForgeClient):
             headers["Authorization"] = f"Bearer {self.org.token}"
         return headers
 
-    def _rate_headers(self, headers: Mapping[str, str]) -> tuple[int | None, float | None]:
-        reset = _int_header(headers, "X-RateLimit-Reset")
-        return _int_header(headers, "X-RateLimit-Remaining"), float(reset) if reset is not None else None
+    RATE_HEADERS = "X-RateLimit-"
 
     async def list_repositories(self) -> list[RepoRecord]:
         """All repositories of the organization (or, when GitHub says it is a user, the user's own)."""
@@ -450,9 +452,7 @@ class GitLabClient(ForgeClient):
             headers["PRIVATE-TOKEN"] = self.org.token
         return headers
 
-    def _rate_headers(self, headers: Mapping[str, str]) -> tuple[int | None, float | None]:
-        reset = _int_header(headers, "RateLimit-Reset")
-        return _int_header(headers, "RateLimit-Remaining"), float(reset) if reset is not None else None
+    RATE_HEADERS = "RateLimit-"
 
     async def list_repositories(self) -> list[RepoRecord]:
         """All projects of the group and its subgroups (not projects merely shared with it)."""

@@ -687,45 +687,19 @@ class MirrorGit:
         if status != 0:
             raise UpstreamUnavailable(f"could not create a mirror repository (git init exited with {status})")
 
-    def fetch_tags(self, path: str, url: str) -> None:
-        """Fetch every tag of `url` into the mirror at `path` (tags may move: force, prune)."""
-        self.adapter.run(
-            [
-                "git",
-                "fetch",
-                "--quiet",
-                "--force",
-                "--prune",
-                "--no-write-fetch-head",
-                "--end-of-options",
-                url,
-                "+refs/tags/*:refs/tags/*",
-            ],
-            url,
-            path,
-        )
+    def fetch_tags(self, path: str, url: str, tag: str | None = None) -> None:
+        """Fetch every tag of `url` into the mirror at `path` (tags may move: force, prune).
 
-    def fetch_tag_shallow(self, path: str, url: str, tag: str) -> None:
-        """Fetch one tag of `url` and its commit's tree only (no history) into the repository at `path`.
-
-        What module details need of a repository gitreg keeps no mirror of: one tag's files.
-        The tag name comes from the host's ref list (a valid ref name: no `:` or `*`).
+        With `tag`: that one tag and its commit's tree only (`--depth=1`, no history), what module
+        details need of a repository gitreg keeps no mirror of. The tag name comes from the
+        host's ref list (a valid ref name: no `:` or `*`).
         """
-        self.adapter.run(
-            [
-                "git",
-                "fetch",
-                "--quiet",
-                "--depth=1",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--end-of-options",
-                url,
-                f"+refs/tags/{tag}:refs/tags/{tag}",
-            ],
-            url,
-            path,
-        )
+        if tag is None:
+            options, refspec = ["--force", "--prune"], "+refs/tags/*:refs/tags/*"
+        else:
+            options, refspec = ["--depth=1", "--no-tags"], f"+refs/tags/{tag}:refs/tags/{tag}"
+        args = ["git", "fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, refspec]
+        self.adapter.run(args, url, path)
 
     def has_commit(self, path: str, sha: str) -> bool:
         """True when the mirror at `path` holds commit `sha` (a validated SHA from ls-remote)."""

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -39,7 +38,7 @@ from .details import DetailsService, ModuleDetails
 from .errors import GitregError, ModuleNotFound, Overloaded
 from .names import NAME_RE, SYSTEM_RE, ModuleAddress
 from .rules import ResolvedModule
-from .storage import collector_paused
+from .storage import collector_paused, json_document, remove_leftovers, write_atomically
 from .versions import TaggedVersion, is_canonical, parse_version
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ SEARCH_MEMO = 256
 # While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
 VIEW_STALE_SECONDS = 1.0
 _WORD_RE = re.compile(r"[a-z0-9][a-z0-9_-]{1,39}")
-_TMP_PREFIX, _TMP_SUFFIX = ".index-", ".tmp"
+_TMP_PREFIX = ".index-"  # temp files of write_atomically (`.index-*.tmp`)
 
 Sources = Callable[[], Mapping[ModuleAddress, ResolvedModule]]
 Resolve = Callable[[ModuleAddress], ResolvedModule | None]
@@ -343,31 +342,9 @@ class DetailsStore:
 
     def save(self, repository: str, path: str, sha: str, details: ModuleDetails) -> None:
         """Blocking: write the details atomically."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.root / f"{self.key(repository, path, sha)}.json", json.dumps(asdict(details)))
-
-
-def json_document(fields: Mapping[str, Any], key: str, items: Iterable[str]) -> str:
-    """`{**fields, key: [items...]}` as JSON text, from items already encoded one by one.
-
-    The same document as one `json.dumps`, but that is a single C call holding the GIL for all
-    of it (54 ms for 2,000 index entries): encoded item by item (`json.dumps(item)` each), the
-    event loop thread gets the GIL between items, so writing a large index or org listing in
-    a worker thread never holds up a request.
-    """
-    head = json.dumps({**fields, key: []})
-    return f"{head[:-3]}[{', '.join(items)}]}}"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        # Not fsynced: details are read again from git when a power loss left a file behind.
+        target = self.root / f"{self.key(repository, path, sha)}.json"
+        write_atomically(target, json.dumps(asdict(details)), _TMP_PREFIX, durable=False)
 
 
 @dataclass
@@ -609,9 +586,7 @@ class ModuleIndex:
 
     def load(self) -> None:
         """Read index.json (blocking, at start); a damaged file is set aside, never fatal."""
-        with contextlib.suppress(OSError):
-            for tmp in self.path.parent.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
-                tmp.unlink(missing_ok=True)
+        remove_leftovers(self.path, _TMP_PREFIX)
         with collector_paused():
             try:
                 data = json.loads(self.path.read_text(encoding="utf-8"))
@@ -887,8 +862,9 @@ class ModuleIndex:
         return text
 
     def _write(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.path, text)
+        # Not fsynced (written every FLUSH_SECONDS while indexing): after a power loss a damaged
+        # file is set aside and the index built again.
+        write_atomically(self.path, text, _TMP_PREFIX, durable=False)
         self.stats.writes += 1
 
     async def _flusher(self) -> None:

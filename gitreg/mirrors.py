@@ -205,11 +205,7 @@ class MirrorStore:
         tmp = self.root / f"tmp-{uuid.uuid4().hex}"
         try:
             await self._git(url, self.git.init, str(tmp))
-            try:
-                await self._git(url, self.git.fetch_tag_shallow, str(tmp), url, tag)
-            except GitregError as e:
-                self._remember(url, e)
-                raise
+            await self._fetch(tmp, url, tag)
             self._check_fits(url, await self._call(tree_bytes, str(tmp)))
             yield tmp
         finally:
@@ -276,10 +272,11 @@ class MirrorStore:
             self._remember(url, error)
             raise error
 
-    async def _fetch(self, path: Path, url: str) -> None:
-        """Fetch `url`'s tags into the mirror at `path`; a failure is remembered for error_retry_seconds."""
+    async def _fetch(self, path: Path, url: str, tag: str | None = None) -> None:
+        """Fetch `url`'s tags (or `tag` alone, shallow) into the repository at `path`; a failure is
+        remembered for error_retry_seconds."""
         try:
-            await self._git(url, self.git.fetch_tags, str(path), url)
+            await self._git(url, self.git.fetch_tags, str(path), url, tag)
         except GitregError as e:
             self._remember(url, e)
             raise

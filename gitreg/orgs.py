@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Executor
@@ -41,10 +40,9 @@ from .forges import (
     client_for,
     github_record,
 )
-from .index import json_document
 from .names import ModuleAddress
 from .rules import ResolvedModule
-from .storage import collector_paused
+from .storage import collector_paused, json_document, remove_leftovers, write_atomically
 from .urls import mask, transport
 
 log = logging.getLogger(__name__)
@@ -59,7 +57,7 @@ FAILURE_RETRY_SECONDS = 15.0
 # How long a GitLab webhook waits for the one project it names (GitLab gives up after 10 s).
 WEBHOOK_FETCH_SECONDS = 8.0
 _JITTER = 0.1
-_TMP_PREFIX, _TMP_SUFFIX = ".orgs-", ".tmp"
+_TMP_PREFIX = ".orgs-"  # temp files of write_atomically (`.orgs-*.tmp`)
 
 # Reasons a repository is not a module, as `report()` and `gitreg check --probe` show them.
 NAME_MISMATCH = "name does not match repository_pattern {pattern!r}"
@@ -568,7 +566,9 @@ class OrgCatalog:
             text = self._snapshot()
             self._dirty = False
             try:
-                await asyncio.get_running_loop().run_in_executor(self.executor, _write_atomic, self.path, text)
+                await asyncio.get_running_loop().run_in_executor(
+                    self.executor, write_atomically, self.path, text, _TMP_PREFIX
+                )
                 self.writes += 1
             except OSError as e:
                 self._dirty = True
@@ -584,8 +584,8 @@ class OrgCatalog:
         if self.path is None:
             return 0
         path = self.path
+        data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, path)
         with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.py)
-            data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, path)
             return self._take(data)
 
     def _take(self, data: Any) -> int:
@@ -680,10 +680,10 @@ def _patch(records: dict[str, RepoRecord], dropped: tuple[str, ...], record: Rep
 
 def _read_json(path: Path) -> Any:
     """The file's JSON; None when missing; a damaged file is set aside (never fatal)."""
-    for leftover in path.parent.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}") if path.parent.is_dir() else ():
-        leftover.unlink(missing_ok=True)
+    remove_leftovers(path, _TMP_PREFIX)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        with collector_paused():
+            return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as e:
@@ -691,20 +691,6 @@ def _read_json(path: Path) -> Any:
         with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".damaged"))
         return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 async def probe_orgs(config: Config) -> list[OrgReport]:

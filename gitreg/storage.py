@@ -18,14 +18,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import math
 import os
+import tempfile
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,6 +76,54 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def write_atomically(path: Path, text: str, prefix: str, durable: bool = True) -> None:
+    """Replace `path` with `text` whole: a temp file `<prefix>*.tmp` beside it, renamed over it.
+
+    A crash leaves the old file or the new one, never half of one (the temp file is removed
+    at the next start by whoever owns `prefix`). `durable`: fsync before the rename, so a
+    power loss keeps the new content too. Blocking.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_leftovers(path: Path, prefix: str) -> None:
+    """Delete the temp files beside `path` that a write_atomically(path, ..., prefix) cut short by a
+    crash left (the file itself is whole: it was only ever replaced by a rename). Blocking."""
+    try:
+        leftovers = list(path.parent.glob(f"{prefix}*.tmp"))
+    except OSError:
+        return
+    for tmp in leftovers:
+        try:
+            tmp.unlink()
+            log.info("removed %s, left by an interrupted write", tmp.name)
+        except OSError:
+            pass
+
+
+def json_document(fields: Mapping[str, Any], key: str, items: Iterable[str]) -> str:
+    """`{**fields, key: [items...]}` as JSON text, from items already encoded one by one.
+
+    The same document as one `json.dumps`, but that is a single C call holding the GIL for all
+    of it (54 ms for 2,000 index entries): encoded item by item (`json.dumps(item)` each), the
+    event loop thread gets the GIL between items, so writing a large index or org listing in
+    a worker thread never holds up a request.
+    """
+    head = json.dumps({**fields, key: []})
+    return f"{head[:-3]}[{', '.join(items)}]}}"
 
 
 def tree_bytes(path: str) -> int:
