@@ -32,6 +32,7 @@ def write_config(
     index: bool = False,
     ttl: float = 3600,
     rule: str = "",
+    git_timeout: float = 10,
 ) -> Path:
     """One replica's config: its own storage (as a pod has), Redis from $TEST_REDIS_URL."""
     storage = tmp_path / f"storage-{name}"
@@ -45,7 +46,7 @@ backend = "{backend}"
 ttl_seconds = {ttl}
 [git]
 protocols = ["https", "http", "file"]
-timeout_seconds = 10
+timeout_seconds = {git_timeout:g}
 [storage]
 path = "{storage}"
 [index]
@@ -434,8 +435,11 @@ def test_a_replica_stopped_in_the_middle_of_a_git_call_releases_its_lock_for_the
     public_repo(tmp_path)
     url = git_server.url("public.git")
     client = redis.Redis.from_url(redis_server.url)
-    [a] = start_replicas(tmp_path, redis_server, url, count=1)
-    git_server.mode, git_server.delay = "slow", 60  # a's git call hangs while it holds the lock
+    # a's git call hangs while it holds the lock, longer than the shutdown's grace for in-flight
+    # requests (10 s): the call is stopped by the shutdown, not ended by its own timeout (which
+    # would rightly share "timed out" with the others for [cache] error_retry_seconds).
+    [a] = start_replicas(tmp_path, redis_server, url, count=1, git_timeout=40)
+    git_server.mode, git_server.delay = "slow", 60
     asking = threading.Thread(target=lambda: _swallow(lambda: versions(a.url)), daemon=True)
     asking.start()
     wait_for(lambda: list(client.scan_iter("gitreg:lock:*")) != [], 10, "a holding the shared lock")
