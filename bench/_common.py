@@ -225,15 +225,23 @@ class Server:
 
 
 def start_gitreg(
-    args: list[str], log: Path, env: dict[str, str] | None = None, cpus: str | None = None, root: Path = ROOT
+    args: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    cpus: str | None = None,
+    root: Path = ROOT,
+    niceness: int = 0,
 ) -> Server:
     """`python -m gitreg serve ARGS` on a free port (on `cpus` if given), ready once /healthz answers.
 
     `root` is the source tree whose gitreg runs (another checkout, e.g. an older commit, to
-    compare). `startup_seconds` is from process start until /healthz first answered.
+    compare); `niceness`, when not 0, starts it under `nice -n`. `startup_seconds` is from
+    process start until /healthz first answered.
     """
     port = free_port()
-    server = Server([sys.executable, "-m", "gitreg", "serve", "--port", str(port), *args], log, r"()", env, cpus, root)
+    niced = ["nice", "-n", str(niceness)] if niceness else []
+    argv = [*niced, sys.executable, "-m", "gitreg", "serve", "--port", str(port), *args]
+    server = Server(argv, log, r"()", env, cpus, root)
     server.url = f"http://127.0.0.1:{port}"
     wait_healthy(server.url + "/healthz", server)
     server.startup_seconds = time.perf_counter() - server.started

@@ -17,7 +17,10 @@ One run, everything on 127.0.0.1, against a real `python -m gitreg serve`:
 - first full index: gitreg started with one `[[orgs]]` entry and one `[[modules]]` rule (the
   "cached" module, on another repository), until /readyz says complete, queued 0 and every
   module listed; meanwhile `--latency-requests` versions/download requests of the cached
-  module (warmed first), spread over the index, next to as many once the index is idle;
+  module (warmed first), spread over the index, next to as many at the same pace once the
+  index is idle; with `--floor`, the same on a second gitreg that indexes nothing while a
+  third indexes the org from scratch (the machine's load alone, without the index's work in
+  the process that answers), with that other gitreg at nice 0 and at nice 10;
 - a refresh with nothing changed (refresh_seconds = 10): API pages only, zero git requests
   at the git server;
 - restart with the persisted index: time from process start until list and search answer
@@ -319,8 +322,8 @@ def metric(client: Client, name: str) -> float:
     return total
 
 
-def config_text(storage: Path, api_url: str, git_base: str, refresh: int, cached: bool) -> str:
-    """A gitreg config: one GitHub org, optionally the cached module's rule, the git credential."""
+def config_text(storage: Path, api_url: str, git_base: str, refresh: int, cached: bool, org: bool = True) -> str:
+    """A gitreg config: one GitHub org (unless not `org`), optionally the cached module's rule, the git credential."""
     text = f'''
 [storage]
 path = "{storage}"
@@ -328,6 +331,9 @@ path = "{storage}"
 ttl_seconds = 3600
 [git]
 protocols = ["http"]
+'''
+    if org:
+        text += f'''
 [[orgs]]
 provider = "github"
 api_url = "{api_url}"
@@ -335,6 +341,8 @@ group = "{GROUP}"
 namespace = "{NAMESPACE}"
 token = "${{BENCH_API_TOKEN}}"
 refresh_seconds = {refresh}
+'''
+    text += f'''
 [[credentials]]
 url = "{git_base}/"
 username = "{GIT_USER}"
@@ -355,10 +363,22 @@ repository = "{git_base}/cached.git"
 SERVER_ENV = {"BENCH_API_TOKEN": API_TOKEN, "BENCH_GIT_PASSWORD": GIT_PASSWORD}
 
 
-def start(work: Path, label: str, storage: Path, api_url: str, git_base: str, refresh: int, cached: bool) -> Server:
+def start(
+    work: Path,
+    label: str,
+    storage: Path,
+    api_url: str,
+    git_base: str,
+    refresh: int,
+    cached: bool,
+    org: bool = True,
+    niceness: int = 0,
+) -> Server:
     config = work / f"{label}.toml"
-    config.write_text(config_text(storage, api_url, git_base, refresh, cached))
-    return start_gitreg(["--config", str(config), "--log-level", "warning"], work / f"{label}.log", env=SERVER_ENV)
+    config.write_text(config_text(storage, api_url, git_base, refresh, cached, org))
+    return start_gitreg(
+        ["--config", str(config), "--log-level", "warning"], work / f"{label}.log", env=SERVER_ENV, niceness=niceness
+    )
 
 
 def readyz(client: Client) -> dict[str, Any]:
@@ -404,6 +424,37 @@ def paced_latency(
         time.sleep(interval)
     client.close()
     return out
+
+
+def latency_floor(work: Path, api_url: str, git_base: str, modules: int, count: int, interval: float) -> None:
+    """The same install latency, on a gitreg that serves the cached module and indexes nothing, idle and
+    while another gitreg process indexes the org from scratch, once at the same CPU priority and once
+    under `nice -n 10`: what the machine's load alone costs a request with no index work in its own
+    process, and what an index process of lower priority would."""
+    solo = start(work, "floor-solo", work / "floor-solo-storage", api_url, git_base, 600, cached=True, org=False)
+    status, _, _ = Client(solo.url).get(f"/v1/modules/{CACHED}/versions")
+    assert status == 200
+    print("  floor: a gitreg that indexes nothing, while another gitreg process indexes the org from scratch")
+    for niceness in (0, 10):
+        idle = [ms for _, _, ms in paced_latency(solo.url, count, interval)]
+        label = f"floor-indexer-{niceness}"
+        indexer = start(work, label, work / f"{label}-storage", api_url, git_base, 600, cached=False, niceness=niceness)
+        during: list[tuple[float, str, float]] = []
+        pacer = threading.Thread(
+            target=lambda out=during: out.extend(paced_latency(solo.url, count, interval)), daemon=True
+        )
+        pacer.start()
+        started = time.perf_counter()
+        wait_settled(Client(indexer.url), modules - 1)
+        took, done_wall = time.perf_counter() - started, time.time()
+        pacer.join()
+        indexer.stop()
+        busy = [ms for wall, _, ms in during if wall <= done_wall]
+        print(f"  the other process at nice {niceness} (its first index took {took:.1f} s):")
+        print(f"  both      during the other's index: {latency_row(busy)}")
+        ratios = f"ratio p50 {median(busy) / median(idle):.2f}x, p90 {pct(busy, 90) / pct(idle, 90):.2f}x"
+        print(f"  both      idle:                     {latency_row(idle)}   {ratios}")
+    solo.stop()
 
 
 def latency_row(samples: list[float]) -> str:
@@ -673,8 +724,8 @@ def run(args: argparse.Namespace) -> None:
                 f"git server requests during it: {refresh_git}; /readyz queued {readyz(client)['queued']}"
             )
 
-            # -- idle install latency
-            idle = paced_latency(server.url, args.latency_requests, 0.02)
+            # -- idle install latency, at the same pace as during the index
+            idle = paced_latency(server.url, args.latency_requests, interval)
             busy = [s for s in during if s[0] <= done_wall]
             print(f"\nversions/download of the cached module ({CACHED}; warmed: first versions {warm_ms:.1f} ms)")
             for kind in ("versions", "download", None):
@@ -689,6 +740,9 @@ def run(args: argparse.Namespace) -> None:
             print(
                 f"  ({len(during) - len(busy)} of the {len(during)} requests during the index came after it finished)"
             )
+
+            if args.floor:
+                latency_floor(work, fake.api_url, git.base_url, expected, args.latency_requests, interval)
 
             before = check_answers(client, expected)
             rss_first = rss_kib(server.proc.pid)
@@ -828,6 +882,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="repeated passes over the queries")
     parser.add_argument("--timeout", type=float, default=900, help="give the first index this long")
     parser.add_argument("--no-details-baseline", action="store_true")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure the install latency of a gitreg that indexes nothing while another one indexes the org "
+        "(at nice 0, then at nice 10)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     run(args)
