@@ -329,7 +329,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     shared = catalog.shared = app[SHARED]
     index.leading = shared.leading
     index.on_written.append(shared.publish_index)
-    shared.on_index = index.adopt
+    shared.follow_index(index.adopt)
 
     def downloads_changed() -> None:
         catalog.downloads_version += 1  # search ranks ties by downloads: remembered answers are void

@@ -138,6 +138,10 @@ class SharedState:
     async def publish_index(self, text: str) -> None:
         """Offer the index this replica wrote to the others (none here)."""
 
+    def follow_index(self, adopt: Callable[[str], None]) -> None:
+        """Load each index another replica publishes with `adopt` (its index.json text)."""
+        self.on_index = adopt
+
     def count_download(self, address: str) -> None:
         """One more download of `address` (the catalog counts it locally too)."""
 
@@ -205,6 +209,10 @@ class RedisShared(SharedState):
         self._totals_stale = True
         self._next_totals = 0.0
         self._next_lease = 0.0
+        # The last index.json this replica wrote: published again when it becomes the leader (an
+        # index written while Redis was unreachable, or before the first connection, is not lost).
+        self._index_text: str | None = None
+        self._received_index: str | None = None  # the last index read from the leader
         # Counters for /metrics and the benchmarks.
         self.errors = 0
         self.tag_loads = {"shared": 0, "led": 0, "waited": 0, "local": 0}
@@ -323,7 +331,9 @@ class RedisShared(SharedState):
         await self.client.ping()
         await self._lease()
         self._mark_up()
-        if not self._leading:
+        if self._leading:
+            await self._publish_index()
+        else:
             await self._read_index()
 
     async def _run(self) -> None:
@@ -542,10 +552,17 @@ class RedisShared(SharedState):
                 "index: this replica %s",
                 "builds the index (lease taken)" if self._leading else "loads the index another replica builds",
             )
+            if self._leading and self._up:
+                await self._publish_index()  # a takeover: the others get what this replica has now
 
     async def publish_index(self, text: str) -> None:
-        """The leader's index.json text, for the followers to load."""
-        if not (self._up and self._leading):
+        """The leader's index.json text, for the followers to load (kept, and published on becoming leader)."""
+        self._index_text = text
+        await self._publish_index()
+
+    async def _publish_index(self) -> None:
+        text = self._index_text
+        if text is None or not (self._up and self._leading):
             return
         pipe = self.client.pipeline(transaction=True)
         pipe.set(self._key("index"), text)
@@ -559,7 +576,15 @@ class RedisShared(SharedState):
         except _RedisDown:
             return
         if raw is not None and not self._leading:
-            self.on_index(raw.decode("utf-8", "replace"))
+            self._received_index = raw.decode("utf-8", "replace")
+            self.on_index(self._received_index)
+
+    def follow_index(self, adopt: Callable[[str], None]) -> None:
+        """As SharedState's, and at once with the index read before (the connection comes up while
+        the application is still starting: what it read then is not lost, it may not come again)."""
+        self.on_index = adopt
+        if self._received_index is not None and not self._leading:
+            adopt(self._received_index)
 
     # --- download counts ----------------------------------------------------------------------------
 

@@ -62,11 +62,12 @@ class GitregProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with urllib.request.urlopen(self.url + "/readyz", timeout=5) as resp:
-                index = json.loads(resp.read())["index"]
-            if index["complete"] and index["queued"] == 0:
+                state = json.loads(resp.read())
+            if state["index"]["complete"] and state["index"]["queued"] == 0:
                 return
             time.sleep(0.05)
-        raise AssertionError("the index did not settle:\n" + "".join(self.log[-20:]))
+        log = [line for line in self.log if "GET /readyz" not in line]
+        raise AssertionError(f"the index did not settle: {state}\n" + "".join(log[-20:]))
 
     def stop(self, timeout: float = 15) -> int:
         """SIGTERM, wait, and return the exit code."""

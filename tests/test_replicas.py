@@ -326,6 +326,38 @@ def test_a_replica_starts_and_serves_without_redis_and_joins_when_it_comes_up(tm
             redis.stop()
 
 
+def test_an_index_built_before_redis_came_up_reaches_the_replicas_that_join_later(tmp_path, git_server):
+    # The first replica indexes alone (Redis down), then connects and takes the lease: the index it
+    # already has must reach a replica started afterwards, though nothing changes to write it again.
+    public_repo(tmp_path)
+    redis = RedisServer(tmp_path / "redis")  # not started
+    first = GitregProcess(
+        "--config",
+        str(write_config(tmp_path, "first", git_server.url("public.git"), index=True)),
+        env={"TEST_REDIS_URL": redis.url},
+    ).start()
+    later = None
+    try:
+        first.wait_indexed()
+        wait_for(lambda: (tmp_path / "storage-first" / "index.json").exists(), 10, "the index written")
+        redis.start()
+        wait_for(
+            lambda: readyz(first.url)["shared"]["index"] == "leader" and redis_state(first.url) == "up", 10, "leader"
+        )
+        later = GitregProcess(
+            "--config",
+            str(write_config(tmp_path, "later", git_server.url("public.git"), index=True)),
+            env={"TEST_REDIS_URL": redis.url},
+        ).start()
+        wait_for(lambda: redis_state(later.url) == "up", 10, "the later replica connected")
+        assert readyz(later.url)["shared"]["index"] == "follower"
+        later.wait_indexed(timeout=10)
+        assert readyz(later.url)["index"]["modules"] == 1
+    finally:
+        stop_all([r for r in (first, later) if r is not None])
+        redis.stop()
+
+
 # --- several workers on one port -------------------------------------------------------------------------
 
 
