@@ -209,10 +209,13 @@ class RedisShared(SharedState):
         self._totals_stale = True
         self._next_totals = 0.0
         self._next_lease = 0.0
-        # The last index.json this replica wrote: published again when it becomes the leader (an
-        # index written while Redis was unreachable, or before the first connection, is not lost).
-        self._index_text: str | None = None
-        self._received_index: str | None = None  # the last index read from the leader
+        # An index.json this replica wrote while it could not publish it (Redis unreachable, not
+        # connected yet): published when it is the leader and connected, then dropped.
+        self._unpublished: str | None = None
+        # The leader's index read before the application set its loader (follow_index): the
+        # connection comes up while the application is still starting.
+        self._following = False
+        self._received_index: str | None = None
         # Counters for /metrics and the benchmarks.
         self.errors = 0
         self.tag_loads = {"shared": 0, "led": 0, "waited": 0, "local": 0}
@@ -553,22 +556,26 @@ class RedisShared(SharedState):
                 "builds the index (lease taken)" if self._leading else "loads the index another replica builds",
             )
             if self._leading and self._up:
-                await self._publish_index()  # a takeover: the others get what this replica has now
+                await self._publish_index()
 
     async def publish_index(self, text: str) -> None:
-        """The leader's index.json text, for the followers to load (kept, and published on becoming leader)."""
-        self._index_text = text
+        """The leader's index.json text, for the followers to load (kept until it can be published)."""
+        self._unpublished = text
         await self._publish_index()
 
     async def _publish_index(self) -> None:
-        text = self._index_text
+        text = self._unpublished
         if text is None or not (self._up and self._leading):
             return
+        self._unpublished = None
         pipe = self.client.pipeline(transaction=True)
         pipe.set(self._key("index"), text)
         pipe.publish(self.channel, self._message("index"))
-        with contextlib.suppress(_RedisDown):
+        try:
             await self._call(pipe.execute())
+        except _RedisDown:
+            if self._unpublished is None:
+                self._unpublished = text  # published once connected again (unless a newer one is)
 
     async def _read_index(self) -> None:
         try:
@@ -576,15 +583,18 @@ class RedisShared(SharedState):
         except _RedisDown:
             return
         if raw is not None and not self._leading:
-            self._received_index = raw.decode("utf-8", "replace")
-            self.on_index(self._received_index)
+            text = raw.decode("utf-8", "replace")
+            if self._following:
+                self.on_index(text)
+            else:
+                self._received_index = text  # for follow_index: it may not be published again
 
     def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """As SharedState's, and at once with the index read before (the connection comes up while
-        the application is still starting: what it read then is not lost, it may not come again)."""
-        self.on_index = adopt
-        if self._received_index is not None and not self._leading:
-            adopt(self._received_index)
+        """As SharedState's, and at once with the leader's index read before it was called."""
+        self.on_index, self._following = adopt, True
+        text, self._received_index = self._received_index, None
+        if text is not None and not self._leading:
+            adopt(text)
 
     # --- download counts ----------------------------------------------------------------------------
 
