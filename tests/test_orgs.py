@@ -530,13 +530,19 @@ async def test_a_gitlab_project_pushed_within_its_throttle_window_is_looked_at_a
 # --- restart: the persisted listing serves before the API answers --------------------------------
 
 
-async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(make_client, github, git_http, tmp_path):
+async def _listed_then_stopped(make_client: Any, github: FakeForge, git_http: GitHttpServer, tmp_path: Path) -> Any:
+    """An org of one module, enumerated by a gitreg that then stopped (its orgs.json under state/); the config."""
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc", description="The VPC")
     config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
     first = await make_client(config)
     await until(first.app[ORGS].complete)
     await first.close()
+    return config
+
+
+async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(make_client, github, git_http, tmp_path):
+    config = await _listed_then_stopped(make_client, github, git_http, tmp_path)
     stored = (tmp_path / "state" / "orgs.json").read_text()
     assert "terraform-aws-vpc" in stored and API_TOKEN not in stored
     data = json.loads(stored)
@@ -558,12 +564,7 @@ async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(ma
 async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_next_refresh(
     make_client, github, git_http, tmp_path
 ):
-    module_repo(tmp_path, "terraform-aws-vpc")
-    github.add("terraform-aws-vpc", description="The VPC")
-    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
-    first = await make_client(config)
-    await until(first.app[ORGS].complete)
-    await first.close()
+    config = await _listed_then_stopped(make_client, github, git_http, tmp_path)
 
     github.reset_counters()
     second = await make_client(config)  # refresh_seconds after the listing was made: not due yet
