@@ -34,6 +34,7 @@ __all__ = [
     "copy_repo",
     "free_port",
     "github_signature",
+    "index_process_rss_kib",
     "machine",
     "median",
     "pct",
@@ -149,6 +150,18 @@ def rss_kib(pid: int) -> int:
     """Resident memory of a process in KiB."""
     m = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
     return int(m.group(1)) if m else 0
+
+
+def index_process_rss_kib(pid: int) -> int:
+    """Resident memory (KiB) of the index process `gitreg serve` (pid) runs (gitreg/indexer.py); 0 if none."""
+    total = 0
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            if b"gitreg.indexer" in Path(f"/proc/{child}/cmdline").read_bytes():
+                total += rss_kib(int(child))
+        except FileNotFoundError:
+            continue
+    return total
 
 
 def workdir(prefix: str) -> Path:

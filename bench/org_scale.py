@@ -27,7 +27,7 @@ One run, everything on 127.0.0.1, against a real `python -m gitreg serve`:
   exactly as before the restart, and the git requests the restart caused;
 - warm list and search p50/p90 per query (cold memo: each query's first time; repeated),
   with zero API calls and git requests during them, at `--repos` and at `--big` modules;
-- RSS (VmRSS of the server process) with `--big` modules indexed and with 0.
+- RSS (VmRSS of the serving process, and of its index process) with `--big` modules indexed and with 0.
 
 The `--big` org is generated, not built: the fake API lists `--big` repositories and gitreg's
 storage gets the orgs.json, index.json and details/ files a finished index of them would have,
@@ -62,6 +62,7 @@ from _common import (
     GIT_ENV,
     GitHttpChild,
     Server,
+    index_process_rss_kib,
     machine,
     median,
     pct,
@@ -840,6 +841,7 @@ def run(args: argparse.Namespace) -> None:
                 f"{len(big_fake.requests()) - api5}; a details request (from disk) {ms:.1f} ms"
             )
             rss_big = rss_kib(server.proc.pid)
+            rss_big_indexer = index_process_rss_kib(server.proc.pid)
             client.close()
             server.stop()
 
@@ -851,12 +853,14 @@ def run(args: argparse.Namespace) -> None:
             wait_api_calls(client, 1)
             browse_latency(server.url, 0 + NON_MATCHING + 1, args.variants, args.repeats)
             rss_empty = rss_kib(server.proc.pid)
+            rss_empty_indexer = index_process_rss_kib(server.proc.pid)
             client.close()
             server.stop()
         print(
             f"\nRSS (VmRSS of the server process, after the same list/search runs): {args.big} modules "
             f"{rss_big / 1024:.0f} MiB, 0 modules {rss_empty / 1024:.0f} MiB "
-            f"(+{(rss_big - rss_empty) / 1024:.0f} MiB, {(rss_big - rss_empty) / args.big:.1f} KiB a module)"
+            f"(+{(rss_big - rss_empty) / 1024:.0f} MiB, {(rss_big - rss_empty) / args.big:.1f} KiB a module); "
+            f"its index process: {rss_big_indexer / 1024:.0f} MiB and {rss_empty_indexer / 1024:.0f} MiB"
         )
     finally:
         git.stop()

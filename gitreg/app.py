@@ -27,6 +27,8 @@ from .appkeys import (
     MIRRORS,
     ORGS,
     REGISTRY,
+    ROLE,
+    SEED,
     SHARED,
     SIGNER,
 )
@@ -38,6 +40,7 @@ from .config import Config
 from .errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
 from .git_adapter import GitAdapter, MirrorGit, TagList
 from .gitpool import GIT_PRIORITY, GitPool, Priority, Waiters
+from .indexer import Role, Seed
 from .logs import ServerLogger
 from .metrics import Lifecycle, Metrics, metrics_middleware
 from .mirrors import MirrorStore
@@ -201,9 +204,14 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # gitreg's own file work (pin records, sizes, renames, removals): a few threads of its own,
     # apart from the git pool's slots and from the default executor aiohttp opens files in.
     files = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gitreg-files")
-    # Read (and compacted) off the event loop.
-    pins = await asyncio.get_running_loop().run_in_executor(files, TagPins, storage / "tagpins.jsonl", files)
+    index_process = app[ROLE] is Role.INDEX
+    # Read (and compacted) off the event loop. The index process serves no download, so pins
+    # nothing: it must not compact the serving process's file, and has one of its own.
+    pins_file = Path(home.name, "tagpins.jsonl") if index_process else storage / "tagpins.jsonl"
+    pins = await asyncio.get_running_loop().run_in_executor(files, TagPins, pins_file, files)
     orgs = OrgCatalog(config, storage / ORGS_FILE)  # started by _org_listings
+    if index_process:
+        orgs.follow(app[SEED].orgs)  # the serving process enumerates, and tells it of each change
     app[ORGS] = orgs
     app[METRICS].watch_orgs(orgs)
     app[REGISTRY] = Registry(config, cache, pins, orgs)
@@ -212,15 +220,17 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     mirrors = MirrorStore(
         storage / "mirrors", MirrorGit(adapter), pool, files, budget, config.cache.error_retry_seconds, pins.commits
     )
+    mirrors.scratch_only = index_process
     await mirrors.prepare()  # a directory listing; the mirrors are cleaned and measured by _storage_scan
     app[REGISTRY].shared = shared
     app[MIRRORS] = mirrors
     archives = ArchiveStore(
         storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
     )
-    if any(rule.download == "archive" for rule in config.modules) or any(
-        org.download == "archive" for org in config.orgs
-    ):
+    archive_mode = any(r.download == "archive" for r in config.modules) or any(
+        o.download == "archive" for o in config.orgs
+    )
+    if archive_mode and not index_process:  # its prepare() removes builds cut short: the serving process's
         await archives.prepare()
     app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
@@ -243,7 +253,10 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _org_listings(app: web.Application) -> AsyncIterator[None]:
-    """Org listings: loaded from disk, then enumerated in the background until shutdown."""
+    """Org listings: loaded from disk, then enumerated in the background until shutdown (not in the index process)."""
+    if app[ROLE] is Role.INDEX:
+        yield
+        return
     async for _ in app[ORGS].lifetime():
         yield
 
@@ -277,8 +290,14 @@ async def _stopping(app: web.Application) -> None:
     app[LIFECYCLE].ready, app[LIFECYCLE].reason = False, "stopping"
 
 
-def create_app(config: Config, clock: Callable[[], float] = time.monotonic) -> web.Application:
-    """Build the aiohttp application for an already-validated config; `clock` is the tag cache's."""
+def create_app(
+    config: Config, clock: Callable[[], float] = time.monotonic, role: Role = Role.ALL, seed: Seed | None = None
+) -> web.Application:
+    """Build the aiohttp application for an already-validated config; `clock` is the tag cache's.
+
+    `role`: Role.ALL builds the index in this process; `gitreg serve` uses Role.SERVE (the index
+    process builds it, see indexer.py), which starts `python -m gitreg.indexer` in Role.INDEX (with its `seed`).
+    """
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(
         middlewares=[metrics_middleware(metrics), errors_middleware],
@@ -288,6 +307,9 @@ def create_app(config: Config, clock: Callable[[], float] = time.monotonic) -> w
     )
     app[CONFIG] = config
     app[CLOCK] = clock
+    app[ROLE] = role
+    if seed is not None:
+        app[SEED] = seed
     app[AUTH] = TokenChecker(config.auth)
     # Without a configured key (auth off: archive URLs need no signature) a random one will do.
     app[SIGNER] = UrlSigner(config.auth.signing_key or secrets.token_hex(32), config.auth.signed_url_ttl_seconds)
@@ -300,7 +322,9 @@ def create_app(config: Config, clock: Callable[[], float] = time.monotonic) -> w
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
     add_ui(app)
-    app.cleanup_ctx.append(_storage_scan)  # needs the services above; after the slower ones so it does not slow them
+    if role is not Role.INDEX:  # the mirrors are the serving process's
+        # Needs the services above; after the slower ones so it does not slow them.
+        app.cleanup_ctx.append(_storage_scan)
     app.cleanup_ctx.append(_readiness)  # keep last: ready only when every service above is up
     app.on_shutdown.append(_stopping)
     return app

@@ -15,6 +15,7 @@ from .details import DetailsService
 from .git_adapter import GitAdapter
 from .gitpool import GitPool
 from .index import ModuleIndex
+from .indexer import IndexProcess, Role, Seed
 from .metrics import Lifecycle, Metrics
 from .mirrors import MirrorStore
 from .orgs import OrgCatalog
@@ -41,3 +42,7 @@ SHARED = web.AppKey("shared", SharedState)
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS = web.AppKey("orgs", OrgCatalog)
+# What this application does (indexer.Role): all of it, serve with an index process, or be one.
+ROLE = web.AppKey("role", Role)
+SEED = web.AppKey("seed", Seed)  # the index process's start (Role.INDEX only)
+INDEX_PROCESS = web.AppKey("index_process", IndexProcess)  # Role.SERVE only

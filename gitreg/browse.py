@@ -20,12 +20,28 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from . import urls
-from .appkeys import CACHE, CATALOG, CONFIG, DETAILS, GIT_POOL, INDEX, METRICS, MIRRORS, ORGS, REGISTRY, SHARED
+from .appkeys import (
+    CACHE,
+    CATALOG,
+    CONFIG,
+    DETAILS,
+    GIT_POOL,
+    INDEX,
+    INDEX_PROCESS,
+    METRICS,
+    MIRRORS,
+    ORGS,
+    REGISTRY,
+    ROLE,
+    SEED,
+    SHARED,
+)
 from .auth import allowed_namespaces
 from .catalog import FILE_NAME, Catalog
 from .details import DetailsService, ModuleDetails
 from .errors import BadRequest, GitregError, ModuleNotFound, VersionNotFound
-from .index import IndexCollector, IndexedVersion, IndexEntry, ModuleIndex, OrgInfo
+from .index import ChangeLog, IndexCollector, IndexedVersion, IndexEntry, ModuleIndex, OrgInfo
+from .indexer import IndexProcess, Role
 from .names import ModuleAddress, parse_address
 from .rules import ResolvedModule
 from .versions import ModuleVersions, TaggedVersion
@@ -275,8 +291,13 @@ async def module_version(request: web.Request) -> web.Response:
 
 
 async def browse_services(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context (after the core services): the catalog, the details service and the index."""
+    """Cleanup context (after the core services): the catalog, the details service and the index.
+
+    In Role.SERVE the index process builds the index (its process is started here); in Role.INDEX
+    (that process) the catalog is not persisted: the serving process keeps it, and gives it the modules.
+    """
     config = app[CONFIG]
+    role = app[ROLE]
     storage = Path(config.storage.path)
     catalog = Catalog(config, storage / FILE_NAME)
     app[CATALOG] = catalog
@@ -284,6 +305,10 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[GIT_POOL])
     registry = app[REGISTRY]
     orgs = app[ORGS]
+    if role is Role.INDEX:
+        for address in app[SEED].remembered:
+            with contextlib.suppress(GitregError):
+                catalog.remember(registry.resolve(address))
 
     def listable(address: ModuleAddress) -> ResolvedModule | None:
         """What serves `address` when it is listed: a rule naming it, an org's module, or a module
@@ -318,13 +343,31 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         org_info=org_info,
         on_gone=catalog.forget,
         enabled=config.index.enabled,
+        builds=role is not Role.SERVE,
     )
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list
     # (a webhook, a `terraform init` after the TTL) may change what the index shows; an org's
     # enumeration or repository webhook says which of its modules were added, pushed to or removed.
-    catalog.on_new = lambda address: index.notice([address])
-    app[CACHE].on_fetched.append(index.notice_repository)
-    orgs.subscribe(lambda changes: index.notice(changes.all))
+    process: IndexProcess | None = None
+    if role is Role.INDEX:
+        # From the start: the serving process is sent every change, and forgets what is gone too.
+        changes = index.changes = ChangeLog()
+
+        def gone(address: ModuleAddress) -> None:
+            catalog.forget(address)
+            changes.forget(address)
+
+        index.on_gone = gone
+    elif role is Role.SERVE:  # ... all of which the index process is told
+        process = app[INDEX_PROCESS] = IndexProcess(config, index, catalog, orgs, app[CACHE])
+        catalog.on_new = process.remember
+        app[CACHE].on_fetched.append(process.fetched)
+        orgs.subscribe(process.orgs_changed)
+        index.on_wanted = process.want
+    if role is not Role.SERVE:
+        catalog.on_new = lambda address: index.notice([address])
+        app[CACHE].on_fetched.append(index.notice_repository)
+        orgs.subscribe(lambda changes: index.notice(changes.all))
     # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
     shared = catalog.shared = app[SHARED]
     index.leading = shared.leading
@@ -335,9 +378,14 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         catalog.downloads_version += 1  # search ranks ties by downloads: remembered answers are void
 
     shared.on_downloads = downloads_changed
-    app[METRICS].registry.register(IndexCollector(index))
+    app[METRICS].registry.register(IndexCollector(index, (lambda: process.starts) if process is not None else None))
     try:
-        async with contextlib.asynccontextmanager(catalog.lifetime)(), contextlib.asynccontextmanager(index.lifetime)():
+        async with contextlib.AsyncExitStack() as stack:
+            if role is not Role.INDEX:  # the index process's catalog is given, never written
+                await stack.enter_async_context(contextlib.asynccontextmanager(catalog.lifetime)())
+            await stack.enter_async_context(contextlib.asynccontextmanager(index.lifetime)())
+            if process is not None and config.index.enabled:
+                await stack.enter_async_context(contextlib.asynccontextmanager(process.lifetime)())
             yield
     finally:
         await details.close()  # its parse worker processes

@@ -218,9 +218,13 @@ class TagCache:
             if entry is None or not self._servable_stale(entry, self._clock()):
                 self._store_failure(key, e)  # nothing to serve instead: remember the answer
             raise
-        now = self._clock()
         # An invalidated call's answer is kept (it is newer than what we had) but not fresh.
-        fresh = key not in self._dirty
+        self.accept(key, tags, fresh=key not in self._dirty)
+        return tags
+
+    def accept(self, key: str, tags: TagList, fresh: bool = True) -> None:
+        """Store a tag list fetched for `key` (here, or by the serving process for the index process's cache)."""
+        now = self._clock()
         previous = self._entries.get(key)
         # A list another replica fetched (shared store) is as old as it is there, not new here.
         stored = now - min(tags.age, self.config.ttl_seconds)
@@ -230,7 +234,11 @@ class TagCache:
         if previous is None or previous.tags.tags != tags.tags:
             for listener in self.on_fetched:
                 listener(key)
-        return tags
+
+    def peek(self, key: str) -> TagList | None:
+        """The cached tag list of `key`, fresh or not, without fetching or counting a use."""
+        entry = self._entries.get(key)
+        return entry.tags if entry is not None else None
 
     def _failed(self, key: str, entry: _Entry, e: GitregError) -> None:
         self.stats.refresh_failures += 1

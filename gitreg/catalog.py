@@ -120,6 +120,10 @@ class Catalog:
                     found[address] = resolved
         return found
 
+    def remembered(self) -> list[ModuleAddress]:
+        """Every module a wildcard rule has served (the index process is given them at its start)."""
+        return sorted(self._remembered)
+
     def remembers(self, address: ModuleAddress) -> bool:
         """True when a wildcard rule has served `address` (so it is listed)."""
         return address in self._remembered

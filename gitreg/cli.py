@@ -201,6 +201,7 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
     from aiohttp import web
 
     from .app import create_app
+    from .indexer import serve_role
     from .listener import Listener, loop_exception
     from .logs import AccessLogger
 
@@ -208,7 +209,7 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
     loop.set_exception_handler(loop_exception)
     idle = config.server.idle_timeout_seconds
     runner = web.AppRunner(
-        create_app(config),
+        create_app(config, role=serve_role(config)),
         handle_signals=False,
         access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
         shutdown_timeout=10,
@@ -450,30 +451,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if args.command == "serve":
+def configure_logging(level: int, log_format: str, serve: bool) -> None:
+    """The root logger on stderr, text or JSON lines; for `serve` (and its index process), secrets masked."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if serve:
         from .logs import SecretFilter  # imports aiohttp: only `serve` needs it
 
         for handler in logging.getLogger().handlers:  # no capability in any line, whoever logs it
             handler.addFilter(SecretFilter())
-    if getattr(args, "log_format", "text") == "json":
+    if log_format == "json":
         from .logs import JsonFormatter  # imports aiohttp: only `serve` needs it
 
         for handler in logging.getLogger().handlers:  # app and access logs alike
             handler.setFormatter(JsonFormatter())
-    elif args.command == "serve":
+    elif serve:
         # Access lines stay bare combined-log-format lines, as log tools expect them.
         access = logging.getLogger("aiohttp.access")
         bare = logging.StreamHandler(sys.stderr)
         bare.setFormatter(logging.Formatter("%(message)s"))
         access.addHandler(bare)
         access.propagate = False
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging(
+        getattr(logging, args.log_level.upper()), getattr(args, "log_format", "text"), args.command == "serve"
+    )
     try:
         config = resolve_config(args, os.environ)
     except ConfigError as e:

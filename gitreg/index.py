@@ -15,6 +15,10 @@ index is built and kept fresh in the background, below `terraform init`'s work:
 
 `index.json` is written atomically (temp file + `os.replace`) at most every FLUSH_SECONDS and at
 shutdown. A module without a SemVer tag, or whose repository is gone, is not listed.
+
+Under `gitreg serve` this work runs in the index process (indexer.py), at a lower CPU priority:
+its ModuleIndex builds (and records `changes`), the serving process's ModuleIndex only `take()`s
+the entries it sends and forwards the details someone asked for (`on_wanted`).
 """
 
 from __future__ import annotations
@@ -347,6 +351,29 @@ class DetailsStore:
         write_atomically(target, json.dumps(asdict(details)), _TMP_PREFIX, durable=False)
 
 
+class ChangeLog:
+    """Entries set (or dropped: None) and modules found gone since they were last taken; `ready`
+    is set while there are some."""
+
+    def __init__(self) -> None:
+        self.entries: dict[ModuleAddress, IndexEntry | None] = {}
+        self.gone: list[ModuleAddress] = []  # repository gone: the catalog forgets them
+        self.ready = asyncio.Event()
+
+    def record(self, address: ModuleAddress, entry: IndexEntry | None) -> None:
+        self.entries[address] = entry
+        self.ready.set()
+
+    def forget(self, address: ModuleAddress) -> None:
+        self.gone.append(address)
+        self.ready.set()
+
+    def take(self) -> tuple[dict[ModuleAddress, IndexEntry | None], list[ModuleAddress]]:
+        entries, gone, self.entries, self.gone = self.entries, self.gone, {}, []
+        self.ready.clear()
+        return entries, gone
+
+
 @dataclass
 class IndexStats:
     """Counters for /metrics and the benchmarks."""
@@ -373,6 +400,7 @@ class ModuleIndex:
         org_info: Callable[[ModuleAddress], OrgInfo | None] | None = None,
         on_gone: Callable[[ModuleAddress], None] | None = None,
         enabled: bool = True,
+        builds: bool = True,
     ) -> None:
         self.path = root / FILE_NAME
         self.store = DetailsStore(root / DETAILS_DIR)
@@ -383,10 +411,12 @@ class ModuleIndex:
         self._versions = versions
         self._details = details
         self._org_info = org_info or (lambda _a: None)
-        self._on_gone = on_gone or (lambda _a: None)
+        self.on_gone = on_gone or (lambda _a: None)
         # Rule modules are looked at again this often (the tag cache's TTL, at least a minute).
         self.refresh_seconds = max(60.0, refresh_seconds)
         self.enabled = enabled
+        # False in the serving process when the index process builds: load, then take() its entries.
+        self.builds = builds
         self._entries: dict[ModuleAddress, IndexEntry] = {}
         self._view: _View | None = None
         self._view_stale = False
@@ -410,6 +440,11 @@ class ModuleIndex:
         # With Redis (browse.py sets these): only the lease holder indexes; the others adopt() what it wrote.
         self.leading: Callable[[], bool] = lambda: True
         self.on_written: list[Callable[[str], Awaitable[None]]] = []
+        # In the index process: what changed since the serving process was sent it (indexer.py).
+        self.changes: ChangeLog | None = None
+        # In the serving process: details someone asked for go to the index process, which reads them.
+        self.on_wanted: Callable[[ModuleAddress, str], None] | None = None
+        self._remote_queued = 0  # the index process's queue depth (take_status)
 
     # --- reads (event loop, no I/O) -----------------------------------------------------------
 
@@ -420,6 +455,10 @@ class ModuleIndex:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def entries(self) -> list[IndexEntry]:
+        """Every listed module now (unordered; lists and search use the sorted view)."""
+        return list(self._entries.values())
 
     def get(self, address: ModuleAddress) -> IndexEntry | None:
         """The indexed module at `address`, or None when it is not listed."""
@@ -500,7 +539,7 @@ class ModuleIndex:
 
     def queue_depth(self) -> int:
         """Modules waiting to be (re)indexed."""
-        return len(self._pending) + len(self._later) + len(self._wanted) + len(self._active)
+        return len(self._pending) + len(self._later) + len(self._wanted) + len(self._active) + self._remote_queued
 
     # --- details (the latest's from disk; others built once, then on disk) ------------------------
 
@@ -536,14 +575,18 @@ class ModuleIndex:
         found = await self.details(resolved, version, build=False)
         if found is not None:
             return found
-        self._wanted[(entry.address, version.canonical)] = None
-        self._wanted.move_to_end((entry.address, version.canonical), last=False)
-        self._idle.clear()
-        self._wake.set()
+        (self.on_wanted or self.want)(entry.address, version.canonical)
         raise DetailsPending(
             f"the details of {entry.address} {version.canonical} are being read from its repository; "
             "ask again in a moment"
         )
+
+    def want(self, address: ModuleAddress, canonical: str) -> None:
+        """Read the details of this version next, in the background (someone asked for them)."""
+        self._wanted[(address, canonical)] = None
+        self._wanted.move_to_end((address, canonical), last=False)
+        self._idle.clear()
+        self._wake.set()
 
     async def _read_version(self, address: ModuleAddress, canonical: str) -> None:
         """Build one version's details in the background (at browsing priority: someone asked)."""
@@ -627,12 +670,35 @@ class ModuleIndex:
         self.stats.last_pass = time.time()
         self._changed()
 
+    def take(self, entries: Iterable[IndexEntry], dropped: Iterable[ModuleAddress] = ()) -> None:
+        """Entries the index process built (or dropped), replacing these only (serving process)."""
+        for entry in entries:
+            self._set(entry)
+        for address in dropped:
+            self._drop(address, None)  # the index process logged why
+
+    def status(self) -> dict[str, Any]:
+        """What the serving process shows of this index process's work (/readyz, /metrics)."""
+        return {"complete": self._complete, "queued": self.queue_depth(), **asdict(self.stats)}
+
+    def take_status(self, status: Mapping[str, Any]) -> None:
+        """The index process's status() (serving process)."""
+        self._complete = bool(status.get("complete"))
+        self._remote_queued = int(status.get("queued") or 0)
+        for name in asdict(self.stats):
+            value = status.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                setattr(self.stats, name, value)
+
     async def lifetime(self) -> AsyncIterator[None]:
         """Load, index in the background while the app runs, write once more at shutdown."""
         if not self.enabled:
             yield
             return
         await asyncio.get_running_loop().run_in_executor(None, self.load)
+        if not self.builds:  # the index process builds, writes index.json, and sends its changes
+            yield
+            return
         tasks = [asyncio.ensure_future(self._schedule()), asyncio.ensure_future(self._flusher())]
         tasks += [asyncio.ensure_future(self._worker()) for _ in range(WORKERS)]
         try:
@@ -749,7 +815,7 @@ class ModuleIndex:
                 resolved, found = await self._versions(address)
             except ModuleNotFound as e:
                 self._drop(address, e.message)
-                self._on_gone(address)
+                self.on_gone(address)
                 return
             except GitregError as e:
                 self.stats.failures += 1
@@ -810,13 +876,18 @@ class ModuleIndex:
         self._entries[entry.address] = entry
         self._link(entry)
         self._changed()
+        if self.changes is not None:
+            self.changes.record(entry.address, entry)
 
-    def _drop(self, address: ModuleAddress, why: str) -> None:
+    def _drop(self, address: ModuleAddress, why: str | None) -> None:
         old = self._entries.pop(address, None)
         if old is not None:
             self._unlink(old)
-            log.info("%s is no longer listed: %s", address, why)
+            if why is not None:
+                log.info("%s is no longer listed: %s", address, why)
             self._changed()
+            if self.changes is not None:
+                self.changes.record(address, None)
 
     def _link(self, entry: IndexEntry) -> None:
         self._by_repository.setdefault(entry.repository, set()).add(entry.address)
@@ -891,8 +962,9 @@ def _web_url(clone_url: str) -> str:
 class IndexCollector:
     """Prometheus view of the index (read at scrape time)."""
 
-    def __init__(self, index: ModuleIndex) -> None:
+    def __init__(self, index: ModuleIndex, process_starts: Callable[[], int] | None = None) -> None:
         self.index = index
+        self.process_starts = process_starts  # gitreg serve: how many index processes were started
 
     def collect(self):  # type: ignore[no-untyped-def]
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -913,3 +985,9 @@ class IndexCollector:
         yield CounterMetricFamily(
             "gitreg_index_failures", "Indexing attempts that failed (the last state stays).", value=index.stats.failures
         )
+        if self.process_starts is not None:
+            yield CounterMetricFamily(
+                "gitreg_index_process_starts",
+                "Index processes started: 1, and one more for each that died and was replaced.",
+                value=self.process_starts(),
+            )

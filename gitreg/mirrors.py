@@ -82,6 +82,9 @@ class MirrorStore:
         self._locks: dict[str, _UrlLock] = {}
         self._failures: OrderedDict[str, tuple[float, GitregError]] = OrderedDict()  # url -> (until, error)
         self.fetches = 0
+        # The index process reads commits from scratch fetches only: the mirrors are the serving
+        # process's (its per-URL locks, its [storage] max_bytes budget and eviction).
+        self.scratch_only = False
         # What an earlier run left, from prepare() until scan() went through it: temp
         # directories (a clone or a removal cut short) and mirrors not yet cleaned up.
         self._leftovers: list[str] = []
@@ -196,7 +199,7 @@ class MirrorStore:
         the whole history on disk (an org of thousands of repositories would otherwise be
         mirrored in full just to be described).
         """
-        if mirror or self.path_for(url).is_dir():
+        if not self.scratch_only and (mirror or self.path_for(url).is_dir()):
             async with self.use(url, sha) as kept:
                 yield kept
             return

@@ -502,13 +502,8 @@ class OrgCatalog:
                 if (address, repo.full_name) not in self._clashes_logged:
                     self._clashes_logged.add((address, repo.full_name))
                     log.warning("org %s: %s is not served: %s", s.config.label, repo.full_name[:200], why)
-        self._listing = new
+        self._install(new)
         self._shadowed = shadowed
-        by_repository: dict[str, set[ModuleAddress]] = {}
-        for address, repo in new.items():
-            by_repository.setdefault(repo.repository, set()).add(address)
-        self._by_repository = by_repository
-        self._identities = None
         for s in self._orgs:
             s.stats.modules = sum(1 for repo in new.values() if repo.org == s.index)
         added = frozenset(new.keys() - old.keys())
@@ -529,6 +524,27 @@ class OrgCatalog:
         if changes:
             self._dirty = True
             self._notify(changes)
+
+    def _install(self, new: dict[ModuleAddress, OrgRepo]) -> None:
+        self._listing = new
+        by_repository: dict[str, set[ModuleAddress]] = {}
+        for address, repo in new.items():
+            by_repository.setdefault(repo.repository, set()).add(address)
+        self._by_repository = by_repository
+        self._identities = None
+
+    def follow(self, repos: Iterable[OrgRepo], gone: Iterable[ModuleAddress] = ()) -> None:
+        """In the index process: the serving process's listing changes (it enumerates, this one never does)."""
+        new = dict(self._listing)
+        for address in gone:
+            new.pop(address, None)
+            self._resolved.pop(address, None)
+        for repo in repos:
+            new[repo.address] = repo
+        for s in self._orgs:
+            if s.records is None:
+                s.records = {}  # listed by the serving process: nothing to wait for here
+        self._install(new)
 
     def _notify(self, changes: OrgChanges) -> None:
         for callback in list(self._subscribers):

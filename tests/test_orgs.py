@@ -462,6 +462,19 @@ async def test_a_gitlab_project_destroy_hook_removes_the_module(make_client, git
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/versions"), 404)
 
 
+def github_tag_push(name: str, org: str = "acme-infra") -> dict[str, Any]:
+    """A GitHub tag push event for an org repository: GitHub names it by its github.com URLs
+    (gitreg knows them from the API, not from its clone URL)."""
+    push = json.loads((Path(__file__).parent / "fixtures/webhooks/github-push-tag.json").read_text())
+    push["repository"].update(
+        clone_url=f"https://github.com/{org}/{name}.git",
+        html_url=f"https://github.com/{org}/{name}",
+        ssh_url=f"git@github.com:{org}/{name}.git",
+        git_url="git://x/y.git",
+    )
+    return push
+
+
 async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, git_http, tmp_path):
     repo = module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
     github.add("terraform-aws-vpc")
@@ -471,15 +484,7 @@ async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, gi
     client.app[ORGS].subscribe(changes.append)
     repo.tag("v1.2.0")
     assert await versions_of(client) == ["1.0.0"]  # cached for an hour
-    # GitHub names the repository by its github.com URLs; gitreg knows them from the API.
-    push = json.loads((Path(__file__).parent / "fixtures/webhooks/github-push-tag.json").read_text())
-    push["repository"].update(
-        clone_url="https://github.com/acme-infra/terraform-aws-vpc.git",
-        html_url="https://github.com/acme-infra/terraform-aws-vpc",
-        ssh_url="git@github.com:acme-infra/terraform-aws-vpc.git",
-        git_url="git://x/y.git",
-    )
-    resp = await post_github(client, push, "push")
+    resp = await post_github(client, github_tag_push("terraform-aws-vpc"), "push")
     assert resp.status == 200, await resp.text()
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
     assert changes == [OrgChanges(pushed=frozenset({VPC}))]

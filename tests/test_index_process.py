@@ -1,0 +1,185 @@
+"""`gitreg serve` builds its index in a second process at a lower CPU priority (gitreg/indexer.py).
+
+Everything here runs the real `python -m gitreg serve` against real bare repositories over
+smart HTTP and a fake GitHub API (in a thread of its own): the serving process, its index
+process, and the pipe between them are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import GIT_PASSWORD
+from tests.gitreg_process import GitregProcess
+from tests.support.forges import FakeForge
+from tests.support.githttp import GitHttpServer
+from tests.test_orgs import API_TOKEN, github_tag_push, module_repo, write_config
+from tests.test_webhooks import GITHUB_SECRET, github_headers
+
+ENV = {"ORG_TOKEN": API_TOKEN, "GIT_PASSWORD": GIT_PASSWORD}
+
+
+def get(server: GitregProcess, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(server.url + path, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def post_github(server: GitregProcess, payload: dict[str, Any], event: str) -> int:
+    body = json.dumps(payload).encode()
+    request = urllib.request.Request(
+        server.url + "/webhooks/github", data=body, headers=github_headers(body, event), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return resp.status
+
+
+def names(server: GitregProcess) -> list[str]:
+    status, body = get(server, "/v1/modules")
+    assert status == 200, body
+    return ["/".join(m["id"].split("/")[:3]) for m in body["modules"]]
+
+
+def eventually(check, timeout: float = 30.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
+        time.sleep(0.1)
+
+
+def index_processes(server: GitregProcess) -> list[int]:
+    """The serving process's children that are its index process."""
+    assert server.proc is not None
+    pid = server.proc.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    found = []
+    for child in map(int, children):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"gitreg.indexer" in cmdline:
+            found.append(child)
+    return found
+
+
+def config_for(tmp_path: Path, fake: FakeForge, git_http: GitHttpServer, extra: str = "") -> Path:
+    webhooks = f'[webhooks]\ngithub_secret = "{GITHUB_SECRET}"\n[cache]\nttl_seconds = 3600\n'
+    return write_config(tmp_path, fake, git_http, extra=extra + webhooks if extra else webhooks)
+
+
+@pytest.fixture
+def github(git_http):
+    fake = FakeForge("github", git_http, "acme-infra", token=API_TOKEN, max_per_page=2)
+    with fake.in_thread():
+        yield fake
+
+
+def test_the_index_is_built_in_a_second_process_at_a_lower_priority_that_stops_with_gitreg(github, git_http, tmp_path):
+    for name in ("terraform-aws-vpc", "terraform-aws-dns"):
+        module_repo(tmp_path, name)
+        github.add(name, description=f"The {name[14:]}")
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV) as server:
+        server.wait_indexed()
+        assert names(server) == ["acme/dns/aws", "acme/vpc/aws"]
+        status, found = get(server, "/v1/modules/search?q=vpc")
+        assert status == 200 and [m["name"] for m in found["modules"]] == ["vpc"]
+        [child] = index_processes(server)
+        assert server.proc is not None
+        assert os.getpriority(os.PRIO_PROCESS, child) == os.getpriority(os.PRIO_PROCESS, server.proc.pid) + 10
+        argv = Path(f"/proc/{child}/cmdline").read_bytes()
+        assert API_TOKEN.encode() not in argv and GIT_PASSWORD.encode() not in argv
+        assert server.stop() == 0
+    log = "".join(server.log)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # stopped (and reaped) with the serving process
+    assert "Traceback" not in log and "ERROR" not in log, log
+    assert API_TOKEN not in log
+    # What it built is on disk: a new gitreg lists it before its own index process has run.
+    stored = json.loads((tmp_path / "state" / "index.json").read_text())
+    assert sorted(e["address"] for e in stored["entries"]) == ["acme/dns/aws", "acme/vpc/aws"]
+
+
+def test_serving_goes_on_when_the_index_process_dies_and_its_successor_catches_up(github, git_http, tmp_path):
+    vpc = module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
+    github.add("terraform-aws-vpc")
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV) as server:
+        server.wait_indexed()
+        [first] = index_processes(server)
+        os.kill(first, signal.SIGKILL)
+        # Serving does not wait for it: lists, versions and pages answer from what is there.
+        assert names(server) == ["acme/vpc/aws"]
+        status, versions = get(server, "/v1/modules/acme/vpc/aws/versions")
+        assert status == 200 and [v["version"] for v in versions["modules"][0]["versions"]] == ["1.0.0"]
+        assert get(server, "/readyz")[0] == 200
+
+        # A repository created meanwhile (the webhook reaches the serving process while no index
+        # process runs): the next index process is given the listing, and lists it.
+        module_repo(tmp_path, "terraform-aws-iam", ("0.1.0",))
+        github.add("terraform-aws-iam")
+        assert post_github(server, github.github_repository_event("created", "terraform-aws-iam"), "repository") == 200
+        eventually(lambda: names(server) == ["acme/iam/aws", "acme/vpc/aws"], what="iam listed")
+        [second] = eventually(lambda: index_processes(server), what="a new index process")
+        assert second != first
+        eventually(lambda: "the index process exited (signal 9)" in "".join(server.log), what="the exit logged")
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as resp:
+            assert "gitreg_index_process_starts_total 2.0" in resp.read().decode()
+
+        # A tag webhook: the serving process lists the tags once, and the index process takes
+        # that list (its own cached one is an hour fresh) instead of asking the host again.
+        server.wait_indexed()
+        git_http.reset_counters()
+        vpc.tag("v1.2.0")
+        assert post_github(server, github_tag_push("terraform-aws-vpc"), "push") == 200
+
+        def latest() -> str:
+            status, body = get(server, "/v1/modules/acme/vpc/aws")
+            return body.get("version", "") if status == 200 else ""
+
+        eventually(lambda: latest() == "1.2.0", what="1.2.0 listed")
+        server.wait_indexed()
+        assert git_http.ref_advertisements() == 1
+        assert server.stop() == 0
+    log = "".join(server.log)
+    assert "Traceback" not in log, log
+
+
+def test_details_someone_asks_for_and_modules_a_wildcard_rule_served_reach_the_index_process(
+    github, git_http, tmp_path
+):
+    module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0"))
+    github.add("terraform-aws-vpc")
+    module_repo(tmp_path, "terraform-null-label", ("0.3.0",))
+    rule = f'[[modules]]\nnamespace = "tools"\nrepository = "{git_http.base_url}/terraform-{{system}}-{{name}}.git"\n'
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http, rule)), env=ENV) as server:
+        server.wait_indexed()
+        # An older version's details are not read yet: 503, then read by the index process.
+        status, body = get(server, "/v1/modules/acme/vpc/aws/1.0.0")
+        assert status == 503, body
+        found = eventually(lambda: get(server, "/v1/modules/acme/vpc/aws/1.0.0"), what="details of 1.0.0")
+        while found[0] == 503:
+            time.sleep(0.1)
+            found = get(server, "/v1/modules/acme/vpc/aws/1.0.0")
+        assert found[0] == 200 and found[1]["version"] == "1.0.0" and "root" in found[1]
+
+        # A module only a wildcard rule serves is listed once someone installed it.
+        assert "tools/label/null" not in names(server)
+        assert get(server, "/v1/modules/tools/label/null/versions")[0] == 200
+        eventually(lambda: "tools/label/null" in names(server), what="the wildcard module listed")
+        assert server.stop() == 0
+    catalog = json.loads((tmp_path / "state" / "catalog.json").read_text())
+    assert catalog["modules"] == ["tools/label/null"]  # kept by the serving process
