@@ -985,9 +985,8 @@ class IndexCollector:
         yield CounterMetricFamily(
             "gitreg_index_failures", "Indexing attempts that failed (the last state stays).", value=index.stats.failures
         )
-        if self.process_starts is not None:
-            yield CounterMetricFamily(
-                "gitreg_index_process_starts",
-                "Index processes started: 1, and one more for each that died and was replaced.",
-                value=self.process_starts(),
-            )
+        yield CounterMetricFamily(
+            "gitreg_index_process_starts",
+            "Index processes started: 1, and one more for each that died and was replaced (0: built in this process).",
+            value=self.process_starts() if self.process_starts is not None else 0,
+        )
