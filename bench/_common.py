@@ -32,8 +32,10 @@ __all__ = [
     "Server",
     "bare_ls_remote",
     "copy_repo",
+    "cpu_seconds",
     "free_port",
     "github_signature",
+    "index_process_pids",
     "index_process_rss_kib",
     "machine",
     "median",
@@ -152,16 +154,27 @@ def rss_kib(pid: int) -> int:
     return int(m.group(1)) if m else 0
 
 
-def index_process_rss_kib(pid: int) -> int:
-    """Resident memory (KiB) of the index process `gitreg serve` (pid) runs (gitreg/indexer.py); 0 if none."""
-    total = 0
+def index_process_pids(pid: int) -> list[int]:
+    """The index process(es) `gitreg serve` (pid) runs (gitreg/indexer.py): one, or none between restarts."""
+    found = []
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         try:
             if b"gitreg.indexer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                total += rss_kib(int(child))
+                found.append(int(child))
         except FileNotFoundError:
             continue
-    return total
+    return found
+
+
+def index_process_rss_kib(pid: int) -> int:
+    """Resident memory (KiB) of the index process of `gitreg serve` (pid); 0 if none."""
+    return sum(rss_kib(child) for child in index_process_pids(pid))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process used itself so far, its children not counted."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def workdir(prefix: str) -> Path:

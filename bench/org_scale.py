@@ -62,6 +62,8 @@ from _common import (
     GIT_ENV,
     GitHttpChild,
     Server,
+    cpu_seconds,
+    index_process_pids,
     index_process_rss_kib,
     machine,
     median,
@@ -688,6 +690,8 @@ def run(args: argparse.Namespace) -> None:
             if t_done is None:
                 raise RuntimeError(f"the first index did not finish in {args.timeout} s: {readyz(client)}")
             done_wall = time.time()
+            cpu_serving = cpu_seconds(server.proc.pid)
+            cpu_indexer = sum(cpu_seconds(pid) for pid in index_process_pids(server.proc.pid))
             pacer.join()
             index_git = git.ref_advertisements() - adv0
             index_requests = git.requests() - req0
@@ -706,6 +710,10 @@ def run(args: argparse.Namespace) -> None:
                 "ls-remote baseline" + (f", {t_done / details_base:.2f}x the details baseline" if details_base else "")
             )
             print(f"  half the modules listed at {half:.1f} s")
+            print(
+                f"  CPU used until then (own, git not counted): serving process {cpu_serving:.1f} s, "
+                f"its index process (nice +10) {cpu_indexer:.1f} s"
+            )
             print(
                 f"  git server: {index_git} ref advertisements, {index_requests} requests in all; gitreg "
                 f"ls-remote calls: {ls_calls:.0f}"
