@@ -183,3 +183,26 @@ def test_details_someone_asks_for_and_modules_a_wildcard_rule_served_reach_the_i
         assert server.stop() == 0
     catalog = json.loads((tmp_path / "state" / "catalog.json").read_text())
     assert catalog["modules"] == ["tools/label/null"]  # kept by the serving process
+
+
+def test_the_index_process_does_not_outlive_a_killed_gitreg(github, git_http, tmp_path):
+    module_repo(tmp_path, "terraform-aws-vpc")
+    github.add("terraform-aws-vpc")
+    server = GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV).start()
+    try:
+        server.wait_indexed()
+        [child] = index_processes(server)
+        assert server.proc is not None
+        server.proc.kill()  # no shutdown at all: the index process sees its input end
+        server.proc.wait()
+
+        def gone() -> bool:
+            try:
+                state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                return True
+            return state == "Z"  # exited; reaped by whoever adopted it
+
+        eventually(gone, timeout=20, what="the index process to exit")
+    finally:
+        server.stop()
