@@ -49,7 +49,7 @@ from .orgs import FILE_NAME as ORGS_FILE
 from .orgs import OrgCatalog
 from .registry import ARCHIVE_NAME, Registry
 from .routes import routes
-from .shared import make_shared
+from .shared import SharedState, make_shared
 from .signing import UrlSigner
 from .storage import StorageBudget
 from .tagpins import TagPins
@@ -175,7 +175,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         return await pool.run(ls_remote, url, host=git_host(url), waiters=waiters)
 
     # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
-    shared = app[SHARED] = make_shared(config.cache, config.git.timeout_seconds)
+    # The index process has no Redis of its own: its serving process is the replica (indexer.py).
+    index_process = app[ROLE] is Role.INDEX
+    shared = app[SHARED] = SharedState() if index_process else make_shared(config.cache, config.git.timeout_seconds)
     await shared.start()
     cache = TagCache(
         config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)), app[CLOCK]
@@ -204,7 +206,6 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # gitreg's own file work (pin records, sizes, renames, removals): a few threads of its own,
     # apart from the git pool's slots and from the default executor aiohttp opens files in.
     files = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gitreg-files")
-    index_process = app[ROLE] is Role.INDEX
     # Read (and compacted) off the event loop. The index process serves no download, so pins
     # nothing: it must not compact the serving process's file, and has one of its own.
     pins_file = Path(home.name, "tagpins.jsonl") if index_process else storage / "tagpins.jsonl"

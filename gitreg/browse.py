@@ -348,6 +348,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list
     # (a webhook, a `terraform init` after the TTL) may change what the index shows; an org's
     # enumeration or repository webhook says which of its modules were added, pushed to or removed.
+    shared = catalog.shared = app[SHARED]
     process: IndexProcess | None = None
     if role is Role.INDEX:
         # From the start: the serving process is sent every change, and forgets what is gone too.
@@ -359,7 +360,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
 
         index.on_gone = gone
     elif role is Role.SERVE:  # ... all of which the index process is told
-        process = app[INDEX_PROCESS] = IndexProcess(config, index, catalog, orgs, app[CACHE])
+        process = app[INDEX_PROCESS] = IndexProcess(config, index, catalog, orgs, app[CACHE], shared.leading)
         catalog.on_new = process.remember
         app[CACHE].on_fetched.append(process.fetched)
         orgs.subscribe(process.orgs_changed)
@@ -369,10 +370,14 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         app[CACHE].on_fetched.append(index.notice_repository)
         orgs.subscribe(lambda changes: index.notice(changes.all))
     # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
-    shared = catalog.shared = app[SHARED]
-    index.leading = shared.leading
+    # (The index process has no Redis: the serving process holds its place, see indexer.py.)
+    if role is Role.INDEX:
+        seed = app[SEED]
+        index.leading = lambda: seed.leading
+    else:
+        index.leading = shared.leading
     index.on_written.append(shared.publish_index)
-    shared.follow_index(index.adopt)
+    shared.follow_index(process.adopt if process is not None else index.adopt)
 
     def downloads_changed() -> None:
         catalog.downloads_version += 1  # search ranks ties by downloads: remembered answers are void

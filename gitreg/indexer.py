@@ -24,9 +24,13 @@ repository content, so nothing it sends is unpickled): the entries it set or dro
 whose repository is gone, and its status for /readyz and /metrics.
 
 The index process exits when its stdin closes (the serving process stopped, or died); one that
-dies is started again with backoff while serving goes on from the index as it is. With Redis
-(`[cache] backend = "redis"`, or `--workers`) the replica holding the index lease builds the
-index in its own process, as before: see shared.py.
+dies is started again with backoff while serving goes on from the index as it is.
+
+With Redis (`[cache] backend = "redis"`, shared.py) the serving process keeps the replica's
+place: it holds (or not) the index lease and tells its index process whether to build. A
+leader's index process builds, and each index.json it writes the serving process publishes; a
+follower's index process builds nothing, and is given each index the serving process loads
+from the leader (it keeps it on disk, and starts from it should this replica take the lease).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -67,17 +71,20 @@ _FRAME = struct.Struct(">I")
 _READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every address)
 
 
+LEADING_CHECK_SECONDS = 0.5  # with Redis: how soon the index process hears of a lease change
+
+
 class Role(Enum):
     """What an application built by create_app does."""
 
-    ALL = "all"  # serves and builds its own index (tests, Redis replicas, `--workers`)
+    ALL = "all"  # serves and builds its own index (tests of one process)
     SERVE = "serve"  # serves; the index process builds the index
     INDEX = "index"  # the index process: builds the index, serves nothing
 
 
 def serve_role(config: Config) -> Role:
-    """The role of `gitreg serve`'s process: SERVE unless the index is off or shared through Redis."""
-    return Role.SERVE if config.index.enabled and config.cache.backend == "memory" else Role.ALL
+    """The role of `gitreg serve`'s process: SERVE, or ALL when the index is off (nothing to build)."""
+    return Role.SERVE if config.index.enabled else Role.ALL
 
 
 @dataclass
@@ -90,6 +97,7 @@ class Seed:
     orgs: list[OrgRepo] = field(default_factory=list)
     remembered: list[ModuleAddress] = field(default_factory=list)
     resync: bool = False  # a restart: send every entry, the serving process may hold others
+    leading: bool = True  # with Redis: this replica holds the index lease (builds); the messages update it
 
 
 def _frame(message: object) -> bytes:
@@ -105,12 +113,23 @@ def _frame(message: object) -> bytes:
 class IndexProcess:
     """Starts the index process, tells it what it must know, and takes the entries it sends."""
 
-    def __init__(self, config: Config, index: ModuleIndex, catalog: Catalog, orgs: OrgCatalog, cache: TagCache) -> None:
+    def __init__(
+        self,
+        config: Config,
+        index: ModuleIndex,
+        catalog: Catalog,
+        orgs: OrgCatalog,
+        cache: TagCache,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.config = config
         self.index = index
         self.catalog = catalog
         self.orgs = orgs
         self.cache = cache
+        self.leading = leading  # with Redis: whether this replica holds the index lease
+        self._told_leading = True
+        self._tasks: set[asyncio.Task[None]] = set()
         self.starts = 0
         self.pid: int | None = None
         self._stdin: asyncio.StreamWriter | None = None
@@ -145,6 +164,31 @@ class IndexProcess:
         """Someone asked for details not on disk yet (ModuleIndex.on_wanted)."""
         self._send(("want", address, version))
 
+    def adopt(self, text: str) -> None:
+        """With Redis, a follower: the leader's index, loaded here and given to the index process."""
+        self.index.adopt(text)
+        self._send(("adopt", text))
+
+    async def _watch_lease(self) -> None:
+        while True:
+            await asyncio.sleep(LEADING_CHECK_SECONDS)
+            leading = self.leading()
+            if leading != self._told_leading:
+                self._told_leading = leading
+                self._send(("leading", leading))
+
+    async def _publish(self) -> None:
+        """The index process wrote index.json: with Redis, the leader offers it to the other replicas."""
+        if not self.index.on_written or not self.leading():
+            return
+        try:
+            text = await asyncio.get_running_loop().run_in_executor(None, self.index.path.read_text, "utf-8")
+        except OSError as e:
+            log.warning("could not read %s to publish it: %s", self.index.path, e)
+            return
+        for listener in self.index.on_written:
+            await listener(text)
+
     # --- what it sends ------------------------------------------------------------------------
 
     def _take(self, line: bytes) -> None:
@@ -168,15 +212,21 @@ class IndexProcess:
             self.index.take([], [e.address for e in self.index.entries() if str(e.address) not in keep])
         elif kind == "status" and isinstance(message["status"], dict):
             self.index.take_status(message["status"])
+        elif kind == "written":
+            task = asyncio.ensure_future(self._publish())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     # --- its life ---------------------------------------------------------------------------------
 
     async def lifetime(self) -> AsyncIterator[None]:
         """Cleanup context body: the index process runs (and is restarted) while the application does."""
         task = asyncio.ensure_future(self._supervise())
+        watch = asyncio.ensure_future(self._watch_lease())
         try:
             yield
         finally:
+            watch.cancel()
             self._stopping.set()
             stdin, self._stdin = self._stdin, None
             if stdin is not None:
@@ -212,6 +262,7 @@ class IndexProcess:
         from .logs import JsonFormatter
 
         self._outbox = []
+        self._told_leading = self.leading()
         seed = Seed(
             config=self.config,
             log_level=root.getEffectiveLevel(),
@@ -219,6 +270,7 @@ class IndexProcess:
             orgs=list(self.orgs.modules().values()),
             remembered=self.catalog.remembered(),
             resync=resync,
+            leading=self._told_leading,
         )
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -276,6 +328,7 @@ class _Feed:
     def __init__(self, index: ModuleIndex, out: asyncio.StreamWriter, resync: bool) -> None:
         self.index = index
         self.out = out
+        self.written = False
         self._status: dict[str, Any] | None = None
         assert index.changes is not None, "browse_services records the index process's changes from its start"
         self.changes: ChangeLog = index.changes
@@ -294,11 +347,14 @@ class _Feed:
 
     async def send(self) -> None:
         changes, forgotten = self.changes.take()
-        lines = [
+        lines: list[dict[str, Any]] = [
             {"set": entry.to_json()} if entry is not None else {"drop": str(address)}
             for address, entry in changes.items()
         ]
         lines += [{"forget": str(address)} for address in forgotten]
+        if self.written:
+            self.written = False
+            lines.append({"written": True})
         status = self.index.status()
         if status != self._status or lines:
             self._status = status
@@ -327,6 +383,12 @@ async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
     await runner.setup()  # loads index.json and starts indexing; no port is opened
     index, catalog, orgs, cache, registry = app[INDEX], app[CATALOG], app[ORGS], app[CACHE], app[REGISTRY]
     feed = _Feed(index, out, seed.resync)
+
+    async def written(_text: str) -> None:
+        feed.written = True  # the serving process publishes it (with Redis, when it leads)
+        feed.changes.ready.set()  # sent at once
+
+    index.on_written.append(written)
     feeder = asyncio.ensure_future(feed.run())
     loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)  # stop as when the input ends
     try:
@@ -348,6 +410,11 @@ async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
                 cache.accept(message[1], TagList(message[2]))
             elif kind == "want":
                 index.want(message[1], message[2])
+            elif kind == "adopt":
+                index.adopt(message[1])
+            elif kind == "leading":
+                seed.leading = message[1]  # what index.leading() answers (browse_services)
+                log.info("index process: %s", "builds the index" if seed.leading else "another replica builds it")
     finally:
         feeder.cancel()
         await asyncio.gather(feeder, return_exceptions=True)

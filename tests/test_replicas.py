@@ -212,6 +212,39 @@ def test_download_counts_add_up_across_replicas_and_one_replica_indexes_for_all(
         stop_all(replicas)
 
 
+def latest_listed(url: str) -> str:
+    """The version the index lists for the module (the list answers from the index alone)."""
+    with urllib.request.urlopen(f"{url}/v1/modules/demo", timeout=10) as resp:
+        return json.loads(resp.read())["modules"][0]["version"]
+
+
+def test_when_the_leader_stops_a_follower_index_process_takes_over_from_the_index_it_was_given(
+    tmp_path, redis_server, git_server
+):
+    repo = public_repo(tmp_path)
+    url = git_server.url("public.git")
+    replicas = start_replicas(tmp_path, redis_server, url, count=2, index=True)
+    try:
+        for replica in replicas:
+            replica.wait_indexed()
+        [leader] = [r for r in replicas if readyz(r.url)["shared"]["index"] == "leader"]
+        [follower] = [r for r in replicas if r is not leader]
+        # The follower's index process built nothing, but keeps the leader's index on its disk.
+        storage = tmp_path / f"storage-replica{replicas.index(follower)}"
+        index_file = storage / "index.json"
+        wait_for(lambda: index_file.exists() and ADDRESS in index_file.read_text(), 10, "the follower's index.json")
+        assert list((storage / "details").glob("*.json")) == []
+
+        leader.stop()
+        wait_for(lambda: readyz(follower.url)["shared"]["index"] == "leader", 20, "the follower takes the lease")
+        repo.tag("v1.1.0")
+        github_webhook(follower.url, url)
+        # Only an index process told that its replica leads builds: the new tag is listed.
+        wait_for(lambda: latest_listed(follower.url) == "1.1.0", 10, "1.1.0 listed by the new leader")
+    finally:
+        stop_all(replicas)
+
+
 def test_a_moved_tag_is_pinned_to_the_same_commit_on_every_replica(tmp_path, redis_server, git_server):
     repo = public_repo(tmp_path)
     first = repo.head()
