@@ -987,6 +987,6 @@ class IndexCollector:
         )
         yield CounterMetricFamily(
             "gitreg_index_process_starts",
-            "Index processes started: 1, and one more for each that died and was replaced (0: built in this process).",
+            "Index processes started: 1, and one more for each that died and was replaced (0: no index process).",
             value=self.process_starts() if self.process_starts is not None else 0,
         )
