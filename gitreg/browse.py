@@ -360,7 +360,9 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
 
         index.on_gone = gone
     elif role is Role.SERVE:  # ... all of which the index process is told
-        process = app[INDEX_PROCESS] = IndexProcess(config, index, catalog, orgs, app[CACHE], shared.leading)
+        process = app[INDEX_PROCESS] = IndexProcess(
+            config, index, catalog, orgs, app[CACHE], shared.leading, publishes=shared.backend != "memory"
+        )
         catalog.on_new = process.remember
         app[CACHE].on_fetched.append(process.fetched)
         orgs.subscribe(process.orgs_changed)

@@ -121,6 +121,7 @@ class IndexProcess:
         orgs: OrgCatalog,
         cache: TagCache,
         leading: Callable[[], bool] = lambda: True,
+        publishes: bool = False,
     ) -> None:
         self.config = config
         self.index = index
@@ -128,6 +129,7 @@ class IndexProcess:
         self.orgs = orgs
         self.cache = cache
         self.leading = leading  # with Redis: whether this replica holds the index lease
+        self.publishes = publishes  # with Redis: index.json goes to the other replicas (index.on_written)
         self._told_leading = True
         self._tasks: set[asyncio.Task[None]] = set()
         self.starts = 0
@@ -179,8 +181,8 @@ class IndexProcess:
 
     async def _publish(self) -> None:
         """The index process wrote index.json: with Redis, the leader offers it to the other replicas."""
-        if not self.index.on_written or not self.leading():
-            return
+        if not self.publishes or not self.leading():
+            return  # alone, nobody to offer it to: the file is not even read
         try:
             text = await asyncio.get_running_loop().run_in_executor(None, self.index.path.read_text, "utf-8")
         except OSError as e:
@@ -247,10 +249,14 @@ class IndexProcess:
                 return
             if time.monotonic() - started > RESTART_MAX_SECONDS:
                 delay = RESTART_MIN_SECONDS  # it ran a good while: this is not a crash loop
+            if code is None:
+                why = "could not be started"
+            else:
+                why = f"exited ({f'code {code}' if code >= 0 else f'signal {-code}'})"
             log.warning(
-                "the index process exited (%s); starting it again in %.0f s. Serving goes on, "
+                "the index process %s; starting it again in %.0f s. Serving goes on, "
                 "list and search from the index as it was",
-                f"code {code}" if code is not None and code >= 0 else f"signal {-(code or 0)}",
+                why,
                 delay,
             )
             with contextlib.suppress(TimeoutError):
