@@ -360,9 +360,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
 
         index.on_gone = gone
     elif role is Role.SERVE:  # ... all of which the index process is told
-        process = app[INDEX_PROCESS] = IndexProcess(
-            config, index, catalog, orgs, app[CACHE], shared.leading, publishes=shared.backend != "memory"
-        )
+        process = app[INDEX_PROCESS] = IndexProcess(config, index, catalog, orgs, app[CACHE], shared)
         catalog.on_new = process.remember
         app[CACHE].on_fetched.append(process.fetched)
         orgs.subscribe(process.orgs_changed)

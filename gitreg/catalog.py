@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .errors import BadRequest
-from .names import ModuleAddress, parse_address
+from .names import ModuleAddress, address_from_text
 from .rules import ResolvedModule, RuleIndex
 from .shared import SharedState
 from .storage import remove_leftovers, write_atomically
@@ -38,19 +37,6 @@ FLUSH_SECONDS = 5.0
 MAX_REMEMBERED = 50_000
 # The temp file a write goes to before `os.replace`; one left by a crash is deleted at start.
 _TMP_PREFIX = ".catalog-"  # temp files of write_atomically (`.catalog-*.tmp`)
-
-
-def _parse_key(key: object) -> ModuleAddress | None:
-    """`ns/name/system` from the file, checked against the grammar (the file may be edited by hand)."""
-    if not isinstance(key, str):
-        return None
-    parts = key.split("/")
-    if len(parts) != 3:
-        return None
-    try:
-        return parse_address(*parts)
-    except BadRequest:
-        return None
 
 
 class Catalog:
@@ -94,13 +80,13 @@ class Catalog:
         if not isinstance(data, dict):
             return
         for key in data.get("modules", []) if isinstance(data.get("modules"), list) else []:
-            address = _parse_key(key)
+            address = address_from_text(key)  # the file may be edited by hand
             if address is not None:
                 self._remembered.add(address)
         downloads = data.get("downloads")
         if isinstance(downloads, dict):
             for key, count in downloads.items():
-                address = _parse_key(key)
+                address = address_from_text(key)
                 if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
                     self._downloads[address] = count
 

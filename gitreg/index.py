@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 from .details import DetailsService, ModuleDetails
 from .errors import GitregError, ModuleNotFound, Overloaded
-from .names import NAME_RE, SYSTEM_RE, ModuleAddress
+from .names import ModuleAddress, address_from_text
 from .rules import ResolvedModule
 from .storage import collector_paused, json_document, remove_leftovers, write_atomically
 from .versions import TaggedVersion, is_canonical, parse_version
@@ -144,7 +144,7 @@ class IndexEntry:
     def from_json(data: Any) -> IndexEntry | None:
         """An entry from index.json, or None when it is not one (the file may be edited or damaged)."""
         try:
-            address = _parse_address(data["address"])
+            address = address_from_text(data["address"])
             versions = tuple([IndexedVersion(str(c), str(t), str(s)) for c, t, s in data["versions"]])
             latest = next(v for v in versions if v.canonical == data["latest"])
             # Strict, and cheap enough for a restart with 200,000 versions: never an invalid one listed.
@@ -176,20 +176,6 @@ class IndexEntry:
             if v.canonical == wanted or v.canonical.split("+", 1)[0] == wanted:
                 return v
         return None
-
-
-def _parse_address(key: object) -> ModuleAddress | None:
-    if not isinstance(key, str):
-        return None
-    parts = key.split("/")
-    if (
-        len(parts) != 3
-        or not NAME_RE.fullmatch(parts[0])
-        or not NAME_RE.fullmatch(parts[1])
-        or not SYSTEM_RE.fullmatch(parts[2])
-    ):
-        return None
-    return ModuleAddress(*parts)
 
 
 def readme_words(readme: str) -> str:

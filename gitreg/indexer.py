@@ -45,7 +45,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -55,8 +55,9 @@ from .catalog import Catalog
 from .config import Config
 from .git_adapter import TagList
 from .index import ChangeLog, IndexEntry, ModuleIndex
-from .names import ModuleAddress, parse_address
+from .names import ModuleAddress, address_from_text
 from .orgs import OrgCatalog, OrgChanges, OrgRepo
+from .shared import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -120,20 +121,17 @@ class IndexProcess:
         catalog: Catalog,
         orgs: OrgCatalog,
         cache: TagCache,
-        leading: Callable[[], bool] = lambda: True,
-        publishes: bool = False,
+        shared: SharedState,
     ) -> None:
         self.config = config
         self.index = index
         self.catalog = catalog
         self.orgs = orgs
         self.cache = cache
-        self.leading = leading  # with Redis: whether this replica holds the index lease
-        self.publishes = publishes  # with Redis: index.json goes to the other replicas (index.on_written)
+        self.shared = shared  # with Redis: the index lease, and the other replicas to publish to
         self._told_leading = True
         self._tasks: set[asyncio.Task[None]] = set()
         self.starts = 0
-        self.pid: int | None = None
         self._stdin: asyncio.StreamWriter | None = None
         self._outbox: list[bytes] | None = None  # messages while the process starts
         self._stopping = asyncio.Event()
@@ -174,22 +172,21 @@ class IndexProcess:
     async def _watch_lease(self) -> None:
         while True:
             await asyncio.sleep(LEADING_CHECK_SECONDS)
-            leading = self.leading()
+            leading = self.shared.leading()
             if leading != self._told_leading:
                 self._told_leading = leading
                 self._send(("leading", leading))
 
     async def _publish(self) -> None:
         """The index process wrote index.json: with Redis, the leader offers it to the other replicas."""
-        if not self.publishes or not self.leading():
+        if self.shared.backend == "memory" or not self.shared.leading():
             return  # alone, nobody to offer it to: the file is not even read
         try:
             text = await asyncio.get_running_loop().run_in_executor(None, self.index.path.read_text, "utf-8")
         except OSError as e:
             log.warning("could not read %s to publish it: %s", self.index.path, e)
             return
-        for listener in self.index.on_written:
-            await listener(text)
+        await self.shared.publish_index(text)
 
     # --- what it sends ------------------------------------------------------------------------
 
@@ -205,9 +202,9 @@ class IndexProcess:
             entry = IndexEntry.from_json(message["set"])
             if entry is not None:
                 self.index.take([entry])
-        elif kind == "drop" and (address := _address(message["drop"])) is not None:
+        elif kind == "drop" and (address := address_from_text(message["drop"])) is not None:
             self.index.take([], [address])
-        elif kind == "forget" and (address := _address(message["forget"])) is not None:
+        elif kind == "forget" and (address := address_from_text(message["forget"])) is not None:
             self.catalog.forget(address)
         elif kind == "reset" and isinstance(message["reset"], list):
             keep = {str(a) for a in message["reset"]}
@@ -224,11 +221,13 @@ class IndexProcess:
     async def lifetime(self) -> AsyncIterator[None]:
         """Cleanup context body: the index process runs (and is restarted) while the application does."""
         task = asyncio.ensure_future(self._supervise())
-        watch = asyncio.ensure_future(self._watch_lease())
+        # Alone (memory), this replica always leads: there is no lease to watch.
+        watch = asyncio.ensure_future(self._watch_lease()) if self.shared.backend != "memory" else None
         try:
             yield
         finally:
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
             self._stopping.set()
             stdin, self._stdin = self._stdin, None
             if stdin is not None:
@@ -268,7 +267,7 @@ class IndexProcess:
         from .logs import JsonFormatter
 
         self._outbox = []
-        self._told_leading = self.leading()
+        self._told_leading = self.shared.leading()
         seed = Seed(
             config=self.config,
             log_level=root.getEffectiveLevel(),
@@ -293,7 +292,6 @@ class IndexProcess:
             return None
         assert proc.stdin is not None and proc.stdout is not None
         self.starts += 1
-        self.pid = proc.pid
         outbox, self._outbox = self._outbox, None
         proc.stdin.write(_frame(seed) + b"".join(outbox))
         self._stdin = proc.stdin
@@ -310,17 +308,7 @@ class IndexProcess:
             raise
         finally:
             self._stdin = None
-            self.pid = None
         return await proc.wait()
-
-
-def _address(text: object) -> ModuleAddress | None:
-    if not isinstance(text, str) or text.count("/") != 2:
-        return None
-    try:
-        return parse_address(*text.split("/"))
-    except ValueError:
-        return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -51,6 +51,21 @@ def parse_address(namespace: str, name: str, system: str) -> ModuleAddress:
     return ModuleAddress(namespace, name, system)
 
 
+def address_from_text(text: object) -> ModuleAddress | None:
+    """`namespace/name/system` read back (a file, the index process), or None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    parts = text.split("/")
+    if (
+        len(parts) != 3
+        or not NAME_RE.fullmatch(parts[0])
+        or not NAME_RE.fullmatch(parts[1])
+        or not SYSTEM_RE.fullmatch(parts[2])
+    ):
+        return None
+    return ModuleAddress(*parts)
+
+
 # SemVer 2.0 (semver.org's regex) with an optional `v`: a cheap check before any cache or git work.
 SEMVER_RE = re.compile(
     r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"

@@ -206,3 +206,34 @@ def test_the_index_process_does_not_outlive_a_killed_gitreg(github, git_http, tm
         eventually(gone, timeout=20, what="the index process to exit")
     finally:
         server.stop()
+
+
+async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ignored(tmp_path):
+    from gitreg.cache import TagCache
+    from gitreg.catalog import Catalog
+    from gitreg.index import ModuleIndex
+    from gitreg.indexer import IndexProcess
+    from gitreg.names import ModuleAddress
+    from gitreg.orgs import OrgCatalog
+    from gitreg.shared import SharedState
+    from tests.conftest import make_config
+    from tests.test_restart import entry
+
+    config = make_config([])
+    index = ModuleIndex(tmp_path, dict, lambda a: None, None, None, 60, builds=False)  # type: ignore[arg-type]
+    process = IndexProcess(
+        config,
+        index,
+        Catalog(config, tmp_path / "catalog.json"),
+        OrgCatalog(config, None),
+        TagCache(config.cache, None),  # type: ignore[arg-type]
+        SharedState(),
+    )
+    vpc = ModuleAddress("acme", "vpc", "aws")
+    process._take(json.dumps({"set": entry("vpc", ["1.0.0"], "1.0.0")}).encode())
+    assert index.get(vpc) is not None
+    for line in (b"not json", b"[]", b"{}", b'{"drop": "acme/../aws"}', b'{"drop": 7}', b'{"status": {"queued": "x"}}'):
+        process._take(line)  # each ignored: none raises
+    assert index.get(vpc) is not None
+    process._take(b'{"drop": "acme/vpc/aws"}')
+    assert index.get(vpc) is None
