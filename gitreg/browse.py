@@ -343,6 +343,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         org_info=org_info,
         on_gone=catalog.forget,
         enabled=config.index.enabled,
+        listed=orgs.complete,
         builds=role is not Role.SERVE,
     )
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list

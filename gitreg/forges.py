@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -103,6 +103,11 @@ class RepoRecord:
         return cls(
             **{k: data[k] for k in strings}, topics=tuple(topics), archived=data["archived"], pushed_throttle=throttle
         )
+
+
+# Given each page of a listing as it arrives (OrgCatalog: an org listed for the first time is
+# served and indexed page by page).
+OnPage = Callable[[list[RepoRecord]], None]
 
 
 def _text(item: Mapping[str, Any], key: str, limit: int = 2048) -> str:
@@ -206,11 +211,15 @@ class ForgeClient:
         """Request headers, with the token (never logged)."""
         return {"User-Agent": f"gitreg/{__version__}", "Accept": "application/json"}
 
-    async def list_repositories(self) -> list[RepoRecord]:
-        """Every repository of the org, all pages; ForgeError when any page fails."""
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
+        """Every repository of the org, all pages; ForgeError when any page fails.
+
+        `on_page` is given each page's records but the last's as it arrives (before the next page
+        is asked for).
+        """
         raise NotImplementedError
 
-    async def _pages(self, url: str, record: Any) -> list[RepoRecord]:
+    async def _pages(self, url: str, record: Any, on_page: OnPage | None = None) -> list[RepoRecord]:
         """Follow `next` links from `url`, turning each item into a record (malformed ones skipped)."""
         found: dict[str, RepoRecord] = {}
         seen: set[str] = set()
@@ -224,13 +233,14 @@ class ForgeClient:
             data, headers = await self.get_json(next_url)
             if not isinstance(data, list):
                 raise ForgeError("bad_json", f"{self.org.label}: the API answered a page that is not a JSON list")
-            for item in data:
-                rec = record(item)
-                if rec is not None:
-                    # An item that moved between pages while we read them is counted once.
-                    found[rec.full_name.lower()] = rec
+            page = [rec for rec in map(record, data) if rec is not None]
+            for rec in page:
+                # An item that moved between pages while we read them is counted once.
+                found[rec.full_name.lower()] = rec
             next_url = self._next_page(next_url, headers)
             if next_url is not None:
+                if on_page is not None:
+                    on_page(page)  # (not the last: its records come back with all the others)
                 await self._respect_remaining()
         return list(found.values())
 
@@ -421,7 +431,7 @@ class GitHubClient(ForgeClient):
 
     RATE_HEADERS = "X-RateLimit-"
 
-    async def list_repositories(self) -> list[RepoRecord]:
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
         """All repositories of the organization (or, when GitHub says it is a user, the user's own)."""
         owner = quote(self.org.group, safe="")
         # Oldest first: a repository created while we read the pages lands on the last page,
@@ -429,14 +439,14 @@ class GitHubClient(ForgeClient):
         org_url = f"{self.org.api_url}/orgs/{owner}/repos?per_page={PER_PAGE}&type=all&sort=created&direction=asc"
         user_url = f"{self.org.api_url}/users/{owner}/repos?per_page={PER_PAGE}&type=owner&sort=created&direction=asc"
         if self.is_user:
-            return await self._pages(user_url, github_record)
+            return await self._pages(user_url, github_record, on_page)
         try:
-            found = await self._pages(org_url, github_record)
+            found = await self._pages(org_url, github_record, on_page)
         except ForgeNotFound:
             if self.is_user is False:
                 raise
             # GitHub answers 404 for /orgs/<a user>: the group names a user account.
-            found = await self._pages(user_url, github_record)
+            found = await self._pages(user_url, github_record, on_page)
             self.is_user = True
             return found
         self.is_user = False
@@ -454,14 +464,14 @@ class GitLabClient(ForgeClient):
 
     RATE_HEADERS = "RateLimit-"
 
-    async def list_repositories(self) -> list[RepoRecord]:
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
         """All projects of the group and its subgroups (not projects merely shared with it)."""
         group = quote(self.org.group, safe="")
         url = (
             f"{self.org.api_url}/groups/{group}/projects?include_subgroups=true&with_shared=false"
             f"&per_page={PER_PAGE}&order_by=id&sort=asc"
         )
-        return await self._pages(url, gitlab_record)
+        return await self._pages(url, gitlab_record, on_page)
 
     async def get_project(self, project: str | int) -> RepoRecord | None:
         """One project by id or full path; None when GitLab says it does not exist."""

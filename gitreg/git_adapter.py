@@ -238,7 +238,8 @@ class _Watchdog:
                 self._thread = thread
             heapq.heappush(self._deadlines, (time.monotonic() + seconds, number))
             self._runs[number] = run
-            self._cond.notify()
+            if self._deadlines[0][1] == number:  # sooner than what the thread waits for (else no wake-up)
+                self._cond.notify()
         return number
 
     def disarm(self, number: int) -> None:

@@ -387,10 +387,14 @@ class ModuleIndex:
         on_gone: Callable[[ModuleAddress], None] | None = None,
         enabled: bool = True,
         builds: bool = True,
+        listed: Callable[[], bool] | None = None,
     ) -> None:
         self.path = root / FILE_NAME
         self.store = DetailsStore(root / DETAILS_DIR)
         self._sources = sources  # every listable module (a pass)
+        # False while an org's first listing is still being fetched: what `sources` lacks then may
+        # only not be listed yet, so nothing is dropped and no pass counts as the first index.
+        self._listed = listed or (lambda: True)
         self._resolve = resolve  # one listable module, O(1)
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
@@ -422,6 +426,7 @@ class ModuleIndex:
         self._dirty = False
         self._complete = False
         self._pass: set[ModuleAddress] | None = None  # what the running pass has still to index
+        self._pass_listed = False  # it started with every org listed: once done, the index is complete
         self.stats = IndexStats()
         # With Redis (browse.py sets these): only the lease holder indexes; the others adopt() what it wrote.
         self.leading: Callable[[], bool] = lambda: True
@@ -707,23 +712,32 @@ class ModuleIndex:
             if not self.leading():
                 await asyncio.sleep(1.0)  # another replica indexes; take over within a second of its lease
                 continue
+            listed = self._listed()
             listable = self._sources()
-            for address in [a for a in self._entries if a not in listable]:
-                self._drop(address, "no rule or org serves it any more")
+            if listed:
+                for address in [a for a in self._entries if a not in listable]:
+                    self._drop(address, "no rule or org serves it any more")
             todo = [a for a in listable if self._needs_index(a)]
             self._pass = (self._pass or set()) | set(todo)
+            self._pass_listed = listed
             if not self._pass:
-                self._pass_done()
+                self._pass_end()
             self.notice(todo)
             for _ in range(int(self.refresh_seconds)):
                 await asyncio.sleep(1.0)
-                if not self.leading():
-                    break
+                if not self.leading() or (not listed and self._listed()):
+                    break  # (listed now: the pass that makes the index complete starts at once)
 
     def _needs_index(self, address: ModuleAddress) -> bool:
         entry = self._entries.get(address)
         org = self._org_info(address)
         return entry is None or org is None or org.marker != entry.marker or not entry.details
+
+    def _pass_end(self) -> None:
+        if self._pass_listed:
+            self._pass_done()
+        else:
+            self._pass = None
 
     def _pass_done(self) -> None:
         self._pass = None
@@ -771,7 +785,7 @@ class ModuleIndex:
                 if self._pass is not None:
                     self._pass.discard(address)
                     if not self._pass:
-                        self._pass_done()
+                        self._pass_end()
                 if not self._busy():
                     self._idle.set()
 
@@ -783,7 +797,8 @@ class ModuleIndex:
         """
         resolved = self._resolve(address)
         if resolved is None:
-            self._drop(address, "no rule or org serves it any more")
+            if self._listed():  # (else its org's page may only not have arrived yet)
+                self._drop(address, "no rule or org serves it any more")
             return
         old = self._entries.get(address)
         if (
@@ -824,11 +839,14 @@ class ModuleIndex:
             and old.path == resolved.rule.path
         ):
             description, published, words = old.description, old.published_at, old.words
+        elif not build and old is None:
+            # New: listed now with its versions; described later, from disk when it is there
+            # (a restart that lost index.json), else built (listing is not held up by either).
+            self._later[address] = None
+            description, published, words = "", "", ""
         else:
             try:
-                details = await self.details(resolved, newest, build=build or old is not None)
-                if details is None:  # new, and not on disk: listed now, described later
-                    self._later[address] = None
+                details = await self.details(resolved, newest, build=True)
             except GitregError as e:
                 self.stats.failures += 1
                 log.warning("no details for %s %s (listed without them): %s", address, newest.canonical, e.message)

@@ -96,6 +96,7 @@ class Seed:
     log_level: int
     log_json: bool
     orgs: list[OrgRepo] = field(default_factory=list)
+    orgs_complete: bool = True  # every org had its first listing (until then the index drops nothing)
     remembered: list[ModuleAddress] = field(default_factory=list)
     resync: bool = False  # a restart: send every entry, the serving process may hold others
     leading: bool = True  # with Redis: this replica holds the index lease (builds); the messages update it
@@ -158,7 +159,7 @@ class IndexProcess:
     def orgs_changed(self, changes: OrgChanges) -> None:
         """An enumeration or a repository webhook changed the org listing."""
         repos = [repo for a in changes.added | changes.changed if (repo := self.orgs.get(a)) is not None]
-        self._send(("orgs", repos, sorted(changes.removed), sorted(changes.all)))
+        self._send(("orgs", repos, sorted(changes.removed), sorted(changes.all), self.orgs.complete()))
 
     def want(self, address: ModuleAddress, version: str) -> None:
         """Someone asked for details not on disk yet (ModuleIndex.on_wanted)."""
@@ -273,6 +274,7 @@ class IndexProcess:
             log_level=root.getEffectiveLevel(),
             log_json=any(isinstance(h.formatter, JsonFormatter) for h in root.handlers),
             orgs=list(self.orgs.modules().values()),
+            orgs_complete=self.orgs.complete(),
             remembered=self.catalog.remembered(),
             resync=resync,
             leading=self._told_leading,
@@ -394,8 +396,8 @@ async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
                 break  # the serving process closed our input (stopping) or died
             kind = message[0]
             if kind == "orgs":
-                _, repos, gone, concerned = message
-                orgs.follow(repos, gone)
+                _, repos, gone, concerned, complete = message
+                orgs.follow(repos, gone, complete)
                 index.notice(concerned)
             elif kind == "remember":
                 with contextlib.suppress(GitregError):

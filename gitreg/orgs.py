@@ -35,6 +35,7 @@ from .forges import (
     ForgeClient,
     ForgeError,
     GitLabClient,
+    OnPage,
     OrgStats,
     RepoRecord,
     client_for,
@@ -372,8 +373,12 @@ class OrgCatalog:
         assert s.client is not None, "open() first"
         async with s.lock:
             s.journal.clear()
+            # Listed for the first time: each page's modules are served and indexed as it arrives
+            # (an org of thousands of repositories takes many pages, seconds each on a busy host).
+            # Nothing is dropped before the last page; later listings apply whole.
+            early = self._first_pages(s) if s.records is None else None
             try:
-                records = await s.client.list_repositories()
+                records = await s.client.list_repositories(early)
             except ForgeError as e:
                 s.error = e.message
                 s.failures += 1
@@ -402,6 +407,19 @@ class OrgCatalog:
         log.info("org %s: %d repositories, %d modules", s.config.label, len(records), len(s.modules))
         await self.flush()
         return True
+
+    def _first_pages(self, s: _Org) -> OnPage:
+        """What takes each page of org `s`'s first listing: its modules join the listing at once."""
+
+        def take(page: list[RepoRecord]) -> None:
+            if s.records is not None:  # a webhook's listing, or orgs.json, came first
+                return
+            modules, _ = evaluate(s.config, s.index, page, self.config.git.protocols)
+            for address, repo in modules.items():
+                s.modules.setdefault(address, repo)  # the last page's evaluation settles any clash
+            self._rebuild()
+
+        return take
 
     def refresh_soon(self, index: int) -> None:
         """Ask the org's background loop to enumerate now (coalesced with one already running)."""
@@ -473,6 +491,7 @@ class OrgCatalog:
 
     def _set_records(self, s: _Org, records: dict[str, RepoRecord], since: float | None) -> None:
         """Take a new listing for org `s`, rebuild the combined listing, tell subscribers."""
+        first = s.records is None
         s.records = records
         s.modules, s.ignored = evaluate(s.config, s.index, records.values(), self.config.git.protocols)
         s.stats.repositories = len(records)
@@ -485,9 +504,11 @@ class OrgCatalog:
                 marker = _timestamp(repo.pushed_at) if rec is not None and rec.pushed_throttle else None
                 if marker is not None and rec is not None and since - marker < rec.pushed_throttle:
                     recent.add(address)
-        self._rebuild(frozenset(recent))
+        self._rebuild(frozenset(recent), announce=first and self.complete())
 
-    def _rebuild(self, pushed_hint: frozenset[ModuleAddress] = frozenset()) -> None:
+    def _rebuild(self, pushed_hint: frozenset[ModuleAddress] = frozenset(), announce: bool = False) -> None:
+        """Combine the orgs' modules into the listing; tell subscribers what changed (and, with
+        `announce`, that every org is listed now, even when its last page changed nothing)."""
         old = self._listing
         new: dict[ModuleAddress, OrgRepo] = {}
         shadowed: dict[int, dict[str, str]] = {}
@@ -521,7 +542,7 @@ class OrgCatalog:
             | added
         )
         changes = OrgChanges(added=added, changed=changed, removed=removed, pushed=pushed)
-        if changes:
+        if changes or announce:
             self._dirty = True
             self._notify(changes)
 
@@ -533,17 +554,21 @@ class OrgCatalog:
         self._by_repository = by_repository
         self._identities = None
 
-    def follow(self, repos: Iterable[OrgRepo], gone: Iterable[ModuleAddress] = ()) -> None:
-        """In the index process: the serving process's listing changes (it enumerates, this one never does)."""
+    def follow(self, repos: Iterable[OrgRepo], gone: Iterable[ModuleAddress] = (), complete: bool = True) -> None:
+        """In the index process: the serving process's listing changes (it enumerates, this one never does).
+
+        `complete`: every org has its first listing there (until then nothing is dropped from the index).
+        """
         new = dict(self._listing)
         for address in gone:
             new.pop(address, None)
             self._resolved.pop(address, None)
         for repo in repos:
             new[repo.address] = repo
-        for s in self._orgs:
-            if s.records is None:
-                s.records = {}  # listed by the serving process: nothing to wait for here
+        if complete:
+            for s in self._orgs:
+                if s.records is None:
+                    s.records = {}  # listed by the serving process: nothing to wait for here
         self._install(new)
 
     def _notify(self, changes: OrgChanges) -> None:

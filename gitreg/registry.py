@@ -64,6 +64,7 @@ class Registry:
             self.orgs is not None
             and not self.orgs.complete()
             and (address.namespace, address.name, address.system) not in self.rules.explicit
+            and self.orgs.get(address) is None  # listed already, from a first page
         ):
             await self.orgs.wait_listed(address.namespace)  # only until the org's first listing
         resolved = self.resolve(address)

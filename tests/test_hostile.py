@@ -76,6 +76,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "webhooks"
 # every run explores afresh, and nothing is written into the checkout.
 EXAMPLES = 300
 TAG_EXAMPLES = 300  # the tag-name property is pure: no request, no git
+UI_PAGE = re.compile(r"/modules(/[^/]+){3,4}")  # ui.py's module and version pages
 SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -274,13 +275,19 @@ async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_
     ).map(lambda parts: "/" + "/".join(parts)),
     method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "PROPFIND"]),
 )
+@example(path="/modules/he%2Fllo/he%2Fllo/he%2Fllo", method="GET")  # a web page's 404 (found by this test)
 async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_bounded_metric_label(
     app_client, path, method
 ):
     status, headers, body = await raw_request(app_client.server.port, method, path)
     assert status in DOCUMENTED, (method, path, status, body[:300])
     if status >= 400 and method != "HEAD":
-        assert_json_error(status, headers, body)
+        if headers.get("content-type", "").startswith("text/html"):
+            # A web page's error is a page (for a browser), and only a web page's is.
+            assert method == "GET" and UI_PAGE.fullmatch(path), (method, path, status, body[:300])
+            assert b"<html" in body and b"Traceback" not in body
+        else:
+            assert_json_error(status, headers, body)
     # Request metrics are labelled by route template: a hostile path never becomes a new series.
     templates = {r.resource.canonical for r in app_client.app.router.routes() if r.resource is not None}
     labels = {sample.labels["route"] for sample in request_samples(app_client)}

@@ -237,3 +237,19 @@ async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ig
     assert index.get(vpc) is not None
     process._take(b'{"drop": "acme/vpc/aws"}')
     assert index.get(vpc) is None
+
+
+def test_an_org_listed_for_the_first_time_is_indexed_page_by_page_and_complete_after_its_last(
+    github, git_http, tmp_path
+):
+    for name in ("terraform-aws-vpc", "terraform-aws-dns", "terraform-aws-iam"):  # pages of two: iam on page 2
+        module_repo(tmp_path, name)
+        github.add(name)
+    github.hold(2)
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV) as server:
+        eventually(lambda: names(server) == ["acme/dns/aws", "acme/vpc/aws"], what="the first page's modules")
+        status, ready = get(server, "/readyz")
+        assert status == 200 and ready["index"]["complete"] is False  # the org is not listed yet
+        github.release()
+        eventually(lambda: get(server, "/readyz")[1]["index"]["complete"], what="the first index")
+        assert names(server) == ["acme/dns/aws", "acme/iam/aws", "acme/vpc/aws"]

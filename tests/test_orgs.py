@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gitreg.appkeys import ORGS
+from gitreg.appkeys import INDEX, ORGS
 from gitreg.config import parse_config
 from gitreg.errors import ConfigError
 from gitreg.names import ModuleAddress
@@ -848,3 +848,59 @@ async def test_an_org_refresh_where_nothing_changed_costs_no_git_and_a_restart_n
     await until(restarted.app[ORGS].complete)
     await indexed(restarted)
     assert git_http.requests() == []  # nothing changed: the index needed no git after the restart
+
+
+async def readiness(client) -> dict[str, Any]:
+    resp = await client.get("/readyz")
+    assert resp.status == 200
+    return (await resp.json())["index"]
+
+
+async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_page(
+    make_client, github, git_http, tmp_path
+):
+    for name in ("terraform-aws-vpc", "terraform-aws-dns", "terraform-aws-iam"):  # pages of two: iam is on page 2
+        module_repo(tmp_path, name)
+        github.add(name)
+    github.hold(2)  # the API takes its time over the second page
+    client = await make_client(org_config(github, git_http, storage={"path": str(tmp_path / "state")}))
+    deadline = time.monotonic() + 10
+    while await listed_names(client) != ["acme/dns/aws", "acme/vpc/aws"]:
+        assert time.monotonic() < deadline, "the first page's modules were not listed while the second was awaited"
+        await asyncio.sleep(0.05)
+    assert await versions_of(client) == ["1.1.0", "1.0.0"]  # served from the first page
+    assert not client.app[ORGS].complete()
+    assert (await readiness(client))["complete"] is False  # the org is not listed yet: no first index
+    # A name the pages read so far lack waits for the rest of the listing: not a 404.
+    iam = asyncio.ensure_future(versions_of(client, "acme/iam/aws"))
+    await asyncio.sleep(0.3)
+    assert not iam.done()
+    github.release()
+    assert await asyncio.wait_for(iam, 10) == ["1.1.0", "1.0.0"]
+    await until(client.app[ORGS].complete)
+    await indexed(client)
+    assert await listed_names(client) == ["acme/dns/aws", "acme/iam/aws", "acme/vpc/aws"]
+    await until(lambda: client.app[INDEX].complete)  # the pass after the listing, within a second
+    state = await readiness(client)
+    assert state["complete"] is True and state["modules"] == 3
+
+
+async def test_with_its_org_listing_lost_and_the_api_down_the_index_keeps_its_modules(
+    make_client, github, git_http, tmp_path
+):
+    module_repo(tmp_path, "terraform-aws-vpc")
+    github.add("terraform-aws-vpc")
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
+    first = await make_client(config)
+    await until(lambda: first.app[INDEX].complete)
+    await first.close()
+    (tmp_path / "state" / "orgs.json").unlink()  # lost, or the org's api_url corrected: not listed any more
+    github.mode = "down"
+    restarted = await make_client(config)
+    await until(lambda: restarted.app[ORGS].report()[0].error is not None)  # the first listing failed
+    await indexed(restarted)
+    assert await listed_names(restarted) == ["acme/vpc/aws"]  # an API failure never empties the index
+    github.mode = "ok"
+    assert await restarted.app[ORGS].enumerate(0)
+    await indexed(restarted)
+    assert await listed_names(restarted) == ["acme/vpc/aws"]

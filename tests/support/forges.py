@@ -70,6 +70,8 @@ class FakeForge:
         self.link_header = link_header  # GitLab: send Link besides X-Next-Page
         self.mode = "ok"  # "ok", or "down": every request answers 503
         self.delay = 0.0  # seconds a listing page takes to arrive (its content is taken when asked)
+        self.hold_page: int | None = None  # listing pages from this one on are held back (hold, release)
+        self._released = asyncio.Event()
         self.started = 0  # requests received so far, answered or not
         self.org_id = 9919
         self._rate_limited = 0  # how many of the next listing requests answer "rate limited"
@@ -284,6 +286,17 @@ class FakeForge:
 
     # ---- behaviour ----------------------------------------------------------------------
 
+    def hold(self, page: int) -> None:
+        """Hold listing pages from `page` on back until release() (a host slow to page through an org)."""
+        self._released = asyncio.Event()
+        self.hold_page = page
+
+    def release(self) -> None:
+        """Answer the held pages."""
+        self.hold_page = None
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._released.set)
+
     def rate_limit_next(self, count: int = 1, seconds: int = 1) -> None:
         """Answer the next `count` listing requests "rate limited", resetting in `seconds`."""
         with self._lock:
@@ -436,6 +449,8 @@ class FakeForge:
                 headers["Link"] = ", ".join(links)
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.hold_page is not None and page >= self.hold_page:
+            await self._released.wait()
         return web.json_response(chunk, headers=headers)
 
     def _sorted(self) -> list[dict[str, Any]]:
@@ -500,6 +515,7 @@ class FakeForge:
 
     async def start(self) -> FakeForge:
         """Serve on 127.0.0.1 (a free port) in the running event loop."""
+        self._loop = asyncio.get_running_loop()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
