@@ -141,7 +141,12 @@ class TagList:
 
 
 class _GitRun:
-    """One git process in its own process group (session), killed as a group.
+    """One git process in its own process group, killed as a group.
+
+    A process group, not a session of its own: on Linux each session is a scheduling group of its
+    own (autogroup), which would give every git process a whole share of the CPU beside gitreg
+    and leave the niceness of background git without effect. Nothing git runs reads the
+    terminal (GIT_TERMINAL_PROMPT=0, ssh BatchMode, stdin /dev/null).
 
     The group is killed only while git is not yet reaped: until then its pid, hence the group
     id, cannot be reused, so the kill never hits an unrelated process.
@@ -160,7 +165,7 @@ class _GitRun:
                 stdin=stdin if stdin is not None else subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=self.stderr,
-                start_new_session=True,
+                process_group=0,
             )
         except BaseException:
             self.stderr.close()

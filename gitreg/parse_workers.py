@@ -8,11 +8,13 @@ a child process it cannot: the event loop keeps answering, a wall-clock budget k
 that runs too long, and an address-space limit caps what one file can cost.
 
 Each worker is `python -I -c ...` with an empty environment (no secret of the server reaches
-it), in its own session (a Ctrl-C in the terminal is for the server, which then kills it), at
-a lower CPU priority. Requests go in as length-prefixed pickles (the child trusts its parent);
-answers come back as length-prefixed JSON (the parent does not trust what was computed from
-hostile input, so no pickle comes back). A worker that reads end-of-file on stdin exits, so
-even a killed server leaves none behind for longer than one parse.
+it), in a process group of its own (a Ctrl-C in the terminal is for the server, which then kills
+it), at a lower CPU priority. Not in a session of its own: on Linux that is a scheduling group of
+its own (autogroup), with a whole share of the CPU beside the server whatever its niceness.
+Requests go in as length-prefixed pickles (the child trusts its parent); answers come back
+as length-prefixed JSON (the parent does not trust what was computed from hostile input, so
+no pickle comes back). A worker that reads end-of-file on stdin exits, so even a killed
+server leaves none behind for longer than one parse.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ class ParseWorkers:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             env={},
-            start_new_session=True,
+            process_group=0,
         )
         worker = _Worker(proc)
         self._running.add(worker)

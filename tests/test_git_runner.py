@@ -108,6 +108,21 @@ async def test_a_git_command_on_a_mirror_is_counted_and_killed_with_its_helper_a
     await asyncio.gather(request, return_exceptions=True)
 
 
+async def test_git_runs_in_gitreg_s_session_in_a_process_group_of_its_own(aiohttp_client, tmp_path):
+    """Its own group: killed as a group, helpers included. gitreg's session: on Linux a session is
+    a scheduling group of its own (autogroup), and git in one would take a whole share of the
+    CPU beside gitreg's event loop, whatever the niceness of background git."""
+    client, request = await start_hanging_details(aiohttp_client, tmp_path, timeout=60)
+    helpers = helpers_running()
+    assert {os.getsid(pid) for pid in helpers} == {os.getsid(0)}
+    [group] = {os.getpgid(pid) for pid in helpers}
+    assert group != os.getpgid(0)
+    await client.close()
+    assert await wait_until_gone() == []
+    request.cancel()
+    await asyncio.gather(request, return_exceptions=True)
+
+
 async def test_a_hanging_git_command_on_a_mirror_ends_at_the_timeout_with_its_helper(aiohttp_client, tmp_path):
     client, request = await start_hanging_details(aiohttp_client, tmp_path, timeout=2)
     resp = await asyncio.wait_for(request, 20)

@@ -174,5 +174,11 @@ async def test_the_app_cleanup_stops_its_parse_workers(aiohttp_client, tmp_path:
     assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
     pids = client.app[DETAILS].workers.pids()
     assert pids and all(alive(pid) for pid in pids)  # kept for the next build
+    for pid in pids:
+        # At a lower priority that takes effect: in gitreg's session (on Linux a session of its own
+        # is a scheduling group of its own, with a whole share of the CPU whatever its niceness),
+        # in a process group of its own (a Ctrl-C in the terminal is for gitreg).
+        assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 10
+        assert os.getsid(pid) == os.getsid(0) and os.getpgid(pid) == pid
     await client.close()
     assert not any(alive(pid) for pid in pids)
