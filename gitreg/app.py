@@ -211,10 +211,8 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     pins_file = Path(home.name, "tagpins.jsonl") if index_process else storage / "tagpins.jsonl"
     pins = await asyncio.get_running_loop().run_in_executor(files, TagPins, pins_file, files)
     orgs = OrgCatalog(config, storage / ORGS_FILE)  # started by _org_listings
-    if index_process:
-        orgs.follow(
-            app[SEED].orgs, complete=app[SEED].orgs_complete
-        )  # the serving process enumerates, and tells it of each change
+    if index_process:  # the serving process enumerates, and tells it of each change
+        orgs.follow(app[SEED].orgs, (), app[SEED].orgs_complete)
     app[ORGS] = orgs
     app[METRICS].watch_orgs(orgs)
     app[REGISTRY] = Registry(config, cache, pins, orgs)

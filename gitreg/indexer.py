@@ -57,6 +57,7 @@ from .git_adapter import TagList
 from .index import ChangeLog, IndexEntry, ModuleIndex
 from .names import ModuleAddress, address_from_text
 from .orgs import OrgCatalog, OrgChanges, OrgRepo
+from .parse_workers import FRAME, pickled_frame
 from .shared import SharedState
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,6 @@ NICENESS = 10  # added to the serving process's
 FEED_SECONDS = 0.5
 RESTART_MIN_SECONDS, RESTART_MAX_SECONDS = 1.0, 60.0
 STOP_SECONDS = 10.0  # at shutdown: time to write index.json and exit before it is killed
-_FRAME = struct.Struct(">I")
 _READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every address)
 
 
@@ -100,11 +100,6 @@ class Seed:
     remembered: list[ModuleAddress] = field(default_factory=list)
     resync: bool = False  # a restart: send every entry, the serving process may hold others
     leading: bool = True  # with Redis: this replica holds the index lease (builds); the messages update it
-
-
-def _frame(message: object) -> bytes:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return _FRAME.pack(len(data)) + data
 
 
 # ---------------------------------------------------------------------------------------
@@ -141,9 +136,9 @@ class IndexProcess:
 
     def _send(self, message: object) -> None:
         if self._outbox is not None:
-            self._outbox.append(_frame(message))
+            self._outbox.append(pickled_frame(message))
         elif self._stdin is not None and not self._stdin.is_closing():
-            self._stdin.write(_frame(message))
+            self._stdin.write(pickled_frame(message))
         # Else none runs: the next one is given the listing and the catalog at its start.
 
     def remember(self, address: ModuleAddress) -> None:
@@ -295,7 +290,7 @@ class IndexProcess:
         assert proc.stdin is not None and proc.stdout is not None
         self.starts += 1
         outbox, self._outbox = self._outbox, None
-        proc.stdin.write(_frame(seed) + b"".join(outbox))
+        proc.stdin.write(pickled_frame(seed) + b"".join(outbox))
         self._stdin = proc.stdin
         log.info("index process started (pid %d, nice +%d)", proc.pid, NICENESS)
         try:
@@ -390,7 +385,7 @@ async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
     try:
         while True:
             try:
-                size = _FRAME.unpack(await reader.readexactly(_FRAME.size))[0]
+                size = FRAME.unpack(await reader.readexactly(FRAME.size))[0]
                 message = pickle.loads(await reader.readexactly(size))
             except asyncio.IncompleteReadError:
                 break  # the serving process closed our input (stopping) or died
@@ -427,7 +422,7 @@ def main() -> int:
         os.nice(NICENESS)
     stdin = sys.stdin.fileno()
     try:
-        size = _FRAME.unpack(_read_exactly(stdin, _FRAME.size))[0]
+        size = FRAME.unpack(_read_exactly(stdin, FRAME.size))[0]
         seed = pickle.loads(_read_exactly(stdin, size))
     except (EOFError, pickle.UnpicklingError, struct.error):
         sys.stderr.write("gitreg.indexer: this is the index process of `gitreg serve`, which starts it\n")

@@ -554,7 +554,7 @@ class OrgCatalog:
         self._by_repository = by_repository
         self._identities = None
 
-    def follow(self, repos: Iterable[OrgRepo], gone: Iterable[ModuleAddress] = (), complete: bool = True) -> None:
+    def follow(self, repos: Iterable[OrgRepo], gone: Iterable[ModuleAddress], complete: bool) -> None:
         """In the index process: the serving process's listing changes (it enumerates, this one never does).
 
         `complete`: every org has its first listing there (until then nothing is dropped from the index).

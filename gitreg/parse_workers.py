@@ -38,13 +38,22 @@ MEMORY_LIMIT = 1 << 30  # address space of one worker; the worst 512 KB .tf file
 MAX_ANSWER_BYTES = 256 << 20  # a longer length prefix is a corrupt stream, not an answer
 KEEP_BELOW = 128 << 20  # resident memory under which a worker is kept for the next build (a fresh one is ~30 MB)
 NICENESS = 10  # on a busy host the server's own process goes first
-_HEADER = struct.Struct(">Q")
+# The length prefix of every message between gitreg and a child process of its own (these
+# workers, and the index process: indexer.py).
+FRAME = struct.Struct(">Q")
 # The worker imports the gitreg that started it (a checkout may shadow an installed copy).
 # The checkout or site-packages that holds gitreg, for the worker's sys.path (resolved once, at import).
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from gitreg.parse_workers import serve; serve(sys.argv[2])"
 
 Call = Callable[[Any], Awaitable[Any]]
+
+
+def pickled_frame(message: Any) -> bytes:
+    """`message` as a child process of gitreg reads it: a length prefix, then its pickle (the child
+    trusts its parent; what comes back from a child is never unpickled)."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return FRAME.pack(len(data)) + data
 
 
 class BudgetExceeded(Exception):
@@ -63,11 +72,9 @@ class _Worker:
 
     async def call(self, request: Any) -> Any:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
-        self.proc.stdin.write(_HEADER.pack(len(data)))
-        self.proc.stdin.write(data)
+        self.proc.stdin.write(pickled_frame(request))
         await self.proc.stdin.drain()
-        (size,) = _HEADER.unpack(await self.proc.stdout.readexactly(_HEADER.size))
+        (size,) = FRAME.unpack(await self.proc.stdout.readexactly(FRAME.size))
         if size > MAX_ANSWER_BYTES:
             raise WorkerFailed(f"answer of {size} bytes")
         return json.loads(await self.proc.stdout.readexactly(size))
@@ -243,15 +250,15 @@ def serve(handler: str) -> None:
     source = sys.stdin.buffer
     _limit_self()
     while True:
-        header = source.read(_HEADER.size)
-        if len(header) < _HEADER.size:
+        header = source.read(FRAME.size)
+        if len(header) < FRAME.size:
             return  # the server closed the pipe (or died): nothing more to do
-        (size,) = _HEADER.unpack(header)
+        (size,) = FRAME.unpack(header)
         request = pickle.loads(source.read(size))
         try:
             answer = json.dumps(function(request)).encode()
         except MemoryError:
             answer = json.dumps({"error": "out of memory"}).encode()
-        out.write(_HEADER.pack(len(answer)))
+        out.write(FRAME.pack(len(answer)))
         out.write(answer)
         out.flush()
