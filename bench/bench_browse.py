@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from gitreg.app import create_app
-from gitreg.appkeys import INDEX
+from gitreg.web.app import create_app
+from gitreg.web.keys import INDEX
 from tests.conftest import make_config
 from tests.support.repos import GitRepo
 

@@ -16,8 +16,8 @@ import tempfile
 import time
 
 from _common import GitHttpChild, machine, median, pct, tagged_repo, workdir
-from gitreg.config import GitConfig
-from gitreg.git_adapter import GitAdapter
+from gitreg.config.model import GitConfig
+from gitreg.git.runner import GitAdapter
 
 
 class UntracedAdapter(GitAdapter):

@@ -26,10 +26,10 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gitreg.config import parse_config
-from gitreg.names import ModuleAddress
-from gitreg.orgs import OrgCatalog
-from gitreg.webhooks import repository_identity
+from gitreg.config.model import parse_config
+from gitreg.core.names import ModuleAddress
+from gitreg.orgs.catalog import OrgCatalog
+from gitreg.web.api.webhooks import repository_identity
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 

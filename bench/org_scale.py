@@ -73,9 +73,10 @@ from _common import (
     start_gitreg,
     workdir,
 )
-from gitreg.details import ModuleDetails
-from gitreg.forges import github_record
-from gitreg.index import (
+from gitreg.core.names import ModuleAddress
+from gitreg.forges.client import github_record
+from gitreg.index.details import ModuleDetails
+from gitreg.index.store import (
     DETAILS_DIR,
     FILE_NAME,
     FORMAT,
@@ -84,9 +85,8 @@ from gitreg.index import (
     IndexEntry,
     readme_words,
 )
-from gitreg.names import ModuleAddress
-from gitreg.orgs import FILE_NAME as ORGS_FILE
-from gitreg.orgs import FORMAT as ORGS_FORMAT
+from gitreg.orgs.catalog import FILE_NAME as ORGS_FILE
+from gitreg.orgs.catalog import FORMAT as ORGS_FORMAT
 from tests.support.forges import FakeForge
 
 GROUP, NAMESPACE = "acme-infra", "acme"

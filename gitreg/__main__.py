@@ -1,3 +1,3 @@
-from .cli import main
+from gitreg.cli.main import main
 
 raise SystemExit(main())

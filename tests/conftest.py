@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gitreg.app import create_app
-from gitreg.config import Config, parse_config
+from gitreg.config.model import Config, parse_config
+from gitreg.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts and tests alike
@@ -72,7 +72,7 @@ def make_client(aiohttp_client):
 
 async def indexed(client):
     """Wait until the app's index has indexed everything it knows of (list and search read it)."""
-    from gitreg.appkeys import INDEX
+    from gitreg.web.keys import INDEX
 
     await client.app[INDEX].settled()
     return client

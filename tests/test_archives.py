@@ -14,9 +14,9 @@ from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import pytest
 
-from gitreg.appkeys import MIRRORS
-from gitreg.archives import FIXED_MTIME
-from gitreg.signing import UrlSigner
+from gitreg.storage.archives import FIXED_MTIME
+from gitreg.web.keys import MIRRORS
+from gitreg.web.signing import UrlSigner
 from tests.conftest import assert_error, make_config
 from tests.support.repos import GitRepo
 
@@ -287,8 +287,8 @@ async def test_absolute_archive_url_with_public_url(make_client, tmp_path):
 
 
 def test_archive_mode_with_tokens_needs_a_signing_key():
-    from gitreg.config import parse_config
-    from gitreg.errors import ConfigError
+    from gitreg.config.model import parse_config
+    from gitreg.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
         parse_config({"auth": {"tokens": [TOKEN]}, "modules": [mono_rule("file:///r.git")]}, {})
@@ -348,7 +348,7 @@ async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(make_cli
 
 
 async def test_a_torn_pin_record_is_ignored_and_repaired(tmp_path):
-    from gitreg.tagpins import TagPins
+    from gitreg.storage.pins import TagPins
 
     path = tmp_path / "tagpins.jsonl"
     pins = TagPins(path)
@@ -417,8 +417,8 @@ async def test_github_tarball_template_strips_a_v_prefix(make_client, repo):
 
 
 def test_archive_root_needs_a_template():
-    from gitreg.config import parse_config
-    from gitreg.errors import ConfigError
+    from gitreg.config.model import parse_config
+    from gitreg.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
         parse_config({"modules": [{"namespace": "a", "repository": "file:///r.git", "archive_root": "x"}]}, {})

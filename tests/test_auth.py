@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gitreg.config import parse_config
-from gitreg.errors import ConfigError
+from gitreg.config.model import parse_config
+from gitreg.core.errors import ConfigError
 from tests.conftest import assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer

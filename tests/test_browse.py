@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.appkeys import CATALOG
-from gitreg.browse import DEFAULT_LIMIT, MAX_LIMIT
+from gitreg.web.api.browse import DEFAULT_LIMIT, MAX_LIMIT
+from gitreg.web.keys import CATALOG
 from tests.conftest import assert_error, indexed, make_config, version_details
 from tests.support.repos import GitRepo
 

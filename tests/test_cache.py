@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.app import create_app
-from gitreg.appkeys import CACHE
+from gitreg.web.app import create_app
+from gitreg.web.keys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error
 from tests.conftest import make_config as _make_config
 from tests.support.repos import GitRepo

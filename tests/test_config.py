@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.config import (
+from gitreg.config.model import (
     AuthConfig,
     CacheConfig,
     Config,
@@ -25,7 +25,7 @@ from gitreg.config import (
     module_rule_from_flag,
     parse_config,
 )
-from gitreg.errors import ConfigError
+from gitreg.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config.example.toml"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.appkeys import DETAILS, MIRRORS
-from gitreg.details import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
+from gitreg.index.details import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
+from gitreg.web.keys import DETAILS, MIRRORS
 from tests.conftest import assert_error, indexed, make_config, version_details
 from tests.support.repos import GitRepo
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gitreg.appkeys import CACHE
-from gitreg.git_adapter import MAX_REFS
+from gitreg.git.runner import MAX_REFS
+from gitreg.web.keys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo

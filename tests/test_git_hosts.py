@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.appkeys import CACHE
+from gitreg.web.keys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.githttp import GitHttpServer

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitreg.app import create_app
-from gitreg.appkeys import MIRRORS
+from gitreg.web.app import create_app
+from gitreg.web.keys import MIRRORS
 from tests.conftest import assert_error, make_config
 from tests.support.repos import GitRepo
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gitreg.appkeys import CACHE, GIT_POOL
-from gitreg.errors import Overloaded
-from gitreg.gitpool import GitPool, Priority, Waiters
+from gitreg.core.errors import Overloaded
+from gitreg.git.pool import GitPool, Priority, Waiters
+from gitreg.web.keys import CACHE, GIT_POOL
 from tests.conftest import assert_error
 from tests.conftest import make_config as _make_config
 from tests.gitreg_process import GitregProcess
@@ -351,8 +351,8 @@ async def test_work_shared_by_waiters_runs_at_their_best_priority_and_in_arrival
 
 
 def test_pool_sizes_have_documented_defaults_and_are_checked():
-    from gitreg.config import parse_config
-    from gitreg.errors import ConfigError
+    from gitreg.config.model import parse_config
+    from gitreg.core.errors import ConfigError
 
     git = parse_config({"git": {"max_concurrency": 16}}, {}).git
     assert (git.max_queue, git.max_per_host) == (512, 12)  # 32 per slot; all but a quarter for one host

@@ -25,13 +25,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitreg.app import create_app
-from gitreg.appkeys import METRICS
-from gitreg.config import GitConfig, parse_config
-from gitreg.errors import ConfigError, GitregError
-from gitreg.git_adapter import GitAdapter
-from gitreg.registry import git_location
-from gitreg.versions import select_versions
+from gitreg.config.model import GitConfig, parse_config
+from gitreg.core.errors import ConfigError, GitregError
+from gitreg.core.versions import select_versions
+from gitreg.git.runner import GitAdapter
+from gitreg.registry.service import git_location
+from gitreg.web.app import create_app
+from gitreg.web.keys import METRICS
 from tests.conftest import indexed, make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.githttp import GitHttpServer

@@ -14,8 +14,8 @@ import os
 import time
 from pathlib import Path
 
-from gitreg.appkeys import DETAILS
-from gitreg.details import MAX_TF_BYTES
+from gitreg.index.details import MAX_TF_BYTES
+from gitreg.web.keys import DETAILS
 from tests.conftest import indexed, make_config
 from tests.support.repos import GitRepo
 
@@ -163,7 +163,7 @@ async def test_parse_workers_stop_with_the_app_even_in_the_middle_of_a_parse(mak
 
 
 async def test_the_app_cleanup_stops_its_parse_workers(aiohttp_client, tmp_path: Path):
-    from gitreg.app import create_app
+    from gitreg.web.app import create_app
 
     repo = GitRepo(tmp_path / "repos", "plain")
     repo.commit({"main.tf": 'variable "x" {}\n'})

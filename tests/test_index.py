@@ -8,7 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
-from gitreg.appkeys import INDEX
+from gitreg.web.keys import INDEX
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed
 from tests.conftest import make_config as _make_config
 from tests.support.repos import GitRepo

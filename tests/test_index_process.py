@@ -72,7 +72,7 @@ def index_processes(server: GitregProcess) -> list[int]:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except FileNotFoundError:
             continue
-        if b"gitreg.indexer" in cmdline:
+        if b"gitreg.index.process" in cmdline:
             found.append(child)
     return found
 
@@ -209,13 +209,13 @@ def test_the_index_process_does_not_outlive_a_killed_gitreg(github, git_http, tm
 
 
 async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ignored(tmp_path):
-    from gitreg.cache import TagCache
-    from gitreg.catalog import Catalog
-    from gitreg.index import ModuleIndex
-    from gitreg.indexer import IndexProcess
-    from gitreg.names import ModuleAddress
-    from gitreg.orgs import OrgCatalog
-    from gitreg.shared import SharedState
+    from gitreg.core.names import ModuleAddress
+    from gitreg.index.process import IndexProcess
+    from gitreg.index.store import ModuleIndex
+    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.registry.catalog import Catalog
+    from gitreg.registry.tags import TagCache
+    from gitreg.replicas.shared import SharedState
     from tests.conftest import make_config
     from tests.test_restart import entry
 

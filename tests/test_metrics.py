@@ -14,7 +14,7 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitreg.app import create_app
+from gitreg.web.app import create_app
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo

@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gitreg.appkeys import INDEX, ORGS
-from gitreg.config import parse_config
-from gitreg.errors import ConfigError
-from gitreg.names import ModuleAddress
-from gitreg.orgs import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
+from gitreg.config.model import parse_config
+from gitreg.core.errors import ConfigError
+from gitreg.core.names import ModuleAddress
+from gitreg.orgs.catalog import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
+from gitreg.web.keys import INDEX, ORGS
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess, run_gitreg
 from tests.support.forges import FakeForge

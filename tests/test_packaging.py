@@ -61,7 +61,7 @@ def test_the_image_installs_dependencies_at_the_versions_requirements_lock_pins(
 
 
 def test_the_image_keeps_its_storage_path_in_a_volume(monkeypatch):
-    from gitreg.config import default_storage_path
+    from gitreg.config.model import default_storage_path
 
     dockerfile = (ROOT / "Dockerfile").read_text()
     env = dict(re.findall(r"^ENV (\w+)=(\S+)", dockerfile, re.MULTILINE))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitreg.config import Config
+from gitreg.config.model import Config
 from tests.conftest import make_config
 from tests.support.repos import GitRepo
 

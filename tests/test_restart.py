@@ -13,10 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
-from gitreg.appkeys import MIRRORS
-from gitreg.index import ModuleIndex
-from gitreg.names import ModuleAddress
-from gitreg.storage import StorageBudget, tree_bytes
+from gitreg.core.names import ModuleAddress
+from gitreg.index.store import ModuleIndex
+from gitreg.storage.files import StorageBudget, tree_bytes
+from gitreg.web.keys import MIRRORS
 from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo
 from tests.test_archives import file_text

@@ -21,10 +21,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gitreg.app import create_app
-from gitreg.appkeys import AUTH, GIT
-from gitreg.config import parse_config
-from gitreg.errors import ConfigError
+from gitreg.config.model import parse_config
+from gitreg.core.errors import ConfigError
+from gitreg.web.app import create_app
+from gitreg.web.keys import AUTH, GIT
 from tests.conftest import indexed
 from tests.gitreg_process import GitregProcess, run_gitreg
 from tests.support.githttp import GitHttpServer
@@ -427,7 +427,7 @@ def test_the_log_filter_masks_capabilities_in_any_library_line_and_traceback(jso
     import io
     import logging
 
-    from gitreg.logs import JsonFormatter, SecretFilter
+    from gitreg.observability.logs import JsonFormatter, SecretFilter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

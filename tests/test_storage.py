@@ -18,8 +18,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gitreg.appkeys import MIRRORS
-from gitreg.config import Config
+from gitreg.config.model import Config
+from gitreg.web.keys import MIRRORS
 from tests.conftest import assert_error
 from tests.conftest import make_config as _make_config
 from tests.gitreg_process import GitregProcess
@@ -294,7 +294,7 @@ async def test_a_moved_tag_with_git_downloads_logs_that_clients_follow_the_tag(m
 
 
 def test_the_pin_record_is_compacted_when_loaded(tmp_path):
-    from gitreg.tagpins import TagPins
+    from gitreg.storage.pins import TagPins
 
     path = tmp_path / "tagpins.jsonl"
     records = [
@@ -313,7 +313,7 @@ def test_the_pin_record_is_compacted_when_loaded(tmp_path):
 
 
 async def test_the_pin_record_does_not_grow_forever_while_serving(tmp_path):
-    from gitreg.tagpins import TagPins
+    from gitreg.storage.pins import TagPins
 
     path = tmp_path / "tagpins.jsonl"
     pins = TagPins(path)
@@ -362,7 +362,7 @@ async def test_file_work_after_the_file_executor_closed_runs_inline_without_a_tr
     # after the app's file executor has closed: it must still happen, and raise nothing.
     from concurrent.futures import ThreadPoolExecutor
 
-    from gitreg.storage import run_file_work
+    from gitreg.storage.files import run_file_work
 
     leftover = tmp_path / "tmp-half-made"
     leftover.mkdir()

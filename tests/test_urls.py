@@ -16,10 +16,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gitreg import urls
-from gitreg.config import parse_config
-from gitreg.errors import ConfigError
-from gitreg.registry import git_location
+from gitreg.config.model import parse_config
+from gitreg.core import urls
+from gitreg.core.errors import ConfigError
+from gitreg.registry.service import git_location
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 

@@ -8,7 +8,7 @@ import semver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitreg.versions import is_canonical, parse_version, select_versions
+from gitreg.core.versions import is_canonical, parse_version, select_versions
 
 SHA = "0" * 40
 

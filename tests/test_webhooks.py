@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from gitreg.appkeys import CACHE
+from gitreg.web.keys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.repos import GitRepo

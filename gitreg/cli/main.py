@@ -1,0 +1,490 @@
+"""Command line: `gitreg serve` and `gitreg check`. Returns exit codes; logging is set up here only."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import ssl
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from gitreg import __version__
+from gitreg.config.model import Config, ModuleRule, load_config, module_rule_from_flag
+from gitreg.config.rules import RuleIndex, shadowed_rules
+from gitreg.core.errors import BadRequest, ConfigError, GitregError
+from gitreg.core.names import parse_address
+from gitreg.core.versions import select_versions
+from gitreg.git.runner import GitAdapter, mask_url
+
+log = logging.getLogger("gitreg")
+
+EXIT_OK = 0
+EXIT_PROBE_FAILED = 1
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gitreg", description="A Terraform/OpenTofu module registry served from Git tags."
+    )
+    parser.add_argument("--version", action="version", version=f"gitreg {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", metavar="PATH", help="TOML config (default: $GITREG_CONFIG, then ./gitreg.toml)")
+        p.add_argument(
+            "--module",
+            action="append",
+            default=[],
+            metavar="NAMESPACE/NAME/SYSTEM=REPOSITORY_URL",
+            help="serve one module from a repository (repeatable; adds to the config file's rules)",
+        )
+        p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    serve = sub.add_parser("serve", help="run the registry server")
+    common(serve)
+    serve.add_argument("--host", help="listen address (overrides [server] host)")
+    serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text (access log in the combined log format) or json (one JSON object per line)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help='N worker processes on one port (needs [cache] backend = "redis" when N > 1)',
+    )
+
+    check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
+    common(check)
+    check.add_argument(
+        "--probe",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="NAMESPACE/NAME/SYSTEM",
+        help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
+        "through whichever rule serves it (wildcard rules too)",
+    )
+    return parser
+
+
+def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> Config:
+    """The config from --config, $GITREG_CONFIG or ./gitreg.toml (or none), plus --module rules."""
+    path = args.config or env.get("GITREG_CONFIG") or None
+    if path is None and Path("gitreg.toml").is_file():
+        path = "gitreg.toml"
+    config = load_config(path, env) if path is not None else Config()
+    problems: list[str] = []
+    extra = []
+    for value in args.module:
+        try:
+            extra.append(module_rule_from_flag(value, config.git.protocols))
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    # Command-line modules come first so they win over a file rule of the same specificity.
+    config = dataclasses.replace(config, modules=(*extra, *config.modules))
+    server = config.server
+    if getattr(args, "host", None):
+        server = dataclasses.replace(server, host=args.host)
+    if getattr(args, "port", None) is not None:
+        if not 0 <= args.port <= 65535:
+            raise ConfigError([f"--port: must be between 0 and 65535, not {args.port}"])
+        server = dataclasses.replace(server, port=args.port)
+    return dataclasses.replace(config, server=server)
+
+
+def module_sources(config: Config) -> int:
+    """How many sources of modules the config names: `serve` and `check` both refuse none."""
+    return len(config.modules) + len(config.orgs)
+
+
+def _refuse_nothing_to_serve(config: Config) -> bool:
+    """Say so on stderr and return True when the config serves no module at all."""
+    if module_sources(config):
+        return False
+    print(
+        "gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
+        file=sys.stderr,
+    )
+    return True
+
+
+class _ListenError(Exception):
+    """The listening socket could not be opened (address in use, no such address, permission)."""
+
+    def __init__(self, error: OSError) -> None:
+        # asyncio rewords bind errors ("error while attempting to bind on address ..."): the plain
+        # reason from errno; a resolver error (negative errno) keeps its own text.
+        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
+        super().__init__(reason)
+        self.strerror = reason
+
+
+def prepare_storage(path: str) -> str | None:
+    """Create `[storage] path` if needed; what is wrong with it (for `storage.path: ...`), or None."""
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return f"{path!r} exists and is not a directory"
+    except NotADirectoryError:
+        return f"{path!r} cannot be created: a part of it is a file, not a directory"
+    except OSError as e:
+        return f"{path!r} cannot be created: {e.strerror}"
+    if not directory.is_dir():
+        return f"{path!r} is not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass  # mirrors, archives and records are written here
+    except OSError as e:
+        return f"{path!r} is not writable: {e.strerror}"
+    return None
+
+
+def _serve(config: Config, workers: int = 1) -> int:
+    if _refuse_nothing_to_serve(config):
+        return EXIT_CONFIG
+    if workers < 1:
+        print(f"gitreg: --workers must be at least 1, not {workers}", file=sys.stderr)
+        return EXIT_CONFIG
+    if workers > 1 and config.cache.backend != "redis":
+        print(
+            f'gitreg: --workers {workers} needs [cache] backend = "redis": with "memory" each worker would have '
+            "its own tag cache, download counts and moved-tag records, and a webhook would reach only one of them",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    ssl_context = None
+    if config.server.tls_cert and config.server.tls_key:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ssl_context.load_cert_chain(config.server.tls_cert, config.server.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            print(f"gitreg: server.tls_cert/tls_key: cannot load: {e}", file=sys.stderr)
+            return EXIT_CONFIG
+    # Checked before anything starts, so the message names the storage and not the listener.
+    problem = prepare_storage(config.storage.path)
+    if problem is not None:
+        print(f"gitreg: storage.path: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        if workers > 1:
+            from gitreg.cli.workers import run_workers
+
+            return run_workers(config, workers, lambda cfg: asyncio.run(_run_server(cfg, ssl_context, reuse_port=True)))
+        asyncio.run(_run_server(config, ssl_context))
+    except _ListenError as e:
+        print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as e:  # the app's start-up (storage, executor) failed after the checks above
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"gitreg: cannot start: {e.strerror or e}{where}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_OK
+
+
+async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_port: bool = False) -> None:
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything."""
+    from aiohttp import web
+
+    from gitreg.index.process import serve_role
+    from gitreg.observability.logs import AccessLogger
+    from gitreg.web.app import create_app
+    from gitreg.web.listener import Listener, loop_exception
+
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(loop_exception)
+    idle = config.server.idle_timeout_seconds
+    runner = web.AppRunner(
+        create_app(config, role=serve_role(config)),
+        handle_signals=False,
+        access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
+        shutdown_timeout=10,
+        # A client that hangs up cancels its handler, so git work it queued is dropped before
+        # it starts (gitpool) instead of running for nobody. aiohttp's default keeps it running.
+        handler_cancellation=True,
+        # aiohttp starts this timer when a connection opens and again after each response; when
+        # it fires with no complete request received, the connection is closed: a header-read
+        # timeout (slow or silent clients) and the keep-alive idle timeout in one.
+        keepalive_timeout=idle,
+    )
+    await runner.setup()
+    try:
+        # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
+        site = Listener(
+            runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle, reuse_port=reuse_port
+        )
+        try:
+            await site.start()
+        except OSError as e:
+            raise _ListenError(e) from None
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        scheme = "https" if ssl_context else "http"
+        for address in runner.addresses:
+            host, port = address[0], address[1]
+            shown = f"[{host}]" if ":" in host else host
+            log.info(
+                "gitreg %s serving %d module rule(s) on %s://%s:%d",
+                __version__,
+                len(config.modules),
+                scheme,
+                shown,
+                port,
+            )
+        if config.orgs:
+            log.info(
+                "org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs)
+            )
+        await stop.wait()
+        log.info("shutting down: finishing in-flight requests")
+    finally:
+        await runner.cleanup()
+
+
+def _rule_labels(config: Config, flag_rules: int) -> list[str]:
+    """How the operator wrote each rule: `--module ADDRESS` (they come first) or `modules[i]` of the file."""
+    return [
+        f"--module {_pattern(rule)}" if i < flag_rules else f"modules[{i - flag_rules}]"
+        for i, rule in enumerate(config.modules)
+    ]
+
+
+def _pattern(rule: ModuleRule) -> str:
+    return f"{rule.namespace or '*'}/{rule.name or '*'}/{rule.system or '*'}"
+
+
+def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int:
+    if _refuse_nothing_to_serve(config):
+        return EXIT_CONFIG
+    labels = _rule_labels(config, flag_rules)
+    print(
+        f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
+        + (f", {len(config.orgs)} org(s)" if config.orgs else "")
+        + (f" from {config.source}" if config.source else "")
+    )
+    for hidden, winner in shadowed_rules(config.modules):
+        print(
+            f"warning: {labels[hidden]} ({_pattern(config.modules[hidden])}) never serves anything: "
+            f"{labels[winner]} has the same namespace, name and system and wins",
+            file=sys.stderr,
+        )
+    from gitreg.web.api.webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
+
+    for line in webhook_instructions(config):
+        print(line)
+    if config.cache.backend == "redis" and not _check_redis(config):
+        return EXIT_PROBE_FAILED
+    if not probe:
+        return EXIT_OK
+    with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
+        adapter = GitAdapter(config.git, config.credentials, home)
+        if isinstance(probe, str):
+            return _probe_address(config, adapter, probe, labels)
+        failed = _probe(config, adapter)
+        return max(failed, _probe_orgs(config, adapter))
+
+
+def _check_redis(config: Config) -> bool:
+    """With backend = "redis": PING it briefly and say whether it answered (the password masked)."""
+    from gitreg.replicas.shared import check_redis
+
+    assert config.cache.redis_url is not None  # required with backend = "redis"
+    shown = mask_url(config.cache.redis_url)
+    problem = asyncio.run(check_redis(config.cache.redis_url))
+    if problem is not None:
+        print(
+            f"error: cache.redis_url: redis at {shown} does not answer: {problem} "
+            "(`gitreg serve` would start anyway, each replica serving from its own memory until Redis answers)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"redis: {shown} answers; replicas share tag lists, invalidations, download counts, pins and the index")
+    return True
+
+
+def _probe(config: Config, adapter: GitAdapter) -> int:
+    failed = False
+    for i, rule in enumerate(config.modules):
+        if not rule.explicit:
+            print(
+                f"\nrule {i}: {_pattern(rule)} -> "
+                f"{mask_url(rule.repository)} "
+                "(a wildcard rule: probe one of its modules with --probe NAMESPACE/NAME/SYSTEM)"
+            )
+            continue
+        print(
+            f"\n{rule.namespace}/{rule.name}/{rule.system} <- {mask_url(rule.repository)}"
+            + (f" path={rule.path}" if rule.path else "")
+            + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
+        )
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
+    return EXIT_PROBE_FAILED if failed else EXIT_OK
+
+
+def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[str]) -> int:
+    """Probe one module address through the rule that serves it, as a request for it would."""
+    parts = text.split("/")
+    try:
+        if len(parts) != 3:
+            raise BadRequest(f"--probe {text[:200]!r}: expected NAMESPACE/NAME/SYSTEM")
+        address = parse_address(*parts)
+    except GitregError as e:
+        print(f"gitreg: {e.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    # The same choice a request makes: an explicit rule, then an org's module (a name an org
+    # namespace does not list is a 404), then a wildcard rule.
+    rules = RuleIndex(config.modules)
+    resolved = rules.explicit.get((address.namespace, address.name, address.system))
+    if resolved is None and any(org.namespace == address.namespace for org in config.orgs):
+        from gitreg.orgs.catalog import probe_orgs  # imports aiohttp: only a probe with orgs needs it
+
+        repo = next(
+            (r for report in asyncio.run(probe_orgs(config)) for r in report.modules if r.address == address), None
+        )
+        if repo is None:
+            print(
+                f"\n{address}: namespace {address.namespace} is an org's, and its listing has no such module "
+                "(a request for it gets 404; `gitreg check --probe` lists the org)"
+            )
+            return EXIT_PROBE_FAILED
+        print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
+        return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
+    if resolved is None:
+        resolved = rules.match(address)
+    if resolved is None:
+        print(f"\n{address}: no rule serves it (a request for it gets 404)")
+        return EXIT_PROBE_FAILED
+    rule = resolved.rule
+    label = labels[config.modules.index(rule)]
+    print(
+        f"\n{address} <- {mask_url(resolved.repository)} (rule {label}: {_pattern(rule)})"
+        + (f" path={rule.path}" if rule.path else "")
+        + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
+    )
+    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+
+
+def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
+    """Print the versions and skipped tags of one repository; False when it cannot be listed."""
+    try:
+        tags = adapter.ls_remote_tags(repository)
+    except GitregError as e:
+        print(f"  ERROR: {e.message}")
+        return False
+    found = select_versions(tags.tags, tag_prefix)
+    if found.versions:
+        print(f"  versions ({len(found.versions)}): " + ", ".join(tv.canonical for tv in found.versions))
+        latest = found.latest()
+        if latest is not None:
+            print(f"  latest: {latest.canonical} (tag {latest.tag}, commit {latest.sha[:12]})")
+    else:
+        print("  versions: none (push a tag like " + f"{tag_prefix}v1.0.0)")
+    for skipped in found.skipped:
+        print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    return True
+
+
+def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
+    """Per org: the repositories its API lists, the modules they became (with versions), the rest and why."""
+    if not config.orgs:
+        return EXIT_OK
+    from gitreg.orgs.catalog import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
+
+    reports = asyncio.run(probe_orgs(config))
+    failed = False
+    for report in reports:
+        org = report.org
+        print(f"\norg {org.label} ({org.api_url}) -> namespace {org.namespace}")
+        if report.error is not None:
+            failed = True
+            print(f"  ERROR: {report.error}")
+            continue
+        print(f"  {report.found} repositories found, {len(report.modules)} module(s), {len(report.ignored)} ignored")
+        for repo in report.modules:
+            print(f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})")
+            try:
+                tags = adapter.ls_remote_tags(repo.repository)
+            except GitregError as e:
+                failed = True
+                print(f"    ERROR: {e.message}")
+                continue
+            found = select_versions(tags.tags, "")
+            if not found.versions:
+                print("    not listed: no SemVer tag (push a tag like v1.0.0)")
+                continue
+            shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (
+                ", ..." if len(found.versions) > 10 else ""
+            )
+            print(f"    versions ({len(found.versions)}): {shown}")
+        for full_name, reason in report.ignored:
+            print(f"  ignored {full_name}: {reason}")
+    return EXIT_PROBE_FAILED if failed else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `gitreg` and `python -m gitreg`; returns the exit code."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is caught below
+    except BrokenPipeError:
+        # `gitreg check | head -1`: the reader has gone, which is not an error worth a traceback.
+        # Point stdout at /dev/null so the interpreter's own final flush stays quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PROBE_FAILED
+    return code
+
+
+def configure_logging(level: int, log_format: str, serve: bool) -> None:
+    """The root logger on stderr, text or JSON lines; for `serve` (and its index process), secrets masked."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if serve:
+        from gitreg.observability.logs import SecretFilter  # imports aiohttp: only `serve` needs it
+
+        for handler in logging.getLogger().handlers:  # no capability in any line, whoever logs it
+            handler.addFilter(SecretFilter())
+    if log_format == "json":
+        from gitreg.observability.logs import JsonFormatter  # imports aiohttp: only `serve` needs it
+
+        for handler in logging.getLogger().handlers:  # app and access logs alike
+            handler.setFormatter(JsonFormatter())
+    elif serve:
+        # Access lines stay bare combined-log-format lines, as log tools expect them.
+        access = logging.getLogger("aiohttp.access")
+        bare = logging.StreamHandler(sys.stderr)
+        bare.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(bare)
+        access.propagate = False
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging(
+        getattr(logging, args.log_level.upper()), getattr(args, "log_format", "text"), args.command == "serve"
+    )
+    try:
+        config = resolve_config(args, os.environ)
+    except ConfigError as e:
+        print("gitreg: invalid configuration:", file=sys.stderr)
+        for problem in e.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "check":
+        return _check(config, args.probe, flag_rules=len(args.module))
+    return _serve(config, args.workers)

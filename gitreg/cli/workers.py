@@ -1,0 +1,115 @@
+"""`gitreg serve --workers N`: N server processes on one port, for a host with several cores.
+
+The parent binds the port once (so `--port 0` picks one port for all, and a port in use fails
+before anything forks), then forks N workers that each listen on it with SO_REUSEPORT: the
+kernel spreads connections across them, with no accept lock and no shared listening queue.
+Each worker is a whole gitreg (its own event loop, tag cache, git processes); they agree
+through Redis (`[cache] backend = "redis"`), which is why memory refuses N > 1.
+
+The parent only supervises: SIGTERM or SIGINT is forwarded to every worker and the parent
+exits when they have; a worker that dies on its own stops the others (exit 1), so the
+service manager (systemd, Kubernetes) restarts the whole, rather than serving at reduced
+capacity without anyone noticing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+from gitreg.config.model import Config
+
+log = logging.getLogger(__name__)
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port) with SO_REUSEPORT and not listening: it holds the port for the workers."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -> int:
+    """Fork `workers` processes running `serve(config)` on one port; return the parent's exit code."""
+    reserved = reserve_port(config.server.host, config.server.port)  # OSError: the caller reports it
+    port = reserved.getsockname()[1]
+    config = dataclasses.replace(config, server=dataclasses.replace(config.server, port=port))
+    children: dict[int, int] = {}  # pid -> worker number
+    stopping = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            _signal(pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        for number in range(workers):
+            pid = os.fork()
+            if pid == 0:  # the worker
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)  # its event loop installs its own
+                reserved.close()
+                code = 1
+                try:
+                    serve(config)
+                    code = 0
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else 1
+                except BaseException:
+                    log.exception("worker %d failed", number)
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            children[pid] = number
+            if stopping:  # a signal arrived while forking: the new worker gets it too
+                _signal(pid, signal.SIGTERM)
+        log.info("gitreg: %d workers (pids %s) on port %d", workers, " ".join(map(str, children)), port)
+        code = 0
+        while children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid not in children:  # not a worker (none is forked otherwise, but never guess)
+                continue
+            number = children.pop(pid)
+            exit_code = os.waitstatus_to_exitcode(status)
+            if not stopping:
+                log.error("worker %d (pid %d) exited with %d; stopping the others", number, pid, exit_code)
+                stopping, code = True, 1
+                for other in list(children):
+                    _signal(other, signal.SIGTERM)
+            elif exit_code != 0:
+                code = 1
+        return code
+    finally:
+        reserved.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)

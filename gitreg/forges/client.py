@@ -1,0 +1,489 @@
+"""The GitHub and GitLab REST APIs, as far as org mode needs them: list an org's repositories.
+
+One client per `[[orgs]]` entry, on the app's `aiohttp.ClientSession`. Listings follow every
+page (`Link: rel="next"`, or GitLab's `X-Next-Page`), only ever on the API's own origin, so the
+token never goes anywhere else. Rate limits are respected: a `429`, or GitHub's `403` with
+`X-RateLimit-Remaining: 0` or `Retry-After`, waits for the reset (at most `rate_wait_budget`
+seconds) and tries again; a longer wait fails the listing, and the caller keeps its last good
+one. Field names are the APIs' own: GitHub "List organization repositories", GitLab "List a
+group's projects".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+from yarl import URL
+
+from gitreg import __version__
+from gitreg.config.model import OrgConfig
+
+log = logging.getLogger(__name__)
+
+PER_PAGE = 100
+API_TIMEOUT_SECONDS = 30.0
+# A page of 100 repositories is a few hundred kilobytes; this bounds what a broken host can make us read.
+MAX_PAGE_BYTES = 32 * 1024 * 1024
+# 2,000 pages of 100: far beyond any real org; stops a `next` link that goes round in circles.
+MAX_PAGES = 2000
+# A transient failure (5xx, reset connection, timeout) is tried again after these pauses, then given up.
+RETRY_DELAYS = (0.5, 2.0)
+# At most this many rate-limited answers are waited out for one page.
+MAX_RATE_WAITS = 3
+# Longest wait for a rate-limit reset within one listing (also capped by the org's refresh_seconds).
+MAX_RATE_WAIT_SECONDS = 300.0
+GITHUB_API_VERSION = "2022-11-28"
+# GitLab throttles how often a push moves a project's timestamps (Event::REPOSITORY_UPDATED_AT_INTERVAL
+# for `updated_at` via last_repository_updated_at, RESET_PROJECT_ACTIVITY_INTERVAL for `last_activity_at`).
+GITLAB_UPDATED_AT_THROTTLE = 300
+GITLAB_ACTIVITY_THROTTLE = 3600
+_LINK_NEXT_RE = re.compile(r'<([^>]*)>\s*;\s*rel="?next"?')
+
+
+@dataclass(frozen=True)
+class RepoRecord:
+    """One repository as its host's API describes it, provider-neutral."""
+
+    id: str
+    name: str  # GitHub `name`; GitLab `path` (the URL slug, not the display name)
+    full_name: str  # GitHub `full_name`; GitLab `path_with_namespace`
+    https_url: str  # GitHub `clone_url`; GitLab `http_url_to_repo`
+    ssh_url: str  # GitHub `ssh_url`; GitLab `ssh_url_to_repo`
+    web_url: str  # GitHub `html_url`; GitLab `web_url`
+    description: str = ""
+    topics: tuple[str, ...] = ()
+    archived: bool = False
+    # The change marker: GitHub `pushed_at`; GitLab `updated_at` (else `last_activity_at`).
+    pushed_at: str = ""
+    # Seconds within which a later push may leave `pushed_at` unchanged (GitLab throttles it).
+    pushed_throttle: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as stored in orgs.json."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "full_name": self.full_name,
+            "https_url": self.https_url,
+            "ssh_url": self.ssh_url,
+            "web_url": self.web_url,
+            "description": self.description,
+            "topics": list(self.topics),
+            "archived": self.archived,
+            "pushed_at": self.pushed_at,
+            "pushed_throttle": self.pushed_throttle,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RepoRecord | None:
+        """A record read back from orgs.json, or None when the entry is damaged."""
+        if not isinstance(data, dict):
+            return None
+        strings = ("id", "name", "full_name", "https_url", "ssh_url", "web_url", "description", "pushed_at")
+        if not all(isinstance(data.get(k), str) for k in strings):
+            return None
+        topics = data.get("topics")
+        throttle = data.get("pushed_throttle", 0)
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            return None
+        if not isinstance(data.get("archived"), bool) or not isinstance(throttle, int) or isinstance(throttle, bool):
+            return None
+        if not data["name"] or not data["full_name"] or not data["https_url"]:
+            return None
+        return cls(
+            **{k: data[k] for k in strings}, topics=tuple(topics), archived=data["archived"], pushed_throttle=throttle
+        )
+
+
+# Given each page of a listing as it arrives (OrgCatalog: an org listed for the first time is
+# served and indexed page by page).
+OnPage = Callable[[list[RepoRecord]], None]
+
+
+def _text(item: Mapping[str, Any], key: str, limit: int = 2048) -> str:
+    value = item.get(key)
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def _topics(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(t[:100] for t in value[:100] if isinstance(t, str) and t)
+
+
+def github_record(item: Any) -> RepoRecord | None:
+    """A GitHub repository object (REST API or `repository` webhook payload); None when malformed."""
+    if not isinstance(item, dict):
+        return None
+    record = RepoRecord(
+        id=str(item.get("id", "")),
+        name=_text(item, "name", 255),
+        full_name=_text(item, "full_name", 512),
+        https_url=_text(item, "clone_url"),
+        ssh_url=_text(item, "ssh_url"),
+        web_url=_text(item, "html_url"),
+        description=_text(item, "description", 1000),
+        topics=_topics(item.get("topics")),
+        archived=item.get("archived") is True,
+        pushed_at=_text(item, "pushed_at", 64),
+    )
+    return record if record.name and record.full_name and record.https_url else None
+
+
+def gitlab_record(item: Any) -> RepoRecord | None:
+    """A GitLab project object (REST API); None when malformed."""
+    if not isinstance(item, dict):
+        return None
+    # `topics` since GitLab 14.0; `tag_list` is the deprecated name of the same list.
+    topics = item.get("topics") if isinstance(item.get("topics"), list) else item.get("tag_list")
+    updated = _text(item, "updated_at", 64)
+    record = RepoRecord(
+        id=str(item.get("id", "")),
+        name=_text(item, "path", 255),
+        full_name=_text(item, "path_with_namespace", 1024),
+        https_url=_text(item, "http_url_to_repo"),
+        ssh_url=_text(item, "ssh_url_to_repo"),
+        web_url=_text(item, "web_url"),
+        description=_text(item, "description", 1000),
+        topics=_topics(topics),
+        archived=item.get("archived") is True,
+        pushed_at=updated or _text(item, "last_activity_at", 64),
+        pushed_throttle=GITLAB_UPDATED_AT_THROTTLE if updated else GITLAB_ACTIVITY_THROTTLE,
+    )
+    return record if record.name and record.full_name and record.https_url else None
+
+
+@dataclass
+class OrgStats:
+    """Counters of one org's API use, read by the metrics collector at scrape time."""
+
+    calls: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    rate_remaining: int | None = None
+    modules: int = 0
+    repositories: int = 0
+    last_success: float | None = None  # wall-clock time of the last complete listing
+
+    def failed(self, reason: str) -> None:
+        """Count one failed API call (or rate-limited answer) by reason."""
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+
+
+class ForgeError(Exception):
+    """An API call failed; `reason` is a short metric label, the message is safe to log."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class ForgeNotFound(ForgeError):
+    """404: the org, group or repository does not exist (or the token cannot see it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("not_found", message)
+
+
+class ForgeClient:
+    """Lists one org's repositories through its host's REST API."""
+
+    def __init__(self, org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> None:
+        self.org = org
+        self.session = session
+        self.stats = stats or OrgStats()
+        api = urlsplit(org.api_url)
+        self._origin = (api.scheme, (api.hostname or "").lower(), api.port)
+        self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
+        self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
+
+    def headers(self) -> dict[str, str]:
+        """Request headers, with the token (never logged)."""
+        return {"User-Agent": f"gitreg/{__version__}", "Accept": "application/json"}
+
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
+        """Every repository of the org, all pages; ForgeError when any page fails.
+
+        `on_page` is given each page's records but the last's as it arrives (before the next page
+        is asked for).
+        """
+        raise NotImplementedError
+
+    async def _pages(self, url: str, record: Any, on_page: OnPage | None = None) -> list[RepoRecord]:
+        """Follow `next` links from `url`, turning each item into a record (malformed ones skipped)."""
+        found: dict[str, RepoRecord] = {}
+        seen: set[str] = set()
+        next_url: str | None = url
+        while next_url is not None:
+            if next_url in seen or len(seen) >= MAX_PAGES:
+                raise ForgeError(
+                    "error", f"{self.org.label}: the API's page links go round in circles or past {MAX_PAGES} pages"
+                )
+            seen.add(next_url)
+            data, headers = await self.get_json(next_url)
+            if not isinstance(data, list):
+                raise ForgeError("bad_json", f"{self.org.label}: the API answered a page that is not a JSON list")
+            page = [rec for rec in map(record, data) if rec is not None]
+            for rec in page:
+                # An item that moved between pages while we read them is counted once.
+                found[rec.full_name.lower()] = rec
+            next_url = self._next_page(next_url, headers)
+            if next_url is not None:
+                if on_page is not None:
+                    on_page(page)  # (not the last: its records come back with all the others)
+                await self._respect_remaining()
+        return list(found.values())
+
+    def _next_page(self, url: str, headers: Mapping[str, str]) -> str | None:
+        link = headers.get("Link", "")
+        m = _LINK_NEXT_RE.search(link)
+        if m:
+            target = str(URL(url).join(URL(m.group(1), encoded=True)))
+        else:
+            page = headers.get("X-Next-Page", "").strip()
+            if not page:
+                return None
+            if not page.isdigit():
+                raise ForgeError("bad_json", f"{self.org.label}: X-Next-Page {page[:20]!r} is not a page number")
+            target = str(URL(url, encoded=True).update_query(page=page))
+        parts = urlsplit(target)
+        if (parts.scheme, (parts.hostname or "").lower(), parts.port) != self._origin:
+            # The token goes with every request: never follow a link to another host.
+            raise ForgeError(
+                "error", f"{self.org.label}: the API's next-page link leaves {self.org.api_url}; not followed"
+            )
+        return target
+
+    async def _respect_remaining(self) -> None:
+        """Before the next page: when the quota is spent, wait for its reset (within budget)."""
+        if self.stats.rate_remaining == 0 and self.reset_at is not None:
+            wait = self.reset_at - time.time()
+            if wait > 0:
+                await self._wait_for_rate_limit(wait)
+
+    async def _wait_for_rate_limit(self, wait: float) -> None:
+        if wait > self.rate_wait_budget:
+            raise ForgeError(
+                "rate_limited",
+                f"{self.org.label}: rate limited for {wait:.0f} s more, past the wait "
+                f"budget of {self.rate_wait_budget:.0f} s; the last listing stays",
+            )
+        log.info("%s: API rate limit reached; waiting %.1f s for its reset", self.org.label, wait)
+        await asyncio.sleep(wait)
+
+    # The provider's rate-limit headers: `<prefix>Remaining`, `<prefix>Reset` (epoch seconds).
+    RATE_HEADERS = ""
+
+    def _rate_headers(self, headers: Mapping[str, str]) -> tuple[int | None, float | None]:
+        """(remaining, reset as wall-clock time) from the provider's rate-limit headers."""
+        reset = _int_header(headers, f"{self.RATE_HEADERS}Reset")
+        return _int_header(headers, f"{self.RATE_HEADERS}Remaining"), float(reset) if reset is not None else None
+
+    async def get_json(self, url: str) -> tuple[Any, Mapping[str, str]]:
+        """GET `url` (an API URL), with retries of transient failures and rate-limit waits."""
+        transient = 0
+        rate_waits = 0
+        while True:
+            self.stats.calls += 1
+            try:
+                status, headers, body = await self._get(url)
+            except TimeoutError:
+                reason, message = (
+                    "timeout",
+                    f"{self.org.label}: the API did not answer within {API_TIMEOUT_SECONDS:g} s",
+                )
+            except aiohttp.ClientError as e:
+                reason, message = "error", f"{self.org.label}: cannot reach the API: {type(e).__name__}"
+            else:
+                remaining, reset = self._rate_headers(headers)
+                if remaining is not None:
+                    self.stats.rate_remaining = remaining
+                if reset is not None:
+                    self.reset_at = reset
+                wait = self._rate_limited(status, headers, remaining, reset)
+                if wait is not None:
+                    self.stats.failed("rate_limited")
+                    rate_waits += 1
+                    if rate_waits > MAX_RATE_WAITS:
+                        raise ForgeError(
+                            "rate_limited", f"{self.org.label}: still rate limited after {MAX_RATE_WAITS} waits"
+                        )
+                    await self._wait_for_rate_limit(wait)
+                    continue
+                if status < 500:
+                    return self._decode(url, status, body), headers
+                reason, message = "error", f"{self.org.label}: the API answered HTTP {status}"
+            self.stats.failed(reason)
+            if transient >= len(RETRY_DELAYS):
+                raise ForgeError(reason, message)
+            await asyncio.sleep(RETRY_DELAYS[transient])
+            transient += 1
+
+    async def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
+        """One GET: status, headers and the (bounded) body; the connection is released before any wait."""
+        async with self.session.get(
+            URL(url, encoded=True),
+            headers=self.headers(),
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_SECONDS),
+        ) as resp:
+            return resp.status, resp.headers, await _read_bounded(resp)
+
+    def _decode(self, url: str, status: int, body: bytes) -> Any:
+        """The JSON of a 200 answer; ForgeError (counted) for anything else."""
+        if status == 404:
+            self.stats.failed("not_found")
+            raise ForgeNotFound(f"{self.org.label}: the API answered 404 for {_path(url)}")
+        if status in (401, 403):
+            self.stats.failed("unauthorized")
+            raise ForgeError(
+                "unauthorized",
+                f"{self.org.label}: the API refused access (HTTP {status}); check the org's token and its scopes",
+            )
+        if status != 200:
+            self.stats.failed("error")
+            raise ForgeError("error", f"{self.org.label}: the API answered HTTP {status} for {_path(url)}")
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            self.stats.failed("bad_json")
+            raise ForgeError("bad_json", f"{self.org.label}: the API answered something that is not JSON") from None
+
+    def _rate_limited(
+        self, status: int, headers: Mapping[str, str], remaining: int | None, reset: float | None
+    ) -> float | None:
+        """Seconds to wait when the answer says "rate limited", else None."""
+        if status not in (403, 429):
+            return None
+        retry_after = _retry_after(headers.get("Retry-After"))
+        if retry_after is not None:
+            return retry_after
+        if remaining == 0 and reset is not None:
+            return max(0.0, reset - time.time()) + 0.5  # the reset is in whole seconds
+        if status == 429:
+            return 60.0  # no hint: GitHub's documented minimum for secondary limits
+        return None  # a plain 403: the token may not read this
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path[:200]
+
+
+def _retry_after(value: str | None) -> float | None:
+    """`Retry-After`: seconds, or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name, "").strip()
+    return int(value) if value.isdigit() and len(value) <= 15 else None
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:
+    """The body, or aiohttp.ClientPayloadError past MAX_PAGE_BYTES (a failure like a broken connection)."""
+    if resp.content_length is not None and resp.content_length > MAX_PAGE_BYTES:
+        raise aiohttp.ClientPayloadError(f"more than {MAX_PAGE_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(256 * 1024):
+        size += len(chunk)
+        if size > MAX_PAGE_BYTES:
+            raise aiohttp.ClientPayloadError(f"more than {MAX_PAGE_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class GitHubClient(ForgeClient):
+    """GitHub (and GitHub Enterprise Server): `GET /orgs/{org}/repos`, or `/users/{user}/repos`."""
+
+    def __init__(self, org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> None:
+        super().__init__(org, session, stats)
+        self.is_user: bool | None = None  # learnt from the first listing
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "User-Agent": f"gitreg/{__version__}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": GITHUB_API_VERSION,
+        }
+        if self.org.token:
+            headers["Authorization"] = f"Bearer {self.org.token}"
+        return headers
+
+    RATE_HEADERS = "X-RateLimit-"
+
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
+        """All repositories of the organization (or, when GitHub says it is a user, the user's own)."""
+        owner = quote(self.org.group, safe="")
+        # Oldest first: a repository created while we read the pages lands on the last page,
+        # instead of pushing one we have not read yet onto a page we already have.
+        org_url = f"{self.org.api_url}/orgs/{owner}/repos?per_page={PER_PAGE}&type=all&sort=created&direction=asc"
+        user_url = f"{self.org.api_url}/users/{owner}/repos?per_page={PER_PAGE}&type=owner&sort=created&direction=asc"
+        if self.is_user:
+            return await self._pages(user_url, github_record, on_page)
+        try:
+            found = await self._pages(org_url, github_record, on_page)
+        except ForgeNotFound:
+            if self.is_user is False:
+                raise
+            # GitHub answers 404 for /orgs/<a user>: the group names a user account.
+            found = await self._pages(user_url, github_record, on_page)
+            self.is_user = True
+            return found
+        self.is_user = False
+        return found
+
+
+class GitLabClient(ForgeClient):
+    """GitLab: `GET /groups/{full path}/projects?include_subgroups=true`."""
+
+    def headers(self) -> dict[str, str]:
+        headers = {"User-Agent": f"gitreg/{__version__}", "Accept": "application/json"}
+        if self.org.token:
+            headers["PRIVATE-TOKEN"] = self.org.token
+        return headers
+
+    RATE_HEADERS = "RateLimit-"
+
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
+        """All projects of the group and its subgroups (not projects merely shared with it)."""
+        group = quote(self.org.group, safe="")
+        url = (
+            f"{self.org.api_url}/groups/{group}/projects?include_subgroups=true&with_shared=false"
+            f"&per_page={PER_PAGE}&order_by=id&sort=asc"
+        )
+        return await self._pages(url, gitlab_record, on_page)
+
+    async def get_project(self, project: str | int) -> RepoRecord | None:
+        """One project by id or full path; None when GitLab says it does not exist."""
+        try:
+            data, _ = await self.get_json(f"{self.org.api_url}/projects/{quote(str(project), safe='')}")
+        except ForgeNotFound:
+            return None
+        return gitlab_record(data)
+
+
+def client_for(org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> ForgeClient:
+    """The API client for `org`'s provider."""
+    if org.provider == "github":
+        return GitHubClient(org, session, stats)
+    return GitLabClient(org, session, stats)

@@ -1,0 +1,189 @@
+"""Which modules the listing API shows, and how often each was downloaded.
+
+Listed: every fully specified `[[modules]]` rule, plus every module a wildcard rule has
+resolved successfully (a versions, details or download request found tags in its
+repository). Wildcard rules cannot be enumerated (`acme/*` may mean any repository on the
+host), so gitreg lists what it has actually served. Both that set and the download counts
+live in `<[storage] path>/catalog.json`, kept across restarts. Writes are batched: a
+request only changes memory, and a background task writes the file (atomically: temp file
++ `os.replace`) at most every FLUSH_SECONDS and once more at shutdown, so a crash loses at
+most a few seconds of counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from gitreg.config.model import Config
+from gitreg.config.rules import ResolvedModule, RuleIndex
+from gitreg.core.names import ModuleAddress, address_from_text
+from gitreg.replicas.shared import SharedState
+from gitreg.storage.files import remove_leftovers, write_atomically
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "catalog.json"
+FORMAT = 1
+FLUSH_SECONDS = 5.0
+# A wildcard rule could in principle resolve unboundedly many names; beyond this many
+# remembered modules new ones are served but not listed (and a warning is logged once).
+MAX_REMEMBERED = 50_000
+# The temp file a write goes to before `os.replace`; one left by a crash is deleted at start.
+_TMP_PREFIX = ".catalog-"  # temp files of write_atomically (`.catalog-*.tmp`)
+
+
+class Catalog:
+    """The listable modules and the download counts; touched from the event loop only."""
+
+    def __init__(self, config: Config, path: Path) -> None:
+        self.config = config
+        self.path = path
+        self._rules = RuleIndex(config.modules)
+        self._remembered: set[ModuleAddress] = set()
+        self._downloads: dict[ModuleAddress, int] = {}
+        self._dirty = False
+        self._warned_full = False
+        self._lock = asyncio.Lock()
+        self.writes = 0
+        # Told of each module a wildcard rule serves for the first time (the index lists it).
+        self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
+        # Advances with every counted download: search results (ties by downloads) depend on it.
+        self.downloads_version = 0
+        # With Redis (browse.py sets it): counts of every replica, read in the background.
+        self.shared = SharedState()
+
+    def load(self) -> None:
+        """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
+        remove_leftovers(self.path, _TMP_PREFIX)
+        try:
+            data: Any = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            aside = self.path.with_name(self.path.name + ".damaged")
+            log.warning(
+                "%s could not be read (%s); starting with an empty catalog, the old file is %s",
+                self.path,
+                type(e).__name__,
+                aside.name,
+            )
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            return
+        if not isinstance(data, dict):
+            return
+        for key in data.get("modules", []) if isinstance(data.get("modules"), list) else []:
+            address = address_from_text(key)  # the file may be edited by hand
+            if address is not None:
+                self._remembered.add(address)
+        downloads = data.get("downloads")
+        if isinstance(downloads, dict):
+            for key, count in downloads.items():
+                address = address_from_text(key)
+                if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                    self._downloads[address] = count
+
+    def listed(self) -> dict[ModuleAddress, ResolvedModule]:
+        """Every listable module, bound to the rule serving it now (rules may have changed since)."""
+        found: dict[ModuleAddress, ResolvedModule] = {}
+        for rule in self.config.modules:
+            if rule.explicit:
+                address = ModuleAddress(rule.namespace or "", rule.name or "", rule.system or "")
+                resolved = self._rules.match(address)
+                if resolved is not None:
+                    found[address] = resolved
+        for address in self._remembered:
+            if address not in found:
+                resolved = self._rules.match(address)
+                if resolved is not None:
+                    found[address] = resolved
+        return found
+
+    def remembered(self) -> list[ModuleAddress]:
+        """Every module a wildcard rule has served (the index process is given them at its start)."""
+        return sorted(self._remembered)
+
+    def remembers(self, address: ModuleAddress) -> bool:
+        """True when a wildcard rule has served `address` (so it is listed)."""
+        return address in self._remembered
+
+    def remember(self, resolved: ResolvedModule) -> None:
+        """Record that a wildcard rule served this module (explicit rules are listed anyway)."""
+        address = resolved.address
+        if resolved.rule.explicit or address in self._remembered:
+            return
+        if len(self._remembered) >= MAX_REMEMBERED:
+            if not self._warned_full:
+                log.warning("more than %d modules served by wildcard rules; new ones are not listed", MAX_REMEMBERED)
+                self._warned_full = True
+            return
+        self._remembered.add(address)
+        self._dirty = True
+        self.on_new(address)
+
+    def forget(self, address: ModuleAddress) -> None:
+        """Drop a remembered module whose repository no longer exists."""
+        if address in self._remembered:
+            self._remembered.discard(address)
+            self._dirty = True
+
+    def count_download(self, address: ModuleAddress) -> None:
+        """One more download request answered for `address`."""
+        self._downloads[address] = self._downloads.get(address, 0) + 1
+        self._dirty = True
+        self.downloads_version += 1
+        self.shared.count_download(str(address))
+
+    def downloads(self, address: ModuleAddress) -> int:
+        """Download requests answered for `address`, across restarts (and replicas, with Redis up)."""
+        shared = self.shared.downloads(str(address))
+        return self._downloads.get(address, 0) if shared is None else shared
+
+    def _snapshot(self) -> str:
+        data = {
+            "format": FORMAT,
+            "modules": sorted(str(a) for a in self._remembered),
+            "downloads": {str(a): n for a, n in sorted(self._downloads.items())},
+        }
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    async def flush(self) -> None:
+        """Write the file if anything changed (the write runs off the event loop)."""
+        async with self._lock:
+            if not self._dirty:
+                return
+            text = self._snapshot()
+            self._dirty = False
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._write, text)
+            except OSError as e:
+                self._dirty = True  # try again at the next flush
+                log.warning("could not write %s: %s", self.path, e)
+
+    def _write(self, text: str) -> None:
+        write_atomically(self.path, text, _TMP_PREFIX)
+        self.writes += 1
+
+    async def run(self, interval: float = FLUSH_SECONDS) -> None:
+        """Flush every `interval` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush()
+
+    async def lifetime(self) -> AsyncIterator[None]:
+        """Load, flush in the background while the app runs, flush once more at shutdown."""
+        self.load()
+        task = asyncio.ensure_future(self.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await self.flush()

@@ -1,0 +1,392 @@
+"""Bare mirrors of served repositories under `[storage] path`, for archives and module details.
+
+A mirror is created in a temporary directory and renamed into place only when its first
+fetch succeeded, so a crash never leaves a half-made mirror that looks complete. It is
+fetched again only when a commit we need is missing (the tag list changed). A failed clone or
+fetch is remembered for `[cache] error_retry_seconds`, like a failed `ls-remote`: requests in
+that window get the same answer without another transfer.
+
+Mirrors count against `[storage] max_bytes` together with the archives (see storage.py); a
+mirror in use (held: a fetch, an archive build, module details reading it) is never removed.
+A removed mirror is first renamed to `tmp-*`, so a crash in the middle of deleting it never
+leaves a half-deleted mirror under its real name.
+
+Moved tags: each commit gitreg pinned for a tag (tagpins.py) has a ref in the mirror,
+`refs/gitreg/pins/<sha>`. Fetches prune and force-update `refs/tags/*` only, so a pinned
+commit stays reachable, and `git gc` keeps it, after its tag moved upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Collection
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from gitreg.core.errors import GitregError, StorageFull
+from gitreg.core.urls import host_label
+from gitreg.git.pool import GitPool
+from gitreg.git.runner import _SHA_RE, MirrorGit, mask_url
+from gitreg.storage.files import StorageBudget, mib, run_file_work, tree_bytes
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PIN_REFS = "refs/gitreg/pins/"
+# Remembered failures are per repository URL; beyond this many, the oldest are forgotten.
+MAX_REMEMBERED = 10_000
+
+
+@dataclass
+class _UrlLock:
+    """A per-URL lock that is dropped from the table when nobody holds or waits for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class MirrorStore:
+    """One bare mirror per repository URL, created and updated under a per-URL lock."""
+
+    def __init__(
+        self,
+        root: Path,
+        git: MirrorGit,
+        pool: GitPool,
+        files: Executor | None = None,
+        budget: StorageBudget | None = None,
+        error_retry_seconds: float = 0.0,
+        pinned: Callable[[str], Collection[str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root = root
+        self.git = git
+        self.pool = pool
+        self.files = files
+        # Without a budget (a tool, a test of one piece) nothing is ever removed.
+        self.budget = budget if budget is not None else StorageBudget(1 << 62)
+        self.error_retry_seconds = error_retry_seconds
+        self.pinned = pinned or (lambda url: ())
+        self._clock = clock
+        self._locks: dict[str, _UrlLock] = {}
+        self._failures: OrderedDict[str, tuple[float, GitregError]] = OrderedDict()  # url -> (until, error)
+        self.fetches = 0
+        # The index process reads commits from scratch fetches only: the mirrors are the serving
+        # process's (its per-URL locks, its [storage] max_bytes budget and eviction).
+        self.scratch_only = False
+        # What an earlier run left, from prepare() until scan() went through it: temp
+        # directories (a clone or a removal cut short) and mirrors not yet cleaned up.
+        self._leftovers: list[str] = []
+        self._mirrors: list[str] = []
+        self._unchecked: set[str] = set()
+        self._checking: dict[str, asyncio.Task[tuple[int, float] | None]] = {}
+        self.scanned = asyncio.Event()  # set once scan() counted every mirror in the budget
+
+    async def prepare(self) -> None:
+        """Create the directory and list what an earlier run left (one directory read: start is not held up).
+
+        The slow part, cleaning up and measuring each mirror, is scan()'s, in the background. The
+        mirrors found are held until then: none is evicted before its size is known.
+        """
+        self._leftovers, self._mirrors = await self._call(self._list)
+        self._unchecked = set(self._mirrors)
+        for key in self._mirrors:
+            self.budget.hold(key)
+
+    def _list(self) -> tuple[list[str], list[str]]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        leftovers, mirrors = [], []
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.name.startswith("tmp-"):
+                    leftovers.append(entry.path)
+                elif entry.name.endswith(".git"):
+                    mirrors.append(entry.path)
+        return leftovers, mirrors
+
+    async def scan(self) -> None:
+        """After start, in the background: remove what a crash left, count the mirrors in the budget, evict.
+
+        Only what prepare() listed: a temp directory or mirror this run made is not touched. A
+        mirror a request needs before the scan reached it is cleaned up first (see hold()).
+        """
+        leftovers, mirrors = self._leftovers, self._mirrors
+        self._leftovers, self._mirrors = [], []
+        try:
+            for path in leftovers:
+                await self._call(_remove_tree, path)
+            found = []
+            for key in mirrors:
+                measured = await self._checked(key)
+                if measured is None:  # a request had it cleaned already: measure only
+                    measured = await self._call(_mirror_size, key)
+                if measured is not None:
+                    found.append((key, *measured, "mirror", self._remove))
+            # Those made or fetched meanwhile are in the budget already, measured then: counted once.
+            self.budget.seed(found)
+        except Exception:
+            # What is counted still stays under the bound. (Not on a cancel: that is shutdown, no evicting then.)
+            self.budget.release_all(mirrors)
+            raise
+        self.budget.release_all(mirrors)
+        self.scanned.set()
+        await self.budget.evict()
+
+    async def _checked(self, key: str) -> tuple[int, float] | None:
+        """Clean up the mirror at `key` if this run has not yet: stale locks and half-written packs go
+        before any git runs in it. Its (size, mtime) when this call cleaned it, else None."""
+        task = self._checking.get(key)
+        if task is None:
+            if key not in self._unchecked:
+                return None
+            self._unchecked.discard(key)
+            task = self._checking[key] = asyncio.ensure_future(self._call(_clean_mirror, key))
+            task.add_done_callback(lambda _: self._checking.pop(key, None))
+        # shield: a request that gives up must not leave a half-cleaned mirror for the next one.
+        return await asyncio.shield(task)
+
+    def path_for(self, url: str) -> Path:
+        """Where the mirror of `url` lives (a hash: URLs are not file names)."""
+        return self.root / (hashlib.sha256(url.encode()).hexdigest()[:40] + ".git")
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        """Blocking file work (sizes, renames, removals): the app's file executor, never a git slot."""
+        return await run_file_work(self.files, fn, *args)
+
+    async def _git(self, url: str, fn: Callable[..., T], *args: object) -> T:
+        """Blocking git work for `url`'s mirror: through the git pool, under `url`'s host limit."""
+        return await self.pool.run(fn, *args, host=host_label(url))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, url: str) -> AsyncIterator[Path]:
+        """The path of `url`'s mirror (it may not exist yet), kept from eviction inside the block."""
+        path = self.path_for(url)
+        key = str(path)
+        self.budget.hold(key)
+        try:
+            if self._unchecked or self._checking:
+                await self._checked(key)  # from before this start, and the scan has not reached it yet
+            await self.budget.settled(key)  # an eviction that started before us finishes first
+            self.budget.touch(key)
+            yield path
+        finally:
+            self.budget.release(key)
+
+    @contextlib.asynccontextmanager
+    async def use(self, url: str, sha: str) -> AsyncIterator[Path]:
+        """The mirror of `url`, holding commit `sha`, kept from eviction inside the block."""
+        async with self.hold(url):
+            yield await self.ensure(url, sha)
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self, url: str, tag: str, sha: str, mirror: bool = False) -> AsyncIterator[Path]:
+        """A repository holding commit `sha` (tag `tag` of `url`) to read files from, inside the block.
+
+        `url`'s mirror when gitreg keeps one, or must (`mirror`: the module is served as
+        archives, which are built from it); otherwise a shallow fetch of that one tag into a
+        scratch repository, removed after the block: module details need one commit's files, not
+        the whole history on disk (an org of thousands of repositories would otherwise be
+        mirrored in full just to be described).
+        """
+        if not self.scratch_only and (mirror or self.path_for(url).is_dir()):
+            async with self.use(url, sha) as kept:
+                yield kept
+            return
+        self._raise_remembered(url)
+        self.fetches += 1
+        tmp = self.root / f"tmp-{uuid.uuid4().hex}"
+        try:
+            await self._git(url, self.git.init, str(tmp))
+            await self._fetch(tmp, url, tag)
+            self._check_fits(url, await self._call(tree_bytes, str(tmp)))
+            yield tmp
+        finally:
+            await self._call(_remove_tree, str(tmp))
+
+    async def ensure(self, url: str, sha: str) -> Path:
+        """The mirror of `url`, holding commit `sha` (cloned or fetched as needed). Call it inside hold()."""
+        path = self.path_for(url)
+        if path.is_dir() and await self._git(url, self.git.has_commit, str(path), sha):
+            return path
+        async with self._locked(url):
+            if path.is_dir():
+                if not await self._git(url, self.git.has_commit, str(path), sha):
+                    self._raise_remembered(url)
+                    log.info("fetching tags of %s into its mirror", mask_url(url))
+                    self.fetches += 1
+                    # Pins first: the fetch prunes and moves tags, and a pinned commit must keep a ref.
+                    await self._sync_pins(path, url)
+                    await self._fetch(path, url)
+                    await self._sync_pins(path, url)
+                    size = await self._call(tree_bytes, str(path))
+                    self.budget.add(str(path), size, "mirror", self._remove)
+                    self._check_fits(url, size)
+                    await self.budget.evict()
+            else:
+                self._raise_remembered(url)
+                log.info("creating a mirror of %s", mask_url(url))
+                self.fetches += 1
+                tmp = self.root / f"tmp-{uuid.uuid4().hex}"
+                try:
+                    await self._git(url, self.git.init, str(tmp))
+                    await self._fetch(tmp, url)
+                    await self._sync_pins(tmp, url)
+                    size = await self._call(tree_bytes, str(tmp))
+                    self._check_fits(url, size)
+                    await self._call(os.replace, tmp, path)
+                finally:
+                    await self._call(_remove_tree, str(tmp))
+                self.budget.add(str(path), size, "mirror", self._remove)
+                await self.budget.evict()
+        return path
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, url: str) -> AsyncIterator[None]:
+        entry = self._locks.get(url)
+        if entry is None:
+            entry = self._locks[url] = _UrlLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[url]  # nobody holds or waits for it: the table does not grow forever
+
+    def _check_fits(self, url: str, size: int) -> None:
+        if size > self.budget.max_bytes:
+            error = StorageFull(
+                f"the mirror of {mask_url(url)} takes {mib(size)}, more than [storage] max_bytes "
+                f"({mib(self.budget.max_bytes)}) by itself; raise max_bytes to serve this repository as archives"
+            )
+            log.warning("%s", error.message)
+            self._remember(url, error)
+            raise error
+
+    async def _fetch(self, path: Path, url: str, tag: str | None = None) -> None:
+        """Fetch `url`'s tags (or `tag` alone, shallow) into the repository at `path`; a failure is
+        remembered for error_retry_seconds."""
+        try:
+            await self._git(url, self.git.fetch_tags, str(path), url, tag)
+        except GitregError as e:
+            self._remember(url, e)
+            raise
+
+    def _remember(self, url: str, error: GitregError) -> None:
+        if self.error_retry_seconds <= 0:
+            return
+        self._failures[url] = (self._clock() + self.error_retry_seconds, error)
+        self._failures.move_to_end(url)
+        while len(self._failures) > MAX_REMEMBERED:
+            self._failures.popitem(last=False)
+
+    def _raise_remembered(self, url: str) -> None:
+        """The answer of a clone or fetch that failed moments ago, without another transfer."""
+        remembered = self._failures.get(url)
+        if remembered is None:
+            return
+        until, error = remembered
+        if self._clock() < until:
+            raise type(error)(error.message)  # a new one: re-raising one instance grows its traceback
+        del self._failures[url]
+
+    async def _sync_pins(self, path: Path, url: str) -> None:
+        """Make the mirror's refs/gitreg/pins/* the commits pinned for `url` (see tagpins.py)."""
+        try:
+            await self._git(url, sync_pin_refs, self.git, str(path), frozenset(self.pinned(url)))
+        except Exception as e:  # noqa: BLE001 - serving goes on; only a moved tag's old commit is at risk
+            log.warning("could not update the pinned-commit refs of the mirror of %s: %s", mask_url(url), e)
+
+    async def _remove(self, path: str) -> None:
+        """Evict one mirror: renamed to tmp-* at once (never half-deleted under its name), then deleted."""
+        await self._call(_discard, path, str(self.root / f"tmp-{uuid.uuid4().hex}"))
+
+
+def _clean_mirror(path: str) -> tuple[int, float] | None:
+    """Remove what a killed git left in a mirror; its (size, mtime) after that, None when it is gone.
+
+    Stale `*.lock` files (they would block the next fetch) and a killed fetch's half-written
+    pack or loose object (never referenced, only disk used). One walk does both. Blocking.
+    """
+    objects = os.path.join(path, "objects")
+    pack = os.path.join(objects, "pack")
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        loose = os.path.dirname(top) == objects and len(os.path.basename(top)) == 2
+        for name in files:
+            full = os.path.join(top, name)
+            with contextlib.suppress(OSError):  # removed meanwhile
+                if (
+                    name.endswith(".lock")
+                    or (top == pack and name.startswith("tmp_"))
+                    or (loose and name.startswith("tmp_obj_"))
+                ):
+                    os.unlink(full)
+                else:
+                    total += os.lstat(full).st_size
+    return _with_mtime(path, total)
+
+
+def _mirror_size(path: str) -> tuple[int, float] | None:
+    """A mirror's (size, mtime), None when it is gone. Blocking."""
+    return _with_mtime(path, tree_bytes(path))
+
+
+def _with_mtime(path: str, size: int) -> tuple[int, float] | None:
+    try:
+        return size, os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _remove_tree(path: str) -> None:
+    if os.path.exists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _discard(path: str, trash: str) -> None:
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def sync_pin_refs(git: MirrorGit, path: str, commits: Collection[str]) -> None:
+    """Give each pinned commit the mirror holds a ref `refs/gitreg/pins/<sha>`; drop refs no longer pinned.
+
+    Blocking: run it in the executor. Three local git processes at most, whatever the number of
+    pins (`for-each-ref`, `cat-file --batch-check`, one `update-ref --stdin` transaction).
+    """
+    wanted = {sha for sha in commits if _SHA_RE.fullmatch(sha)}
+    out = git.local(path, ["for-each-ref", "--format=%(refname)", PIN_REFS], timeout=60)
+    have = {line[len(PIN_REFS) :] for line in out.splitlines() if line.startswith(PIN_REFS)}
+    missing = sorted(wanted - have)
+    present: list[str] = []
+    if missing:
+        # A pin whose commit the mirror does not hold (not fetched yet) gets its ref after a later fetch.
+        found = _stdin_git(git, path, ["cat-file", "--batch-check=%(objectname) %(objecttype)"], missing)
+        present = [line.split()[0] for line in found.splitlines() if line.endswith(" commit")]
+    commands = [f"create {PIN_REFS}{sha} {sha}" for sha in present]
+    commands += [f"delete {PIN_REFS}{name}" for name in sorted(have - wanted)]
+    if commands:
+        _stdin_git(git, path, ["update-ref", "--stdin"], commands)
+
+
+def _stdin_git(git: MirrorGit, path: str, args: list[str], lines: list[str]) -> str:
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write("".join(f"{line}\n" for line in lines).encode())
+        stdin.seek(0)
+        return git.local(path, args, timeout=60, stdin=stdin)

@@ -1,0 +1,252 @@
+"""Moved-tag safety: the commit each (repository, tag) was first served at, kept across restarts.
+
+The record is a JSON Lines file under `[storage] path`, one line per pin. Decisions are made in
+memory, on the event loop; the file is written off it, by one writer task (records pinned
+meanwhile go out together, with one fsync). Where the pin decides the answer (`ref =
+"commit"`, archives, tarball templates) the answer waits until its record is on disk; with
+`ref = "tag"` and `download = "git"` clients resolve the tag themselves, so the first commit
+is recorded in the background, only to notice (and log) when the tag moves.
+
+A crash can at worst leave a torn last line, which is ignored when the file is read back, so
+every pin that was acknowledged survives and nothing half-written is ever believed. The file
+is compacted (superseded and torn records dropped, written to a temporary file and renamed
+into place) when it is loaded and whenever superseded records outnumber the live ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import TypeVar
+
+from gitreg.core.errors import GitregError
+from gitreg.git.runner import mask_url
+from gitreg.storage.files import run_file_work
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Compact once the file holds this many superseded records and more of them than live ones.
+COMPACT_MIN_SUPERSEDED = 256
+
+Key = tuple[str, str]  # (repository, tag)
+
+
+class PinNotRecorded(GitregError):
+    """The first-served commit of a tag could not be written to disk (full, read-only)."""
+
+    status = 503
+
+
+class TagPins:
+    """(repository, tag) -> the commit first served for it."""
+
+    def __init__(self, path: Path, executor: Executor | None = None) -> None:
+        self.path = path
+        self.executor = executor
+        self._repos: dict[str, dict[str, str]] = {}  # repository -> tag -> pinned commit
+        self._count = 0
+        self._records = 0  # lines in the file, live or superseded
+        self._warned: set[tuple[str, str, str]] = set()
+        self._pending: list[tuple[Key, str]] = []  # records not handed to the writer yet
+        self._batch: asyncio.Future[None] | None = None  # done when the pending records are on disk
+        self._unwritten: dict[Key, asyncio.Future[None]] = {}  # key -> the write its latest record is in
+        self._writer: asyncio.Task[None] | None = None
+        self.moved_total = 0
+        self._load()
+
+    def _load(self) -> None:
+        """Read the file (blocking: construct TagPins off the event loop); rewrite it compacted if needed."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        torn = False
+        lines = data.splitlines(keepends=True)
+        for line in lines:
+            try:
+                record = json.loads(line)
+                repository, tag, sha = record["repository"], record["tag"], record["sha"]
+                if not (isinstance(repository, str) and isinstance(tag, str) and isinstance(sha, str)):
+                    raise ValueError("bad types")
+            except (ValueError, KeyError, TypeError):
+                torn = True  # a line cut short by a crash: it was never acknowledged
+                continue
+            torn = torn or not line.endswith(b"\n")
+            self._set((repository, tag), sha)  # the last record wins: allow_moved_tags re-pins
+        self._records = len(lines)
+        if torn:
+            log.warning("ignored an incomplete record in %s (left by a crash)", self.path)
+        if torn or self._records > self._count:
+            self._rewrite(self._snapshot())
+            self._records = self._count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _set(self, key: Key, sha: str) -> None:
+        tags = self._repos.setdefault(key[0], {})
+        if key[1] not in tags:
+            self._count += 1
+        tags[key[1]] = sha
+
+    def pinned(self, repository: str, tag: str) -> str | None:
+        """The commit `tag` is pinned at here, or None when this process has no record of it."""
+        return self._repos.get(repository, {}).get(tag)
+
+    def commits(self, repository: str) -> set[str]:
+        """Every commit pinned for a tag of `repository` (the mirror keeps a ref to each)."""
+        return set(self._repos.get(repository, {}).values())
+
+    def _snapshot(self) -> list[tuple[str, dict[str, str]]]:
+        return [(repository, dict(tags)) for repository, tags in self._repos.items()]
+
+    async def pin(self, repository: str, tag: str, sha: str, *, allow_moved: bool, follows_tag: bool) -> str:
+        """The commit to serve for `tag`, which points at `sha` now; pins it if new and reports a move.
+
+        A tag seen for the first time is pinned at `sha`. When it later points elsewhere, the
+        first commit keeps being served, unless `allow_moved` (the new commit is served and
+        becomes the pin). `follows_tag` (`ref = "tag"` with `download = "git"`): clients resolve
+        the tag themselves, so the pin only serves to notice the move; the answer does not wait
+        for the record to reach the disk.
+        """
+        key = (repository, tag)
+        first = self._repos.get(repository, {}).get(tag)
+        if first is None:
+            self._set(key, sha)
+            self._write(key, sha)
+            if not follows_tag:
+                await self._durable(key)
+            return sha
+        if first != sha:
+            if (repository, tag, sha) not in self._warned:
+                self._warned.add((repository, tag, sha))
+                self.moved_total += 1
+                if follows_tag:  # whatever allow_moved_tags says: git downloads the tag as it is now
+                    outcome = (
+                        f'clients follow the tag (ref = "tag" with download = "git": they resolve it '
+                        f"themselves), so they now get commit {sha[:12]}"
+                    )
+                elif allow_moved:
+                    outcome = "serving the new commit ([git] allow_moved_tags = true)"
+                else:
+                    outcome = "still serving the first commit (set [git] allow_moved_tags = true to follow the tag)"
+                log.warning(
+                    "tag %r of %s moved from commit %s to %s; %s",
+                    tag,
+                    mask_url(repository),
+                    first[:12],
+                    sha[:12],
+                    outcome,
+                )
+            if allow_moved:
+                self._set(key, sha)
+                self._write(key, sha)
+                if not follows_tag:
+                    await self._durable(key)
+                return sha
+            if follows_tag:
+                return sha
+        if not follows_tag:
+            await self._durable(key)  # recorded in the background by a `ref = "tag"` rule: wait for it
+        return first
+
+    def _write(self, key: Key, sha: str) -> None:
+        """Queue a record for the writer."""
+        line = json.dumps({"repository": key[0], "tag": key[1], "sha": sha}, ensure_ascii=False) + "\n"
+        self._pending.append((key, line))
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+        self._unwritten[key] = self._batch
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._pending and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _durable(self, key: Key) -> None:
+        """Return once the latest record of `key` is on disk; PinNotRecorded when it cannot be written."""
+        written = self._unwritten.get(key)
+        if written is not None:
+            self._kick()  # a record left over by a failed write is tried again now
+            try:
+                await asyncio.shield(written)
+            except PinNotRecorded as e:
+                raise PinNotRecorded(e.message) from None  # one instance per waiter
+
+    async def _flush(self) -> None:
+        """The one writer: appends pending records in order, one fsync per batch; compacts when due."""
+        while self._pending:
+            batch, self._pending = self._pending, []
+            done, self._batch = self._batch, None
+            assert done is not None
+            try:
+                await self._call(self._append, "".join(line for _, line in batch))
+            except OSError as e:
+                log.error("could not record pinned commits in %s: %s", self.path, e)
+                # Kept for the next write, so what a durable answer waits for reaches the disk eventually.
+                self._pending[:0] = batch
+                if self._batch is None:
+                    self._batch = asyncio.get_running_loop().create_future()
+                for key, _ in batch:
+                    if self._unwritten.get(key) is done:
+                        self._unwritten[key] = self._batch
+                done.set_exception(
+                    PinNotRecorded(
+                        f"gitreg could not record the commit of this version in its storage ({e.strerror or e}); "
+                        "check [storage] path on the registry server"
+                    )
+                )
+                done.exception()  # retrieved here: every waiter may have gone away
+                return  # no retry loop against a full disk: the next pin (or durable answer) tries again
+            for key, _ in batch:
+                if self._unwritten.get(key) is done:
+                    del self._unwritten[key]
+            done.set_result(None)
+            self._records += len(batch)
+            superseded = self._records - self._count
+            if superseded >= COMPACT_MIN_SUPERSEDED and superseded > self._count:
+                try:
+                    await self._call(self._rewrite, self._snapshot())
+                    self._records = self._count
+                except OSError as e:
+                    log.warning("could not compact %s: %s", self.path, e)
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+        return await run_file_work(self.executor, fn, *args)
+
+    def _append(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, text.encode("utf-8", "surrogateescape"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _rewrite(self, pins: list[tuple[str, dict[str, str]]]) -> None:
+        """Write the live records to a temporary file and rename it over the record (atomic)."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            for repository, tags in pins:
+                for tag, sha in tags.items():
+                    line = json.dumps({"repository": repository, "tag": tag, "sha": sha}, ensure_ascii=False) + "\n"
+                    f.write(line.encode("utf-8", "surrogateescape"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself survives a power loss
+        finally:
+            os.close(fd)
+
+    async def close(self) -> None:
+        """Write what is pending (shutdown)."""
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)

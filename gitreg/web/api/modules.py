@@ -1,0 +1,189 @@
+"""HTTP handlers: parse and check the request, ask the registry service, shape the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+
+from gitreg.core.names import parse_address
+from gitreg.observability.metrics import check_metrics_token
+from gitreg.registry.service import ARCHIVE_NAME
+from gitreg.storage.archives import ArchiveKey
+from gitreg.web.api.browse import source_url
+from gitreg.web.keys import (
+    ARCHIVES,
+    CACHE,
+    CATALOG,
+    CONFIG,
+    GIT_POOL,
+    INDEX,
+    LIFECYCLE,
+    METRICS,
+    REGISTRY,
+    SHARED,
+    SIGNER,
+)
+
+routes = web.RouteTableDef()
+
+DISCOVERY = {"modules.v1": "/v1/modules/"}
+# How long a download lookup waits for an archive build before answering with its URL anyway
+# (Terraform gives the lookup 10 s; the package fetch then waits for the build, untimed).
+ARCHIVE_LOOKUP_WAIT = 5.0
+
+
+@routes.get("/.well-known/terraform.json")
+async def discovery(request: web.Request) -> web.Response:
+    """Service discovery: where the module registry API lives."""
+    return web.json_response(DISCOVERY)
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the server runs and answers."""
+    return web.json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: config loaded and the git pool and cache up; 503 while starting or stopping."""
+    lifecycle = request.app[LIFECYCLE]
+    # The lifecycle flag turns true after the last cleanup context started and false on
+    # shutdown, before the git pool and cache are closed.
+    if not (lifecycle.ready and CACHE in request.app and GIT_POOL in request.app):
+        return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
+    # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
+    index = request.app[INDEX]
+    return web.json_response(
+        {
+            "status": "ready",
+            "index": {
+                "complete": index.complete,
+                "modules": len(index),
+                "queued": index.queue_depth(),
+                "age_seconds": round(index.age(), 1),
+            },
+            "shared": request.app[SHARED].status(),
+            "pid": os.getpid(),
+        }
+    )
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text format; needs `[auth] metrics_token` as a Bearer token when one is set."""
+    check_metrics_token(request, request.app[CONFIG].auth.metrics_token)
+    instruments = request.app[METRICS]
+    return web.Response(body=instruments.render(), headers={"Content-Type": instruments.content_type})
+
+
+@routes.get("/v1/modules/{namespace}/{name}/{system}/versions")
+async def versions(request: web.Request) -> web.Response:
+    """The module's versions, as the single-element `modules` list clients expect."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    resolved, found = await request.app[REGISTRY].versions(address)
+    if found.versions:
+        request.app[CATALOG].remember(resolved)  # a wildcard rule's module becomes listable
+    key = str(address)
+    text = found.memo.get(key)
+    if text is None:
+        # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
+        # module's source link when it is an http(s) URL: the repository's web page, when known.
+        source = source_url(resolved.clone_url) or key
+        body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
+        text = found.memo[key] = json.dumps(body)
+    return web.json_response(text=text)
+
+
+@routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/download")
+async def download(request: web.Request) -> web.Response:
+    """Where to fetch a version: 200 with the JSON body (OpenTofu) AND X-Terraform-Get (Terraform)."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    answer = await request.app[REGISTRY].download(address, m["version"])
+    body: dict[str, object] = {}
+    location = answer.location
+    if answer.archive is not None:
+        location = await _archive_location(request, answer.archive, location)
+        if request.app[CONFIG].auth.enabled:
+            # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
+            body["use_registry_credentials"] = True
+    catalog = request.app[CATALOG]
+    catalog.count_download(address)  # in memory; the catalog writes it in batches
+    catalog.remember(answer.resolved)  # a wildcard rule's module becomes listable
+    text = json.dumps({"location": location, **body}) if body else _location_json(location)
+    return web.json_response(text=text, headers={"X-Terraform-Get": location})
+
+
+@functools.lru_cache(maxsize=4096)  # the warm path: the same few locations, asked again and again
+def _location_json(location: str) -> str:
+    return json.dumps({"location": location})
+
+
+async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:
+    """Start the build (so a broken module fails here, with its reason), sign the URL, add the checksum."""
+    archives = request.app[ARCHIVES]
+    if archives.cached(key) is None:
+        task = archives.start(key)
+        with contextlib.suppress(TimeoutError):
+            # A quick build finishes here; a slow first clone goes on while the client follows the URL.
+            await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
+    # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
+    # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
+    # answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
+    digest = await archives.checksum(key)
+    config = request.app[CONFIG]
+    path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
+    params = [request.app[SIGNER].sign(path)] if config.auth.enabled else []
+    if digest is not None:
+        params.append(f"checksum=sha256:{digest}")
+    query = "?" + "&".join(params) if params else ""
+    if config.server.public_url:
+        return f"{config.server.public_url}{path}{query}"
+    return f"{relative}{query}"
+
+
+class HeldFileResponse(web.FileResponse):
+    """A FileResponse for a file held against eviction until it was opened and sent (then `release`)."""
+
+    def __init__(self, path: str, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        # A response never sent (the client left before) still releases, when it is dropped.
+        self._release = weakref.finalize(self, release)
+        self._release.atexit = False
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        """Open and send the file, then release it (a finalizer runs once)."""
+        try:
+            return await super().prepare(request)
+        finally:
+            self._release()
+
+
+@routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME, name="archive")
+async def archive(request: web.Request) -> web.StreamResponse:
+    """The archive of an archive-mode version (GET and HEAD). Auth: a signed URL or the registry token."""
+    m = request.match_info
+    address = parse_address(m["namespace"], m["name"], m["system"])
+    key = await request.app[REGISTRY].archive_key(address, m["version"])
+    archives = request.app[ARCHIVES]
+    path = await archives.hold(key)
+    return HeldFileResponse(
+        path,
+        functools.partial(archives.release, path),
+        headers={
+            "Content-Type": "application/gzip",
+            "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
+            "Cache-Control": "private, max-age=3600, immutable",
+        },
+    )

@@ -1,0 +1,379 @@
+"""Instant publishing: GitHub and GitLab webhooks invalidate and refresh cached tag lists.
+
+`POST /webhooks/github` checks `X-Hub-Signature-256` (HMAC-SHA256 of the raw body with
+`[webhooks] github_secret`); `POST /webhooks/gitlab` checks `X-Gitlab-Token` against
+`[webhooks] gitlab_token`, both in constant time and before the body is parsed. A tag event
+(GitHub `push` of `refs/tags/...`, `create`/`delete` of a tag; GitLab `Tag Push Hook`, or a
+`Push Hook` of `refs/tags/...`) names its repository by several URLs (https, ssh, web page);
+every configured repository that is the same repository (same host and path once `.git`,
+trailing slashes, host case and scp-like vs ssh:// spelling are set aside) is invalidated in
+the tag cache and refreshed in the background, so the next `terraform init` is fresh and fast.
+
+Org mode (`[[orgs]]`): a GitHub organization webhook's `repository` event (created, deleted,
+renamed, archived, unarchived, transferred, edited) and a GitLab system hook's (or group
+hook's) project event (`project_create`, `project_destroy`, `project_rename`,
+`project_transfer`, `project_update`) change the org listing at once (orgs.OrgCatalog.apply).
+
+These endpoints are not behind the registry's bearer tokens: the shared secret is their
+authentication. Without a configured secret an endpoint does not exist (404).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiohttp import web
+
+from gitreg.config.model import Config
+from gitreg.core import urls
+from gitreg.core.errors import GitregError
+from gitreg.core.secrets import digest, same_secret
+from gitreg.orgs.catalog import RepositoryEvent, github_repository_event, gitlab_project_event
+from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, SHARED
+
+log = logging.getLogger(__name__)
+
+webhook_routes = web.RouteTableDef()
+
+GITHUB_PATH = "/webhooks/github"
+GITLAB_PATH = "/webhooks/gitlab"
+PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
+# GitHub caps payloads at 25 MB, but a tag event is a few kilobytes; 1 MiB leaves room for a
+# push with many commits and still bounds what an unauthenticated caller can make us read.
+MAX_BODY_BYTES = 1024 * 1024
+_PLACEHOLDER_RE = re.compile(r"\{(namespace|name|system)\}")
+
+GITHUB_URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
+GITLAB_URL_FIELDS = ("git_http_url", "git_ssh_url", "web_url", "http_url", "ssh_url", "url", "homepage")
+
+
+class WebhookDisabled(GitregError):
+    """The endpoint's secret is not configured, so the endpoint does not exist."""
+
+    status = 404
+
+
+class BadSignature(GitregError):
+    """The delivery's signature or token is missing or wrong."""
+
+    status = 401
+
+
+class PayloadTooLarge(GitregError):
+    """The body is larger than MAX_BODY_BYTES."""
+
+    status = 413
+
+
+class MalformedPayload(GitregError):
+    """The body is not the JSON document the provider sends."""
+
+    status = 400
+
+
+@dataclass(frozen=True)
+class TagEvent:
+    """What a delivery says: which repository (by its URLs) and which tag ref."""
+
+    urls: tuple[str, ...]
+    ref: str
+
+
+def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
+    """identity -> the repository URLs (cache keys) it stands for.
+
+    From explicit rules (their `repository`, and their `clone_url`, which names the same
+    repository for clients) and from every repository a wildcard rule has resolved: those
+    are the cache's keys.
+    """
+    index: dict[str, set[str]] = {}
+
+    def add(url: str | None, key: str) -> None:
+        if url is None or _PLACEHOLDER_RE.search(url):
+            return
+        identity = urls.identity(url)
+        if identity is not None:
+            index.setdefault(identity, set()).add(key)
+
+    for rule in config.modules:
+        if not _PLACEHOLDER_RE.search(rule.repository):
+            add(rule.repository, rule.repository)
+            add(rule.clone_url, rule.repository)
+    for key in cached:
+        add(key, key)
+    return index
+
+
+def matching_repositories(config: Config, cached: Iterable[str], addresses: Iterable[str]) -> list[str]:
+    """The configured repositories (cache keys) that any of `addresses` (repository URLs) names."""
+    index = configured_repositories(config, cached)
+    found: dict[str, None] = {}
+    for url in addresses:
+        identity = urls.identity(url)
+        for key in sorted(index.get(identity, ())) if identity is not None else ():
+            found[key] = None
+    return list(found)
+
+
+async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The raw body (signatures are over the exact bytes), refusing more than `limit` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"webhook payloads are limited to {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"webhook payloads are limited to {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def verify_github(secret: str, body: bytes, signature: str | None) -> bool:
+    """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, compared in constant time."""
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return same_secret(signature, digest(expected))
+
+
+def verify_gitlab(token: str, presented: str | None) -> bool:
+    """`X-Gitlab-Token` equals the configured token (constant time)."""
+    return same_secret(presented, digest(token))
+
+
+def _json_object(body: bytes, content_type: str) -> Mapping[str, Any]:
+    """The payload as a JSON object; GitHub may also send it form-encoded as `payload=...`."""
+    try:
+        text = body.decode("utf-8")
+        if content_type == "application/x-www-form-urlencoded":
+            text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested deeply
+        raise MalformedPayload(f"the webhook body is not a JSON document: {str(e)[:100]}") from None
+    if not isinstance(data, dict):
+        raise MalformedPayload("the webhook body must be a JSON object")
+    return data
+
+
+def _urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str, ...]:
+    if not isinstance(section, dict):
+        raise MalformedPayload(f"the payload has no {what} object")
+    # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
+    found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
+    if not found:
+        raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")
+    return found
+
+
+def github_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
+    """The tag event in a GitHub delivery, or None when it is about something else."""
+    ref = payload.get("ref")
+    if event == "push":
+        if not isinstance(ref, str):
+            raise MalformedPayload("a push payload needs a string 'ref'")
+        if not ref.startswith("refs/tags/"):
+            return None
+    elif event in ("create", "delete"):
+        if payload.get("ref_type") != "tag":
+            return None
+        if not isinstance(ref, str):
+            raise MalformedPayload(f"a {event} payload needs a string 'ref'")
+        ref = f"refs/tags/{ref}"
+    else:
+        return None
+    return TagEvent(_urls(payload.get("repository"), GITHUB_URL_FIELDS, "repository"), ref)
+
+
+def gitlab_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
+    """The tag event in a GitLab delivery (project or system hook), or None."""
+    kind = payload.get("object_kind") or payload.get("event_name")
+    if event not in ("Tag Push Hook", "Push Hook", "System Hook") or kind not in ("tag_push", "push"):
+        return None
+    ref = payload.get("ref")
+    if not isinstance(ref, str):
+        raise MalformedPayload(f"a {kind} payload needs a string 'ref'")
+    if not ref.startswith("refs/tags/"):
+        return None  # a branch push cannot change a tag list
+    section = payload.get("project") if isinstance(payload.get("project"), dict) else payload.get("repository")
+    return TagEvent(_urls(section, GITLAB_URL_FIELDS, "project"), ref)
+
+
+async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
+    """Invalidate and refresh every configured repository the event names."""
+    cache = request.app[CACHE]
+    orgs = request.app[ORGS]
+    keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
+    # Org repositories, by their https, clone and web URLs (the payload may name any of them).
+    keys += [key for key in orgs.repositories_named(event.urls, urls.identity) if key not in keys]
+    shown = urls.mask(event.urls[0])[:200]
+    if not keys:
+        request.app[METRICS].webhook(provider, "unknown_repository")
+        log.info("%s webhook: %s on %s: no configured repository matches; ignored", provider, event.ref[:200], shown)
+        return web.json_response(
+            {
+                "result": "unknown_repository",
+                "note": f"no repository configured in this registry matches {shown}; nothing was changed",
+            },
+            status=202,
+        )
+    # First the other replicas (with Redis): the shared lists go, and every replica refreshes.
+    await request.app[SHARED].invalidate(keys)
+    for key in keys:
+        cache.invalidate(key)
+        cache.refresh_in_background(key)
+    orgs.notify_pushed(keys)  # the module index looks at those org modules again
+    request.app[METRICS].webhook(provider, "refreshed")
+    log.info("%s webhook: %s on %s: refreshing %d repository(ies)", provider, event.ref[:200], shown, len(keys))
+    return web.json_response({"result": "refreshing", "repositories": len(keys), "ref": event.ref[:200]})
+
+
+async def _apply_repository_event(request: web.Request, event: RepositoryEvent) -> web.Response:
+    """A repository was created, deleted, renamed, transferred or (un)archived: update the org listings now."""
+    concerned = await request.app[ORGS].apply(event)
+    shown = event.full_name[:200]
+    if not concerned:
+        request.app[METRICS].webhook(event.provider, "unknown_org")
+        return web.json_response(
+            {"result": "unknown_org", "note": f"no [[orgs]] entry of this registry lists {shown}; nothing was changed"},
+            status=202,
+        )
+    request.app[METRICS].webhook(event.provider, "org_updated")
+    return web.json_response({"result": "org_updated", "action": event.action[:40], "repository": shown})
+
+
+def _ignored(request: web.Request, provider: str, why: str) -> web.Response:
+    request.app[METRICS].webhook(provider, "ignored")
+    return web.json_response({"result": "ignored", "note": why}, status=202)
+
+
+async def _authenticated_body(request: web.Request, provider: str, secret: str | None) -> bytes:
+    """The body of a delivery whose secret checks out; counts and raises otherwise."""
+    metrics = request.app[METRICS]
+    if secret is None:
+        metrics.webhook(provider, "disabled")
+        key = "github_secret" if provider == "github" else "gitlab_token"
+        raise WebhookDisabled(f"the {provider} webhook is not enabled on this registry: set [webhooks] {key}")
+    try:
+        body = await read_body(request)
+    except PayloadTooLarge:
+        metrics.webhook(provider, "too_large")
+        raise
+    if provider == "github":
+        ok = verify_github(secret, body, request.headers.get("X-Hub-Signature-256"))
+        message = "missing or wrong X-Hub-Signature-256: the webhook's secret must equal [webhooks] github_secret"
+    else:
+        ok = verify_gitlab(secret, request.headers.get("X-Gitlab-Token"))
+        message = "missing or wrong X-Gitlab-Token: the webhook's secret token must equal [webhooks] gitlab_token"
+    if not ok:
+        metrics.webhook(provider, "bad_signature")
+        log.warning("%s webhook from %s refused: bad signature", provider, request.remote)
+        raise BadSignature(message)
+    return body
+
+
+@webhook_routes.post(GITHUB_PATH)
+async def github(request: web.Request) -> web.Response:
+    """A GitHub webhook delivery (content type application/json or form-encoded)."""
+    body = await _authenticated_body(request, "github", request.app[CONFIG].webhooks.github_secret)
+    event = request.headers.get("X-GitHub-Event", "")
+    try:
+        payload = _json_object(body, request.content_type)
+        if event == "ping":
+            request.app[METRICS].webhook("github", "ping")
+            return web.json_response({"result": "pong"})
+        if event == "repository":
+            repository_event = github_repository_event(payload)
+            if repository_event is None:
+                raise MalformedPayload(
+                    "a repository payload needs an 'action' and a 'repository' with name, full_name and clone_url"
+                )
+            return await _apply_repository_event(request, repository_event)
+        found = github_event(event, payload)
+    except MalformedPayload:
+        request.app[METRICS].webhook("github", "malformed")
+        raise
+    if found is None:
+        return _ignored(request, "github", f"event {event[:40]!r} is not a tag push, create or delete")
+    return await _refresh(request, "github", found)
+
+
+@webhook_routes.post(GITLAB_PATH)
+async def gitlab(request: web.Request) -> web.Response:
+    """A GitLab webhook delivery (project hook or system hook)."""
+    body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)
+    event = request.headers.get("X-Gitlab-Event", "")
+    try:
+        payload = _json_object(body, request.content_type)
+        # System hooks, and group hooks' project events, say what happened to a project by
+        # `event_name` (the X-Gitlab-Event header differs between them).
+        repository_event = gitlab_project_event(payload)
+        if repository_event is not None:
+            return await _apply_repository_event(request, repository_event)
+        found = gitlab_event(event, payload)
+    except MalformedPayload:
+        request.app[METRICS].webhook("gitlab", "malformed")
+        raise
+    if found is None:
+        return _ignored(request, "gitlab", f"event {event[:40]!r} is not a tag push")
+    return await _refresh(request, "gitlab", found)
+
+
+def webhook_hosts(config: Config) -> dict[str, list[str]]:
+    """host -> repositories (masked) configured on it, for `gitreg check` (local file:// repos left out)."""
+    hosts: dict[str, list[str]] = {}
+    for rule in config.modules:
+        identity = urls.identity(_PLACEHOLDER_RE.sub("x", rule.repository))
+        if identity is None or identity.startswith("file:"):
+            continue
+        hosts.setdefault(identity.split("/", 1)[0], []).append(urls.mask(rule.repository))
+    return hosts
+
+
+def webhook_instructions(config: Config) -> list[str]:
+    """Lines telling an operator which webhook URL to configure for each Git host."""
+    hosts = webhook_hosts(config)
+    if not hosts and not config.orgs:
+        return ["webhooks: no repository on a remote Git host; nothing to configure"]
+    base = config.server.public_url or "https://<this registry>"
+    names = {"github": "GitHub", "gitlab": "GitLab"}
+    events = {"github": "push, create and delete events", "gitlab": "tag push events"}
+    secrets = {
+        "github": ("github_secret", config.webhooks.github_secret is not None),
+        "gitlab": ("gitlab_token", config.webhooks.gitlab_token is not None),
+    }
+    lines = ["webhooks (a pushed tag is then listed at once, not after [cache] ttl_seconds):"]
+    for host in sorted(hosts):
+        if "github" in host:
+            providers = ["github"]
+        elif "gitlab" in host:
+            providers = ["gitlab"]
+        else:
+            providers = ["github", "gitlab"]  # the name does not say which: show both
+        for provider in providers:
+            key, is_set = secrets[provider]
+            state = "set" if is_set else "NOT SET, the endpoint answers 404"
+            path = GITHUB_PATH if provider == "github" else GITLAB_PATH
+            lines.append(
+                f"  {host} ({names[provider]}): {base}{path}; {events[provider]}; secret [webhooks] {key}: {state}"
+            )
+    for org in config.orgs:
+        key, is_set = secrets[org.provider]
+        state = "set" if is_set else "NOT SET, the endpoint answers 404"
+        if org.provider == "github":
+            where = (
+                f"organization webhook of {org.group}: {base}{GITHUB_PATH}; events: repositories, pushes, "
+                "branch or tag creation and deletion"
+            )
+        else:
+            where = f"group webhook of {org.group} (tag push and project events), or a system hook: {base}{GITLAB_PATH}"
+        lines.append(f"  org {org.label}: {where}; secret [webhooks] {key}: {state}")
+    if config.server.public_url is None:
+        lines.append("  (set [server] public_url to see the registry's real address here)")
+    return lines

@@ -1,0 +1,74 @@
+"""Registry authentication: `Authorization: Bearer <token>` on every `/v1/...` request.
+
+Tokens may be scoped to namespaces and stored hashed (`sha256:<hex>`). The middleware in
+app.py records the caller's scope on the request; handlers that list modules read it with
+`allowed_namespaces(request)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gitreg.config.model import AuthConfig, TokenConfig
+from gitreg.core.errors import Forbidden, Unauthorized
+from gitreg.core.secrets import digest, same_secret
+
+# The caller's namespaces (None: all of them), recorded on the request by `authorize`. A typed
+# request key where aiohttp has them (3.12+; a plain string key warns there), else a string.
+SCOPE_KEY: Any = web.RequestKey("scope", object) if hasattr(web, "RequestKey") else "gitreg.scope"
+
+
+class TokenChecker:
+    """Checks bearer tokens in constant time against every configured token."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        # Every token is kept as its SHA-256: a presented token is compared digest to digest,
+        # 32 bytes each, so not even a token's length shows in the time a comparison takes.
+        self._tokens: tuple[tuple[bytes, TokenConfig], ...] = tuple(
+            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else digest(t.token), t) for t in config.tokens
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """True when tokens are configured."""
+        return bool(self._tokens)
+
+    def find(self, presented: str) -> TokenConfig | None:
+        """The configured token `presented` is (compared with every one, in constant time), or None."""
+        matched: TokenConfig | None = None
+        for secret, token in self._tokens:
+            if same_secret(presented, secret) and matched is None:
+                matched = token
+        return matched
+
+    def check(self, request: web.Request) -> TokenConfig:
+        """The token the request carries; Unauthorized unless it is a configured one."""
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if not header:
+            raise Unauthorized(
+                "this registry needs a token: set TF_TOKEN_<host> or a credentials block in the CLI config"
+            )
+        if scheme.lower() != "bearer" or not presented.strip():
+            raise Unauthorized("the Authorization header must be 'Bearer <token>'")
+        # Compared with every token, always, so timing says nothing about which (if any) matched.
+        matched = self.find(presented.strip())
+        if matched is None:
+            raise Unauthorized("the registry token is not valid")
+        return matched
+
+    def authorize(self, request: web.Request) -> None:
+        """Check the token, record its scope, and refuse a namespace outside it (403)."""
+        token = self.check(request)
+        scope = frozenset(token.namespaces) if token.namespaces is not None else None
+        request[SCOPE_KEY] = scope
+        namespace = request.match_info.get("namespace")
+        if scope is not None and namespace is not None and namespace not in scope:
+            raise Forbidden(f"this token may not read namespace {namespace[:64]!r}")
+
+
+def allowed_namespaces(request: web.Request) -> frozenset[str] | None:
+    """The namespaces the caller may see; None means all of them."""
+    return request.get(SCOPE_KEY)

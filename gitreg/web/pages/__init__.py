@@ -1,0 +1,1 @@
+"""The module browser: server-rendered pages, their templates and static files."""
