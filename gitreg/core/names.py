@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gitreg.core.errors import BadRequest
+from gitreg.core.versions import TAG_VERSION_RE
 
 # namespace and name: 1-64 letters, digits, '-' and '_', starting and ending with a letter or digit.
 NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?", re.ASCII)
@@ -66,18 +67,9 @@ def address_from_text(text: object) -> ModuleAddress | None:
     return ModuleAddress(*parts)
 
 
-# SemVer 2.0 (semver.org's regex) with an optional `v`: a cheap check before any cache or git work.
-SEMVER_RE = re.compile(
-    r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
-    re.ASCII,
-)
-
-
 def check_version(value: str) -> None:
     """BadRequest unless `value` is SemVer 2.0 text, with or without a leading `v`."""
-    if not SEMVER_RE.fullmatch(value):
+    if not TAG_VERSION_RE.fullmatch(value):  # a cheap check before any cache or git work
         raise BadRequest(f"{value[:80]!r} is not a SemVer version (expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD])")
 
 

@@ -65,13 +65,16 @@ class ModuleVersions:
 
 
 # SemVer 2.0 as semver.org gives it ("Is there a suggested regular expression?"), with ASCII
-# digits only (Python's \d also matches other scripts' digits): exactly the versions that
-# parse_version accepts, less its optional leading `v`.
-_SEMVER_RE = re.compile(
+# digits only (Python's \d also matches other scripts' digits): the one statement of the
+# grammar in gitreg. SEMVER_RE: exactly the versions that parse_version accepts, less its
+# optional leading `v` (a version as listed); TAG_VERSION_RE: with it (as requested or tagged).
+SEMVER = (
     r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
     r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
 )
+SEMVER_RE = re.compile(SEMVER)
+TAG_VERSION_RE = re.compile("v?" + SEMVER)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,7 +84,7 @@ def is_canonical(text: str) -> bool:
     The check of every version in a persisted index at start: one regex match (remembered:
     the same versions recur across modules), not a semver.Version built and thrown away.
     """
-    return _SEMVER_RE.fullmatch(text) is not None
+    return SEMVER_RE.fullmatch(text) is not None
 
 
 def parse_version(text: str) -> semver.Version | None:
