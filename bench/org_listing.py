@@ -26,7 +26,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gitreg.config.model import parse_config
+from gitreg.config.parse import parse_config
 from gitreg.core.names import ModuleAddress
 from gitreg.orgs.catalog import OrgCatalog
 from gitreg.web.api.webhooks import repository_identity

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gitreg.config.model import Config, parse_config
+from gitreg.config.model import Config
+from gitreg.config.parse import parse_config
 from gitreg.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent

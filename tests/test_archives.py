@@ -287,7 +287,7 @@ async def test_absolute_archive_url_with_public_url(make_client, tmp_path):
 
 
 def test_archive_mode_with_tokens_needs_a_signing_key():
-    from gitreg.config.model import parse_config
+    from gitreg.config.parse import parse_config
     from gitreg.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
@@ -417,7 +417,7 @@ async def test_github_tarball_template_strips_a_v_prefix(make_client, repo):
 
 
 def test_archive_root_needs_a_template():
-    from gitreg.config.model import parse_config
+    from gitreg.config.parse import parse_config
     from gitreg.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gitreg.config.model import parse_config
+from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
 from tests.conftest import assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess

@@ -21,10 +21,8 @@ from gitreg.config.model import (
     StorageConfig,
     TokenConfig,
     WebhooksConfig,
-    load_config,
-    module_rule_from_flag,
-    parse_config,
 )
+from gitreg.config.parse import load_config, module_rule_from_flag, parse_config
 from gitreg.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gitreg.config.model import parse_config
+from gitreg.config.parse import parse_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33.0"  # a supported release; the package ships its schemas

@@ -351,7 +351,7 @@ async def test_work_shared_by_waiters_runs_at_their_best_priority_and_in_arrival
 
 
 def test_pool_sizes_have_documented_defaults_and_are_checked():
-    from gitreg.config.model import parse_config
+    from gitreg.config.parse import parse_config
     from gitreg.core.errors import ConfigError
 
     git = parse_config({"git": {"max_concurrency": 16}}, {}).git

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitreg.config.model import GitConfig, parse_config
+from gitreg.config.model import GitConfig
+from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError, GitregError
 from gitreg.core.versions import select_versions
 from gitreg.git.runner import GitAdapter

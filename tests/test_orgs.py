@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gitreg.config.model import parse_config
+from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
 from gitreg.core.names import ModuleAddress
 from gitreg.orgs.catalog import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gitreg.config.model import parse_config
+from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
 from gitreg.web.app import create_app
 from gitreg.web.keys import AUTH, GIT

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gitreg.config.model import parse_config
+from gitreg.config.parse import parse_config
 from gitreg.core import urls
 from gitreg.core.errors import ConfigError
 from gitreg.registry.service import git_location

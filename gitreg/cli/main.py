@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gitreg import __version__
-from gitreg.config.model import Config, ModuleRule, load_config, module_rule_from_flag
+from gitreg.config.model import Config, ModuleRule
+from gitreg.config.parse import load_config, module_rule_from_flag
 from gitreg.config.rules import RuleIndex, shadowed_rules
 from gitreg.core.errors import BadRequest, ConfigError, GitregError
 from gitreg.core.names import parse_address

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gitreg.config.model import ModuleRule
+from gitreg.config.model import PLACEHOLDERS, ModuleRule
 from gitreg.core.names import ModuleAddress
 
-_PLACEHOLDER_RE = re.compile(r"\{(namespace|name|system)\}")
+# A `{placeholder}` in a configured template: `repository` and `clone_url` take PLACEHOLDERS,
+# a `download` URL and `archive_root` DOWNLOAD_PLACEHOLDERS (gitreg.config.parse checks which).
+TEMPLATE_RE = re.compile(r"\{([^{}]*)\}")
 
 
 @dataclass(frozen=True)
@@ -22,10 +24,19 @@ class ResolvedModule:
     clone_url: str
 
 
+def fill_template(template: str, values: Mapping[str, str], escape: Callable[[str], str] = str) -> str:
+    """`template` with each `{placeholder}` named in `values` replaced by its escaped value; others stay."""
+    return TEMPLATE_RE.sub(lambda m: escape(values[m[1]]) if m[1] in values else m[0], template)
+
+
+def is_template(url: str) -> bool:
+    """True when `url` holds a `{namespace}`, `{name}` or `{system}` placeholder (one URL per module)."""
+    return any(placeholder in PLACEHOLDERS for placeholder in TEMPLATE_RE.findall(url))
+
+
 def fill(template: str, address: ModuleAddress) -> str:
     """Fill `{namespace}`, `{name}`, `{system}`; the values are grammar-checked, so URL-safe."""
-    values = {"namespace": address.namespace, "name": address.name, "system": address.system}
-    return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
+    return fill_template(template, {"namespace": address.namespace, "name": address.name, "system": address.system})
 
 
 class RuleIndex:

@@ -95,25 +95,6 @@ def background_task(coro: Coroutine[Any, Any, T], name: str | None = None) -> as
     return asyncio.get_running_loop().create_task(coro, name=name, context=context)
 
 
-def default_max_per_host(max_concurrency: int) -> int:
-    """`[git] max_per_host` when unset: all but a quarter of the pool (6 of 8), at least 1.
-
-    One host (the usual single GitLab or GitHub org) still gets most of the pool, and a host
-    that stalls leaves the other quarter to every other host.
-    """
-    return max(1, max_concurrency - max(1, max_concurrency // 4))
-
-
-def default_max_queue(max_concurrency: int) -> int:
-    """`[git] max_queue` when unset: 32 waiting jobs per slot (256 for 8 slots).
-
-    At about 0.3 s per `ls-remote` to a hosted Git service that is 10 s of queue: the
-    registry client's timeout (TF_REGISTRY_CLIENT_TIMEOUT). Work queued longer than that is
-    waited for by nobody.
-    """
-    return 32 * max_concurrency
-
-
 class Waiters:
     """The callers waiting for one piece of shared git work (a coalesced fetch).
 

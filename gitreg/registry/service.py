@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from gitreg.config.model import _TEMPLATE_RE, Config, ModuleRule
-from gitreg.config.rules import ResolvedModule, RuleIndex, match_rule
+from gitreg.config.model import Config, ModuleRule
+from gitreg.config.rules import ResolvedModule, RuleIndex, fill_template, match_rule
 from gitreg.core import urls
 from gitreg.core.errors import ModuleNotFound, VersionNotFound
 from gitreg.core.names import ModuleAddress, check_version
@@ -158,9 +158,9 @@ def template_location(rule: ModuleRule, address: ModuleAddress, found: TaggedVer
         "version": found.canonical,
         "sha": sha,
     }
-    url = _TEMPLATE_RE.sub(lambda m: quote(values[m.group(1)], safe="/"), rule.download)
+    url = fill_template(rule.download, values, lambda value: quote(value, safe="/"))
     root = (
-        _TEMPLATE_RE.sub(lambda m: values[m.group(1)].replace("/", "-"), rule.archive_root)
+        fill_template(rule.archive_root, values, lambda value: value.replace("/", "-"))
         if rule.archive_root is not None
         else infer_archive_root(url, found.tag, sha)
     )

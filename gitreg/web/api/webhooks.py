@@ -24,7 +24,6 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,8 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from gitreg.config.model import Config
+from gitreg.config.model import PLACEHOLDERS, Config
+from gitreg.config.rules import fill_template, is_template
 from gitreg.core import urls
 from gitreg.core.errors import GitregError
 from gitreg.core.secrets import digest, same_secret
@@ -49,7 +49,6 @@ PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
 # GitHub caps payloads at 25 MB, but a tag event is a few kilobytes; 1 MiB leaves room for a
 # push with many commits and still bounds what an unauthenticated caller can make us read.
 MAX_BODY_BYTES = 1024 * 1024
-_PLACEHOLDER_RE = re.compile(r"\{(namespace|name|system)\}")
 
 GITHUB_URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
 GITLAB_URL_FIELDS = ("git_http_url", "git_ssh_url", "web_url", "http_url", "ssh_url", "url", "homepage")
@@ -97,14 +96,14 @@ def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, 
     index: dict[str, set[str]] = {}
 
     def add(url: str | None, key: str) -> None:
-        if url is None or _PLACEHOLDER_RE.search(url):
+        if url is None or is_template(url):
             return
         identity = urls.identity(url)
         if identity is not None:
             index.setdefault(identity, set()).add(key)
 
     for rule in config.modules:
-        if not _PLACEHOLDER_RE.search(rule.repository):
+        if not is_template(rule.repository):
             add(rule.repository, rule.repository)
             add(rule.clone_url, rule.repository)
     for key in cached:
@@ -329,7 +328,7 @@ def webhook_hosts(config: Config) -> dict[str, list[str]]:
     """host -> repositories (masked) configured on it, for `gitreg check` (local file:// repos left out)."""
     hosts: dict[str, list[str]] = {}
     for rule in config.modules:
-        identity = urls.identity(_PLACEHOLDER_RE.sub("x", rule.repository))
+        identity = urls.identity(fill_template(rule.repository, dict.fromkeys(PLACEHOLDERS, "x")))
         if identity is None or identity.startswith("file:"):
             continue
         hosts.setdefault(identity.split("/", 1)[0], []).append(urls.mask(rule.repository))
