@@ -35,7 +35,7 @@ class ExpiringSigner:
     def __init__(self, key: bytes, ttl_seconds: float, layout: str) -> None:
         """`layout` places `{payload}` and `{expires}` in the signed message (each use has its own)."""
         self._key = key
-        self.ttl_seconds = ttl_seconds
+        self._ttl_seconds = ttl_seconds
         self._layout = layout
 
     def _mac(self, payload: str, expires: int) -> str:
@@ -44,7 +44,7 @@ class ExpiringSigner:
 
     def sign(self, payload: str, now: float | None = None) -> tuple[int, str]:
         """(expires, signature) for `payload`, valid until now + ttl."""
-        expires = int((time.time() if now is None else now) + self.ttl_seconds)
+        expires = int((time.time() if now is None else now) + self._ttl_seconds)
         return expires, self._mac(payload, expires)
 
     def verify(self, payload: str, expires: str, signature: str, now: float | None = None) -> None:
