@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from gitreg.core import urls
 from gitreg.core.errors import GitregError, Unauthorized, failure_kind
-from gitreg.core.secrets import digest, same_secret
+from gitreg.core.secrets import bearer_token, digest, same_secret
 from gitreg.git.pool import Priority
 
 if TYPE_CHECKING:
@@ -457,6 +457,5 @@ def check_metrics_token(request: web.Request, token: str | None) -> None:
     """`[auth] metrics_token`, when set, as `Authorization: Bearer <token>` (constant-time)."""
     if token is None:
         return
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not same_secret(presented, digest(token)):
+    if not same_secret(bearer_token(request.headers.get("Authorization")), digest(token)):
         raise Unauthorized("GET /metrics needs 'Authorization: Bearer <[auth] metrics_token>'")

@@ -55,7 +55,8 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
-from gitreg.web.pages.views import SECURITY_HEADERS, add_ui, is_page, page_error
+from gitreg.web.pages.render import SECURITY_HEADERS, page_error
+from gitreg.web.pages.views import add_ui, is_page
 from gitreg.web.signing import UrlSigner
 
 log = logging.getLogger(__name__)

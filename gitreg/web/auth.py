@@ -7,17 +7,15 @@ app.py records the caller's scope on the request; handlers that list modules rea
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from gitreg.config.model import AuthConfig, TokenConfig
 from gitreg.core.errors import Forbidden, Unauthorized
-from gitreg.core.secrets import digest, same_secret
+from gitreg.core.secrets import bearer_token, same_secret, token_digest
 
-# The caller's namespaces (None: all of them), recorded on the request by `authorize`. A typed
-# request key where aiohttp has them (3.12+; a plain string key warns there), else a string.
-SCOPE_KEY: Any = web.RequestKey("scope", object) if hasattr(web, "RequestKey") else "gitreg.scope"
+# The caller's namespaces (None: all of them), recorded on the request by `authorize` (and by
+# the pages' session guard).
+SCOPE_KEY = web.RequestKey[frozenset[str] | None]("scope")
 
 
 class TokenChecker:
@@ -26,9 +24,7 @@ class TokenChecker:
     def __init__(self, config: AuthConfig) -> None:
         # Every token is kept as its SHA-256: a presented token is compared digest to digest,
         # 32 bytes each, so not even a token's length shows in the time a comparison takes.
-        self._tokens: tuple[tuple[bytes, TokenConfig], ...] = tuple(
-            (bytes.fromhex(t.token[7:]) if t.token.startswith("sha256:") else digest(t.token), t) for t in config.tokens
-        )
+        self._tokens = tuple((token_digest(t.token), t) for t in config.tokens)
 
     @property
     def enabled(self) -> bool:
@@ -46,15 +42,15 @@ class TokenChecker:
     def check(self, request: web.Request) -> TokenConfig:
         """The token the request carries; Unauthorized unless it is a configured one."""
         header = request.headers.get("Authorization", "")
-        scheme, _, presented = header.partition(" ")
         if not header:
             raise Unauthorized(
                 "this registry needs a token: set TF_TOKEN_<host> or a credentials block in the CLI config"
             )
-        if scheme.lower() != "bearer" or not presented.strip():
+        presented = bearer_token(header)
+        if presented is None:
             raise Unauthorized("the Authorization header must be 'Bearer <token>'")
         # Compared with every token, always, so timing says nothing about which (if any) matched.
-        matched = self.find(presented.strip())
+        matched = self.find(presented)
         if matched is None:
             raise Unauthorized("the registry token is not valid")
         return matched
@@ -72,3 +68,8 @@ class TokenChecker:
 def allowed_namespaces(request: web.Request) -> frozenset[str] | None:
     """The namespaces the caller may see; None means all of them."""
     return request.get(SCOPE_KEY)
+
+
+def token_id(token: TokenConfig) -> str:
+    """A stable, non-secret name of a configured token: the start of its SHA-256 (hex)."""
+    return token_digest(token.token).hex()[:32]

@@ -1,0 +1,153 @@
+"""Logging in to the pages: a registry token, once, for a signed, expiring session cookie.
+
+With registry tokens configured, every page needs a session; the cookie names which token
+logged in (by `token_id`, never the token) and the visitor sees what that token may read.
+The cookie is `<token id>.<expires>.<signature>` on the one expiring signer (signing.py),
+under a key derived from `[auth] signing_key` for sessions alone. Login and logout are form
+POSTs from our own pages only (Origin or Referer checked: the CSRF defence), and `next` is
+only ever a path on this site.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import urlencode, urlsplit
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gitreg.web.auth import SCOPE_KEY, token_id
+from gitreg.web.keys import AUTH, CONFIG
+from gitreg.web.pages.render import LOGGED_IN, render
+from gitreg.web.signing import ExpiringSigner, SignatureError
+
+COOKIE = "gitreg_session"
+SESSION_SECONDS = 12 * 3600
+
+
+class Sessions:
+    """A signed, expiring cookie naming which registry token logged in (by its digest, never the token)."""
+
+    def __init__(self, key: str) -> None:
+        # A key of its own, so no session cookie's signature is ever an archive URL's.
+        derived = hashlib.sha256(b"gitreg-ui-session\0" + key.encode()).digest()
+        self._signer = ExpiringSigner(derived, SESSION_SECONDS, "{payload}.{expires}")
+
+    def issue(self, token_id: str, now: float | None = None) -> str:
+        """The cookie value for a logged-in token, valid SESSION_SECONDS."""
+        expires, signature = self._signer.sign(token_id, now)
+        return f"{token_id}.{expires}.{signature}"
+
+    def token_id(self, value: str | None, now: float | None = None) -> str | None:
+        """The token id a valid, unexpired cookie names, else None."""
+        if not value or value.count(".") != 2:
+            return None
+        token_id, expires, signature = value.split(".")
+        try:
+            self._signer.verify(token_id, expires, signature, now)
+        except SignatureError:
+            return None
+        return token_id
+
+
+SESSIONS = web.AppKey("ui_sessions", Sessions)
+
+
+def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | None]:
+    """(logged in, namespaces) for a page request; (True, None) when the registry is open."""
+    config = request.app[CONFIG]
+    if not config.auth.enabled:
+        return True, None
+    found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
+    if found is None:
+        return False, frozenset()
+    for token in config.auth.tokens:
+        if token_id(token) == found:  # not a secret: the signed cookie's MAC was checked above
+            return True, frozenset(token.namespaces) if token.namespaces is not None else None
+    return False, frozenset()  # the token was removed from the config since
+
+
+def guarded(handler: Handler) -> Handler:
+    """`handler` behind the session: the visitor's scope from the cookie, a redirect to /login without one."""
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        logged_in, scope = _scope_from_cookie(request)
+        request[LOGGED_IN] = logged_in and request.app[CONFIG].auth.enabled
+        if not logged_in:
+            target = request.path_qs if request.method == "GET" else "/"
+            raise web.HTTPFound("/login?" + urlencode({"next": target}))
+        request[SCOPE_KEY] = scope
+        return await handler(request)
+
+    page.__doc__ = handler.__doc__
+    return page
+
+
+def same_origin(request: web.Request) -> bool:
+    """A form POST from our own pages: Origin (or Referer) names this host (CSRF defence)."""
+    origin = request.headers.get("Origin") or request.headers.get("Referer")
+    if not origin or origin == "null":
+        return False
+    parts = urlsplit(origin)
+    return parts.scheme == request.scheme and parts.netloc == request.host
+
+
+def _next_target(value: str) -> str:
+    """Only a path on this site (never `//evil.example` or a URL): an open redirect otherwise."""
+    return value if value.startswith("/") and not value.startswith("//") and "\\" not in value else "/"
+
+
+def _cross_site(request: web.Request, what: str) -> web.Response:
+    """The 403 for a form POST that did not come from this registry's own page (CSRF)."""
+    return render(
+        request,
+        "error.html",
+        status=403,
+        heading="Refused",
+        message=f"{what} must be sent from this registry's own page.",
+        logged_in=False,
+    )
+
+
+async def login_form(request: web.Request) -> web.Response:
+    """The login form (only with registry tokens configured)."""
+    if not request.app[CONFIG].auth.enabled:
+        raise web.HTTPFound("/")
+    return render(request, "login.html", next=_next_target(request.query.get("next", "/")), error="", logged_in=False)
+
+
+async def login(request: web.Request) -> web.Response:
+    """Check the token; set the session cookie."""
+    config = request.app[CONFIG]
+    if not config.auth.enabled:
+        raise web.HTTPFound("/")
+    if not same_origin(request):
+        return _cross_site(request, "The login form")
+    form = await request.post()
+    presented = str(form.get("token", "")).strip()
+    target = _next_target(str(form.get("next", "/")))
+    matched = request.app[AUTH].find(presented) if presented else None
+    if matched is None:
+        return render(
+            request, "login.html", status=401, next=target, error="That token is not valid here.", logged_in=False
+        )
+    response = web.HTTPFound(target)
+    response.set_cookie(
+        COOKIE,
+        request.app[SESSIONS].issue(token_id(matched)),
+        max_age=SESSION_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
+    raise response
+
+
+async def logout(request: web.Request) -> web.Response:
+    """Forget the session cookie."""
+    if not same_origin(request):
+        return _cross_site(request, "Logging out")
+    response = web.HTTPFound("/login" if request.app[CONFIG].auth.enabled else "/")
+    response.del_cookie(COOKIE, path="/")
+    raise response
