@@ -40,6 +40,7 @@ from gitreg.forges.base import (
 
 API_VERSION = "2022-11-28"
 SIGNATURE_HEADER = "X-Hub-Signature-256"
+EVENT_HEADER = "X-GitHub-Event"  # what a delivery is about (tag_event's `event`)
 # Where a payload's repository object names the repository (https, ssh, web page, git://).
 URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
 

@@ -32,6 +32,7 @@ from gitreg.forges.base import (
 )
 
 TOKEN_HEADER = "X-Gitlab-Token"
+EVENT_HEADER = "X-Gitlab-Event"  # what a delivery is about (tag_event's `event`)
 # GitLab throttles how often a push moves a project's timestamps (Event::REPOSITORY_UPDATED_AT_INTERVAL
 # for `updated_at` via last_repository_updated_at, RESET_PROJECT_ACTIVITY_INTERVAL for `last_activity_at`).
 UPDATED_AT_THROTTLE = 300

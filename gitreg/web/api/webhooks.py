@@ -189,7 +189,7 @@ async def _authenticated_body(request: web.Request, provider: str, secret: str |
 async def github(request: web.Request) -> web.Response:
     """A GitHub webhook delivery (content type application/json or form-encoded)."""
     body = await _authenticated_body(request, "github", request.app[CONFIG].webhooks.github_secret)
-    event = request.headers.get("X-GitHub-Event", "")
+    event = request.headers.get(github_host.EVENT_HEADER, "")
     try:
         payload = json_payload(body, request.content_type)
         if event == "ping":
@@ -215,7 +215,7 @@ async def github(request: web.Request) -> web.Response:
 async def gitlab(request: web.Request) -> web.Response:
     """A GitLab webhook delivery (project hook or system hook)."""
     body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)
-    event = request.headers.get("X-Gitlab-Event", "")
+    event = request.headers.get(gitlab_host.EVENT_HEADER, "")
     try:
         payload = json_payload(body, request.content_type)
         # System hooks, and group hooks' project events, say what happened to a project by
