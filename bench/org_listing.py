@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from gitreg.config.parse import parse_config
 from gitreg.core.names import ModuleAddress
+from gitreg.core.urls import identity as repository_identity
 from gitreg.orgs.catalog import OrgCatalog
-from gitreg.web.api.webhooks import repository_identity
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 

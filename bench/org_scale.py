@@ -74,7 +74,7 @@ from _common import (
     workdir,
 )
 from gitreg.core.names import ModuleAddress
-from gitreg.forges.client import github_record
+from gitreg.forges.github import record as github_record
 from gitreg.index.details import ModuleDetails
 from gitreg.index.store import (
     DETAILS_DIR,
@@ -85,8 +85,8 @@ from gitreg.index.store import (
     IndexEntry,
     readme_words,
 )
-from gitreg.orgs.catalog import FILE_NAME as ORGS_FILE
-from gitreg.orgs.catalog import FORMAT as ORGS_FORMAT
+from gitreg.orgs.store import FILE_NAME as ORGS_FILE
+from gitreg.orgs.store import FORMAT as ORGS_FORMAT
 from tests.support.forges import FakeForge
 
 GROUP, NAMESPACE = "acme-infra", "acme"

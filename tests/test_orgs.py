@@ -21,7 +21,9 @@ import pytest
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
 from gitreg.core.names import ModuleAddress
-from gitreg.orgs.catalog import ARCHIVED, OrgCatalog, OrgChanges, github_repository_event
+from gitreg.forges.github import repository_event as github_repository_event
+from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.model import ARCHIVED, OrgChanges
 from gitreg.web.keys import INDEX, ORGS
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess, run_gitreg

@@ -352,7 +352,7 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     rules = RuleIndex(config.modules)
     resolved = rules.explicit.get((address.namespace, address.name, address.system))
     if resolved is None and any(org.namespace == address.namespace for org in config.orgs):
-        from gitreg.orgs.catalog import probe_orgs  # imports aiohttp: only a probe with orgs needs it
+        from gitreg.orgs.probe import probe_orgs  # imports aiohttp: only a probe with orgs needs it
 
         repo = next(
             (r for report in asyncio.run(probe_orgs(config)) for r in report.modules if r.address == address), None
@@ -404,7 +404,7 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
     """Per org: the repositories its API lists, the modules they became (with versions), the rest and why."""
     if not config.orgs:
         return EXIT_OK
-    from gitreg.orgs.catalog import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
+    from gitreg.orgs.probe import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
 
     reports = asyncio.run(probe_orgs(config))
     failed = False

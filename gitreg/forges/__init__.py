@@ -1,4 +1,20 @@
-"""Git hosts' REST APIs (GitHub, GitLab): listings, payloads, webhook signatures.
+"""Everything that knows a Git host's API: listings, webhook payloads, webhook signatures.
+
+One module per host, beside what they share:
+- `base`: the common API client (pages followed only on the API's own origin, rate limits
+  waited out within a budget, bounded bodies, retries), `RepoRecord`, `OrgStats`,
+  `ForgeError`, the provider-neutral webhook events (`TagEvent`, `RepositoryEvent`) and `Host`,
+  what the rest of gitreg asks of a host.
+- `github`, `gitlab`: the host's client (URLs, headers, record fields), its payloads turned
+  into events, its deliveries' signature or token checked, and its `HOST`.
+- `hosts`: the hosts by provider name, and `client_for`.
+
+What others send is a hint: a webhook names a repository, and the org listing (orgs) decides
+whether it serves it. Nothing here keeps state between calls but a client's own counters.
+
+Adding a host: write `forges/<host>.py` (a `ForgeClient` subclass, `record`, `tag_event`,
+`repository_event`, `verify`, `owns` and `HOST`), add its `HOST` to `hosts.HOSTS`, its name to
+`config.model.Provider` (with its default API URL), and its webhook route in `web.api.webhooks`.
 
 May import: `gitreg.core`, `gitreg.config`.
 """

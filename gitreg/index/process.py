@@ -55,7 +55,8 @@ from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.git.runner import TagList
 from gitreg.index.parse_workers import FRAME, pickled_frame
 from gitreg.index.store import ChangeLog, IndexEntry, ModuleIndex
-from gitreg.orgs.catalog import OrgCatalog, OrgChanges, OrgRepo
+from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.model import OrgChanges, OrgRepo
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.shared import SharedState

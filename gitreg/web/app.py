@@ -23,8 +23,8 @@ from gitreg.git.runner import GitAdapter, MirrorGit, TagList
 from gitreg.index.process import Role, Seed
 from gitreg.observability.logs import ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
-from gitreg.orgs.catalog import FILE_NAME as ORGS_FILE
 from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.registry.service import ARCHIVE_NAME, Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.shared import SharedState, make_shared

@@ -20,14 +20,8 @@ authentication. Without a configured secret an endpoint does not exist (404).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qs
+from collections.abc import Iterable
 
 from aiohttp import web
 
@@ -35,8 +29,10 @@ from gitreg.config.model import PLACEHOLDERS, Config
 from gitreg.config.rules import fill_template, is_template
 from gitreg.core import urls
 from gitreg.core.errors import GitregError
-from gitreg.core.secrets import digest, same_secret
-from gitreg.orgs.catalog import RepositoryEvent, github_repository_event, gitlab_project_event
+from gitreg.forges import github as github_host
+from gitreg.forges import gitlab as gitlab_host
+from gitreg.forges.base import MalformedPayload, RepositoryEvent, TagEvent, json_payload
+from gitreg.forges.hosts import HOSTS
 from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, SHARED
 
 log = logging.getLogger(__name__)
@@ -49,9 +45,6 @@ PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
 # GitHub caps payloads at 25 MB, but a tag event is a few kilobytes; 1 MiB leaves room for a
 # push with many commits and still bounds what an unauthenticated caller can make us read.
 MAX_BODY_BYTES = 1024 * 1024
-
-GITHUB_URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
-GITLAB_URL_FIELDS = ("git_http_url", "git_ssh_url", "web_url", "http_url", "ssh_url", "url", "homepage")
 
 
 class WebhookDisabled(GitregError):
@@ -70,20 +63,6 @@ class PayloadTooLarge(GitregError):
     """The body is larger than MAX_BODY_BYTES."""
 
     status = 413
-
-
-class MalformedPayload(GitregError):
-    """The body is not the JSON document the provider sends."""
-
-    status = 400
-
-
-@dataclass(frozen=True)
-class TagEvent:
-    """What a delivery says: which repository (by its URLs) and which tag ref."""
-
-    urls: tuple[str, ...]
-    ref: str
 
 
 def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
@@ -134,74 +113,6 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
             raise PayloadTooLarge(f"webhook payloads are limited to {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def verify_github(secret: str, body: bytes, signature: str | None) -> bool:
-    """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, compared in constant time."""
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return same_secret(signature, digest(expected))
-
-
-def verify_gitlab(token: str, presented: str | None) -> bool:
-    """`X-Gitlab-Token` equals the configured token (constant time)."""
-    return same_secret(presented, digest(token))
-
-
-def _json_object(body: bytes, content_type: str) -> Mapping[str, Any]:
-    """The payload as a JSON object; GitHub may also send it form-encoded as `payload=...`."""
-    try:
-        text = body.decode("utf-8")
-        if content_type == "application/x-www-form-urlencoded":
-            text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
-        data = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested deeply
-        raise MalformedPayload(f"the webhook body is not a JSON document: {str(e)[:100]}") from None
-    if not isinstance(data, dict):
-        raise MalformedPayload("the webhook body must be a JSON object")
-    return data
-
-
-def _urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str, ...]:
-    if not isinstance(section, dict):
-        raise MalformedPayload(f"the payload has no {what} object")
-    # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
-    found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
-    if not found:
-        raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")
-    return found
-
-
-def github_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
-    """The tag event in a GitHub delivery, or None when it is about something else."""
-    ref = payload.get("ref")
-    if event == "push":
-        if not isinstance(ref, str):
-            raise MalformedPayload("a push payload needs a string 'ref'")
-        if not ref.startswith("refs/tags/"):
-            return None
-    elif event in ("create", "delete"):
-        if payload.get("ref_type") != "tag":
-            return None
-        if not isinstance(ref, str):
-            raise MalformedPayload(f"a {event} payload needs a string 'ref'")
-        ref = f"refs/tags/{ref}"
-    else:
-        return None
-    return TagEvent(_urls(payload.get("repository"), GITHUB_URL_FIELDS, "repository"), ref)
-
-
-def gitlab_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
-    """The tag event in a GitLab delivery (project or system hook), or None."""
-    kind = payload.get("object_kind") or payload.get("event_name")
-    if event not in ("Tag Push Hook", "Push Hook", "System Hook") or kind not in ("tag_push", "push"):
-        return None
-    ref = payload.get("ref")
-    if not isinstance(ref, str):
-        raise MalformedPayload(f"a {kind} payload needs a string 'ref'")
-    if not ref.startswith("refs/tags/"):
-        return None  # a branch push cannot change a tag list
-    section = payload.get("project") if isinstance(payload.get("project"), dict) else payload.get("repository")
-    return TagEvent(_urls(section, GITLAB_URL_FIELDS, "project"), ref)
 
 
 async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
@@ -255,25 +166,21 @@ def _ignored(request: web.Request, provider: str, why: str) -> web.Response:
 async def _authenticated_body(request: web.Request, provider: str, secret: str | None) -> bytes:
     """The body of a delivery whose secret checks out; counts and raises otherwise."""
     metrics = request.app[METRICS]
+    forge = HOSTS[provider]
     if secret is None:
         metrics.webhook(provider, "disabled")
-        key = "github_secret" if provider == "github" else "gitlab_token"
-        raise WebhookDisabled(f"the {provider} webhook is not enabled on this registry: set [webhooks] {key}")
+        raise WebhookDisabled(
+            f"the {provider} webhook is not enabled on this registry: set [webhooks] {forge.secret_key}"
+        )
     try:
         body = await read_body(request)
     except PayloadTooLarge:
         metrics.webhook(provider, "too_large")
         raise
-    if provider == "github":
-        ok = verify_github(secret, body, request.headers.get("X-Hub-Signature-256"))
-        message = "missing or wrong X-Hub-Signature-256: the webhook's secret must equal [webhooks] github_secret"
-    else:
-        ok = verify_gitlab(secret, request.headers.get("X-Gitlab-Token"))
-        message = "missing or wrong X-Gitlab-Token: the webhook's secret token must equal [webhooks] gitlab_token"
-    if not ok:
+    if not forge.verify(secret, body, request.headers):
         metrics.webhook(provider, "bad_signature")
         log.warning("%s webhook from %s refused: bad signature", provider, request.remote)
-        raise BadSignature(message)
+        raise BadSignature(forge.refused)
     return body
 
 
@@ -281,20 +188,20 @@ async def _authenticated_body(request: web.Request, provider: str, secret: str |
 async def github(request: web.Request) -> web.Response:
     """A GitHub webhook delivery (content type application/json or form-encoded)."""
     body = await _authenticated_body(request, "github", request.app[CONFIG].webhooks.github_secret)
-    event = request.headers.get("X-GitHub-Event", "")
+    event = request.headers.get(github_host.EVENT_HEADER, "")
     try:
-        payload = _json_object(body, request.content_type)
+        payload = json_payload(body, request.content_type)
         if event == "ping":
             request.app[METRICS].webhook("github", "ping")
             return web.json_response({"result": "pong"})
         if event == "repository":
-            repository_event = github_repository_event(payload)
+            repository_event = github_host.repository_event(payload)
             if repository_event is None:
                 raise MalformedPayload(
                     "a repository payload needs an 'action' and a 'repository' with name, full_name and clone_url"
                 )
             return await _apply_repository_event(request, repository_event)
-        found = github_event(event, payload)
+        found = github_host.tag_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("github", "malformed")
         raise
@@ -307,15 +214,15 @@ async def github(request: web.Request) -> web.Response:
 async def gitlab(request: web.Request) -> web.Response:
     """A GitLab webhook delivery (project hook or system hook)."""
     body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)
-    event = request.headers.get("X-Gitlab-Event", "")
+    event = request.headers.get(gitlab_host.EVENT_HEADER, "")
     try:
-        payload = _json_object(body, request.content_type)
+        payload = json_payload(body, request.content_type)
         # System hooks, and group hooks' project events, say what happened to a project by
         # `event_name` (the X-Gitlab-Event header differs between them).
-        repository_event = gitlab_project_event(payload)
+        repository_event = gitlab_host.repository_event(payload)
         if repository_event is not None:
             return await _apply_repository_event(request, repository_event)
-        found = gitlab_event(event, payload)
+        found = gitlab_host.tag_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("gitlab", "malformed")
         raise

@@ -1,12 +1,14 @@
-"""The GitHub and GitLab REST APIs, as far as org mode needs them: list an org's repositories.
+"""What every Git host's API client shares: pages, rate limits, records, webhook events.
 
 One client per `[[orgs]]` entry, on the app's `aiohttp.ClientSession`. Listings follow every
 page (`Link: rel="next"`, or GitLab's `X-Next-Page`), only ever on the API's own origin, so the
-token never goes anywhere else. Rate limits are respected: a `429`, or GitHub's `403` with
-`X-RateLimit-Remaining: 0` or `Retry-After`, waits for the reset (at most `rate_wait_budget`
-seconds) and tries again; a longer wait fails the listing, and the caller keeps its last good
-one. Field names are the APIs' own: GitHub "List organization repositories", GitLab "List a
-group's projects".
+token never goes anywhere else. Rate limits are respected: a `429`, or a `403` with the host's
+`...Remaining: 0` or `Retry-After`, waits for the reset (at most `rate_wait_budget` seconds)
+and tries again; a longer wait fails the listing, and the caller keeps its last good one.
+
+A host module (`github`, `gitlab`) subclasses `ForgeClient` for its URLs, headers and record
+fields, turns its webhook payloads into `TagEvent`/`RepositoryEvent`, checks its deliveries'
+signatures, and describes itself in one `Host`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from yarl import URL
 
 from gitreg import __version__
 from gitreg.config.model import OrgConfig
+from gitreg.core.errors import GitregError
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +45,7 @@ RETRY_DELAYS = (0.5, 2.0)
 MAX_RATE_WAITS = 3
 # Longest wait for a rate-limit reset within one listing (also capped by the org's refresh_seconds).
 MAX_RATE_WAIT_SECONDS = 300.0
-GITHUB_API_VERSION = "2022-11-28"
-# GitLab throttles how often a push moves a project's timestamps (Event::REPOSITORY_UPDATED_AT_INTERVAL
-# for `updated_at` via last_repository_updated_at, RESET_PROJECT_ACTIVITY_INTERVAL for `last_activity_at`).
-GITLAB_UPDATED_AT_THROTTLE = 300
-GITLAB_ACTIVITY_THROTTLE = 3600
+USER_AGENT = f"gitreg/{__version__}"
 _LINK_NEXT_RE = re.compile(r'<([^>]*)>\s*;\s*rel="?next"?')
 
 
@@ -110,57 +109,17 @@ class RepoRecord:
 OnPage = Callable[[list[RepoRecord]], None]
 
 
-def _text(item: Mapping[str, Any], key: str, limit: int = 2048) -> str:
+def text_field(item: Mapping[str, Any], key: str, limit: int = 2048) -> str:
+    """A string field of an API object, cut at `limit`; "" when missing or not a string."""
     value = item.get(key)
     return value[:limit] if isinstance(value, str) else ""
 
 
-def _topics(value: Any) -> tuple[str, ...]:
+def topics_field(value: Any) -> tuple[str, ...]:
+    """A list of topics, bounded (100 of at most 100 characters); () when not a list."""
     if not isinstance(value, list):
         return ()
     return tuple(t[:100] for t in value[:100] if isinstance(t, str) and t)
-
-
-def github_record(item: Any) -> RepoRecord | None:
-    """A GitHub repository object (REST API or `repository` webhook payload); None when malformed."""
-    if not isinstance(item, dict):
-        return None
-    record = RepoRecord(
-        id=str(item.get("id", "")),
-        name=_text(item, "name", 255),
-        full_name=_text(item, "full_name", 512),
-        https_url=_text(item, "clone_url"),
-        ssh_url=_text(item, "ssh_url"),
-        web_url=_text(item, "html_url"),
-        description=_text(item, "description", 1000),
-        topics=_topics(item.get("topics")),
-        archived=item.get("archived") is True,
-        pushed_at=_text(item, "pushed_at", 64),
-    )
-    return record if record.name and record.full_name and record.https_url else None
-
-
-def gitlab_record(item: Any) -> RepoRecord | None:
-    """A GitLab project object (REST API); None when malformed."""
-    if not isinstance(item, dict):
-        return None
-    # `topics` since GitLab 14.0; `tag_list` is the deprecated name of the same list.
-    topics = item.get("topics") if isinstance(item.get("topics"), list) else item.get("tag_list")
-    updated = _text(item, "updated_at", 64)
-    record = RepoRecord(
-        id=str(item.get("id", "")),
-        name=_text(item, "path", 255),
-        full_name=_text(item, "path_with_namespace", 1024),
-        https_url=_text(item, "http_url_to_repo"),
-        ssh_url=_text(item, "ssh_url_to_repo"),
-        web_url=_text(item, "web_url"),
-        description=_text(item, "description", 1000),
-        topics=_topics(topics),
-        archived=item.get("archived") is True,
-        pushed_at=updated or _text(item, "last_activity_at", 64),
-        pushed_throttle=GITLAB_UPDATED_AT_THROTTLE if updated else GITLAB_ACTIVITY_THROTTLE,
-    )
-    return record if record.name and record.full_name and record.https_url else None
 
 
 @dataclass
@@ -209,7 +168,7 @@ class ForgeClient:
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
-        return {"User-Agent": f"gitreg/{__version__}", "Accept": "application/json"}
+        return {"User-Agent": USER_AGENT, "Accept": "application/json"}
 
     async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
         """Every repository of the org, all pages; ForgeError when any page fails.
@@ -219,7 +178,17 @@ class ForgeClient:
         """
         raise NotImplementedError
 
-    async def _pages(self, url: str, record: Any, on_page: OnPage | None = None) -> list[RepoRecord]:
+    async def repository(self, key: str) -> RepoRecord | None:
+        """One repository by id or full name, for a webhook that names it without describing it.
+
+        None when the host says it does not exist; by default None too (a host whose webhooks
+        describe the repository never needs this).
+        """
+        return None
+
+    async def _pages(
+        self, url: str, record: Callable[[Any], RepoRecord | None], on_page: OnPage | None = None
+    ) -> list[RepoRecord]:
         """Follow `next` links from `url`, turning each item into a record (malformed ones skipped)."""
         found: dict[str, RepoRecord] = {}
         seen: set[str] = set()
@@ -412,78 +381,82 @@ async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:
     return b"".join(chunks)
 
 
-class GitHubClient(ForgeClient):
-    """GitHub (and GitHub Enterprise Server): `GET /orgs/{org}/repos`, or `/users/{user}/repos`."""
-
-    def __init__(self, org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> None:
-        super().__init__(org, session, stats)
-        self.is_user: bool | None = None  # learnt from the first listing
-
-    def headers(self) -> dict[str, str]:
-        headers = {
-            "User-Agent": f"gitreg/{__version__}",
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": GITHUB_API_VERSION,
-        }
-        if self.org.token:
-            headers["Authorization"] = f"Bearer {self.org.token}"
-        return headers
-
-    RATE_HEADERS = "X-RateLimit-"
-
-    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
-        """All repositories of the organization (or, when GitHub says it is a user, the user's own)."""
-        owner = quote(self.org.group, safe="")
-        # Oldest first: a repository created while we read the pages lands on the last page,
-        # instead of pushing one we have not read yet onto a page we already have.
-        org_url = f"{self.org.api_url}/orgs/{owner}/repos?per_page={PER_PAGE}&type=all&sort=created&direction=asc"
-        user_url = f"{self.org.api_url}/users/{owner}/repos?per_page={PER_PAGE}&type=owner&sort=created&direction=asc"
-        if self.is_user:
-            return await self._pages(user_url, github_record, on_page)
-        try:
-            found = await self._pages(org_url, github_record, on_page)
-        except ForgeNotFound:
-            if self.is_user is False:
-                raise
-            # GitHub answers 404 for /orgs/<a user>: the group names a user account.
-            found = await self._pages(user_url, github_record, on_page)
-            self.is_user = True
-            return found
-        self.is_user = False
-        return found
+# ---- webhooks ---------------------------------------------------------------------------
 
 
-class GitLabClient(ForgeClient):
-    """GitLab: `GET /groups/{full path}/projects?include_subgroups=true`."""
+class MalformedPayload(GitregError):
+    """A webhook body is not the JSON document the host sends."""
 
-    def headers(self) -> dict[str, str]:
-        headers = {"User-Agent": f"gitreg/{__version__}", "Accept": "application/json"}
-        if self.org.token:
-            headers["PRIVATE-TOKEN"] = self.org.token
-        return headers
+    status = 400
 
-    RATE_HEADERS = "RateLimit-"
 
-    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
-        """All projects of the group and its subgroups (not projects merely shared with it)."""
-        group = quote(self.org.group, safe="")
-        url = (
-            f"{self.org.api_url}/groups/{group}/projects?include_subgroups=true&with_shared=false"
-            f"&per_page={PER_PAGE}&order_by=id&sort=asc"
-        )
-        return await self._pages(url, gitlab_record, on_page)
+@dataclass(frozen=True)
+class TagEvent:
+    """A tag was pushed, created or deleted: which repository (by its URLs) and which tag ref."""
 
-    async def get_project(self, project: str | int) -> RepoRecord | None:
-        """One project by id or full path; None when GitLab says it does not exist."""
-        try:
-            data, _ = await self.get_json(f"{self.org.api_url}/projects/{quote(str(project), safe='')}")
-        except ForgeNotFound:
+    urls: tuple[str, ...]
+    ref: str
+
+
+@dataclass(frozen=True)
+class RepositoryEvent:
+    """A repository webhook, provider-neutral: what to drop and what to (re)load."""
+
+    provider: str
+    action: str
+    full_name: str  # the repository's name now (owner/name, or GitLab's path_with_namespace)
+    old_full_name: str | None = None  # before a rename or transfer
+    record: RepoRecord | None = None  # GitHub: the payload's repository object
+    project_id: str | None = None  # GitLab: fetched from the API (system hooks carry no URLs)
+    removed: bool = False  # the repository is gone (deleted, destroyed)
+
+
+def json_payload(body: bytes, content_type: str) -> Mapping[str, Any]:
+    """The payload as a JSON object; GitHub may also send it form-encoded as `payload=...`."""
+    try:
+        text = body.decode("utf-8")
+        if content_type == "application/x-www-form-urlencoded":
+            text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested deeply
+        raise MalformedPayload(f"the webhook body is not a JSON document: {str(e)[:100]}") from None
+    if not isinstance(data, dict):
+        raise MalformedPayload("the webhook body must be a JSON object")
+    return data
+
+
+def payload_urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """The repository URLs a payload's `section` names in `fields` (at least one, or MalformedPayload)."""
+    if not isinstance(section, dict):
+        raise MalformedPayload(f"the payload has no {what} object")
+    # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
+    found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
+    if not found:
+        raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")
+    return found
+
+
+def dig(data: Any, *keys: str) -> Any:
+    """`data[k1][k2]...`, or None where a level is missing or not an object."""
+    for key in keys:
+        if not isinstance(data, dict):
             return None
-        return gitlab_record(data)
+        data = data.get(key)
+    return data
 
 
-def client_for(org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> ForgeClient:
-    """The API client for `org`'s provider."""
-    if org.provider == "github":
-        return GitHubClient(org, session, stats)
-    return GitLabClient(org, session, stats)
+# ---- hosts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the rest of gitreg asks of one kind of Git host; each host module defines one `HOST`."""
+
+    name: str  # the `provider` of [[orgs]] entries and webhook metrics
+    client: type[ForgeClient]
+    # (group, full_name): is the repository one of the org's? (GitLab groups have subgroups.)
+    owns: Callable[[str, str], bool]
+    secret_key: str  # the [webhooks] key of this host's shared secret
+    # (secret, raw body, headers): does the delivery carry the shared secret? (constant time)
+    verify: Callable[[str, bytes, Mapping[str, str]], bool]
+    refused: str  # what a delivery that fails `verify` is told

@@ -1,0 +1,173 @@
+"""GitHub (and GitHub Enterprise Server): its REST API, its webhooks' payloads and signatures.
+
+Listing: "List organization repositories" (`GET /orgs/{org}/repos`), or, when the owner is a
+user account, `GET /users/{user}/repos`; rate limits in `X-RateLimit-*`. Webhooks: a tag is
+a `push` of `refs/tags/...` or a `create`/`delete` with `ref_type: tag`; an organization's
+`repository` event (created, deleted, renamed, archived, unarchived, transferred, edited)
+carries the repository object itself. Deliveries are signed: `X-Hub-Signature-256:
+sha256=<hex HMAC-SHA256 of the raw body with [webhooks] github_secret>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from gitreg.config.model import OrgConfig
+from gitreg.core.secrets import digest, same_secret
+from gitreg.forges.base import (
+    PER_PAGE,
+    USER_AGENT,
+    ForgeClient,
+    ForgeNotFound,
+    Host,
+    MalformedPayload,
+    OnPage,
+    OrgStats,
+    RepoRecord,
+    RepositoryEvent,
+    TagEvent,
+    dig,
+    payload_urls,
+    text_field,
+    topics_field,
+)
+
+API_VERSION = "2022-11-28"
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+EVENT_HEADER = "X-GitHub-Event"  # what a delivery is about (tag_event's `event`)
+# Where a payload's repository object names the repository (https, ssh, web page, git://).
+URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
+
+
+def record(item: Any) -> RepoRecord | None:
+    """A GitHub repository object (REST API or `repository` webhook payload); None when malformed."""
+    if not isinstance(item, dict):
+        return None
+    rec = RepoRecord(
+        id=str(item.get("id", "")),
+        name=text_field(item, "name", 255),
+        full_name=text_field(item, "full_name", 512),
+        https_url=text_field(item, "clone_url"),
+        ssh_url=text_field(item, "ssh_url"),
+        web_url=text_field(item, "html_url"),
+        description=text_field(item, "description", 1000),
+        topics=topics_field(item.get("topics")),
+        archived=item.get("archived") is True,
+        pushed_at=text_field(item, "pushed_at", 64),
+    )
+    return rec if rec.name and rec.full_name and rec.https_url else None
+
+
+class GitHubClient(ForgeClient):
+    """Lists an organization's repositories, or a user's own."""
+
+    RATE_HEADERS = "X-RateLimit-"
+
+    def __init__(self, org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> None:
+        super().__init__(org, session, stats)
+        self.is_user: bool | None = None  # learnt from the first listing
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "User-Agent": USER_AGENT,
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+        }
+        if self.org.token:
+            headers["Authorization"] = f"Bearer {self.org.token}"
+        return headers
+
+    async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
+        """All repositories of the organization (or, when GitHub says it is a user, the user's own)."""
+        owner = quote(self.org.group, safe="")
+        # Oldest first: a repository created while we read the pages lands on the last page,
+        # instead of pushing one we have not read yet onto a page we already have.
+        org_url = f"{self.org.api_url}/orgs/{owner}/repos?per_page={PER_PAGE}&type=all&sort=created&direction=asc"
+        user_url = f"{self.org.api_url}/users/{owner}/repos?per_page={PER_PAGE}&type=owner&sort=created&direction=asc"
+        if self.is_user:
+            return await self._pages(user_url, record, on_page)
+        try:
+            found = await self._pages(org_url, record, on_page)
+        except ForgeNotFound:
+            if self.is_user is False:
+                raise
+            # GitHub answers 404 for /orgs/<a user>: the group names a user account.
+            found = await self._pages(user_url, record, on_page)
+            self.is_user = True
+            return found
+        self.is_user = False
+        return found
+
+
+def owns(group: str, full_name: str) -> bool:
+    """True when `full_name` (owner/name) is a repository of the organization or user `group`."""
+    name = full_name.lower()
+    return name.split("/", 1)[0] == group.lower() and name.count("/") == 1
+
+
+def verify(secret: str, body: bytes, headers: Mapping[str, str]) -> bool:
+    """`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, compared in constant time."""
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return same_secret(headers.get(SIGNATURE_HEADER), digest(expected))
+
+
+def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
+    """The tag event in a GitHub delivery (`X-GitHub-Event: event`), or None when it is about something else."""
+    ref = payload.get("ref")
+    if event == "push":
+        if not isinstance(ref, str):
+            raise MalformedPayload("a push payload needs a string 'ref'")
+        if not ref.startswith("refs/tags/"):
+            return None
+    elif event in ("create", "delete"):
+        if payload.get("ref_type") != "tag":
+            return None
+        if not isinstance(ref, str):
+            raise MalformedPayload(f"a {event} payload needs a string 'ref'")
+        ref = f"refs/tags/{ref}"
+    else:
+        return None
+    return TagEvent(payload_urls(payload.get("repository"), URL_FIELDS, "repository"), ref)
+
+
+def repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
+    """A GitHub `repository` event (created, deleted, renamed, archived, unarchived, transferred, ...).
+
+    None when the payload is not shaped like one.
+    """
+    action = payload.get("action")
+    rec = record(payload.get("repository"))
+    if not isinstance(action, str) or rec is None:
+        return None
+    old: str | None = None
+    changes = payload.get("changes") if isinstance(payload.get("changes"), dict) else {}
+    owner = rec.full_name.split("/", 1)[0]
+    if action == "renamed":
+        name_from = dig(changes, "repository", "name", "from")
+        if isinstance(name_from, str) and name_from:
+            old = f"{owner}/{name_from}"
+    elif action == "transferred":
+        frm = dig(changes, "owner", "from")
+        login = None
+        if isinstance(frm, dict):
+            login = dig(frm, "organization", "login") or dig(frm, "user", "login")
+        if isinstance(login, str) and login:
+            old = f"{login}/{rec.name}"
+    removed = action == "deleted"
+    return RepositoryEvent("github", action, rec.full_name, old, None if removed else rec, removed=removed)
+
+
+HOST = Host(
+    name="github",
+    client=GitHubClient,
+    owns=owns,
+    secret_key="github_secret",
+    verify=verify,
+    refused=f"missing or wrong {SIGNATURE_HEADER}: the webhook's secret must equal [webhooks] github_secret",
+)

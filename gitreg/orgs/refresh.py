@@ -1,0 +1,155 @@
+"""Enumerating orgs through their hosts' APIs: now, and in the background on a schedule.
+
+Each org is enumerated at start (unless its listing on disk is current), then every
+`refresh_seconds`, jittered so that orgs sharing a host do not fire together, or at once when
+a webhook asks. A failed enumeration keeps the last listing and is tried again sooner (15 s,
+doubling, never before a spent rate limit resets). An org listed for the first time is served
+page by page as its pages arrive; later listings apply whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+import aiohttp
+
+from gitreg.forges.base import ForgeError, RepoRecord
+from gitreg.forges.hosts import client_for
+from gitreg.orgs.model import OrgState, patch
+
+log = logging.getLogger(__name__)
+
+# After a failed enumeration the next try comes sooner than refresh_seconds: 15 s, doubling.
+FAILURE_RETRY_SECONDS = 15.0
+_JITTER = 0.1
+
+
+class Listings(Protocol):
+    """What enumerations feed (orgs.catalog.OrgCatalog)."""
+
+    def take_listing(self, s: OrgState, records: dict[str, RepoRecord], since: float | None) -> None:
+        """A new listing for org `s`; `since`: when the one it replaces was enumerated."""
+
+    def take_page(self, s: OrgState, page: list[RepoRecord]) -> None:
+        """A page of org `s`'s first listing, before its last page."""
+
+    async def flush(self) -> None:
+        """Persist the listings."""
+
+
+class OrgRefresher:
+    """Owns the orgs' API clients and their background enumerations."""
+
+    def __init__(self, orgs: Sequence[OrgState], listings: Listings) -> None:
+        self._orgs = orgs
+        self._listings = listings
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def open(self, session: aiohttp.ClientSession) -> None:
+        """Make each org's API client on `session` (done by running(); by hand for a probe)."""
+        for s in self._orgs:
+            s.client = client_for(s.config, session, s.stats)
+
+    def refresh_soon(self, index: int) -> None:
+        """Ask the org's background loop to enumerate now (coalesced with one already running)."""
+        self._orgs[index].wake.set()
+
+    async def enumerate(self, index: int) -> bool:
+        """List org `index` through its API now; False (and the last listing kept) when that fails."""
+        s = self._orgs[index]
+        assert s.client is not None, "open() first"
+        async with s.lock:
+            s.journal.clear()
+            # Listed for the first time: each page's modules are served and indexed as it arrives
+            # (an org of thousands of repositories takes many pages, seconds each on a busy host).
+            # Nothing is dropped before the last page; later listings apply whole.
+            early = (lambda page: self._listings.take_page(s, page)) if s.records is None else None
+            try:
+                records = await s.client.list_repositories(early)
+            except ForgeError as e:
+                _failed(s, e)
+                return False
+            finally:
+                s.attempted.set()
+            since = s.enumerated_at
+            s.enumerated_at = time.time()
+            s.stats.last_success = s.enumerated_at
+            s.error, s.failures, s.loaded = None, 0, False
+            if not records and s.records:
+                log.warning(
+                    "org %s: the API now lists no repositories at all (it listed %d)", s.config.label, len(s.records)
+                )
+            listing = {r.full_name.lower(): r for r in records}
+            for dropped, record in s.journal:
+                patch(listing, dropped, record)
+            s.journal.clear()
+            self._listings.take_listing(s, listing, since)
+        log.info("org %s: %d repositories, %d modules", s.config.label, len(records), len(s.modules))
+        await self._listings.flush()
+        return True
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """An API session and every org's background loop, for as long as the context lasts."""
+        async with aiohttp.ClientSession(auto_decompress=True, trust_env=False) as session:
+            self.open(session)
+            for s in self._orgs:
+                task = asyncio.ensure_future(self._run(s))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            try:
+                yield
+            finally:
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self, s: OrgState) -> None:
+        """Enumerate when due, then every refresh_seconds (jittered), or at once when woken.
+
+        Due at start, unless the listing loaded from orgs.json is younger than refresh_seconds:
+        then when it would have been due had gitreg kept running (a restart costs no API pages
+        and leaves the first requests the CPU; repository webhooks still apply at once).
+        """
+        delay = 0.0
+        if s.loaded and s.enumerated_at is not None:
+            delay = max(0.0, s.enumerated_at + s.config.refresh_seconds - time.time())
+            if delay:
+                log.info("org %s: its listing on disk is current; next enumeration in %.0f s", s.config.label, delay)
+        while True:
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(s.wake.wait(), delay)
+            s.wake.clear()
+            try:
+                ok = await self.enumerate(s.index)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("org %s: enumeration failed", s.config.label)
+                ok = False
+            delay = _next_delay(s, ok)
+
+
+def _failed(s: OrgState, e: ForgeError) -> None:
+    """An enumeration of `s` failed: remember why; its last listing stays."""
+    s.error = e.message
+    s.failures += 1
+    kept = f"keeping the last listing ({len(s.records)} repositories)" if s.records is not None else "no listing yet"
+    log.warning("org %s: listing failed: %s; %s", s.config.label, e.message, kept)
+
+
+def _next_delay(s: OrgState, ok: bool) -> float:
+    """Seconds until org `s`'s next enumeration, after one that succeeded (`ok`) or failed."""
+    refresh = s.config.refresh_seconds
+    delay = refresh if ok else min(refresh, FAILURE_RETRY_SECONDS * 2 ** min(s.failures - 1, 10))
+    client = s.client
+    if not ok and client is not None and s.stats.rate_remaining == 0 and client.reset_at:
+        delay = max(delay, client.reset_at - time.time())  # never ask again before the quota resets
+    return delay * random.uniform(1 - _JITTER, 1 + _JITTER)  # orgs sharing a host do not fire together

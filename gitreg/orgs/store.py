@@ -1,0 +1,151 @@
+"""orgs.json: the org listings as last enumerated, so a restart serves them before the API answers.
+
+The document (format 1): `{"format": 1, "orgs": [{"provider", "api_url", "group",
+"enumerated_at", "repositories": [RepoRecord.to_json(), ...]}, ...]}`, one entry per org that
+has a listing. Written whole and atomically (`.orgs-*.tmp` renamed over it) off the event
+loop, only when the listing changed since the last write; read at start, where a damaged file
+is set aside as `orgs.json.damaged` and the listings start empty. The file mechanics are kept
+apart from the document (`encode`/`decode`) so that they can move to one shared state-file helper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from gitreg.forges.base import RepoRecord
+from gitreg.orgs.model import OrgState
+from gitreg.storage.files import collector_paused, json_document, remove_leftovers, write_atomically
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "orgs.json"
+FORMAT = 1
+_TMP_PREFIX = ".orgs-"  # temp files of write_atomically (`.orgs-*.tmp`)
+
+# One org's listing read back: its state, its repositories, when it was enumerated.
+Loaded = tuple[OrgState, list[RepoRecord], float | None]
+
+
+def encode(orgs: Iterable[OrgState]) -> str:
+    """The orgs.json document of the orgs that have a listing."""
+    entries = [
+        json_document(
+            {
+                "provider": s.config.provider,
+                "api_url": s.config.api_url,
+                "group": s.config.group,
+                "enumerated_at": s.enumerated_at,
+            },
+            "repositories",
+            (json.dumps(r.to_json()) for _, r in sorted(s.records.items())),
+        )
+        for s in orgs
+        if s.records is not None
+    ]
+    return json_document({"format": FORMAT}, "orgs", entries)
+
+
+def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
+    """The listings of an orgs.json document for the orgs still configured (and not listed yet)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("orgs"), list):
+        return []
+    found: list[Loaded] = []
+    taken: set[int] = set()
+    for entry in data["orgs"]:
+        if not isinstance(entry, dict):
+            continue
+        for s in orgs:
+            key = (s.config.provider, s.config.api_url, s.config.group.lower())
+            if key != (entry.get("provider"), entry.get("api_url"), str(entry.get("group", "")).lower()):
+                continue
+            items = entry.get("repositories")
+            if not isinstance(items, list) or s.records is not None or s.index in taken:
+                break
+            records = [r for r in (RepoRecord.from_json(item) for item in items) if r is not None]
+            when = entry.get("enumerated_at")
+            enumerated_at = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+            found.append((s, records, enumerated_at))
+            taken.add(s.index)
+            break
+    return found
+
+
+class OrgStore:
+    """orgs.json for a catalog's orgs: read once at start, written when changed (event loop only)."""
+
+    def __init__(self, path: Path | None, executor: Executor | None, orgs: Sequence[OrgState]) -> None:
+        self.path = path  # None: not persisted (gitreg check --probe)
+        self.executor = executor
+        self._orgs = orgs
+        self._dirty = False
+        self._write_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def changed(self) -> None:
+        """The listings differ from what the file holds: the next flush writes it."""
+        self._dirty = True
+
+    async def read(self) -> list[Loaded]:
+        """The listings in the file (read off the loop), for orgs without one; nothing without a path."""
+        if self.path is None:
+            return []
+        data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, self.path)
+        with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
+            return decode(data, self._orgs)
+
+    def loaded(self) -> None:
+        """What was just read and taken is what the file holds: nothing to write."""
+        self._dirty = False
+
+    async def flush(self) -> None:
+        """Write orgs.json if the listing changed since the last write (off the event loop)."""
+        if self.path is None:
+            return
+        async with self._write_lock:
+            if not self._dirty:
+                return
+            text = encode(self._orgs)
+            self._dirty = False
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    self.executor, write_atomically, self.path, text, _TMP_PREFIX
+                )
+            except OSError as e:
+                self._dirty = True
+                log.warning("could not write %s: %s", self.path, e)
+
+    def flush_soon(self) -> None:
+        """Flush in a task of its own (a webhook's answer does not wait for the disk)."""
+        task = asyncio.ensure_future(self.flush())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """At shutdown: stop pending flushes, then write what changed."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.flush()
+
+
+def _read_json(path: Path) -> Any:
+    """The file's JSON; None when missing; a damaged file is set aside (never fatal)."""
+    remove_leftovers(path, _TMP_PREFIX)
+    try:
+        with collector_paused():
+            return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as e:
+        log.warning("%s could not be read (%s); the org listings start empty", path, type(e).__name__)
+        with contextlib.suppress(OSError):
+            os.replace(path, path.with_name(path.name + ".damaged"))
+        return None
