@@ -58,7 +58,7 @@ from gitreg.index.store import ChangeLog, IndexEntry, ModuleIndex
 from gitreg.orgs.catalog import OrgCatalog, OrgChanges, OrgRepo
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.tags import TagCache
-from gitreg.replicas.shared import SharedState
+from gitreg.replicas.base import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class IndexProcess:
 
     async def _publish(self) -> None:
         """The index process wrote index.json: with Redis, the leader offers it to the other replicas."""
-        if self.shared.backend == "memory" or not self.shared.leading():
+        if not self.shared.is_shared or not self.shared.leading():
             return  # alone, nobody to offer it to: the file is not even read
         try:
             text = await asyncio.get_running_loop().run_in_executor(None, self.index.path.read_text, "utf-8")
@@ -218,7 +218,7 @@ class IndexProcess:
         """Cleanup context body: the index process runs (and is restarted) while the application does."""
         task = asyncio.ensure_future(self._supervise())
         # Alone (memory), this replica always leads: there is no lease to watch.
-        watch = asyncio.ensure_future(self._watch_lease()) if self.shared.backend != "memory" else None
+        watch = asyncio.ensure_future(self._watch_lease()) if self.shared.is_shared else None
         try:
             yield
         finally:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from gitreg.git.runner import TagList
     from gitreg.orgs.catalog import OrgCatalog
     from gitreg.registry.tags import TagCache
-    from gitreg.replicas.shared import SharedState
+    from gitreg.replicas.base import SharedState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ListTags = Callable[[str], "TagList"]
@@ -395,8 +395,6 @@ class _PoolCollector(Collector):
 
 def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
     """`gitreg_redis_up` and how tag lists were loaded, with the Redis backend (never its URL)."""
-    from gitreg.replicas.shared import RedisShared
-
     up = GaugeMetricFamily(
         "gitreg_redis_up", "1 while Redis answers; 0 while this replica serves from its own memory.", labels=[]
     )
@@ -411,7 +409,7 @@ def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily 
         labels=["result"],
     )
     # With the memory backend the families are there without samples (dashboards can be set up first).
-    if isinstance(shared, RedisShared):
+    if shared is not None and shared.is_shared:
         up.add_metric([], 1 if shared.up else 0)
         leader.add_metric([], 1 if shared.leading() else 0)
         errors.add_metric([], shared.errors)

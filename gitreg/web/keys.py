@@ -17,7 +17,7 @@ from gitreg.orgs.catalog import OrgCatalog
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
-from gitreg.replicas.shared import SharedState
+from gitreg.replicas.base import SharedState
 from gitreg.storage.archives import ArchiveStore
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.web.auth import TokenChecker
