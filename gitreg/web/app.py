@@ -21,6 +21,7 @@ from gitreg.core.urls import host_label as git_host
 from gitreg.git.pool import GIT_PRIORITY, GitPool, Priority, Waiters
 from gitreg.git.runner import GitAdapter, MirrorGit, TagList
 from gitreg.index.process import Role, Seed
+from gitreg.observability.collectors import ArchiveCollector
 from gitreg.observability.logs import ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
 from gitreg.orgs.catalog import FILE_NAME as ORGS_FILE
@@ -29,7 +30,7 @@ from gitreg.registry.service import ARCHIVE_NAME, Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
-from gitreg.storage.archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
+from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.files import StorageBudget
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
