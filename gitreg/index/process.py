@@ -26,7 +26,7 @@ whose repository is gone, and its status for /readyz and /metrics.
 The index process exits when its stdin closes (the serving process stopped, or died); one that
 dies is started again with backoff while serving goes on from the index as it is.
 
-With Redis (`[cache] backend = "redis"`, shared.py) the serving process keeps the replica's
+With Redis (`[cache] backend = "redis"`, replicas/redis.py) the serving process keeps the replica's
 place: it holds (or not) the index lease and tells its index process whether to build. A
 leader's index process builds, and each index.json it writes the serving process publishes; a
 follower's index process builds nothing, and is given each index the serving process loads

@@ -112,8 +112,8 @@ class RedisShared:
         # Set by the application: what a message from another replica does here.
         self.on_invalidate: Callable[[str], None] = lambda _key: None
         self.on_reconnect: Callable[[], None] = lambda: None
-        self._on_index: Callable[[str], None] = lambda _text: None
         self.on_downloads: Callable[[], None] = lambda: None
+        self._on_index: Callable[[str], None] = lambda _text: None  # follow_index's `adopt`
         self.config = config
         self.shown_url = urls.mask(config.redis_url)  # the only form of the URL that is ever logged
         self.replica = replica or replica_name()

@@ -37,7 +37,7 @@ METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
-# What replicas share (Redis), or this process alone (memory): see shared.py.
+# What replicas share (Redis), or this process alone (memory): see gitreg/replicas.
 SHARED = web.AppKey("shared", SharedState)
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
