@@ -215,7 +215,7 @@ async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ig
     from gitreg.orgs.catalog import OrgCatalog
     from gitreg.registry.catalog import Catalog
     from gitreg.registry.tags import TagCache
-    from gitreg.replicas.shared import SharedState
+    from gitreg.replicas.memory import MemoryShared
     from tests.conftest import make_config
     from tests.test_restart import entry
 
@@ -227,7 +227,7 @@ async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ig
         Catalog(config, tmp_path / "catalog.json"),
         OrgCatalog(config, None),
         TagCache(config.cache, None),  # type: ignore[arg-type]
-        SharedState(),
+        MemoryShared(),
     )
     vpc = ModuleAddress("acme", "vpc", "aws")
     process._take(json.dumps({"set": entry("vpc", ["1.0.0"], "1.0.0")}).encode())

@@ -302,7 +302,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
 
 def _check_redis(config: Config) -> bool:
     """With backend = "redis": PING it briefly and say whether it answered (the password masked)."""
-    from gitreg.replicas.shared import check_redis
+    from gitreg.replicas.connection import check_redis
 
     assert config.cache.redis_url is not None  # required with backend = "redis"
     shown = mask_url(config.cache.redis_url)

@@ -26,7 +26,7 @@ whose repository is gone, and its status for /readyz and /metrics.
 The index process exits when its stdin closes (the serving process stopped, or died); one that
 dies is started again with backoff while serving goes on from the index as it is.
 
-With Redis (`[cache] backend = "redis"`, shared.py) the serving process keeps the replica's
+With Redis (`[cache] backend = "redis"`, replicas/redis.py) the serving process keeps the replica's
 place: it holds (or not) the index lease and tells its index process whether to build. A
 leader's index process builds, and each index.json it writes the serving process publishes; a
 follower's index process builds nothing, and is given each index the serving process loads
@@ -59,7 +59,7 @@ from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.model import OrgChanges, OrgRepo
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.tags import TagCache
-from gitreg.replicas.shared import SharedState
+from gitreg.replicas.base import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class IndexProcess:
 
     async def _publish(self) -> None:
         """The index process wrote index.json: with Redis, the leader offers it to the other replicas."""
-        if self.shared.backend == "memory" or not self.shared.leading():
+        if not self.shared.is_shared or not self.shared.leading():
             return  # alone, nobody to offer it to: the file is not even read
         try:
             text = await asyncio.get_running_loop().run_in_executor(None, self.index.path.read_text, "utf-8")
@@ -219,7 +219,7 @@ class IndexProcess:
         """Cleanup context body: the index process runs (and is restarted) while the application does."""
         task = asyncio.ensure_future(self._supervise())
         # Alone (memory), this replica always leads: there is no lease to watch.
-        watch = asyncio.ensure_future(self._watch_lease()) if self.shared.backend != "memory" else None
+        watch = asyncio.ensure_future(self._watch_lease()) if self.shared.is_shared else None
         try:
             yield
         finally:

@@ -961,36 +961,3 @@ def _web_url(clone_url: str) -> str:
     from gitreg.web.api.browse import source_url  # browse imports this module
 
     return source_url(clone_url)
-
-
-class IndexCollector:
-    """Prometheus view of the index (read at scrape time)."""
-
-    def __init__(self, index: ModuleIndex, process_starts: Callable[[], int] | None = None) -> None:
-        self.index = index
-        self.process_starts = process_starts  # gitreg serve: how many index processes were started
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        index = self.index
-        yield GaugeMetricFamily("gitreg_index_modules", "Modules listed by the index.", value=len(index))
-        yield GaugeMetricFamily(
-            "gitreg_index_complete",
-            "1 once every listable module was indexed at least once.",
-            value=1 if index.complete else 0,
-        )
-        yield GaugeMetricFamily(
-            "gitreg_index_age_seconds", "Seconds since the index's last complete pass.", value=index.age()
-        )
-        yield GaugeMetricFamily(
-            "gitreg_index_queue_depth", "Modules waiting to be (re)indexed.", value=index.queue_depth()
-        )
-        yield CounterMetricFamily(
-            "gitreg_index_failures", "Indexing attempts that failed (the last state stays).", value=index.stats.failures
-        )
-        yield CounterMetricFamily(
-            "gitreg_index_process_starts",
-            "Index processes started: 1, and one more for each that died and was replaced (0: no index process).",
-            value=self.process_starts() if self.process_starts is not None else 0,
-        )

@@ -1,4 +1,14 @@
-"""Metrics (`/metrics`, `/readyz`) and log formats.
+"""What operators see of gitreg: metrics, readiness and logs.
 
-May import: everything below the web layer.
+- `metrics`: `Metrics` (the application's own CollectorRegistry, the request and git-call
+  instruments, `GET /metrics`'s rendering and token check), `Lifecycle` (`/readyz`), the
+  request-counting middleware.
+- `collectors`: every Prometheus collector, each reading one part of gitreg at scrape time
+  (requests, tag cache, shared state, git pool, orgs, archives, index), so the parts they
+  describe know nothing of Prometheus.
+- `logs`: the access log, JSON log lines and the secret filter.
+
+May import: everything below the web layer (`core`, `config`, `git`, `forges`, `storage`,
+`replicas`, `orgs`, `registry`, `index`), never `gitreg.web` or `gitreg.cli`; no package below
+may import it.
 """

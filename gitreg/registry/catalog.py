@@ -24,7 +24,8 @@ from typing import Any
 from gitreg.config.model import Config
 from gitreg.config.rules import ResolvedModule, RuleIndex
 from gitreg.core.names import ModuleAddress, address_from_text
-from gitreg.replicas.shared import SharedState
+from gitreg.replicas.base import SharedState
+from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.files import remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class Catalog:
         # Advances with every counted download: search results (ties by downloads) depend on it.
         self.downloads_version = 0
         # With Redis (browse.py sets it): counts of every replica, read in the background.
-        self.shared = SharedState()
+        self.shared: SharedState = MemoryShared()
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""

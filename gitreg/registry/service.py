@@ -17,7 +17,8 @@ from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
 from gitreg.orgs.catalog import OrgCatalog
 from gitreg.registry.tags import TagCache
-from gitreg.replicas.shared import SharedState
+from gitreg.replicas.base import SharedState
+from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.archives import ArchiveKey
 from gitreg.storage.pins import TagPins
 
@@ -35,7 +36,7 @@ class Registry:
         self.rules = RuleIndex(config.modules)
         self.pins = pins
         self.orgs = orgs if orgs is not None and config.orgs else None
-        self.shared = SharedState()  # app.py sets the Redis one: replicas pin a tag at the same commit
+        self.shared: SharedState = MemoryShared()  # app.py sets the Redis one: replicas pin a tag at the same commit
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
         """The rule or org serving `address`; ModuleNotFound when none does.

@@ -1,4 +1,15 @@
 """State several replicas share (Redis), or this process alone keeps (memory).
 
-May import: `gitreg.core`, `gitreg.config`, `gitreg.git`.
+- `base`: `SharedState`, the Protocol the rest of gitreg holds (tag lists through a shared
+  lock, invalidations, moved-tag records, download counts, the index lease). Callers ask it
+  what it answers (`is_shared`, `up`, `leading()`), never which backend it is.
+- `memory`: `MemoryShared`, this process alone (`[cache] backend = "memory"`, the index
+  process, the services' defaults).
+- `redis`: `RedisShared`, replicas sharing Redis; an optimisation of local truth, never a
+  dependency (its docstring tells how).
+- `connection`: talking to Redis (fail-fast client, masked error texts, `check_redis` for
+  `gitreg check`).
+- `factory`: `make_shared`, the one place that picks a backend from the config.
+
+May import: `gitreg.core`, `gitreg.config`, `gitreg.git` (and redis-py, lazily).
 """

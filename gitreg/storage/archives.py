@@ -26,11 +26,11 @@ import os
 import shutil
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar, cast
+from typing import BinaryIO, TypeVar, cast
 
 from gitreg.core.errors import (
     GitregError,
@@ -43,9 +43,6 @@ from gitreg.git.pool import GitPool
 from gitreg.git.runner import MirrorGit, NoSuchTree, mask_url
 from gitreg.storage.files import mib, run_file_work
 from gitreg.storage.mirrors import MirrorStore
-
-if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -419,30 +416,3 @@ def sha256_file(path: str | Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
-
-
-class ArchiveCollector:
-    """Prometheus view of the archive store and moved tags (read at scrape time)."""
-
-    def __init__(self, store: ArchiveStore, pins: object) -> None:
-        self.store = store
-        self.pins = pins
-
-    def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        yield CounterMetricFamily(
-            "gitreg_moved_tags",
-            "Tags found pointing at another commit than the one first served.",
-            value=getattr(self.pins, "moved_total", 0),
-        )
-        yield CounterMetricFamily("gitreg_archive_builds", "Archives built (archive mode).", value=self.store.builds)
-        yield GaugeMetricFamily("gitreg_archive_bytes", "Bytes of archives on disk.", value=self.store.total_bytes)
-        yield GaugeMetricFamily("gitreg_archives", "Archives on disk.", value=self.store.count)
-        mirrors, mirror_bytes = self.store.budget.usage("mirror")
-        yield GaugeMetricFamily(
-            "gitreg_mirror_bytes",
-            "Bytes of bare mirrors on disk (with the archives, under [storage] max_bytes).",
-            value=mirror_bytes,
-        )
-        yield GaugeMetricFamily("gitreg_mirrors", "Bare mirrors on disk.", value=mirrors)

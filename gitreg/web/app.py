@@ -21,14 +21,16 @@ from gitreg.core.urls import host_label as git_host
 from gitreg.git.pool import GIT_PRIORITY, GitPool, Priority, Waiters
 from gitreg.git.runner import GitAdapter, MirrorGit, TagList
 from gitreg.index.process import Role, Seed
+from gitreg.observability.collectors import ArchiveCollector
 from gitreg.observability.logs import ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
 from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.registry.service import ARCHIVE_NAME, Registry
 from gitreg.registry.tags import TagCache
-from gitreg.replicas.shared import SharedState, make_shared
-from gitreg.storage.archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
+from gitreg.replicas.factory import make_shared
+from gitreg.replicas.memory import MemoryShared
+from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.files import StorageBudget
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
@@ -178,7 +180,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
     # The index process has no Redis of its own: its serving process is the replica (indexer.py).
     index_process = app[ROLE] is Role.INDEX
-    shared = app[SHARED] = SharedState() if index_process else make_shared(config.cache, config.git.timeout_seconds)
+    shared = app[SHARED] = MemoryShared() if index_process else make_shared(config.cache, config.git.timeout_seconds)
     await shared.start()
     cache = TagCache(
         config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)), app[CLOCK]

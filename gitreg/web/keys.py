@@ -17,7 +17,7 @@ from gitreg.orgs.catalog import OrgCatalog
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
-from gitreg.replicas.shared import SharedState
+from gitreg.replicas.base import SharedState
 from gitreg.storage.archives import ArchiveStore
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.web.auth import TokenChecker
@@ -37,7 +37,7 @@ METRICS = web.AppKey("metrics", Metrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ARCHIVES = web.AppKey("archives", ArchiveStore)
 SIGNER = web.AppKey("signer", UrlSigner)
-# What replicas share (Redis), or this process alone (memory): see shared.py.
+# What replicas share (Redis), or this process alone (memory): see gitreg/replicas.
 SHARED = web.AppKey("shared", SharedState)
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")

@@ -26,7 +26,8 @@ from gitreg.core.names import ModuleAddress, parse_address
 from gitreg.core.versions import ModuleVersions, TaggedVersion
 from gitreg.index.details import DetailsService, ModuleDetails
 from gitreg.index.process import IndexProcess, Role
-from gitreg.index.store import ChangeLog, IndexCollector, IndexedVersion, IndexEntry, ModuleIndex, OrgInfo
+from gitreg.index.store import ChangeLog, IndexedVersion, IndexEntry, ModuleIndex, OrgInfo
+from gitreg.observability.collectors import IndexCollector
 from gitreg.registry.catalog import FILE_NAME, Catalog
 from gitreg.web.auth import allowed_namespaces
 from gitreg.web.keys import (

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
-import os
 import secrets
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,14 +42,19 @@ from gitreg.config.model import CacheConfig
 from gitreg.core import urls
 from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable, failure_kind
 from gitreg.git.runner import TagList
+from gitreg.replicas.base import Loader
+from gitreg.replicas.connection import (
+    CONNECT_TIMEOUT_SECONDS,
+    OP_TIMEOUT_SECONDS,
+    RedisDown,
+    connect,
+    describe,
+    quietly,
+    replica_name,
+)
 
 log = logging.getLogger(__name__)
 
-Loader = Callable[[str], Awaitable[TagList]]
-
-# A Redis command that takes longer than this counts as "Redis is down": the request goes on locally.
-OP_TIMEOUT_SECONDS = 1.0
-CONNECT_TIMEOUT_SECONDS = 1.0
 # Reconnect attempts: from MIN to MAX seconds apart, doubling.
 MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.1, 2.0
 # The background tick: ping, flush download counts, renew the index lease.
@@ -92,72 +96,10 @@ return 0
 """
 
 
-def replica_name() -> str:
-    """This process, as other replicas and logs see it: host, pid and a random suffix."""
-    return f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(3)}"
+class RedisShared:
+    """Implements `SharedState` through Redis (see the module docstring); any Redis failure answers locally."""
 
-
-class SharedState:
-    """The memory backend: this process is the whole truth, so each method answers locally."""
-
-    backend = "memory"
-
-    def __init__(self) -> None:
-        # Set by the application (app.py, browse.py): what a message from another replica does here.
-        self.on_invalidate: Callable[[str], None] = lambda _key: None
-        self.on_reconnect: Callable[[], None] = lambda: None
-        self.on_index: Callable[[str], None] = lambda _text: None
-        self.on_downloads: Callable[[], None] = lambda: None
-
-    @property
-    def up(self) -> bool:
-        """True while a shared store is reachable (never, for memory)."""
-        return False
-
-    async def start(self) -> None:
-        """Connect (a shared store); never raises."""
-
-    async def close(self) -> None:
-        """Disconnect; never raises."""
-
-    async def load_tags(self, key: str, loader: Loader) -> TagList:
-        """The tag list of `key`: here, straight from the loader (git)."""
-        return await loader(key)
-
-    async def invalidate(self, keys: list[str]) -> None:
-        """Tell the other replicas these repositories changed (nobody to tell here)."""
-
-    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
-        """The commit to pin `tag` at when this replica has no record of it: here, `sha`."""
-        return sha
-
-    def leading(self) -> bool:
-        """True when this replica builds the index (always, alone)."""
-        return True
-
-    async def publish_index(self, text: str) -> None:
-        """Offer the index this replica wrote to the others (none here)."""
-
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """Load each index another replica publishes with `adopt` (its index.json text)."""
-        self.on_index = adopt
-
-    def count_download(self, address: str) -> None:
-        """One more download of `address` (the catalog counts it locally too)."""
-
-    def downloads(self, address: str) -> int | None:
-        """The shared download count of `address`, or None to use the local one."""
-        return None
-
-    def status(self) -> dict[str, Any]:
-        """For /readyz: the backend and its state."""
-        return {"backend": self.backend}
-
-
-class RedisShared(SharedState):
-    """The Redis backend (see the module docstring). Falls back to local answers on any Redis failure."""
-
-    backend = "redis"
+    is_shared = True
 
     def __init__(
         self,
@@ -166,12 +108,12 @@ class RedisShared(SharedState):
         replica: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__()
-        from redis.asyncio import Redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
         assert config.redis_url is not None  # config.py requires it with backend = "redis"
+        # Set by the application: what a message from another replica does here.
+        self.on_invalidate: Callable[[str], None] = lambda _key: None
+        self.on_reconnect: Callable[[], None] = lambda: None
+        self.on_downloads: Callable[[], None] = lambda: None
+        self._on_index: Callable[[str], None] = lambda _text: None  # follow_index's `adopt`
         self.config = config
         self.shown_url = urls.mask(config.redis_url)  # the only form of the URL that is ever logged
         self.replica = replica or replica_name()
@@ -180,14 +122,7 @@ class RedisShared(SharedState):
         # Long enough for one git call (a lock outliving its holder just delays the next one).
         self.lock_ms = max(1000, int((lock_seconds + 5) * 1000))
         self._clock = clock
-        # No retries inside redis-py: a failure falls back at once and the reconnect loop takes over.
-        self.client = Redis.from_url(
-            config.redis_url,
-            socket_timeout=OP_TIMEOUT_SECONDS,
-            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            retry=Retry(NoBackoff(), 0),
-            client_name="gitreg",
-        )
+        self.client = connect(config.redis_url)
         self._store_script = self.client.register_script(_STORE)
         self._release_script = self.client.register_script(_RELEASE)
         self._renew_script = self.client.register_script(_RENEW)
@@ -240,7 +175,7 @@ class RedisShared(SharedState):
         self._ever_up = True
 
     def _mark_down(self, error: BaseException) -> None:
-        self.last_error = _describe(error, self.config.redis_url)
+        self.last_error = describe(error, self.config.redis_url)
         self.errors += 1
         self._broken.set()
         if not self._up:
@@ -315,7 +250,7 @@ class RedisShared(SharedState):
                         OP_TIMEOUT_SECONDS,
                     )
             except Exception as e:  # noqa: BLE001 - shutting down: the lease expires by itself
-                log.info("redis at shutdown: %s", _describe(e, self.config.redis_url))
+                log.info("redis at shutdown: %s", describe(e, self.config.redis_url))
         self._close_pubsub()
         with contextlib.suppress(Exception):  # shutting down: a broken connection is dropped anyway
             await self.client.aclose()
@@ -323,7 +258,7 @@ class RedisShared(SharedState):
     def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
-            self._spawn(_quietly(pubsub.aclose()))
+            self._spawn(quietly(pubsub.aclose()))
 
     async def _open(self) -> None:
         """One connection: subscribe, ping, claim or follow the index lease."""
@@ -391,8 +326,6 @@ class RedisShared(SharedState):
         return self.prefix + ":".join(parts)
 
     def _repo_key(self, kind: str, repository: str) -> str:
-        import hashlib
-
         return self._key(kind, hashlib.sha256(repository.encode("utf-8", "surrogateescape")).hexdigest()[:40])
 
     def _message(self, kind: str, **fields: Any) -> str:
@@ -447,7 +380,7 @@ class RedisShared(SharedState):
                 # On a timeout, look again (a lost message; or the holder died: its lock expires).
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter, WAIT_CHECK_SECONDS)
-            except _RedisDown:
+            except RedisDown:
                 continue  # now not up: the loop answers locally
             finally:
                 waiters = self._waiters.get(key)
@@ -504,7 +437,7 @@ class RedisShared(SharedState):
         # Kept at least a second, so the waiters woken now still find it (ttl_seconds may be 0).
         px = max(1000, int(self.config.ttl_seconds * 1000))
         value = json.dumps({"px": px, "tags": dict(tags.tags)})
-        with contextlib.suppress(_RedisDown):  # the answer is good here; the others go on alone
+        with contextlib.suppress(RedisDown):  # the answer is good here; the others go on alone
             await self._call(self._store_script(keys=[lock, stored], args=[token, value, px, self.channel, message]))
         self._held.pop(lock, None)
         return tags
@@ -517,7 +450,7 @@ class RedisShared(SharedState):
         for key in keys:
             pipe.delete(self._repo_key("tags", key), self._repo_key("lock", key))
         pipe.publish(self.channel, self._message("inv", keys=keys))
-        with contextlib.suppress(_RedisDown):
+        with contextlib.suppress(RedisDown):
             await self._call(pipe.execute())
 
     # --- moved-tag records --------------------------------------------------------------------------
@@ -535,7 +468,7 @@ class RedisShared(SharedState):
         pipe.hget(self._key("pins"), field)
         try:
             _, winner = await self._call(pipe.execute())
-        except _RedisDown:
+        except RedisDown:
             return sha
         return winner.decode() if isinstance(winner, bytes) else sha
 
@@ -573,25 +506,25 @@ class RedisShared(SharedState):
         pipe.publish(self.channel, self._message("index"))
         try:
             await self._call(pipe.execute())
-        except _RedisDown:
+        except RedisDown:
             if self._unpublished is None:
                 self._unpublished = text  # published once connected again (unless a newer one is)
 
     async def _read_index(self) -> None:
         try:
             raw = await self._call(self.client.get(self._key("index")))
-        except _RedisDown:
+        except RedisDown:
             return
         if raw is not None and not self._leading:
             text = raw.decode("utf-8", "replace")
             if self._following:
-                self.on_index(text)
+                self._on_index(text)
             else:
                 self._received_index = text  # for follow_index: it may not be published again
 
     def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """As SharedState's, and at once with the leader's index read before it was called."""
-        self.on_index, self._following = adopt, True
+        """Load each index the leader publishes with `adopt`; at once the one read before this was called."""
+        self._on_index, self._following = adopt, True
         text, self._received_index = self._received_index, None
         if text is not None and not self._leading:
             adopt(text)
@@ -640,14 +573,14 @@ class RedisShared(SharedState):
     # --- plumbing -----------------------------------------------------------------------------------
 
     async def _call(self, awaitable: Awaitable[Any]) -> Any:
-        """Await a Redis command; any failure marks Redis down and raises _RedisDown."""
+        """Await a Redis command; any failure marks Redis down and raises RedisDown."""
         try:
             return await asyncio.wait_for(awaitable, OP_TIMEOUT_SECONDS * 2)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - redis-py raises many kinds; all mean "not now"
             self._mark_down(e)
-            raise _RedisDown() from None
+            raise RedisDown() from None
 
     async def _settle(self, lock: str, awaitable: Awaitable[Any]) -> None:
         """Give up a held lock (store the answer, or release it); forgotten once Redis has it."""
@@ -655,49 +588,5 @@ class RedisShared(SharedState):
         self._held.pop(lock, None)
 
     async def _quiet_call(self, awaitable: Awaitable[Any]) -> None:
-        with contextlib.suppress(_RedisDown):
+        with contextlib.suppress(RedisDown):
             await self._call(awaitable)
-
-
-class _RedisDown(Exception):
-    """A Redis command failed; the caller answers locally."""
-
-
-async def _quietly(awaitable: Awaitable[Any]) -> None:
-    with contextlib.suppress(Exception):  # closing a broken connection
-        await awaitable
-
-
-def _describe(error: BaseException, url: str | None) -> str:
-    """A short reason for logs and /readyz, without the password (redis-py names host and port only, but be sure)."""
-    from urllib.parse import urlsplit
-
-    text = f"{type(error).__name__}: {str(error).strip() or 'no detail'}"
-    try:
-        password = urlsplit(url or "").password
-    except ValueError:
-        password = None
-    if password:
-        text = text.replace(password, "***")
-    return text[:200]
-
-
-def make_shared(config: CacheConfig, lock_seconds: float) -> SharedState:
-    """The shared state for `[cache] backend`."""
-    if config.backend == "redis":
-        return RedisShared(config, lock_seconds)
-    return SharedState()
-
-
-async def check_redis(url: str, timeout: float = 3.0) -> str | None:
-    """`gitreg check`: None when Redis at `url` answers PING within `timeout`, else why not (masked)."""
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-    try:
-        await asyncio.wait_for(client.ping(), timeout)
-        return None
-    except Exception as e:  # noqa: BLE001
-        return _describe(e, url) if str(e).strip() else f"no answer within {timeout:.0f}s"
-    finally:
-        await _quietly(client.aclose())

@@ -1,0 +1,88 @@
+"""What the rest of gitreg asks of the state replicas share: one Protocol, two peer backends.
+
+`memory.MemoryShared` (this process alone) and `redis.RedisShared` (replicas sharing Redis)
+both implement it; callers hold a `SharedState` and never ask which backend it is, only what
+it answers (`is_shared`, `up`, `leading()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from gitreg.git.runner import TagList
+
+Loader = Callable[[str], Awaitable[TagList]]
+
+
+class SharedState(Protocol):
+    """Tag lists, invalidations, moved-tag records, download counts and the index lease."""
+
+    # Set by the application: what a message from another replica does here.
+    on_invalidate: Callable[[str], None]  # another replica invalidated this repository
+    on_reconnect: Callable[[], None]  # the store is back: invalidations may have been missed
+    on_downloads: Callable[[], None]  # the shared download counts changed
+
+    @property
+    def is_shared(self) -> bool:
+        """True when other replicas may share this state: a lease to watch, an index to offer, a store to report."""
+        ...
+
+    @property
+    def up(self) -> bool:
+        """True while the shared store answers (never, alone)."""
+        ...
+
+    @property
+    def errors(self) -> int:
+        """Commands or connections to the shared store that failed (for /metrics)."""
+        ...
+
+    @property
+    def tag_loads(self) -> Mapping[str, int]:
+        """Tag cache misses by how they were answered: shared, led, waited, local (for /metrics)."""
+        ...
+
+    async def start(self) -> None:
+        """Connect; never raises (an unreachable store means: alone for now)."""
+        ...
+
+    async def close(self) -> None:
+        """Flush what is pending, give up what is held, disconnect; never raises."""
+        ...
+
+    async def load_tags(self, key: str, loader: Loader) -> TagList:
+        """The tag list of `key`, from the shared store or `loader` (git)."""
+        ...
+
+    async def invalidate(self, keys: list[str]) -> None:
+        """Tell the other replicas these repositories changed."""
+        ...
+
+    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
+        """The commit to pin `tag` at when this replica has no record of it (`sha`, or the first recorded)."""
+        ...
+
+    def leading(self) -> bool:
+        """True when this replica builds the index."""
+        ...
+
+    async def publish_index(self, text: str) -> None:
+        """Offer the index.json text this replica wrote to the others."""
+        ...
+
+    def follow_index(self, adopt: Callable[[str], None]) -> None:
+        """Load each index another replica publishes with `adopt` (its index.json text)."""
+        ...
+
+    def count_download(self, address: str) -> None:
+        """One more download of `address` (the catalog counts it locally too)."""
+        ...
+
+    def downloads(self, address: str) -> int | None:
+        """The shared download count of `address`, or None to use the local one."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """For /readyz: the backend and its state (never a URL)."""
+        ...

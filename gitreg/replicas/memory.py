@@ -1,0 +1,67 @@
+"""The memory backend (`[cache] backend = "memory"`): this process is the whole truth.
+
+Also what the index process and the services' defaults hold: there is nobody to share with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from gitreg.git.runner import TagList
+from gitreg.replicas.base import Loader
+
+_NO_LOADS: Mapping[str, int] = MappingProxyType({})
+
+
+class MemoryShared:
+    """Implements `SharedState` alone: each method answers locally."""
+
+    is_shared = False
+    up = False  # no shared store to reach
+    errors = 0
+    tag_loads = _NO_LOADS
+
+    def __init__(self) -> None:
+        self.on_invalidate: Callable[[str], None] = lambda _key: None
+        self.on_reconnect: Callable[[], None] = lambda: None
+        self.on_downloads: Callable[[], None] = lambda: None
+
+    async def start(self) -> None:
+        """Nothing to connect to."""
+
+    async def close(self) -> None:
+        """Nothing to disconnect from."""
+
+    async def load_tags(self, key: str, loader: Loader) -> TagList:
+        """The tag list of `key`: here, straight from the loader (git)."""
+        return await loader(key)
+
+    async def invalidate(self, keys: list[str]) -> None:
+        """Nobody else to tell."""
+
+    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
+        """No other replica's record: `sha`."""
+        return sha
+
+    def leading(self) -> bool:
+        """Alone, this replica always builds the index."""
+        return True
+
+    async def publish_index(self, text: str) -> None:
+        """Nobody to offer it to."""
+
+    def follow_index(self, adopt: Callable[[str], None]) -> None:
+        """No other replica publishes an index."""
+
+    def count_download(self, address: str) -> None:
+        """The catalog's local count is the whole count."""
+
+    def downloads(self, address: str) -> int | None:
+        """None: use the local count."""
+        return None
+
+    def status(self) -> dict[str, Any]:
+        """For /readyz: the backend."""
+        return {"backend": "memory"}
