@@ -37,7 +37,7 @@ from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import NAME_RE, SYSTEM_RE, ModuleAddress, check_version, parse_address
 from gitreg.core.secrets import digest, same_secret
 from gitreg.index.details import ModuleDetails
-from gitreg.index.store import DetailsPending, IndexedVersion, IndexEntry
+from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import AUTH, CATALOG, CONFIG, INDEX, REGISTRY
 
