@@ -20,6 +20,7 @@ from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import web_url
+from gitreg.git.pool import Priority, git_priority
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexedVersion, IndexEntry, IndexStats, OrgInfo
 from gitreg.index.search import readme_words
@@ -162,8 +163,6 @@ class IndexBuilder:
 
     async def _read_version(self, address: ModuleAddress, canonical: str) -> None:
         """Build one version's details in the background (at browsing priority: someone asked)."""
-        from gitreg.git.pool import Priority, git_priority  # the pool imports nothing of the index
-
         entry, resolved = self.store.get(address), self._resolve(address)
         version = entry.find(canonical) if entry is not None else None
         if resolved is None or version is None:

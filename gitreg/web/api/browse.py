@@ -347,7 +347,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
     # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
     # (The index process has no Redis: the serving process holds its place, see indexer.py.)
     seed = app[SEED] if role is Role.INDEX else None
-    commands = CommandPipe()  # to the index process (Role.SERVE)
+    commands = CommandPipe() if role is Role.SERVE else None  # to the index process
     index = app[INDEX] = ModuleIndex(
         storage,
         sources=sources,
@@ -362,7 +362,7 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         builds=role is not Role.SERVE,
         leading=(lambda: seed.leading) if seed is not None else app[SHARED].leading,
         changes=changes,
-        on_wanted=commands.want if role is Role.SERVE else None,
+        on_wanted=commands.want if commands is not None else None,
     )
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list
     # (a webhook, a `terraform init` after the TTL) may change what the index shows; an org's
