@@ -159,7 +159,7 @@ def index_process_pids(pid: int) -> list[int]:
     found = []
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         try:
-            if b"gitreg.index.process" in Path(f"/proc/{child}/cmdline").read_bytes():
+            if b"gitreg.indexer" in Path(f"/proc/{child}/cmdline").read_bytes():
                 found.append(int(child))
         except FileNotFoundError:
             continue

@@ -76,15 +76,9 @@ from _common import (
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.github import record as github_record
 from gitreg.index.details import ModuleDetails
-from gitreg.index.store import (
-    DETAILS_DIR,
-    FILE_NAME,
-    FORMAT,
-    DetailsStore,
-    IndexedVersion,
-    IndexEntry,
-    readme_words,
-)
+from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.index.persist import DETAILS_DIR, FILE_NAME, FORMAT, DetailsStore
+from gitreg.index.search import readme_words
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.orgs.store import FORMAT as ORGS_FORMAT
 from tests.support.forges import FakeForge

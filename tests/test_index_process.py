@@ -72,7 +72,7 @@ def index_processes(server: GitregProcess) -> list[int]:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except FileNotFoundError:
             continue
-        if b"gitreg.index.process" in cmdline:
+        if b"gitreg.indexer" in cmdline:
             found.append(child)
     return found
 

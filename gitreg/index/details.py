@@ -4,7 +4,7 @@ The tree comes from a shallow fetch of the tag, or from gitreg's mirror of the r
 it keeps one (`git archive` of the tag's commit, read in memory with tarfile); `.tf` files are
 parsed with python-hcl2, never by running Terraform, and the README's description with
 markdown-it-py. Repository content is hostile: the parsing runs in worker processes
-(gitreg/parse_workers.py) under a wall-clock budget per module, so no README or `.tf` file can
+(parse_workers.py) under a wall-clock budget per module, so no README or `.tf` file can
 hold the server's GIL; the text handling here uses no regular expression that can backtrack
 over it. Details depend only on the commit, so they are cached by (repository, path, tag,
 commit SHA) in a bounded LRU. A file that does not parse is skipped with a note: the rest
@@ -33,7 +33,7 @@ from cachetools import LRUCache
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from gitreg.core.errors import GitregError, Overloaded, UpstreamUnavailable
+from gitreg.core.errors import Overloaded, UpstreamUnavailable
 from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
 
 if TYPE_CHECKING:  # annotations only: the parse workers import this module and need none of them
@@ -592,14 +592,3 @@ class DetailsService:
     async def close(self) -> None:
         """Stop the parse workers (a build still running gets notes instead of its declarations)."""
         await self.workers.close()
-
-    async def try_get(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails | None:
-        """Like get(), but None (logged) when the repository cannot be read: for listings."""
-        try:
-            return await self.get(resolved, tagged)
-        except GitregError as e:
-            log.warning("no details for %s %s: %s", resolved.address, tagged.canonical, e.message)
-            return None
-        except Exception:  # one odd repository must not fail a whole listing
-            log.exception("no details for %s %s", resolved.address, tagged.canonical)
-            return None

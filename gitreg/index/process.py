@@ -5,7 +5,7 @@ details) keeps a CPU busy for a while. In the serving process that work competes
 `terraform init`'s requests for the event loop and the interpreter lock, and lowering the
 priority of threads inside one process does not help: a descheduled thread holding the lock
 stops the loop (BENCHMARKS.md, section 13). So `gitreg serve` runs it in a second process,
-`python -m gitreg.index.process`, started at `nice` +10 on the same config and `[storage] path`:
+`python -m gitreg.indexer`, started at `nice` +10 on the same config and `[storage] path`:
 
 - the serving process keeps everything requests touch: the tag cache, mirrors and archives,
   the org listings (API calls, rate limits, orgs.json, repository webhooks), the catalog and
@@ -15,13 +15,13 @@ stops the loop (BENCHMARKS.md, section 13). So `gitreg serve` runs it in a secon
   only, never the serving process's mirrors), index.json; it never enumerates an org, never
   writes orgs.json or catalog.json, and listens on no port.
 
-They talk over the child's stdin and stdout. Serving to index (length-prefixed pickles; the
-serving process is the trusted side): the config and the state at start (org listing,
-modules wildcard rules served), then org listing changes, modules to look at again, tag lists
-the serving process fetched (a webhook, a `terraform init` after the TTL), details someone
-asked for. Index to serving (JSON lines, every FEED_SECONDS; the index process reads hostile
-repository content, so nothing it sends is unpickled): the entries it set or dropped, modules
-whose repository is gone, and its status for /readyz and /metrics.
+They talk over the child's stdin and stdout, in the messages of protocol.py. Serving to index
+(length-prefixed pickles; the serving process is the trusted side): the config and the state at
+start (org listing, modules wildcard rules served), then org listing changes, modules to look at
+again, tag lists the serving process fetched (a webhook, a `terraform init` after the TTL),
+details someone asked for. Index to serving (JSON lines, every FEED_SECONDS; the index process
+reads hostile repository content, so nothing it sends is unpickled): the entries it set or
+dropped, modules whose repository is gone, and its status for /readyz and /metrics.
 
 The index process exits when its stdin closes (the serving process stopped, or died); one that
 dies is started again with backoff while serving goes on from the index as it is.
@@ -31,33 +31,53 @@ place: it holds (or not) the index lease and tells its index process whether to 
 leader's index process builds, and each index.json it writes the serving process publishes; a
 follower's index process builds nothing, and is given each index the serving process loads
 from the leader (it keeps it on disk, and starts from it should this replica take the lease).
+
+Here: both sides of the pipe (IndexProcess and CommandPipe serving, IndexSide and ReportFeed in
+the index process); the index process's entry point, which builds its application, is
+gitreg/indexer.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import pickle
-import signal
-import struct
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from enum import Enum
-from typing import Any
 
 from gitreg.config.model import Config
-from gitreg.core.names import ModuleAddress, address_from_text
+from gitreg.core.errors import GitregError
+from gitreg.core.names import ModuleAddress
 from gitreg.git.runner import TagList
-from gitreg.index.parse_workers import FRAME, pickled_frame
-from gitreg.index.store import ChangeLog, IndexEntry, ModuleIndex
+from gitreg.index.model import ChangeLog
+from gitreg.index.protocol import (
+    Adopt,
+    Command,
+    EntryDropped,
+    EntrySet,
+    Forgotten,
+    Leading,
+    OrgsChanged,
+    Remember,
+    Report,
+    Reset,
+    Seed,
+    Status,
+    TagsFetched,
+    Want,
+    Written,
+    decode_report,
+    encode_command,
+    encode_report,
+)
+from gitreg.index.store import ModuleIndex
 from gitreg.orgs.catalog import OrgCatalog
-from gitreg.orgs.model import OrgChanges, OrgRepo
+from gitreg.orgs.model import OrgChanges
 from gitreg.registry.catalog import Catalog
+from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 
@@ -70,7 +90,8 @@ NICENESS = 10  # added to the serving process's
 FEED_SECONDS = 0.5
 RESTART_MIN_SECONDS, RESTART_MAX_SECONDS = 1.0, 60.0
 STOP_SECONDS = 10.0  # at shutdown: time to write index.json and exit before it is killed
-_READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every address)
+READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every address), a command
+ENTRY_MODULE = "gitreg.indexer"  # `python -m` this: the index process
 
 
 LEADING_CHECK_SECONDS = 0.5  # with Redis: how soon the index process hears of a lease change
@@ -89,23 +110,43 @@ def serve_role(config: Config) -> Role:
     return Role.SERVE if config.index.enabled else Role.ALL
 
 
-@dataclass
-class Seed:
-    """What the index process is given at its start (pickled onto its stdin)."""
-
-    config: Config
-    log_level: int
-    log_json: bool
-    orgs: list[OrgRepo] = field(default_factory=list)
-    orgs_complete: bool = True  # every org had its first listing (until then the index drops nothing)
-    remembered: list[ModuleAddress] = field(default_factory=list)
-    resync: bool = False  # a restart: send every entry, the serving process may hold others
-    leading: bool = True  # with Redis: this replica holds the index lease (builds); the messages update it
-
-
 # ---------------------------------------------------------------------------------------
 # The serving process's side
 # ---------------------------------------------------------------------------------------
+
+
+class CommandPipe:
+    """The index process's stdin: commands are written to the one running, held while one starts,
+    and dropped while none runs (the next one is given the listing and the catalog at its start)."""
+
+    def __init__(self) -> None:
+        self._stdin: asyncio.StreamWriter | None = None
+        self._outbox: list[bytes] | None = None  # commands while the process starts
+
+    def send(self, message: Command) -> None:
+        if self._outbox is not None:
+            self._outbox.append(encode_command(message))
+        elif self._stdin is not None and not self._stdin.is_closing():
+            self._stdin.write(encode_command(message))
+
+    def want(self, address: ModuleAddress, version: str) -> None:
+        """Someone asked for details not on disk yet (the serving ModuleIndex's on_wanted)."""
+        self.send(Want(address, version))
+
+    def hold(self) -> None:
+        """A process is starting: keep what is sent until it runs."""
+        self._outbox = []
+
+    def open(self, stdin: asyncio.StreamWriter, seed: Seed) -> None:
+        """It runs: the seed first, then what was held."""
+        outbox, self._outbox = self._outbox or [], None
+        stdin.write(encode_command(seed) + b"".join(outbox))
+        self._stdin = stdin
+
+    def detach(self) -> asyncio.StreamWriter | None:
+        """No process runs (it could not start, or it ended): its stdin, if it had one."""
+        stdin, self._stdin, self._outbox = self._stdin, None, None
+        return stdin
 
 
 class IndexProcess:
@@ -119,6 +160,8 @@ class IndexProcess:
         orgs: OrgCatalog,
         cache: TagCache,
         shared: SharedState,
+        commands: CommandPipe | None = None,
+        log_json: bool = False,
     ) -> None:
         self.config = config
         self.index = index
@@ -126,45 +169,34 @@ class IndexProcess:
         self.orgs = orgs
         self.cache = cache
         self.shared = shared  # with Redis: the index lease, and the other replicas to publish to
+        self.commands = commands or CommandPipe()
+        self.log_json = log_json  # the serving process logs JSON lines: so does the index process
         self._told_leading = True
         self._tasks: set[asyncio.Task[None]] = set()
         self.starts = 0
-        self._stdin: asyncio.StreamWriter | None = None
-        self._outbox: list[bytes] | None = None  # messages while the process starts
         self._stopping = asyncio.Event()
 
     # --- what the serving process tells it ------------------------------------------------------
 
-    def _send(self, message: object) -> None:
-        if self._outbox is not None:
-            self._outbox.append(pickled_frame(message))
-        elif self._stdin is not None and not self._stdin.is_closing():
-            self._stdin.write(pickled_frame(message))
-        # Else none runs: the next one is given the listing and the catalog at its start.
-
     def remember(self, address: ModuleAddress) -> None:
         """A wildcard rule served `address` for the first time (Catalog.on_new)."""
-        self._send(("remember", address))
+        self.commands.send(Remember(address))
 
     def fetched(self, key: str) -> None:
         """The tag cache fetched new tags of `key` (TagCache.on_fetched): the index process takes them."""
         tags = self.cache.peek(key)
         if tags is not None:
-            self._send(("tags", key, dict(tags.tags)))
+            self.commands.send(TagsFetched(key, dict(tags.tags)))
 
     def orgs_changed(self, changes: OrgChanges) -> None:
         """An enumeration or a repository webhook changed the org listing."""
         repos = [repo for a in changes.added | changes.changed if (repo := self.orgs.get(a)) is not None]
-        self._send(("orgs", repos, sorted(changes.removed), sorted(changes.all), self.orgs.complete()))
-
-    def want(self, address: ModuleAddress, version: str) -> None:
-        """Someone asked for details not on disk yet (ModuleIndex.on_wanted)."""
-        self._send(("want", address, version))
+        self.commands.send(OrgsChanged(repos, sorted(changes.removed), sorted(changes.all), self.orgs.complete()))
 
     def adopt(self, text: str) -> None:
         """With Redis, a follower: the leader's index, loaded here and given to the index process."""
         self.index.adopt(text)
-        self._send(("adopt", text))
+        self.commands.send(Adopt(text))
 
     async def _watch_lease(self) -> None:
         while True:
@@ -172,7 +204,7 @@ class IndexProcess:
             leading = self.shared.leading()
             if leading != self._told_leading:
                 self._told_leading = leading
-                self._send(("leading", leading))
+                self.commands.send(Leading(leading))
 
     async def _publish(self) -> None:
         """The index process wrote index.json: with Redis, the leader offers it to the other replicas."""
@@ -189,29 +221,29 @@ class IndexProcess:
 
     def _take(self, line: bytes) -> None:
         try:
-            self._apply(json.loads(line))
-        except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+            report = decode_report(line)
+        except ValueError:
             log.warning("the index process sent a line that is not a message; ignored")
+            return
+        if report is not None:
+            self._apply(report)
 
-    def _apply(self, message: dict[str, Any]) -> None:
-        kind = next(iter(message))
-        if kind == "set":
-            entry = IndexEntry.from_json(message["set"])
-            if entry is not None:
+    def _apply(self, report: Report) -> None:
+        match report:
+            case EntrySet(entry):
                 self.index.take([entry])
-        elif kind == "drop" and (address := address_from_text(message["drop"])) is not None:
-            self.index.take([], [address])
-        elif kind == "forget" and (address := address_from_text(message["forget"])) is not None:
-            self.catalog.forget(address)
-        elif kind == "reset" and isinstance(message["reset"], list):
-            keep = {str(a) for a in message["reset"]}
-            self.index.take([], [e.address for e in self.index.entries() if str(e.address) not in keep])
-        elif kind == "status" and isinstance(message["status"], dict):
-            self.index.take_status(message["status"])
-        elif kind == "written":
-            task = asyncio.ensure_future(self._publish())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            case EntryDropped(address):
+                self.index.take([], [address])
+            case Forgotten(address):
+                self.catalog.forget(address)
+            case Reset(keep):
+                self.index.take([], [e.address for e in self.index.entries() if e.address not in keep])
+            case Status(complete, queued, stats):
+                self.index.take_status(complete, queued, stats)
+            case Written():
+                task = asyncio.ensure_future(self._publish())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     # --- its life ---------------------------------------------------------------------------------
 
@@ -226,7 +258,7 @@ class IndexProcess:
             if watch is not None:
                 watch.cancel()
             self._stopping.set()
-            stdin, self._stdin = self._stdin, None
+            stdin = self.commands.detach()
             if stdin is not None:
                 stdin.close()  # end of input: it writes index.json and exits
             try:
@@ -259,40 +291,38 @@ class IndexProcess:
                 await asyncio.wait_for(self._stopping.wait(), delay)
             delay = min(delay * 2, RESTART_MAX_SECONDS)
 
-    async def _run(self, resync: bool) -> int | None:
-        root = logging.getLogger()
-        from gitreg.observability.logs import JsonFormatter
-
-        self._outbox = []
-        self._told_leading = self.shared.leading()
-        seed = Seed(
+    def _seed(self, resync: bool) -> Seed:
+        return Seed(
             config=self.config,
-            log_level=root.getEffectiveLevel(),
-            log_json=any(isinstance(h.formatter, JsonFormatter) for h in root.handlers),
+            log_level=logging.getLogger().getEffectiveLevel(),
+            log_json=self.log_json,
             orgs=list(self.orgs.modules().values()),
             orgs_complete=self.orgs.complete(),
             remembered=self.catalog.remembered(),
             resync=resync,
             leading=self._told_leading,
         )
+
+    async def _run(self, resync: bool) -> int | None:
+        self.commands.hold()
+        self._told_leading = self.shared.leading()
+        seed = self._seed(resync)
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gitreg.index.process",
+                ENTRY_MODULE,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
-                limit=_READ_LIMIT,
+                limit=READ_LIMIT,
             )
         except OSError as e:
-            self._outbox = None
+            self.commands.detach()
             log.warning("cannot start the index process: %s", e.strerror or e)
             return None
         assert proc.stdin is not None and proc.stdout is not None
         self.starts += 1
-        outbox, self._outbox = self._outbox, None
-        proc.stdin.write(pickled_frame(seed) + b"".join(outbox))
-        self._stdin = proc.stdin
+        self.commands.open(proc.stdin, seed)
         log.info("index process started (pid %d, nice +%d)", proc.pid, NICENESS)
         try:
             while line := await proc.stdout.readline():
@@ -305,7 +335,7 @@ class IndexProcess:
                 proc.kill()
             raise
         finally:
-            self._stdin = None
+            self.commands.detach()
         return await proc.wait()
 
 
@@ -314,21 +344,67 @@ class IndexProcess:
 # ---------------------------------------------------------------------------------------
 
 
-class _Feed:
+class IndexSide:
+    """What the serving process's commands do in the index process (to its application's services)."""
+
+    def __init__(
+        self,
+        seed: Seed,
+        index: ModuleIndex,
+        catalog: Catalog,
+        orgs: OrgCatalog,
+        cache: TagCache,
+        registry: Registry,
+    ) -> None:
+        self.seed = seed
+        self.index = index
+        self.catalog = catalog
+        self.orgs = orgs
+        self.cache = cache
+        self.registry = registry
+
+    def apply(self, command: Command) -> None:
+        match command:
+            case OrgsChanged(repos, gone, concerned, complete):
+                self.orgs.follow(repos, gone, complete)
+                self.index.notice(concerned)
+            case Remember(address):
+                with contextlib.suppress(GitregError):
+                    self.catalog.remember(self.registry.resolve(address))
+            case TagsFetched(key, tags):
+                self.cache.accept(key, TagList(tags))
+            case Want(address, version):
+                self.index.want(address, version)
+            case Adopt(text):
+                self.index.adopt(text)
+            case Leading(leading):
+                self.seed.leading = leading  # what the index's leading() answers (browse_services)
+                log.info("index process: %s", "builds the index" if leading else "another replica builds it")
+            case Seed():
+                log.warning("index process: a second seed; ignored")
+
+
+class ReportFeed:
     """Sends the index's changes (at once, then batched every FEED_SECONDS), and its status when it moved."""
 
     def __init__(self, index: ModuleIndex, out: asyncio.StreamWriter, resync: bool) -> None:
         self.index = index
         self.out = out
-        self.written = False
-        self._status: dict[str, Any] | None = None
+        self._written = False
+        self._status: Status | None = None
         assert index.changes is not None, "browse_services records the index process's changes from its start"
         self.changes: ChangeLog = index.changes
         if resync:
             entries = index.entries()
-            out.write(json.dumps({"reset": [str(e.address) for e in entries]}).encode() + b"\n")
+            out.write(encode_report(Reset(frozenset(e.address for e in entries))))
             for entry in entries:
                 self.changes.record(entry.address, entry)
+
+    async def written(self, _text: str) -> None:
+        """The index wrote index.json (ModuleIndex.on_written): the serving process publishes it
+        (with Redis, when it leads); said at once."""
+        self._written = True
+        self.changes.ready.set()
 
     async def run(self) -> None:
         while True:
@@ -339,118 +415,18 @@ class _Feed:
 
     async def send(self) -> None:
         changes, forgotten = self.changes.take()
-        lines: list[dict[str, Any]] = [
-            {"set": entry.to_json()} if entry is not None else {"drop": str(address)}
-            for address, entry in changes.items()
+        reports: list[Report] = [
+            EntrySet(entry) if entry is not None else EntryDropped(address) for address, entry in changes.items()
         ]
-        lines += [{"forget": str(address)} for address in forgotten]
-        if self.written:
-            self.written = False
-            lines.append({"written": True})
-        status = self.index.status()
-        if status != self._status or lines:
+        reports += [Forgotten(address) for address in forgotten]
+        if self._written:
+            self._written = False
+            reports.append(Written())
+        index = self.index
+        status = Status(index.complete, index.queue_depth(), asdict(index.stats))
+        if status != self._status or reports:
             self._status = status
-            lines.append({"status": status})
-        if lines:
-            self.out.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+            reports.append(status)
+        if reports:
+            self.out.write(b"".join(encode_report(report) for report in reports))
             await self.out.drain()
-
-
-async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
-    """The index process's life: build the application in the INDEX role, follow the serving process."""
-    from aiohttp import web
-
-    from gitreg.core.errors import GitregError
-    from gitreg.web.app import create_app
-    from gitreg.web.keys import CACHE, CATALOG, INDEX, ORGS, REGISTRY
-
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_READ_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb"))
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb"))
-    out = asyncio.StreamWriter(transport, protocol, None, loop)
-
-    app = create_app(seed.config, role=Role.INDEX, seed=seed)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()  # loads index.json and starts indexing; no port is opened
-    index, catalog, orgs, cache, registry = app[INDEX], app[CATALOG], app[ORGS], app[CACHE], app[REGISTRY]
-    feed = _Feed(index, out, seed.resync)
-
-    async def written(_text: str) -> None:
-        feed.written = True  # the serving process publishes it (with Redis, when it leads)
-        feed.changes.ready.set()  # sent at once
-
-    index.on_written.append(written)
-    feeder = asyncio.ensure_future(feed.run())
-    loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)  # stop as when the input ends
-    try:
-        while True:
-            try:
-                size = FRAME.unpack(await reader.readexactly(FRAME.size))[0]
-                message = pickle.loads(await reader.readexactly(size))
-            except asyncio.IncompleteReadError:
-                break  # the serving process closed our input (stopping) or died
-            kind = message[0]
-            if kind == "orgs":
-                _, repos, gone, concerned, complete = message
-                orgs.follow(repos, gone, complete)
-                index.notice(concerned)
-            elif kind == "remember":
-                with contextlib.suppress(GitregError):
-                    catalog.remember(registry.resolve(message[1]))
-            elif kind == "tags":
-                cache.accept(message[1], TagList(message[2]))
-            elif kind == "want":
-                index.want(message[1], message[2])
-            elif kind == "adopt":
-                index.adopt(message[1])
-            elif kind == "leading":
-                seed.leading = message[1]  # what index.leading() answers (browse_services)
-                log.info("index process: %s", "builds the index" if seed.leading else "another replica builds it")
-    finally:
-        feeder.cancel()
-        await asyncio.gather(feeder, return_exceptions=True)
-        await runner.cleanup()  # index.json written once more
-        with contextlib.suppress(ConnectionError):
-            await feed.send()
-        out.close()
-
-
-def main() -> int:
-    """`python -m gitreg.index.process`, started by the serving process (IndexProcess); not for people."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the serving process decides
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
-    stdin = sys.stdin.fileno()
-    try:
-        size = FRAME.unpack(_read_exactly(stdin, FRAME.size))[0]
-        seed = pickle.loads(_read_exactly(stdin, size))
-    except (EOFError, pickle.UnpicklingError, struct.error):
-        sys.stderr.write("gitreg.index.process: this is the index process of `gitreg serve`, which starts it\n")
-        return 2
-    # stdout carries messages: anything else printed goes to stderr.
-    write_fd = os.dup(sys.stdout.fileno())
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    from gitreg.cli.main import configure_logging
-
-    configure_logging(seed.log_level, "json" if seed.log_json else "text", serve=True)
-    asyncio.run(_child(seed, stdin, write_fd))
-    return 0
-
-
-def _read_exactly(fd: int, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, left)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-if __name__ == "__main__":
-    # Run as gitreg.index.process, not __main__: its classes (Role, Seed) must be the ones the rest imports.
-    from gitreg.index.process import main as _main
-
-    sys.exit(_main())

@@ -20,7 +20,8 @@ from gitreg.core.names import check_request
 from gitreg.core.urls import host_label as git_host
 from gitreg.git.pool import GIT_PRIORITY, GitPool, Priority, Waiters
 from gitreg.git.runner import GitAdapter, MirrorGit, TagList
-from gitreg.index.process import Role, Seed
+from gitreg.index.process import Role
+from gitreg.index.protocol import Seed
 from gitreg.observability.collectors import ArchiveCollector
 from gitreg.observability.logs import ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
@@ -300,7 +301,7 @@ def create_app(
     """Build the aiohttp application for an already-validated config; `clock` is the tag cache's.
 
     `role`: Role.ALL builds the index in this process; `gitreg serve` uses Role.SERVE (the index
-    process builds it, see indexer.py), which starts `python -m gitreg.index.process` in Role.INDEX (with its `seed`).
+    process builds it, see indexer.py), which starts `python -m gitreg.indexer` in Role.INDEX (with its `seed`).
     """
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(

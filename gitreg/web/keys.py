@@ -10,7 +10,8 @@ from gitreg.config.model import Config
 from gitreg.git.pool import GitPool
 from gitreg.git.runner import GitAdapter
 from gitreg.index.details import DetailsService
-from gitreg.index.process import IndexProcess, Role, Seed
+from gitreg.index.process import IndexProcess, Role
+from gitreg.index.protocol import Seed
 from gitreg.index.store import ModuleIndex
 from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.catalog import OrgCatalog

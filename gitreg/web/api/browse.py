@@ -25,9 +25,11 @@ from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound, VersionN
 from gitreg.core.names import ModuleAddress, parse_address
 from gitreg.core.versions import ModuleVersions, TaggedVersion
 from gitreg.index.details import DetailsService, ModuleDetails
-from gitreg.index.process import IndexProcess, Role
-from gitreg.index.store import ChangeLog, IndexedVersion, IndexEntry, ModuleIndex, OrgInfo
+from gitreg.index.model import ChangeLog, IndexedVersion, IndexEntry, OrgInfo
+from gitreg.index.process import CommandPipe, IndexProcess, Role
+from gitreg.index.store import ModuleIndex
 from gitreg.observability.collectors import IndexCollector
+from gitreg.observability.logs import JsonFormatter
 from gitreg.registry.catalog import FILE_NAME, Catalog
 from gitreg.web.auth import allowed_namespaces
 from gitreg.web.keys import (
@@ -334,6 +336,19 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
             return None
         return OrgInfo(source=repo.web_url, description=repo.description, topics=repo.topics, marker=repo.pushed_at)
 
+    # In the index process, from the start: the serving process is sent every change, and
+    # forgets what is gone too.
+    changes = ChangeLog() if role is Role.INDEX else None
+
+    def gone(address: ModuleAddress) -> None:
+        catalog.forget(address)
+        if changes is not None:
+            changes.forget(address)
+
+    # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
+    # (The index process has no Redis: the serving process holds its place, see indexer.py.)
+    seed = app[SEED] if role is Role.INDEX else None
+    commands = CommandPipe() if role is Role.SERVE else None  # to the index process
     index = app[INDEX] = ModuleIndex(
         storage,
         sources=sources,
@@ -342,42 +357,31 @@ async def browse_services(app: web.Application) -> AsyncIterator[None]:
         details=details,
         refresh_seconds=config.cache.ttl_seconds,
         org_info=org_info,
-        on_gone=catalog.forget,
+        on_gone=gone,
         enabled=config.index.enabled,
         listed=orgs.complete,
         builds=role is not Role.SERVE,
+        leading=(lambda: seed.leading) if seed is not None else app[SHARED].leading,
+        changes=changes,
+        on_wanted=commands.want if commands is not None else None,
     )
     # A wildcard rule's module becomes listable when it is first served; any fetched tag list
     # (a webhook, a `terraform init` after the TTL) may change what the index shows; an org's
     # enumeration or repository webhook says which of its modules were added, pushed to or removed.
     shared = catalog.shared = app[SHARED]
     process: IndexProcess | None = None
-    if role is Role.INDEX:
-        # From the start: the serving process is sent every change, and forgets what is gone too.
-        changes = index.changes = ChangeLog()
-
-        def gone(address: ModuleAddress) -> None:
-            catalog.forget(address)
-            changes.forget(address)
-
-        index.on_gone = gone
-    elif role is Role.SERVE:  # ... all of which the index process is told
-        process = app[INDEX_PROCESS] = IndexProcess(config, index, catalog, orgs, app[CACHE], shared)
+    if role is Role.SERVE:  # ... all of which the index process is told
+        log_json = any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+        process = app[INDEX_PROCESS] = IndexProcess(
+            config, index, catalog, orgs, app[CACHE], shared, commands, log_json=log_json
+        )
         catalog.on_new = process.remember
         app[CACHE].on_fetched.append(process.fetched)
         orgs.subscribe(process.orgs_changed)
-        index.on_wanted = process.want
     if role is not Role.SERVE:
         catalog.on_new = lambda address: index.notice([address])
         app[CACHE].on_fetched.append(index.notice_repository)
         orgs.subscribe(lambda changes: index.notice(changes.all))
-    # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
-    # (The index process has no Redis: the serving process holds its place, see indexer.py.)
-    if role is Role.INDEX:
-        seed = app[SEED]
-        index.leading = lambda: seed.leading
-    else:
-        index.leading = shared.leading
     index.on_written.append(shared.publish_index)
     shared.follow_index(process.adopt if process is not None else index.adopt)
 

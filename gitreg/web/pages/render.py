@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import jinja2
 from aiohttp import web
 
-from gitreg.index.store import IndexedVersion, IndexEntry
+from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.keys import CONFIG
 
 HERE = Path(__file__).parent

@@ -21,7 +21,7 @@ from aiohttp import web
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import NAME_RE, SYSTEM_RE, check_version, parse_address
 from gitreg.index.details import ModuleDetails
-from gitreg.index.store import DetailsPending, IndexedVersion, IndexEntry
+from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import CATALOG, CONFIG, INDEX, REGISTRY
 from gitreg.web.pages.readme import render_readme

@@ -1,0 +1,233 @@
+"""The index process's messages, defined once: what the serving process tells it, what it reports.
+
+Serving to index (`Command`): the Seed first, then what changed on the serving side, each a
+length-prefixed pickle (parse_workers.pickled_frame; the serving process is the trusted side).
+Index to serving (`Report`): one JSON object a line, `{kind: payload}`; the index process reads
+hostile repository content, so nothing it sends is unpickled, and decode_report checks every
+field. encode_/decode_ here are the only code that knows either wire form.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from gitreg.config.model import Config
+from gitreg.core.names import ModuleAddress, address_from_text
+from gitreg.index.model import IndexEntry, IndexStats
+from gitreg.index.parse_workers import pickled_frame
+from gitreg.orgs.model import OrgRepo
+
+# ---------------------------------------------------------------------------------------
+# Serving process -> index process
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Seed:
+    """What the index process is given at its start (its first message)."""
+
+    config: Config
+    log_level: int
+    log_json: bool
+    orgs: list[OrgRepo] = field(default_factory=list)
+    orgs_complete: bool = True  # every org had its first listing (until then the index drops nothing)
+    remembered: list[ModuleAddress] = field(default_factory=list)
+    resync: bool = False  # a restart: send every entry, the serving process may hold others
+    leading: bool = True  # with Redis: this replica holds the index lease (builds); Leading updates it
+
+
+@dataclass(frozen=True)
+class OrgsChanged:
+    """An enumeration or a repository webhook changed the org listing."""
+
+    repos: list[OrgRepo]  # added or changed
+    gone: list[ModuleAddress]
+    concerned: list[ModuleAddress]  # every module added, changed or removed: indexed again
+    complete: bool  # every org had its first listing
+
+
+@dataclass(frozen=True)
+class Remember:
+    """A wildcard rule served this module for the first time: it is listable now."""
+
+    address: ModuleAddress
+
+
+@dataclass(frozen=True)
+class TagsFetched:
+    """The serving process fetched a repository's tags: the index process takes them (no git)."""
+
+    key: str
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Want:
+    """Someone asked for details not on disk yet: read them next."""
+
+    address: ModuleAddress
+    version: str
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """With Redis, a follower: the leader's index.json text, kept as this replica's index."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Leading:
+    """With Redis: whether this replica holds the index lease now (its index process builds)."""
+
+    leading: bool
+
+
+Command = Seed | OrgsChanged | Remember | TagsFetched | Want | Adopt | Leading
+_COMMANDS = (Seed, OrgsChanged, Remember, TagsFetched, Want, Adopt, Leading)
+
+
+def encode_command(message: Command) -> bytes:
+    """A command as the index process reads it: a length-prefixed pickle."""
+    return pickled_frame(message)
+
+
+def decode_command(payload: bytes) -> Command:
+    """A command from its pickle (the frame's payload); ValueError when it is none."""
+    try:
+        message = pickle.loads(payload)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError) as e:
+        raise ValueError(f"not a command: {e}") from None
+    if not isinstance(message, _COMMANDS):
+        raise ValueError(f"not a command: {type(message).__name__}")
+    return message
+
+
+# ---------------------------------------------------------------------------------------
+# Index process -> serving process
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntrySet:
+    """The index process listed this entry (new or changed)."""
+
+    entry: IndexEntry
+
+
+@dataclass(frozen=True)
+class EntryDropped:
+    """The index process no longer lists this module."""
+
+    address: ModuleAddress
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """This module's repository is gone: the catalog forgets it."""
+
+    address: ModuleAddress
+
+
+@dataclass(frozen=True)
+class Reset:
+    """A restarted index process lists these modules only: drop every other entry."""
+
+    keep: frozenset[ModuleAddress]
+
+
+@dataclass(frozen=True)
+class Status:
+    """The index process's progress, for /readyz and /metrics."""
+
+    complete: bool
+    queued: int
+    stats: dict[str, float]  # IndexStats's fields
+
+
+@dataclass(frozen=True)
+class Written:
+    """The index process wrote index.json (with Redis, the leader publishes it)."""
+
+
+Report = EntrySet | EntryDropped | Forgotten | Reset | Status | Written
+_STATS = frozenset(f.name for f in fields(IndexStats))
+
+
+def encode_report(message: Report) -> bytes:
+    """A report as one JSON line."""
+    match message:
+        case EntrySet(entry):
+            data: dict[str, Any] = {"set": entry.to_json()}
+        case EntryDropped(address):
+            data = {"drop": str(address)}
+        case Forgotten(address):
+            data = {"forget": str(address)}
+        case Reset(keep):
+            data = {"reset": sorted(str(a) for a in keep)}
+        case Status(complete, queued, stats):
+            data = {"status": {"complete": complete, "queued": queued, **stats}}
+        case Written():
+            data = {"written": True}
+    return json.dumps(data).encode() + b"\n"
+
+
+def decode_report(line: bytes) -> Report | None:
+    """A report from its JSON line: None for one of no use (an unknown kind, an invalid address or
+    entry); ValueError for a line that is not a report at all."""
+    try:
+        data = json.loads(line)
+        kind, payload = next(iter(data.items()))
+        decode = _DECODERS.get(kind)
+        return decode(payload) if decode is not None else None
+    except (TypeError, KeyError, AttributeError, StopIteration, OverflowError) as e:
+        raise ValueError(f"not a report: {type(e).__name__}") from None
+
+
+def _entry_set(payload: Any) -> Report | None:
+    entry = IndexEntry.from_json(payload)
+    return EntrySet(entry) if entry is not None else None
+
+
+def _dropped(payload: Any) -> Report | None:
+    address = address_from_text(payload)
+    return EntryDropped(address) if address is not None else None
+
+
+def _forgotten(payload: Any) -> Report | None:
+    address = address_from_text(payload)
+    return Forgotten(address) if address is not None else None
+
+
+def _reset(payload: Any) -> Report | None:
+    if not isinstance(payload, list):
+        return None
+    return Reset(frozenset(a for text in payload if (a := address_from_text(text)) is not None))
+
+
+def _status(payload: Any) -> Report | None:
+    if not isinstance(payload, dict):
+        return None
+    stats = {
+        name: value
+        for name, value in payload.items()
+        if name in _STATS and isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    return Status(bool(payload.get("complete")), int(payload.get("queued") or 0), stats)
+
+
+def _written(_payload: Any) -> Report | None:
+    return Written()
+
+
+_DECODERS = {
+    "set": _entry_set,
+    "drop": _dropped,
+    "forget": _forgotten,
+    "reset": _reset,
+    "status": _status,
+    "written": _written,
+}
