@@ -958,9 +958,9 @@ def _same_time(entry: IndexEntry, old: IndexEntry | None) -> IndexEntry:
 
 
 def _web_url(clone_url: str) -> str:
-    from gitreg.web.api.browse import source_url  # browse imports this module
+    from gitreg.core.urls import web_url
 
-    return source_url(clone_url)
+    return web_url(clone_url)
 
 
 class IndexCollector:

@@ -7,17 +7,14 @@ app.py records the caller's scope on the request; handlers that list modules rea
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from gitreg.config.model import AuthConfig, TokenConfig
 from gitreg.core.errors import Forbidden, Unauthorized
 from gitreg.core.secrets import digest, same_secret
 
-# The caller's namespaces (None: all of them), recorded on the request by `authorize`. A typed
-# request key where aiohttp has them (3.12+; a plain string key warns there), else a string.
-SCOPE_KEY: Any = web.RequestKey("scope", object) if hasattr(web, "RequestKey") else "gitreg.scope"
+# The caller's namespaces (None: all of them), recorded on the request by `authorize`.
+SCOPE_KEY: web.RequestKey[frozenset[str] | None] = web.RequestKey("scope")
 
 
 class TokenChecker:

@@ -1,4 +1,4 @@
-"""HTTP handlers: parse and check the request, ask the registry service, shape the answer."""
+"""HTTP handlers of the registry protocol: parse the request, ask the registry service, shape the answer."""
 
 from __future__ import annotations
 
@@ -18,11 +18,9 @@ from gitreg.core.names import parse_address
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.storage.archives import ArchiveKey
-from gitreg.web.api.browse import source_url
 from gitreg.web.keys import (
     ARCHIVES,
     CACHE,
-    CATALOG,
     CONFIG,
     GIT_POOL,
     INDEX,
@@ -32,6 +30,7 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
+from gitreg.web.middleware import error_response
 
 routes = web.RouteTableDef()
 
@@ -60,7 +59,7 @@ async def readyz(request: web.Request) -> web.Response:
     # The lifecycle flag turns true after the last cleanup context started and false on
     # shutdown, before the git pool and cache are closed.
     if not (lifecycle.ready and CACHE in request.app and GIT_POOL in request.app):
-        return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
+        return error_response(503, f"gitreg is not ready: {lifecycle.reason}")
     # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
     index = request.app[INDEX]
     return web.json_response(
@@ -91,17 +90,7 @@ async def versions(request: web.Request) -> web.Response:
     """The module's versions, as the single-element `modules` list clients expect."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    resolved, found = await request.app[REGISTRY].versions(address)
-    if found.versions:
-        request.app[CATALOG].remember(resolved)  # a wildcard rule's module becomes listable
-    key = str(address)
-    text = found.memo.get(key)
-    if text is None:
-        # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
-        # module's source link when it is an http(s) URL: the repository's web page, when known.
-        source = source_url(resolved.clone_url) or key
-        body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-        text = found.memo[key] = json.dumps(body)
+    text = await request.app[REGISTRY].versions_answer(address)
     return web.json_response(text=text)
 
 
@@ -110,7 +99,8 @@ async def download(request: web.Request) -> web.Response:
     """Where to fetch a version: 200 with the JSON body (OpenTofu) AND X-Terraform-Get (Terraform)."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    answer = await request.app[REGISTRY].download(address, m["version"])
+    registry = request.app[REGISTRY]
+    answer = await registry.download(address, m["version"])
     body: dict[str, object] = {}
     location = answer.location
     if answer.archive is not None:
@@ -118,9 +108,7 @@ async def download(request: web.Request) -> web.Response:
         if request.app[CONFIG].auth.enabled:
             # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
             body["use_registry_credentials"] = True
-    catalog = request.app[CATALOG]
-    catalog.count_download(address)  # in memory; the catalog writes it in batches
-    catalog.remember(answer.resolved)  # a wildcard rule's module becomes listable
+    registry.downloaded(address, answer)
     text = json.dumps({"location": location, **body}) if body else _location_json(location)
     return web.json_response(text=text, headers={"X-Terraform-Get": location})
 

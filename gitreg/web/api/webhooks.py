@@ -37,7 +37,7 @@ from gitreg.core import urls
 from gitreg.core.errors import GitregError
 from gitreg.core.secrets import digest, same_secret
 from gitreg.orgs.catalog import RepositoryEvent, github_repository_event, gitlab_project_event
-from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, SHARED
+from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, PUBLISHER
 
 log = logging.getLogger(__name__)
 
@@ -223,12 +223,7 @@ async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.
             },
             status=202,
         )
-    # First the other replicas (with Redis): the shared lists go, and every replica refreshes.
-    await request.app[SHARED].invalidate(keys)
-    for key in keys:
-        cache.invalidate(key)
-        cache.refresh_in_background(key)
-    orgs.notify_pushed(keys)  # the module index looks at those org modules again
+    await request.app[PUBLISHER].repositories_changed(keys)
     request.app[METRICS].webhook(provider, "refreshed")
     log.info("%s webhook: %s on %s: refreshing %d repository(ies)", provider, event.ref[:200], shown, len(keys))
     return web.json_response({"result": "refreshing", "repositories": len(keys), "ref": event.ref[:200]})

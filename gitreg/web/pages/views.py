@@ -42,7 +42,6 @@ from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import AUTH, CATALOG, CONFIG, INDEX, REGISTRY
 
 HERE = Path(__file__).parent
-ui_routes = web.RouteTableDef()
 PAGE_SIZE = 20
 COOKIE = "gitreg_session"
 SESSION_SECONDS = 12 * 3600
@@ -56,7 +55,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
-PAGE_PATHS = ("/", "/modules/", "/login", "/logout", "/static/")
 _SAFE_SCHEMES = ("http", "https", "mailto")
 
 _templates = jinja2.Environment(
@@ -252,7 +250,7 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
     return _render(request, "error.html", status=status, heading=heading, message=message)
 
 
-LOGGED_IN = web.RequestKey("ui_logged_in", bool) if hasattr(web, "RequestKey") else "gitreg.ui_logged_in"
+LOGGED_IN = web.RequestKey("ui_logged_in", bool)
 
 
 async def ui_guard(
