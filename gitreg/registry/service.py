@@ -7,11 +7,12 @@ web/api/modules.py call this and nothing else to answer versions, downloads and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -26,12 +27,15 @@ from gitreg.registry.catalog import Catalog
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.shared import SharedState
-from gitreg.storage.archives import ArchiveKey
+from gitreg.storage.archives import ArchiveKey, ArchiveStore
 from gitreg.storage.pins import TagPins
 
 # Tag lists longer than this are turned into versions off the event loop.
 BIG_TAG_LIST = 1000
 ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows it by the suffix
+# How long a download lookup waits for an archive build before answering with its URL anyway
+# (Terraform gives the lookup 10 s; the package fetch then waits for the build, untimed).
+ARCHIVE_LOOKUP_WAIT = 5.0
 
 
 @dataclass
@@ -68,6 +72,7 @@ class Registry:
         pins: TagPins,
         shared: SharedState,
         catalog: Catalog,
+        archives: ArchiveStore,
     ) -> None:
         self.config = config
         self.resolver = resolver
@@ -75,6 +80,7 @@ class Registry:
         self.pins = pins
         self.shared = shared  # with Redis, replicas pin a tag at the same commit
         self.catalog = catalog
+        self.archives = archives
         self._derived = _DerivedByTagList()
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
@@ -171,6 +177,25 @@ class Registry:
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
         return ArchiveKey(resolved.repository, await self._served_sha(resolved, found), resolved.rule.path)
+
+    async def archive_checksum(self, key: ArchiveKey) -> str | None:
+        """Start the build (so a broken module fails here, with its reason); the archive's SHA-256 once built.
+
+        go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
+        unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
+        answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
+        """
+        if self.archives.cached(key) is None:
+            task = self.archives.start(key)
+            with contextlib.suppress(TimeoutError):
+                # A quick build finishes here; a slow first clone goes on while the client follows the URL.
+                await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
+        return await self.archives.checksum(key)
+
+    async def hold_archive(self, address: ModuleAddress, version: str) -> tuple[str, Callable[[], None]]:
+        """The archive file of an archive-mode version, held against eviction until `release` is called."""
+        path = await self.archives.hold(await self.archive_key(address, version))
+        return path, functools.partial(self.archives.release, path)
 
     async def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""

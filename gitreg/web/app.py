@@ -205,7 +205,7 @@ async def _registry(app: web.Application) -> AsyncIterator[None]:
     config, cache, shared, orgs = app[CONFIG], app[CACHE], app[SHARED], app[ORGS]
     resolver = Resolver(config, orgs)
     catalog = app[CATALOG] = Catalog(config, _storage(app) / CATALOG_FILE, resolver, shared)
-    registry = app[REGISTRY] = Registry(config, resolver, cache, app[_PINS], shared, catalog)
+    registry = app[REGISTRY] = Registry(config, resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
     publisher = app[PUBLISHER] = Publisher(cache, shared, orgs)
     shared.on_invalidate = publisher.changed_elsewhere
     shared.on_reconnect = publisher.reconnected
@@ -406,7 +406,7 @@ def create_app(
     app[LIFECYCLE] = Lifecycle()
     # Dependency order; each closes (after `yield`) before those it was built with.
     contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
-    contexts += [_registry, _mirrors_and_archives]
+    contexts += [_mirrors_and_archives, _registry]
     if role is not Role.INDEX:  # the serving process enumerates the orgs
         contexts.append(_org_listings)
     contexts += [_details, _index]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -19,7 +17,6 @@ from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.storage.archives import ArchiveKey
 from gitreg.web.keys import (
-    ARCHIVES,
     CACHE,
     CONFIG,
     GIT_POOL,
@@ -35,9 +32,6 @@ from gitreg.web.middleware import error_response
 routes = web.RouteTableDef()
 
 DISCOVERY = {"modules.v1": "/v1/modules/"}
-# How long a download lookup waits for an archive build before answering with its URL anyway
-# (Terraform gives the lookup 10 s; the package fetch then waits for the build, untimed).
-ARCHIVE_LOOKUP_WAIT = 5.0
 
 
 @routes.get("/.well-known/terraform.json")
@@ -119,17 +113,8 @@ def _location_json(location: str) -> str:
 
 
 async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:
-    """Start the build (so a broken module fails here, with its reason), sign the URL, add the checksum."""
-    archives = request.app[ARCHIVES]
-    if archives.cached(key) is None:
-        task = archives.start(key)
-        with contextlib.suppress(TimeoutError):
-            # A quick build finishes here; a slow first clone goes on while the client follows the URL.
-            await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
-    # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
-    # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
-    # answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
-    digest = await archives.checksum(key)
+    """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies."""
+    digest = await request.app[REGISTRY].archive_checksum(key)
     config = request.app[CONFIG]
     path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
     params = [request.app[SIGNER].sign(path)] if config.auth.enabled else []
@@ -163,12 +148,10 @@ async def archive(request: web.Request) -> web.StreamResponse:
     """The archive of an archive-mode version (GET and HEAD). Auth: a signed URL or the registry token."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    key = await request.app[REGISTRY].archive_key(address, m["version"])
-    archives = request.app[ARCHIVES]
-    path = await archives.hold(key)
+    path, release = await request.app[REGISTRY].hold_archive(address, m["version"])
     return HeldFileResponse(
         path,
-        functools.partial(archives.release, path),
+        release,
         headers={
             "Content-Type": "application/gzip",
             "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',
