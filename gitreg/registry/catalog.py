@@ -146,6 +146,10 @@ class Catalog:
         self.downloads_version += 1
         self.shared.count_download(str(address))
 
+    def downloads_changed(self) -> None:
+        """Other replicas' counts arrived: search ranks ties by downloads, so remembered answers are void."""
+        self.downloads_version += 1
+
     def downloads(self, address: ModuleAddress) -> int:
         """Download requests answered for `address`, across restarts (and replicas, with Redis up)."""
         shared = self.shared.downloads(str(address))

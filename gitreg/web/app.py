@@ -84,6 +84,7 @@ _HOME: web.AppKey[str] = web.AppKey("git_home")
 _FILES: web.AppKey[ThreadPoolExecutor] = web.AppKey("file_threads")
 _PINS: web.AppKey[TagPins] = web.AppKey("tag_pins")
 _BUDGET: web.AppKey[StorageBudget] = web.AppKey("storage_budget")
+_RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver")
 
 
 def _storage(app: web.Application) -> Path:
@@ -197,31 +198,34 @@ async def _orgs(app: web.Application) -> AsyncIterator[None]:
     yield
 
 
-async def _registry(app: web.Application) -> AsyncIterator[None]:
-    """The resolver, the catalog, the registry service and the publisher: `terraform init`'s path.
+async def _catalog(app: web.Application) -> AsyncIterator[None]:
+    """The one resolver (what serves an address), and the catalog of listable modules and downloads.
 
     In Role.INDEX the catalog is not persisted: the serving process keeps it, and gives it the modules.
     """
-    config, cache, shared, orgs = app[CONFIG], app[CACHE], app[SHARED], app[ORGS]
-    resolver = Resolver(config, orgs)
+    config, shared = app[CONFIG], app[SHARED]
+    resolver = app[_RESOLVER] = Resolver(config, app[ORGS])
     catalog = app[CATALOG] = Catalog(config, _storage(app) / CATALOG_FILE, resolver, shared)
-    registry = app[REGISTRY] = Registry(config, resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
-    publisher = app[PUBLISHER] = Publisher(cache, shared, orgs)
-    shared.on_invalidate = publisher.changed_elsewhere
-    shared.on_reconnect = publisher.reconnected
-
-    def downloads_changed() -> None:
-        catalog.downloads_version += 1  # search ranks ties by downloads: remembered answers are void
-
-    shared.on_downloads = downloads_changed
+    shared.on_downloads = catalog.downloads_changed
     if app[ROLE] is Role.INDEX:  # the index process's catalog is given, never written
         for address in app[SEED].remembered:
             with contextlib.suppress(GitregError):
-                catalog.remember(registry.resolve(address))
+                catalog.remember(resolver.resolve(address))
         yield
         return
     async for _ in catalog.lifetime():
         yield
+
+
+async def _registry(app: web.Application) -> AsyncIterator[None]:
+    """The registry service (`terraform init`'s path) and the publisher of repository changes."""
+    cache, shared, catalog = app[CACHE], app[SHARED], app[CATALOG]
+    resolver = app[_RESOLVER]
+    app[REGISTRY] = Registry(app[CONFIG], resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
+    publisher = app[PUBLISHER] = Publisher(cache, shared, app[ORGS])
+    shared.on_invalidate = publisher.changed_elsewhere
+    shared.on_reconnect = publisher.reconnected
+    yield
 
 
 async def _mirrors_and_archives(app: web.Application) -> AsyncIterator[None]:
@@ -406,7 +410,7 @@ def create_app(
     app[LIFECYCLE] = Lifecycle()
     # Dependency order; each closes (after `yield`) before those it was built with.
     contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
-    contexts += [_mirrors_and_archives, _registry]
+    contexts += [_mirrors_and_archives, _catalog, _registry]
     if role is not Role.INDEX:  # the serving process enumerates the orgs
         contexts.append(_org_listings)
     contexts += [_details, _index]
