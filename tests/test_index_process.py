@@ -214,6 +214,7 @@ async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ig
     from gitreg.index.store import ModuleIndex
     from gitreg.orgs.catalog import OrgCatalog
     from gitreg.registry.catalog import Catalog
+    from gitreg.registry.resolve import Resolver
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.memory import MemoryShared
     from tests.conftest import make_config
@@ -221,11 +222,12 @@ async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ig
 
     config = make_config([])
     index = ModuleIndex(tmp_path, dict, lambda a: None, None, None, 60, builds=False)  # type: ignore[arg-type]
+    orgs = OrgCatalog(config, None)
     process = IndexProcess(
         config,
         index,
-        Catalog(config, tmp_path / "catalog.json"),
-        OrgCatalog(config, None),
+        Catalog(config, tmp_path / "catalog.json", Resolver(config, orgs), MemoryShared()),
+        orgs,
         TagCache(config.cache, None),  # type: ignore[arg-type]
         MemoryShared(),
     )

@@ -56,7 +56,7 @@ class CacheConfig:
     max_repositories: int = 10000
     refresh_ahead: bool = False
     # "memory": this process only. "redis": replicas share tag lists, invalidations, download
-    # counts, moved-tag records and the index through Redis (gitreg/replicas/shared.py).
+    # counts, moved-tag records and the index through Redis (gitreg/replicas/redis.py).
     backend: Backend = "memory"
     redis_url: str | None = field(default=None, repr=False)  # may hold a password
     redis_prefix: str = "gitreg:"

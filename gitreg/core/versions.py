@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import semver
 
@@ -38,8 +38,6 @@ class ModuleVersions:
 
     versions: tuple[TaggedVersion, ...]
     skipped: tuple[SkippedTag, ...]
-    # Rendered answers for the warm path, built once per tag list (see routes.versions).
-    memo: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @functools.cached_property
     def index(self) -> dict[str, TaggedVersion]:

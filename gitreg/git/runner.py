@@ -141,8 +141,6 @@ class TagList:
     """The tags of one repository: tag name -> commit SHA (annotated tags peeled)."""
 
     tags: Mapping[str, str]
-    # What the hot path derives from these tags (versions per tag_prefix), computed once per fetch.
-    derived: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
     # Seconds the list had been fetched before this process got it (from another replica, via Redis).
     age: float = field(default=0.0, compare=False)
 

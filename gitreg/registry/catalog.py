@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from gitreg.config.model import Config
-from gitreg.config.rules import ResolvedModule, RuleIndex
+from gitreg.config.rules import ResolvedModule
+from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress, address_from_text
+from gitreg.registry.resolve import Resolver
 from gitreg.replicas.base import SharedState
-from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.files import remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,10 @@ _TMP_PREFIX = ".catalog-"  # temp files of write_atomically (`.catalog-*.tmp`)
 class Catalog:
     """The listable modules and the download counts; touched from the event loop only."""
 
-    def __init__(self, config: Config, path: Path) -> None:
+    def __init__(self, config: Config, path: Path, resolver: Resolver, shared: SharedState) -> None:
         self.config = config
         self.path = path
-        self._rules = RuleIndex(config.modules)
+        self._resolver = resolver
         self._remembered: set[ModuleAddress] = set()
         self._downloads: dict[ModuleAddress, int] = {}
         self._dirty = False
@@ -57,8 +58,8 @@ class Catalog:
         self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
         # Advances with every counted download: search results (ties by downloads) depend on it.
         self.downloads_version = 0
-        # With Redis (browse.py sets it): counts of every replica, read in the background.
-        self.shared: SharedState = MemoryShared()
+        # With Redis: counts of every replica, read in the background.
+        self.shared = shared
 
     def load(self) -> None:
         """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
@@ -91,18 +92,21 @@ class Catalog:
                 if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
                     self._downloads[address] = count
 
-    def listed(self) -> dict[ModuleAddress, ResolvedModule]:
-        """Every listable module, bound to the rule serving it now (rules may have changed since)."""
+    def listable(self, address: ModuleAddress) -> ResolvedModule | None:
+        """What serves `address` when it is listed: a rule naming it, an org's module, or a module
+        a wildcard rule has served; resolved as a request would be (explicit, org, wildcard)."""
+        try:
+            resolved = self._resolver.resolve(address)
+        except GitregError:
+            return None
+        return resolved if resolved.rule.explicit or address in self._remembered else None
+
+    def sources(self) -> dict[ModuleAddress, ResolvedModule]:
+        """Every listable module, bound to what serves it now (rules and orgs may have changed since)."""
         found: dict[ModuleAddress, ResolvedModule] = {}
-        for rule in self.config.modules:
-            if rule.explicit:
-                address = ModuleAddress(rule.namespace or "", rule.name or "", rule.system or "")
-                resolved = self._rules.match(address)
-                if resolved is not None:
-                    found[address] = resolved
-        for address in self._remembered:
+        for address in (*self._resolver.explicit(), *self._remembered, *self._resolver.org_modules()):
             if address not in found:
-                resolved = self._rules.match(address)
+                resolved = self.listable(address)
                 if resolved is not None:
                     found[address] = resolved
         return found
@@ -141,6 +145,10 @@ class Catalog:
         self._dirty = True
         self.downloads_version += 1
         self.shared.count_download(str(address))
+
+    def downloads_changed(self) -> None:
+        """Other replicas' counts arrived: search ranks ties by downloads, so remembered answers are void."""
+        self.downloads_version += 1
 
     def downloads(self, address: ModuleAddress) -> int:
         """Download requests answered for `address`, across restarts (and replicas, with Redis up)."""

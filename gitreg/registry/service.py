@@ -1,90 +1,152 @@
-"""The registry service: module address -> rule -> cached tags -> versions and locations."""
+"""The registry service: module address -> rule -> cached tags -> versions and locations.
+
+The facade of the registry protocol (`terraform init`'s path): the handlers in
+web/api/modules.py call this and nothing else to answer versions, downloads and archives.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from gitreg.config.model import Config, ModuleRule
-from gitreg.config.rules import ResolvedModule, RuleIndex, fill_template, match_rule
+from gitreg.config.rules import ResolvedModule, fill_template
 from gitreg.core import urls
 from gitreg.core.errors import ModuleNotFound, VersionNotFound
 from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
-from gitreg.orgs.catalog import OrgCatalog
+from gitreg.git.runner import TagList
+from gitreg.registry.catalog import Catalog
+from gitreg.registry.resolve import Resolver
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
-from gitreg.replicas.memory import MemoryShared
-from gitreg.storage.archives import ArchiveKey
+from gitreg.storage.archives import ArchiveKey, ArchiveStore
 from gitreg.storage.pins import TagPins
 
 # Tag lists longer than this are turned into versions off the event loop.
 BIG_TAG_LIST = 1000
 ARCHIVE_NAME = "archive.tar.gz"  # .../{version}/archive.tar.gz: go-getter knows it by the suffix
+# How long a download lookup waits for an archive build before answering with its URL anyway
+# (Terraform gives the lookup 10 s; the package fetch then waits for the build, untimed).
+ARCHIVE_LOOKUP_WAIT = 5.0
+
+
+@dataclass
+class _Derived:
+    """What the warm path derives from one fetched tag list, computed once per fetch."""
+
+    versions: dict[str, ModuleVersions] = field(default_factory=dict)  # by tag_prefix
+    answers: dict[tuple[str, str], str] = field(default_factory=dict)  # (tag_prefix, address) -> versions JSON
+
+
+class _DerivedByTagList:
+    """_Derived per TagList, keyed by the list's identity and dropped with it (a refresh is a new list)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, _Derived] = {}
+
+    def of(self, tags: TagList) -> _Derived:
+        found = self._by_id.get(id(tags))
+        if found is None:
+            found = self._by_id[id(tags)] = _Derived()
+            # Runs when the list is freed, before its id can be reused.
+            weakref.finalize(tags, self._by_id.pop, id(tags), None)
+        return found
 
 
 class Registry:
     """Answers the module registry protocol from configured rules and Git tags."""
 
-    def __init__(self, config: Config, cache: TagCache, pins: TagPins, orgs: OrgCatalog | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        resolver: Resolver,
+        cache: TagCache,
+        pins: TagPins,
+        shared: SharedState,
+        catalog: Catalog,
+        archives: ArchiveStore,
+    ) -> None:
         self.config = config
+        self.resolver = resolver
         self.cache = cache
-        self.rules = RuleIndex(config.modules)
         self.pins = pins
-        self.orgs = orgs if orgs is not None and config.orgs else None
-        self.shared: SharedState = MemoryShared()  # app.py sets the Redis one: replicas pin a tag at the same commit
+        self.shared = shared  # with Redis, replicas pin a tag at the same commit
+        self.catalog = catalog
+        self.archives = archives
+        self._derived = _DerivedByTagList()
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
-        """The rule or org serving `address`; ModuleNotFound when none does.
-
-        An explicit [[modules]] rule wins; then an org module; a name an org namespace does not
-        list is a 404 without any git call (no wildcard rule guesses a repository for it); then
-        wildcard rules.
-        """
-        resolved = self.rules.explicit.get((address.namespace, address.name, address.system))
-        if resolved is not None:
-            return resolved
-        if self.orgs is not None:
-            resolved = self.orgs.resolve(address)
-            if resolved is not None:
-                return resolved
-            if self.orgs.serves_namespace(address.namespace):
-                raise self.orgs.not_found(address)
-        resolved = match_rule(self.rules.wildcards, address)
-        if resolved is None:
-            raise ModuleNotFound(f"module {address} is not served by this registry: no [[modules]] rule matches it")
-        return resolved
+        """The rule or org serving `address`; ModuleNotFound when none does (see Resolver.resolve)."""
+        return self.resolver.resolve(address)
 
     async def versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
         """The module's versions from its repository's (cached) tags."""
-        if (
-            self.orgs is not None
-            and not self.orgs.complete()
-            and (address.namespace, address.name, address.system) not in self.rules.explicit
-            and self.orgs.get(address) is None  # listed already, from a first page
-        ):
-            await self.orgs.wait_listed(address.namespace)  # only until the org's first listing
-        resolved = self.resolve(address)
+        resolved, _, found = await self._versions(address)
+        return resolved, found
+
+    async def _versions(self, address: ModuleAddress) -> tuple[ResolvedModule, _Derived, ModuleVersions]:
+        resolved = await self.resolver.resolve_listed(address)
         tags = await self.cache.get(resolved.repository)
-        key = ("versions", resolved.rule.tag_prefix)
-        found = tags.derived.get(key)
+        derived = self._derived.of(tags)
+        prefix = resolved.rule.tag_prefix
+        found = derived.versions.get(prefix)
         if found is None:
             # Parsed once per fetched tag list, not per request: this is the warm path.
             if len(tags.tags) > BIG_TAG_LIST:
                 # ~10 µs a tag: a long list is parsed in a thread, so the event loop keeps
                 # answering other requests meanwhile (bench/scale.py: the /healthz column).
-                found = await asyncio.get_running_loop().run_in_executor(
-                    None, _select_and_index, tags.tags, resolved.rule.tag_prefix
-                )
+                found = await asyncio.get_running_loop().run_in_executor(None, _select_and_index, tags.tags, prefix)
             else:
-                found = select_versions(tags.tags, resolved.rule.tag_prefix)
-            found = tags.derived.setdefault(key, found)  # a concurrent request may have won
-        assert isinstance(found, ModuleVersions)
+                found = select_versions(tags.tags, prefix)
+            found = derived.versions.setdefault(prefix, found)  # a concurrent request may have won
+        return resolved, derived, found
+
+    async def served_versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
+        """versions() for a client: a module served with versions becomes listed (see served)."""
+        resolved, found = await self.versions(address)
+        if found.versions:
+            self.served(resolved)
         return resolved, found
+
+    def served(self, resolved: ResolvedModule) -> None:
+        """A module was served with versions: a wildcard rule's module becomes listable."""
+        self.catalog.remember(resolved)
+
+    async def versions_answer(self, address: ModuleAddress) -> str:
+        """The versions endpoint's JSON text, rendered once per fetched tag list and address."""
+        resolved, derived, found = await self._versions(address)
+        if found.versions:
+            self.served(resolved)
+        key = (resolved.rule.tag_prefix, str(address))
+        text = derived.answers.get(key)
+        if text is None:
+            # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
+            # module's source link when it is an http(s) URL: the repository's web page, when known.
+            source = urls.web_url(resolved.clone_url) or key[1]
+            body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
+            text = derived.answers[key] = json.dumps(body)
+        return text
+
+    async def latest(self, address: ModuleAddress) -> TaggedVersion:
+        """The highest version a client is served; VersionNotFound when no tag is a version."""
+        _, found = await self.served_versions(address)
+        latest = found.latest()
+        if latest is None:
+            raise VersionNotFound(f"module {address} has no versions: no tag is a SemVer version")
+        return latest
+
+    def downloaded(self, address: ModuleAddress, answer: Download) -> None:
+        """A download answer went out: counted (in memory; the catalog writes it in batches), and listed."""
+        self.catalog.count_download(address)
+        self.served(answer.resolved)
 
     async def find_version(self, address: ModuleAddress, version: str) -> tuple[ResolvedModule, TaggedVersion]:
         """The tagged version a client asked for; VersionNotFound when it is not a tag."""
@@ -115,6 +177,25 @@ class Registry:
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
         return ArchiveKey(resolved.repository, await self._served_sha(resolved, found), resolved.rule.path)
+
+    async def archive_checksum(self, key: ArchiveKey) -> str | None:
+        """Start the build (so a broken module fails here, with its reason); the archive's SHA-256 once built.
+
+        go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
+        unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
+        answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
+        """
+        if self.archives.cached(key) is None:
+            task = self.archives.start(key)
+            with contextlib.suppress(TimeoutError):
+                # A quick build finishes here; a slow first clone goes on while the client follows the URL.
+                await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
+        return await self.archives.checksum(key)
+
+    async def hold_archive(self, address: ModuleAddress, version: str) -> tuple[str, Callable[[], None]]:
+        """The archive file of an archive-mode version, held against eviction until `release` is called."""
+        path = await self.archives.hold(await self.archive_key(address, version))
+        return path, functools.partial(self.archives.release, path)
 
     async def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""

@@ -69,6 +69,7 @@ class MirrorStore:
         error_retry_seconds: float = 0.0,
         pinned: Callable[[str], Collection[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        scratch_only: bool = False,
     ) -> None:
         self.root = root
         self.git = git
@@ -84,7 +85,7 @@ class MirrorStore:
         self.fetches = 0
         # The index process reads commits from scratch fetches only: the mirrors are the serving
         # process's (its per-URL locks, its [storage] max_bytes budget and eviction).
-        self.scratch_only = False
+        self.scratch_only = scratch_only
         # What an earlier run left, from prepare() until scan() went through it: temp
         # directories (a clone or a removal cut short) and mirrors not yet cleaned up.
         self._leftovers: list[str] = []

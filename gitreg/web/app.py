@@ -1,8 +1,15 @@
-"""The application factory, its middlewares, and the resources it owns."""
+"""The application factory: the one composition root, one cleanup context per resource.
+
+Each resource is created in dependency order, handed everything it needs when it is
+constructed, and closed after `yield`; aiohttp unwinds the contexts in reverse, so a resource
+closes before what it depends on. The role (index.process.Role) decides here, and only here,
+which contexts an application has.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import tempfile
@@ -12,22 +19,29 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from gitreg.config.model import Config
-from gitreg.core.errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
-from gitreg.core.names import check_request
+from gitreg.core.errors import GitregError
+from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import host_label as git_host
-from gitreg.git.pool import GIT_PRIORITY, GitPool, Priority, Waiters
+from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.runner import GitAdapter, MirrorGit, TagList
-from gitreg.index.process import Role
+from gitreg.index.browse import BrowseService
+from gitreg.index.details import DetailsService
+from gitreg.index.model import ChangeLog, OrgInfo
+from gitreg.index.process import CommandPipe, IndexProcess, Role
 from gitreg.index.protocol import Seed
-from gitreg.observability.collectors import ArchiveCollector
-from gitreg.observability.logs import ServerLogger
+from gitreg.index.store import ModuleIndex
+from gitreg.observability.collectors import ArchiveCollector, IndexCollector
+from gitreg.observability.logs import JsonFormatter, ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
 from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
-from gitreg.registry.service import ARCHIVE_NAME, Registry
+from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
+from gitreg.registry.catalog import Catalog
+from gitreg.registry.publish import Publisher
+from gitreg.registry.resolve import Resolver
+from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
@@ -35,201 +49,207 @@ from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.files import StorageBudget
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
-from gitreg.web.api.browse import browse_routes, browse_services
+from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
-from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
 from gitreg.web.api.webhooks import webhook_routes
 from gitreg.web.auth import TokenChecker
 from gitreg.web.keys import (
     ARCHIVES,
     AUTH,
+    BROWSE,
     CACHE,
+    CATALOG,
     CLOCK,
     CONFIG,
+    DETAILS,
     GIT,
     GIT_POOL,
+    INDEX,
+    INDEX_PROCESS,
     LIFECYCLE,
     METRICS,
     MIRRORS,
     ORGS,
+    PUBLISHER,
     REGISTRY,
     ROLE,
     SEED,
     SHARED,
     SIGNER,
 )
-from gitreg.web.pages.render import SECURITY_HEADERS, page_error
-from gitreg.web.pages.views import add_ui, is_page
+from gitreg.web.middleware import errors_middleware
+from gitreg.web.pages.views import add_ui
 from gitreg.web.signing import UrlSigner
 
 log = logging.getLogger(__name__)
 
-# Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
-# the webhooks their shared secrets: Git hosts cannot send a registry token.
-OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS})
-# The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
-# first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
-# sets BACKGROUND itself (gitpool.background_task).
-INSTALL_ROUTES = frozenset(
-    {
-        "/v1/modules/{namespace}/{name}/{system}/versions",
-        "/v1/modules/{namespace}/{name}/{system}/{version}/download",
-        "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
-    }
-)
+# The composition's own resources: what later contexts are built with, not what handlers read.
+_HOME: web.AppKey[str] = web.AppKey("git_home")
+_FILES: web.AppKey[ThreadPoolExecutor] = web.AppKey("file_threads")
+_PINS: web.AppKey[TagPins] = web.AppKey("tag_pins")
+_BUDGET: web.AppKey[StorageBudget] = web.AppKey("storage_budget")
+_RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver")
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    """The one error shape of the registry API: `{"errors": ["..."]}`."""
-    return web.json_response({"errors": [message]}, status=status, headers=headers)
+def _storage(app: web.Application) -> Path:
+    return Path(app[CONFIG].storage.path)
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Check the request (token, then input), run the handler; shape every failure as JSON, never a traceback.
-
-    One middleware, not three: each layer costs a coroutine per request, which shows on the
-    warm path (bench/warm_path.py).
-    """
-    resource = request.match_info.route.resource
-    install = resource is not None and resource.canonical in INSTALL_ROUTES
-    priority = GIT_PRIORITY.set(Priority.INSTALL if install else Priority.BROWSE)
-    try:
-        if is_page(request):
-            return await _page(request, handler)
-        authorize_request(request)
-        # Every path segment and query parameter, before any handler, rule or git call.
-        check_request(request)
-        return await handler(request)
-    except GitregError as e:
-        # A Bearer challenge only for registry tokens, not for a webhook's bad signature.
-        headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if isinstance(e, Unauthorized) else None
-        if isinstance(e, Overloaded):
-            headers = {"Retry-After": str(e.retry_after)}  # Terraform waits this long, then retries once
-        return error_response(e.status, e.message, headers)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        message = {
-            404: f"no such endpoint: {request.path[:200]}",
-            405: f"method {request.method} is not allowed here",
-        }.get(e.status, e.reason)
-        headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "www-authenticate", "retry-after")}
-        return error_response(e.status, message, headers)
-    except asyncio.CancelledError:
-        raise
-    except OSError as e:
-        if e.errno not in OUT_OF_RESOURCES:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            return error_response(500, "internal error in gitreg; the server log has details")
-        # Out of file descriptors or processes (opening a file, starting git): busy, not broken.
-        log.warning("out of resources on %s %s: %s; answered 503", request.method, request.path, e.strerror)
-        return error_response(
-            503, "gitreg is out of file descriptors or processes; try again in a few seconds", {"Retry-After": "5"}
-        )
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "internal error in gitreg; the server log has details")
-    finally:
-        GIT_PRIORITY.reset(priority)
-
-
-async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A browser page: its own session check, HTML errors, and the security headers on every answer."""
-    try:
-        response: web.StreamResponse = await handler(request)
-    except web.HTTPException as e:
-        if e.status < 400:  # a redirect (to /login, after a login)
-            e.headers.update(SECURITY_HEADERS)
-            raise
-        response = page_error(request, e.status, e.reason)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        response = page_error(request, 500, "Something went wrong in gitreg; the server log has details.")
-    response.headers.update(SECURITY_HEADERS)
-    return response
-
-
-def authorize_request(request: web.Request) -> None:
-    """Require a registry token on the API when `[auth] tokens` is set."""
-    checker = request.app[AUTH]
-    # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
-    # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
-    if request.match_info.http_exception is not None:
-        return
-    if checker.enabled and request.path not in OPEN_PATHS:
-        if request.match_info.route.name == "archive" and "signature" in request.query:
-            # Terraform fetches the archive without its token: the signed URL is the authorization.
-            request.app[SIGNER].verify(request.path, request.query)
-        else:
-            checker.authorize(request)
-
-
-async def _services(app: web.Application) -> AsyncIterator[None]:
-    """Create the git pool, git adapter, cache and registry; close them on shutdown."""
-    config = app[CONFIG]
-    pool = GitPool(config.git.max_concurrency, config.git.max_queue, config.git.max_per_host)
+async def _git_home(app: web.Application) -> AsyncIterator[None]:
+    """A HOME of gitreg's own for git (its config, its credential helper); removed last."""
     home = tempfile.TemporaryDirectory(prefix="gitreg-home-")
-    adapter = GitAdapter(config.git, config.credentials, home.name)
-    ls_remote = app[METRICS].instrument_ls_remote(adapter.ls_remote_tags)
+    app[_HOME] = home.name
+    yield
+    home.cleanup()
+
+
+async def _file_threads(app: web.Application) -> AsyncIterator[None]:
+    """gitreg's own file work (pin records, sizes, renames, removals): a few threads of its own,
+    apart from the git pool's slots and from the default executor aiohttp opens files in."""
+    files = app[_FILES] = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gitreg-files")
+    yield
+    files.shutdown(wait=True)  # pin records and removals finish: nothing half-written
+
+
+async def _git_pool(app: web.Application) -> AsyncIterator[None]:
+    """The bounded pool every git call waits in (queued work is dropped by _queued_git)."""
+    git = app[CONFIG].git
+    pool = app[GIT_POOL] = GitPool(git.max_concurrency, git.max_queue, git.max_per_host)
+    app[METRICS].watch_pool(pool)
+    yield
+    pool.shutdown()
+
+
+async def _git(app: web.Application) -> AsyncIterator[None]:
+    """The git adapter: the runner of every git process."""
+    config = app[CONFIG]
+    adapter = app[GIT] = GitAdapter(config.git, config.credentials, app[_HOME])
+    app[METRICS].watch_git(adapter.running)
+    yield
+    # In-flight requests had their grace period (the runner's shutdown_timeout): git still
+    # talking to a host now serves nobody (a background refresh, a cancelled request), so it
+    # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
+    if killed := adapter.kill_running():
+        log.info("shutdown: stopped %d running git process(es)", killed)
+
+
+async def _shared(app: web.Application) -> AsyncIterator[None]:
+    """What replicas share: Redis when configured, else this process's memory.
+
+    The index process has no Redis of its own: its serving process is the replica (indexer.py).
+    """
+    config = app[CONFIG]
+    index_process = app[ROLE] is Role.INDEX
+    shared = app[SHARED] = MemoryShared() if index_process else make_shared(config.cache, config.git.timeout_seconds)
+    await shared.start()
+    app[METRICS].watch_shared(shared)
+    yield
+    await shared.close()
+
+
+async def _pins(app: web.Application) -> AsyncIterator[None]:
+    """The commit each served tag was first served at; read (and compacted) off the event loop.
+
+    The index process serves no download, so pins nothing: it must not compact the serving
+    process's file, and has one of its own.
+    """
+    index_process = app[ROLE] is Role.INDEX
+    path = Path(app[_HOME], "tagpins.jsonl") if index_process else _storage(app) / "tagpins.jsonl"
+    files = app[_FILES]
+    pins = app[_PINS] = await asyncio.get_running_loop().run_in_executor(files, TagPins, path, files)
+    yield
+    await pins.close()
+
+
+async def _budget(app: web.Application) -> AsyncIterator[None]:
+    """One [storage] max_bytes over mirrors and archives together."""
+    budget = app[_BUDGET] = StorageBudget(app[CONFIG].storage.max_bytes)
+    yield
+    await budget.close()
+
+
+async def _queued_git(app: web.Application) -> AsyncIterator[None]:
+    """At shutdown, work still waiting for a git slot (archive builds, details) fails instead of
+    starting: before the stores it would write to close, after the tag cache stopped."""
+    yield
+    if dropped := app[GIT_POOL].close():
+        log.info("shutdown: dropped %d queued git call(s)", dropped)
+
+
+async def _tags(app: web.Application) -> AsyncIterator[None]:
+    """The tag cache: a miss goes through the git pool (with Redis, the other replicas' list first)."""
+    config, pool, shared = app[CONFIG], app[GIT_POOL], app[SHARED]
+    ls_remote = app[METRICS].instrument_ls_remote(app[GIT].ls_remote_tags)
 
     async def load(url: str, waiters: Waiters) -> TagList:
         return await pool.run(ls_remote, url, host=git_host(url), waiters=waiters)
 
     # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
-    # The index process has no Redis of its own: its serving process is the replica (indexer.py).
-    index_process = app[ROLE] is Role.INDEX
-    shared = app[SHARED] = MemoryShared() if index_process else make_shared(config.cache, config.git.timeout_seconds)
-    await shared.start()
-    cache = TagCache(
+    cache = app[CACHE] = TagCache(
         config.cache, lambda url, waiters: shared.load_tags(url, lambda key: load(key, waiters)), app[CLOCK]
     )
-
-    def invalidated_elsewhere(key: str) -> None:
-        # A webhook reached another replica: refreshed through the shared lock, so one git call in all.
-        if cache.invalidate(key):
-            cache.refresh_in_background(key)
-
-    def reconnected() -> None:
-        # Invalidations published while Redis was away never arrived: catch up with the shared lists.
-        for key in cache.keys():  # noqa: SIM118 - TagCache is not a mapping; keys() is a snapshot
-            cache.refresh_in_background(key)
-
-    shared.on_invalidate = invalidated_elsewhere
-    shared.on_reconnect = reconnected
-    app[METRICS].watch_shared(shared)
     app[METRICS].watch_cache(cache)
-    app[METRICS].watch_git(adapter.running)
-    app[METRICS].watch_pool(pool)
-    app[GIT_POOL] = pool
-    app[GIT] = adapter
-    app[CACHE] = cache
-    storage = Path(config.storage.path)
-    # gitreg's own file work (pin records, sizes, renames, removals): a few threads of its own,
-    # apart from the git pool's slots and from the default executor aiohttp opens files in.
-    files = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gitreg-files")
-    # Read (and compacted) off the event loop. The index process serves no download, so pins
-    # nothing: it must not compact the serving process's file, and has one of its own.
-    pins_file = Path(home.name, "tagpins.jsonl") if index_process else storage / "tagpins.jsonl"
-    pins = await asyncio.get_running_loop().run_in_executor(files, TagPins, pins_file, files)
-    orgs = OrgCatalog(config, storage / ORGS_FILE)  # started by _org_listings
-    if index_process:  # the serving process enumerates, and tells it of each change
+    yield
+    await cache.close()
+
+
+async def _orgs(app: web.Application) -> AsyncIterator[None]:
+    """The org listings; enumerated by _org_listings, or (index process) told by the serving process."""
+    orgs = app[ORGS] = OrgCatalog(app[CONFIG], _storage(app) / ORGS_FILE)
+    if app[ROLE] is Role.INDEX:  # the serving process enumerates, and tells it of each change
         orgs.follow(app[SEED].orgs, (), app[SEED].orgs_complete)
-    app[ORGS] = orgs
     app[METRICS].watch_orgs(orgs)
-    app[REGISTRY] = Registry(config, cache, pins, orgs)
-    # One [storage] max_bytes over mirrors and archives together.
-    budget = StorageBudget(config.storage.max_bytes)
-    mirrors = MirrorStore(
-        storage / "mirrors", MirrorGit(adapter), pool, files, budget, config.cache.error_retry_seconds, pins.commits
+    yield
+
+
+async def _catalog(app: web.Application) -> AsyncIterator[None]:
+    """The one resolver (what serves an address), and the catalog of listable modules and downloads.
+
+    In Role.INDEX the catalog is not persisted: the serving process keeps it, and gives it the modules.
+    """
+    config, shared = app[CONFIG], app[SHARED]
+    resolver = app[_RESOLVER] = Resolver(config, app[ORGS])
+    catalog = app[CATALOG] = Catalog(config, _storage(app) / CATALOG_FILE, resolver, shared)
+    shared.on_downloads = catalog.downloads_changed
+    if app[ROLE] is Role.INDEX:  # the index process's catalog is given, never written
+        for address in app[SEED].remembered:
+            with contextlib.suppress(GitregError):
+                catalog.remember(resolver.resolve(address))
+        yield
+        return
+    async for _ in catalog.lifetime():
+        yield
+
+
+async def _registry(app: web.Application) -> AsyncIterator[None]:
+    """The registry service (`terraform init`'s path) and the publisher of repository changes."""
+    cache, shared, catalog = app[CACHE], app[SHARED], app[CATALOG]
+    resolver = app[_RESOLVER]
+    app[REGISTRY] = Registry(app[CONFIG], resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
+    publisher = app[PUBLISHER] = Publisher(cache, shared, app[ORGS])
+    shared.on_invalidate = publisher.changed_elsewhere
+    shared.on_reconnect = publisher.reconnected
+    yield
+
+
+async def _mirrors_and_archives(app: web.Application) -> AsyncIterator[None]:
+    """Bare mirrors and archive builds, in [storage] path, within one budget."""
+    config, pool, files = app[CONFIG], app[GIT_POOL], app[_FILES]
+    storage = _storage(app)
+    index_process = app[ROLE] is Role.INDEX
+    pins = app[_PINS]
+    mirrors = app[MIRRORS] = MirrorStore(
+        storage / "mirrors",
+        MirrorGit(app[GIT]),
+        pool,
+        files,
+        app[_BUDGET],
+        config.cache.error_retry_seconds,
+        pins.commits,
+        scratch_only=index_process,
     )
-    mirrors.scratch_only = index_process
     await mirrors.prepare()  # a directory listing; the mirrors are cleaned and measured by _storage_scan
-    app[REGISTRY].shared = shared
-    app[MIRRORS] = mirrors
-    archives = ArchiveStore(
+    archives = app[ARCHIVES] = ArchiveStore(
         storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
     )
     archive_mode = any(r.download == "archive" for r in config.modules) or any(
@@ -237,32 +257,106 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     )
     if archive_mode and not index_process:  # its prepare() removes builds cut short: the serving process's
         await archives.prepare()
-    app[ARCHIVES] = archives
     app[METRICS].registry.register(ArchiveCollector(archives, pins))
     yield
-    await cache.close()
-    # Work still waiting for a slot (archive builds, details) fails now instead of starting.
-    if dropped := pool.close():
-        log.info("shutdown: dropped %d queued git call(s)", dropped)
-    await budget.close()
-    await pins.close()
-    await shared.close()
-    # In-flight requests had their grace period (the runner's shutdown_timeout): git still
-    # talking to a host now serves nobody (a background refresh, a cancelled request), so it
-    # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
-    if killed := adapter.kill_running():
-        log.info("shutdown: stopped %d running git process(es)", killed)
-    pool.shutdown()
-    files.shutdown(wait=True)  # pin records and removals finish: nothing half-written
-    home.cleanup()
 
 
 async def _org_listings(app: web.Application) -> AsyncIterator[None]:
     """Org listings: loaded from disk, then enumerated in the background until shutdown (not in the index process)."""
-    if app[ROLE] is Role.INDEX:
+    async for _ in app[ORGS].lifetime():
+        yield
+
+
+async def _details(app: web.Application) -> AsyncIterator[None]:
+    """Module details read from tagged trees, by parse worker processes."""
+    mirrors = app[MIRRORS]
+    details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[GIT_POOL])
+    yield
+    await details.close()  # its parse worker processes
+
+
+async def _index(app: web.Application) -> AsyncIterator[None]:
+    """The module index, and the browse API's facade over it.
+
+    In Role.SERVE the index process builds the index (its IndexProcess is created here, started
+    by _index_process); in Role.INDEX this is that process's index.
+    """
+    config, role, catalog, orgs, registry = app[CONFIG], app[ROLE], app[CATALOG], app[ORGS], app[REGISTRY]
+
+    def org_info(address: ModuleAddress) -> OrgInfo | None:
+        repo = orgs.get(address)
+        if repo is None:
+            return None
+        return OrgInfo(source=repo.web_url, description=repo.description, topics=repo.topics, marker=repo.pushed_at)
+
+    # In the index process, from the start: the serving process is sent every change, and
+    # forgets what is gone too.
+    changes = ChangeLog() if role is Role.INDEX else None
+
+    def gone(address: ModuleAddress) -> None:
+        catalog.forget(address)
+        if changes is not None:
+            changes.forget(address)
+
+    # With Redis: one replica indexes (the lease) and publishes; the others load what it wrote.
+    # (The index process has no Redis: the serving process holds its place, see indexer.py.)
+    seed = app[SEED] if role is Role.INDEX else None
+    commands = CommandPipe() if role is Role.SERVE else None  # to the index process
+    index = app[INDEX] = ModuleIndex(
+        _storage(app),
+        sources=catalog.sources,
+        resolve=catalog.listable,
+        versions=registry.versions,
+        details=app[DETAILS],
+        refresh_seconds=config.cache.ttl_seconds,
+        org_info=org_info,
+        on_gone=gone,
+        enabled=config.index.enabled,
+        listed=orgs.complete,
+        builds=role is not Role.SERVE,
+        leading=(lambda: seed.leading) if seed is not None else app[SHARED].leading,
+        changes=changes,
+        on_wanted=commands.want if commands is not None else None,
+    )
+    process: IndexProcess | None = None
+    if commands is not None:
+        log_json = any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+        process = app[INDEX_PROCESS] = IndexProcess(
+            config, index, catalog, orgs, app[CACHE], app[SHARED], commands, log_json=log_json
+        )
+    _follow_changes(app, index, process)
+    app[BROWSE] = BrowseService(index, catalog, registry)
+    app[METRICS].registry.register(IndexCollector(index, (lambda: process.starts) if process is not None else None))
+    async for _ in index.lifetime():
+        yield
+
+
+def _follow_changes(app: web.Application, index: ModuleIndex, process: IndexProcess | None) -> None:
+    """What the index (or, in Role.SERVE, the index process) is told of.
+
+    A wildcard rule's module becomes listable when it is first served; any fetched tag list
+    (a webhook, a `terraform init` after the TTL) may change what the index shows; an org's
+    enumeration or repository webhook says which of its modules were added, pushed to or removed.
+    """
+    catalog, cache, orgs, shared = app[CATALOG], app[CACHE], app[ORGS], app[SHARED]
+    if process is not None:  # ... all of which the index process is told
+        catalog.on_new = process.remember
+        cache.on_fetched.append(process.fetched)
+        orgs.subscribe(process.orgs_changed)
+    else:
+        catalog.on_new = lambda address: index.notice([address])
+        cache.on_fetched.append(index.notice_repository)
+        orgs.subscribe(lambda changes: index.notice(changes.all))
+    index.on_written.append(shared.publish_index)
+    shared.follow_index(process.adopt if process is not None else index.adopt)
+
+
+async def _index_process(app: web.Application) -> AsyncIterator[None]:
+    """Role.SERVE: the index process, started once the index it feeds is up."""
+    if not app[CONFIG].index.enabled:
         yield
         return
-    async for _ in app[ORGS].lifetime():
+    async for _ in app[INDEX_PROCESS].lifetime():
         yield
 
 
@@ -320,16 +414,22 @@ def create_app(
     app[SIGNER] = UrlSigner(config.auth.signing_key or secrets.token_hex(32), config.auth.signed_url_ttl_seconds)
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle()
-    app.cleanup_ctx.append(_services)
-    app.cleanup_ctx.append(_org_listings)  # needs the services above
-    app.cleanup_ctx.append(browse_services)  # needs the services above
+    # Dependency order; each closes (after `yield`) before those it was built with.
+    contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
+    contexts += [_mirrors_and_archives, _catalog, _registry]
+    if role is not Role.INDEX:  # the serving process enumerates the orgs
+        contexts.append(_org_listings)
+    contexts += [_details, _index]
+    if role is Role.SERVE:
+        contexts.append(_index_process)
+    if role is not Role.INDEX:  # the mirrors are the serving process's
+        # After the slower ones so it does not slow them.
+        contexts.append(_storage_scan)
+    contexts.append(_readiness)  # keep last: ready only when every service above is up
+    app.cleanup_ctx.extend(contexts)
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
     add_ui(app)
-    if role is not Role.INDEX:  # the mirrors are the serving process's
-        # Needs the services above; after the slower ones so it does not slow them.
-        app.cleanup_ctx.append(_storage_scan)
-    app.cleanup_ctx.append(_readiness)  # keep last: ready only when every service above is up
     app.on_shutdown.append(_stopping)
     return app

@@ -1,7 +1,7 @@
 """Registry authentication: `Authorization: Bearer <token>` on every `/v1/...` request.
 
 Tokens may be scoped to namespaces and stored hashed (`sha256:<hex>`). The middleware in
-app.py records the caller's scope on the request; handlers that list modules read it with
+middleware.py records the caller's scope on the request; handlers that list modules read it with
 `allowed_namespaces(request)`.
 """
 

@@ -1,49 +1,63 @@
-"""Typed keys for the state an application owns (no module-level singletons)."""
+"""Typed keys for the state an application owns (no module-level singletons).
+
+Annotation-only: each key's type is an annotation (under `from __future__ import annotations`,
+never evaluated at run time), so importing a handler does not import every service module.
+The services import nothing from here; web/app.py, the one composition root, sets them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gitreg.config.model import Config
-from gitreg.git.pool import GitPool
-from gitreg.git.runner import GitAdapter
-from gitreg.index.details import DetailsService
-from gitreg.index.process import IndexProcess, Role
-from gitreg.index.protocol import Seed
-from gitreg.index.store import ModuleIndex
-from gitreg.observability.metrics import Lifecycle, Metrics
-from gitreg.orgs.catalog import OrgCatalog
-from gitreg.registry.catalog import Catalog
-from gitreg.registry.service import Registry
-from gitreg.registry.tags import TagCache
-from gitreg.replicas.base import SharedState
-from gitreg.storage.archives import ArchiveStore
-from gitreg.storage.mirrors import MirrorStore
-from gitreg.web.auth import TokenChecker
-from gitreg.web.signing import UrlSigner
+if TYPE_CHECKING:
+    from gitreg.config.model import Config
+    from gitreg.git.pool import GitPool
+    from gitreg.git.runner import GitAdapter
+    from gitreg.index.browse import BrowseService
+    from gitreg.index.details import DetailsService
+    from gitreg.index.process import IndexProcess, Role
+    from gitreg.index.protocol import Seed
+    from gitreg.index.store import ModuleIndex
+    from gitreg.observability.metrics import Lifecycle, Metrics
+    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.registry.catalog import Catalog
+    from gitreg.registry.publish import Publisher
+    from gitreg.registry.service import Registry
+    from gitreg.registry.tags import TagCache
+    from gitreg.replicas.base import SharedState
+    from gitreg.storage.archives import ArchiveStore
+    from gitreg.storage.mirrors import MirrorStore
+    from gitreg.web.auth import TokenChecker
+    from gitreg.web.signing import UrlSigner
 
-CONFIG = web.AppKey("config", Config)
-GIT_POOL = web.AppKey("git_pool", GitPool)
-GIT = web.AppKey("git", GitAdapter)
-CACHE = web.AppKey("cache", TagCache)
-REGISTRY = web.AppKey("registry", Registry)
-AUTH = web.AppKey("auth", TokenChecker)
-MIRRORS = web.AppKey("mirrors", MirrorStore)
-CATALOG = web.AppKey("catalog", Catalog)
-DETAILS = web.AppKey("details", DetailsService)
-INDEX = web.AppKey("index", ModuleIndex)
-METRICS = web.AppKey("metrics", Metrics)
-LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
-ARCHIVES = web.AppKey("archives", ArchiveStore)
-SIGNER = web.AppKey("signer", UrlSigner)
+CONFIG: web.AppKey[Config] = web.AppKey("config")
+GIT_POOL: web.AppKey[GitPool] = web.AppKey("git_pool")
+GIT: web.AppKey[GitAdapter] = web.AppKey("git")
+CACHE: web.AppKey[TagCache] = web.AppKey("cache")
+# The registry protocol's facade (versions, downloads, archives): what /v1's install path calls.
+REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
+# The browse API's facade (list, search, details): what the browsing endpoints call.
+BROWSE: web.AppKey[BrowseService] = web.AppKey("browse")
+# "Repositories changed": a webhook here, or another replica through Redis.
+PUBLISHER: web.AppKey[Publisher] = web.AppKey("publisher")
+AUTH: web.AppKey[TokenChecker] = web.AppKey("auth")
+MIRRORS: web.AppKey[MirrorStore] = web.AppKey("mirrors")
+CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
+DETAILS: web.AppKey[DetailsService] = web.AppKey("details")
+INDEX: web.AppKey[ModuleIndex] = web.AppKey("index")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+LIFECYCLE: web.AppKey[Lifecycle] = web.AppKey("lifecycle")
+ARCHIVES: web.AppKey[ArchiveStore] = web.AppKey("archives")
+SIGNER: web.AppKey[UrlSigner] = web.AppKey("signer")
 # What replicas share (Redis), or this process alone (memory): see gitreg/replicas.
-SHARED = web.AppKey("shared", SharedState)
+SHARED: web.AppKey[SharedState] = web.AppKey("shared")
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
-ORGS = web.AppKey("orgs", OrgCatalog)
-# What this application does (indexer.Role): all of it, serve with an index process, or be one.
-ROLE = web.AppKey("role", Role)
-SEED = web.AppKey("seed", Seed)  # the index process's start (Role.INDEX only)
-INDEX_PROCESS = web.AppKey("index_process", IndexProcess)  # Role.SERVE only
+ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
+# What this application does (index.process.Role): all of it, serve with an index process, or be one.
+ROLE: web.AppKey[Role] = web.AppKey("role")
+SEED: web.AppKey[Seed] = web.AppKey("seed")  # the index process's start (Role.INDEX only)
+INDEX_PROCESS: web.AppKey[IndexProcess] = web.AppKey("index_process")  # Role.SERVE only

@@ -1,9 +1,7 @@
-"""HTTP handlers: parse and check the request, ask the registry service, shape the answer."""
+"""HTTP handlers of the registry protocol: parse the request, ask the registry service, shape the answer."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -18,11 +16,8 @@ from gitreg.core.names import parse_address
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.storage.archives import ArchiveKey
-from gitreg.web.api.browse import source_url
 from gitreg.web.keys import (
-    ARCHIVES,
     CACHE,
-    CATALOG,
     CONFIG,
     GIT_POOL,
     INDEX,
@@ -32,13 +27,11 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
+from gitreg.web.middleware import error_response
 
 routes = web.RouteTableDef()
 
 DISCOVERY = {"modules.v1": "/v1/modules/"}
-# How long a download lookup waits for an archive build before answering with its URL anyway
-# (Terraform gives the lookup 10 s; the package fetch then waits for the build, untimed).
-ARCHIVE_LOOKUP_WAIT = 5.0
 
 
 @routes.get("/.well-known/terraform.json")
@@ -60,7 +53,7 @@ async def readyz(request: web.Request) -> web.Response:
     # The lifecycle flag turns true after the last cleanup context started and false on
     # shutdown, before the git pool and cache are closed.
     if not (lifecycle.ready and CACHE in request.app and GIT_POOL in request.app):
-        return web.json_response({"errors": [f"gitreg is not ready: {lifecycle.reason}"]}, status=503)
+        return error_response(503, f"gitreg is not ready: {lifecycle.reason}")
     # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
     index = request.app[INDEX]
     return web.json_response(
@@ -91,17 +84,7 @@ async def versions(request: web.Request) -> web.Response:
     """The module's versions, as the single-element `modules` list clients expect."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    resolved, found = await request.app[REGISTRY].versions(address)
-    if found.versions:
-        request.app[CATALOG].remember(resolved)  # a wildcard rule's module becomes listable
-    key = str(address)
-    text = found.memo.get(key)
-    if text is None:
-        # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
-        # module's source link when it is an http(s) URL: the repository's web page, when known.
-        source = source_url(resolved.clone_url) or key
-        body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-        text = found.memo[key] = json.dumps(body)
+    text = await request.app[REGISTRY].versions_answer(address)
     return web.json_response(text=text)
 
 
@@ -110,7 +93,8 @@ async def download(request: web.Request) -> web.Response:
     """Where to fetch a version: 200 with the JSON body (OpenTofu) AND X-Terraform-Get (Terraform)."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    answer = await request.app[REGISTRY].download(address, m["version"])
+    registry = request.app[REGISTRY]
+    answer = await registry.download(address, m["version"])
     body: dict[str, object] = {}
     location = answer.location
     if answer.archive is not None:
@@ -118,9 +102,7 @@ async def download(request: web.Request) -> web.Response:
         if request.app[CONFIG].auth.enabled:
             # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
             body["use_registry_credentials"] = True
-    catalog = request.app[CATALOG]
-    catalog.count_download(address)  # in memory; the catalog writes it in batches
-    catalog.remember(answer.resolved)  # a wildcard rule's module becomes listable
+    registry.downloaded(address, answer)
     text = json.dumps({"location": location, **body}) if body else _location_json(location)
     return web.json_response(text=text, headers={"X-Terraform-Get": location})
 
@@ -131,17 +113,8 @@ def _location_json(location: str) -> str:
 
 
 async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:
-    """Start the build (so a broken module fails here, with its reason), sign the URL, add the checksum."""
-    archives = request.app[ARCHIVES]
-    if archives.cached(key) is None:
-        task = archives.start(key)
-        with contextlib.suppress(TimeoutError):
-            # A quick build finishes here; a slow first clone goes on while the client follows the URL.
-            await asyncio.wait_for(asyncio.shield(task), ARCHIVE_LOOKUP_WAIT)
-    # go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
-    # unpacking. A build still running after ARCHIVE_LOOKUP_WAIT has no checksum yet: that one
-    # answer goes without (waiting longer would pass Terraform's 10 s lookup timeout and fail init).
-    digest = await archives.checksum(key)
+    """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies."""
+    digest = await request.app[REGISTRY].archive_checksum(key)
     config = request.app[CONFIG]
     path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
     params = [request.app[SIGNER].sign(path)] if config.auth.enabled else []
@@ -175,12 +148,10 @@ async def archive(request: web.Request) -> web.StreamResponse:
     """The archive of an archive-mode version (GET and HEAD). Auth: a signed URL or the registry token."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    key = await request.app[REGISTRY].archive_key(address, m["version"])
-    archives = request.app[ARCHIVES]
-    path = await archives.hold(key)
+    path, release = await request.app[REGISTRY].hold_archive(address, m["version"])
     return HeldFileResponse(
         path,
-        functools.partial(archives.release, path),
+        release,
         headers={
             "Content-Type": "application/gzip",
             "Content-Disposition": f'attachment; filename="{address.name}-{address.system}-{m["version"]}.tar.gz"',

@@ -33,7 +33,7 @@ from gitreg.forges import github as github_host
 from gitreg.forges import gitlab as gitlab_host
 from gitreg.forges.base import MalformedPayload, RepositoryEvent, TagEvent, json_payload
 from gitreg.forges.hosts import HOSTS
-from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, SHARED
+from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, PUBLISHER
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,7 @@ async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.
             },
             status=202,
         )
-    # First the other replicas (with Redis): the shared lists go, and every replica refreshes.
-    await request.app[SHARED].invalidate(keys)
-    for key in keys:
-        cache.invalidate(key)
-        cache.refresh_in_background(key)
-    orgs.notify_pushed(keys)  # the module index looks at those org modules again
+    await request.app[PUBLISHER].repositories_changed(keys)
     request.app[METRICS].webhook(provider, "refreshed")
     log.info("%s webhook: %s on %s: refreshing %d repository(ies)", provider, event.ref[:200], shown, len(keys))
     return web.json_response({"result": "refreshing", "repositories": len(keys), "ref": event.ref[:200]})

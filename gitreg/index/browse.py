@@ -1,0 +1,76 @@
+"""The browse API's facade: what is listed, searched and shown, read from the index (no git).
+
+The browsing endpoints (web/api/browse.py) call this and nothing else: the index for what is
+listed, the catalog for download counts, the registry for what still serves an address and
+for the latest version a client is sent to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gitreg.core.errors import ModuleNotFound
+from gitreg.core.names import ModuleAddress
+from gitreg.core.versions import TaggedVersion
+from gitreg.index.details import ModuleDetails
+from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.index.store import ModuleIndex
+from gitreg.registry.catalog import Catalog
+from gitreg.registry.service import Registry
+
+
+class BrowseService:
+    """List, search and details of the listed modules, for one application."""
+
+    def __init__(self, index: ModuleIndex, catalog: Catalog, registry: Registry) -> None:
+        self.index = index
+        self.catalog = catalog
+        self.registry = registry
+
+    def listed(
+        self,
+        keep: Callable[[IndexEntry], bool],
+        memo_key: tuple[object, ...] | None = None,
+        namespaces: Iterable[str] | None = None,
+    ) -> list[IndexEntry]:
+        """Listed modules for which `keep` holds, in list order (see ModuleIndex.listed)."""
+        return self.index.listed(keep, memo_key, namespaces)
+
+    def search(self, query: str, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...]) -> list[IndexEntry]:
+        """Matching modules, best first; ties go to the most downloaded."""
+        catalog = self.catalog
+        # Search ranks ties by downloads: a remembered answer is void once they change.
+        return self.index.search(query, keep, (*memo_key, catalog.downloads_version), catalog.downloads)
+
+    def downloads(self, address: ModuleAddress) -> int:
+        """Download requests answered for `address` (across replicas, with Redis up)."""
+        return self.catalog.downloads(address)
+
+    def indexed(self, address: ModuleAddress) -> IndexEntry:
+        """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more)."""
+        entry = self.index.get(address)
+        self.registry.resolve(address)  # 404 when nothing serves it (any more)
+        if entry is None:
+            raise ModuleNotFound(
+                f"module {address} is not listed by this registry (yet): a module is listed once it has a SemVer "
+                "tag and the index has seen it (a wildcard rule's modules after their first `terraform init`)"
+            )
+        return entry
+
+    async def details(self, entry: IndexEntry, shown: IndexedVersion) -> tuple[ModuleDetails, list[str]]:
+        """The details of one version, and every system its namespace/name is listed for.
+
+        From memory or disk, never git: a version not read yet is a 503 (Retry-After) while the
+        index reads it in the background (the latest's are read when the module is indexed).
+        """
+        details = await self.index.stored_details(entry, shown)
+        a = entry.address
+        systems = {
+            e.address.system
+            for e in self.index.listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)
+        }
+        return details, sorted(systems | {a.system})
+
+    async def latest(self, address: ModuleAddress) -> TaggedVersion:
+        """The highest version served (from the tag cache: the download redirect follows the tags)."""
+        return await self.registry.latest(address)

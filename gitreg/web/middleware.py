@@ -1,0 +1,126 @@
+"""The request middleware and the one error renderer: every failure leaves as `{"errors": ["..."]}`.
+
+Domain errors are raised deep (GitregError and its kinds) and shaped here, once; pages get
+HTML errors and the security headers instead (pages/views.py renders them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gitreg.core.errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
+from gitreg.core.names import check_request
+from gitreg.git.pool import GIT_PRIORITY, Priority
+from gitreg.registry.service import ARCHIVE_NAME
+from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
+from gitreg.web.keys import AUTH, SIGNER
+from gitreg.web.pages.render import SECURITY_HEADERS, page_error
+from gitreg.web.pages.views import is_page
+
+log = logging.getLogger(__name__)
+
+# Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
+# the webhooks their shared secrets: Git hosts cannot send a registry token.
+OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS})
+# The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
+# first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
+# sets BACKGROUND itself (gitpool.background_task).
+INSTALL_ROUTES = frozenset(
+    {
+        "/v1/modules/{namespace}/{name}/{system}/versions",
+        "/v1/modules/{namespace}/{name}/{system}/{version}/download",
+        "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
+    }
+)
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    """The one error shape of the registry API: `{"errors": ["..."]}`."""
+    return web.json_response({"errors": [message]}, status=status, headers=headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Check the request (token, then input), run the handler; shape every failure as JSON, never a traceback.
+
+    One middleware, not three: each layer costs a coroutine per request, which shows on the
+    warm path (bench/warm_path.py).
+    """
+    resource = request.match_info.route.resource
+    install = resource is not None and resource.canonical in INSTALL_ROUTES
+    priority = GIT_PRIORITY.set(Priority.INSTALL if install else Priority.BROWSE)
+    try:
+        if is_page(request):
+            return await _page(request, handler)
+        authorize_request(request)
+        # Every path segment and query parameter, before any handler, rule or git call.
+        check_request(request)
+        return await handler(request)
+    except GitregError as e:
+        # A Bearer challenge only for registry tokens, not for a webhook's bad signature.
+        headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if isinstance(e, Unauthorized) else None
+        if isinstance(e, Overloaded):
+            headers = {"Retry-After": str(e.retry_after)}  # Terraform waits this long, then retries once
+        return error_response(e.status, e.message, headers)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = {
+            404: f"no such endpoint: {request.path[:200]}",
+            405: f"method {request.method} is not allowed here",
+        }.get(e.status, e.reason)
+        headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "www-authenticate", "retry-after")}
+        return error_response(e.status, message, headers)
+    except asyncio.CancelledError:
+        raise
+    except OSError as e:
+        if e.errno not in OUT_OF_RESOURCES:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return error_response(500, "internal error in gitreg; the server log has details")
+        # Out of file descriptors or processes (opening a file, starting git): busy, not broken.
+        log.warning("out of resources on %s %s: %s; answered 503", request.method, request.path, e.strerror)
+        return error_response(
+            503, "gitreg is out of file descriptors or processes; try again in a few seconds", {"Retry-After": "5"}
+        )
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal error in gitreg; the server log has details")
+    finally:
+        GIT_PRIORITY.reset(priority)
+
+
+async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A browser page: its own session check, HTML errors, and the security headers on every answer."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:  # a redirect (to /login, after a login)
+            e.headers.update(SECURITY_HEADERS)
+            raise
+        response = page_error(request, e.status, e.reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = page_error(request, 500, "Something went wrong in gitreg; the server log has details.")
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def authorize_request(request: web.Request) -> None:
+    """Require a registry token on the API when `[auth] tokens` is set."""
+    checker = request.app[AUTH]
+    # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
+    # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
+    if request.match_info.http_exception is not None:
+        return
+    if checker.enabled and request.path not in OPEN_PATHS:
+        if request.match_info.route.name == "archive" and "signature" in request.query:
+            # Terraform fetches the archive without its token: the signed URL is the authorization.
+            request.app[SIGNER].verify(request.path, request.query)
+        else:
+            checker.authorize(request)
