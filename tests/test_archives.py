@@ -10,6 +10,7 @@ import json
 import tarfile
 import time
 from pathlib import Path
+from typing import IO, cast
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import pytest
@@ -33,7 +34,7 @@ def members(data: bytes) -> dict[str, tarfile.TarInfo]:
 
 def file_text(data: bytes, name: str) -> str:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        return tar.extractfile(name).read().decode()
+        return cast(IO[bytes], tar.extractfile(name)).read().decode()
 
 
 def stored_bytes(store: Path) -> int:

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
 import trustme
@@ -36,7 +36,9 @@ TOKEN = "e2e-archive-token-77aa1c"
 SIGNING_KEY = "s" * 48
 
 
-@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
+)
 def client(request) -> TerraformClient:
     if request.param is None:
         require_clients()  # fails under CI=true, skips elsewhere

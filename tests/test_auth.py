@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -325,7 +325,10 @@ def test_token_configuration_mistakes_are_named_by_key(tokens, env, problem):
 # --- the real Terraform CLI over TLS -------------------------------------------------------------------
 
 
-@pytest.fixture(params=terraform_clients() or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
+    ids=lambda c: c.name if c else "no-client",
+)
 def terraform(request) -> TerraformClient:
     if request.param is None:
         require_clients()

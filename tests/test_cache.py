@@ -198,16 +198,17 @@ def _git_descendants(root: int) -> dict[int, str]:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(pid))
-    found, todo = {}, list(children.get(root, []))
+    found: dict[int, str] = {}
+    todo = list(children.get(root, []))
     while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
+        child = todo.pop()
+        todo.extend(children.get(child, []))
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if "ls-remote" in cmdline or "remote-http" in cmdline:
-            found[pid] = cmdline
+            found[child] = cmdline
     return found
 
 

@@ -15,9 +15,9 @@ import hmac
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, quote
 
 import pytest
@@ -158,7 +158,8 @@ def changes_the_route(decoded: str) -> bool:
     return decoded == ""
 
 
-no_surrogates = st.characters(blacklist_categories=("Cs",))
+SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
+no_surrogates = st.characters(blacklist_categories=SURROGATES)
 hostile_text = st.one_of(st.sampled_from(LOOKALIKES), st.text(no_surrogates, max_size=80))
 
 
@@ -175,7 +176,11 @@ def invalid_path(draw: st.DrawFn) -> tuple[str, str]:
         elif draw(st.booleans()):
             values[slot] = draw(st.sampled_from(RAW))  # each decodes to something outside every grammar
         else:
-            text = draw(hostile_text.filter(lambda s, slot=slot: not valid(slot, s) and not changes_the_route(s)))
+            text = draw(
+                hostile_text.filter(
+                    cast(Callable[[str], bool], lambda s, slot=slot: not valid(slot, s) and not changes_the_route(s))
+                )
+            )
             values[slot] = quote(text, safe="")
     return bad, template.format(**values)
 
@@ -206,7 +211,7 @@ def hostile_config(git_host: GitHttpServer, tmp_path: Path, **sections: Any):
     return make_config(rules, **sections)
 
 
-async def raw_request(port: int, method: str, target: str, headers: list[tuple[str, str]] = (), body: bytes = b""):
+async def raw_request(port: int, method: str, target: str, headers: Sequence[tuple[str, str]] = (), body: bytes = b""):
     """Send exactly this request line and headers (no client-side normalization); (status, headers, body)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     lines = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
@@ -791,7 +796,10 @@ def test_check_probe_says_why_each_special_tag_is_skipped(nasty_repo):
         assert re.search(rf"skipped tag {re.escape(repr(tag))}: \S", result.stdout), (tag, result.stdout)
 
 
-@pytest.fixture(params=terraform_clients() or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
+    ids=lambda c: c.name if c else "no-client",
+)
 def terraform(request) -> TerraformClient:
     if request.param is None:
         require_clients()

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -717,7 +717,9 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
 # --- end to end: the real Terraform CLI installs an org module ------------------------------------
 
 
-@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
+)
 def terraform(request) -> TerraformClient:
     if request.param is None:
         require_clients()

