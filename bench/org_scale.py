@@ -624,7 +624,9 @@ def any_details(storage: Path) -> ModuleDetails:
 # ---- main ---------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> None:
+# One measurement session read top to bottom (each phase prints as it ends, on the same gitreg
+# and git server); split up, its phases would pass a dozen measured values between them.
+def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
     work = workdir("orgscale")
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     repos_root = work / "repos"
