@@ -125,6 +125,7 @@ async def test_archive_of_the_repository_root_and_a_conditional_get(make_client,
     assert again.status == 304
 
 
+@pytest.mark.slow
 async def test_archives_are_reproducible_byte_for_byte(make_client, tmp_path, monkeypatch):
     repo = mono_repo(tmp_path / "repos")
     built = []
@@ -155,6 +156,7 @@ async def test_concurrent_requests_share_one_build_and_one_clone(make_client, tm
     assert client.app[MIRRORS].fetches == 1
 
 
+@pytest.mark.slow
 async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(make_client, tmp_path):
     import random
 

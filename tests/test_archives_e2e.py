@@ -31,6 +31,9 @@ from tests.support.repos import GitRepo
 from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
 from tests.test_archives import mono_repo
 
+# Left out of the fast subset (`-m "not slow"`): a real gitreg process and both real Terraform CLIs.
+pytestmark = pytest.mark.slow
+
 CLIENTS = terraform_clients()
 TOKEN = "e2e-archive-token-77aa1c"
 SIGNING_KEY = "s" * 48

@@ -347,6 +347,7 @@ def installed(work: Path) -> dict[str, str]:
     return {m["Key"]: m.get("Version", "") for m in manifest["Modules"] if m["Key"]}
 
 
+@pytest.mark.slow
 def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_path):
     repos = tmp_path / "repos"
     for name in ("acme-vpc", "other-secret"):

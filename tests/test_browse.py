@@ -133,6 +133,7 @@ async def test_following_next_url_walks_every_module_once(client):
     assert seen == SORTED and pages == 4
 
 
+@pytest.mark.slow
 async def test_offset_past_the_end_is_an_empty_page_that_points_back(client):
     body = await get_json(client, "/v1/modules?offset=50&limit=4")
     assert body == {"meta": {"limit": 4, "current_offset": 50, "prev_offset": len(MODULES) - 4}, "modules": []}

@@ -212,6 +212,7 @@ def _git_descendants(root: int) -> dict[int, str]:
     return found
 
 
+@pytest.mark.slow
 async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behind(make_client, git_http, tmp_path):
     public_repo(tmp_path)
     url = git_http.url("public.git")

@@ -269,6 +269,7 @@ async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_
     assert len(git_host.requests()) == before, f"{path} made a git call"
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     path=st.lists(
@@ -439,6 +440,7 @@ def query_is_invalid(path: str, params: list[tuple[str, str]], encoded: str) -> 
     return path == "/v1/modules/search" and not first.get("q", "").strip()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(path=st.sampled_from(QUERY_PATHS), params=queries)
 @example(path="/v1/modules", params=[("offset", "abc")])  # lists (and so git) once came before this check
@@ -536,6 +538,7 @@ async def token_client(aiohttp_client, git_host, tmp_path):
     return await aiohttp_client(create_app(config))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     target=st.sampled_from(HEADER_TARGETS),
@@ -806,6 +809,7 @@ def terraform(request) -> TerraformClient:
     return request.param
 
 
+@pytest.mark.slow
 def test_terraform_installs_a_version_whose_tag_has_build_metadata(terraform, nasty_repo, tmp_path):
     """The `+` of `v2.0.0+build.7` reaches git as `+` (sent as %2B): the real CLI fetches that very tag."""
     from tests.gitreg_process import GitregProcess

@@ -264,6 +264,7 @@ async def test_a_rate_limit_past_the_wait_budget_keeps_the_last_listing_without_
     assert "rate limited" in catalog.report()[0].error
 
 
+@pytest.mark.slow
 async def test_when_the_api_is_down_the_last_listing_stays(github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     catalog = OrgCatalog(org_config(github, git_http), None)
@@ -340,6 +341,7 @@ async def test_other_namespaces_still_go_to_wildcard_rules(make_client, github, 
     assert await versions_of(client) == ["1.0.0"]
 
 
+@pytest.mark.slow
 async def test_a_namespace_whose_org_cannot_be_listed_yet_answers_503_not_404(make_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
@@ -546,6 +548,7 @@ async def _listed_then_stopped(make_client: Any, github: FakeForge, git_http: Gi
     return config
 
 
+@pytest.mark.slow
 async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(make_client, github, git_http, tmp_path):
     config = await _listed_then_stopped(make_client, github, git_http, tmp_path)
     stored = (tmp_path / "state" / "orgs.json").read_text()
@@ -601,6 +604,7 @@ async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(make_clie
     assert 'gitreg_org_listing_age_seconds{org="github:acme-infra"}' in text
 
 
+@pytest.mark.slow
 async def test_the_api_token_never_appears_in_logs_reports_or_reprs(make_client, github, git_http, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     github.add("terraform-aws-vpc")
@@ -726,6 +730,7 @@ def terraform(request) -> TerraformClient:
     return request.param
 
 
+@pytest.mark.slow
 def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0", "2.0.0"))
     fake = FakeForge("github", git_http, "acme-infra", token=API_TOKEN, max_per_page=1)
@@ -887,6 +892,7 @@ async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_pag
     assert state["complete"] is True and state["modules"] == 3
 
 
+@pytest.mark.slow
 async def test_with_its_org_listing_lost_and_the_api_down_the_index_keeps_its_modules(
     make_client, github, git_http, tmp_path
 ):

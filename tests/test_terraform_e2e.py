@@ -22,6 +22,9 @@ from tests.support.repos import GitRepo
 from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
 from tests.support.tls import write_tls_files
 
+# Left out of the fast subset (`-m "not slow"`): a real gitreg process and both real Terraform CLIs.
+pytestmark = pytest.mark.slow
+
 CLIENTS = terraform_clients()
 TOKEN = "e2e-registry-token-5b9f0c1d"
 
