@@ -117,6 +117,7 @@ API = [
 ]
 
 
+@pytest.mark.slow
 async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_bearer_challenge(client, git_host):
     for path, headers in (
         (p, h)
@@ -202,6 +203,7 @@ async def test_a_stored_hash_is_not_itself_a_token(client):
         await assert_error(await client.get("/v1/modules", headers=bearer(presented)), 401, "not valid")
 
 
+@pytest.mark.slow
 async def test_a_token_with_bytes_that_are_not_utf8_is_refused_not_a_500(client):
     for raw in ("Bearer \udcff\udcfe" + ADMIN, "Bearer " + ADMIN + "\udc80"):
         resp = await client.get(

@@ -244,6 +244,7 @@ async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behin
     assert _processes_mentioning(git_http.base_url) == []
 
 
+@pytest.mark.slow
 async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(
     clocked_client, clock, git_http, tmp_path
 ):

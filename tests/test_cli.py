@@ -158,6 +158,7 @@ def test_check_piped_into_head_prints_the_first_line_only(tmp_path):
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_check_warns_about_rules_an_earlier_rule_always_wins_over(tmp_path):
     config = tmp_path / "gitreg.toml"
     config.write_text(

@@ -254,6 +254,7 @@ async def app_client(aiohttp_client, git_host, tmp_path):
 # --- paths ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=invalid_path())
 @example(case=("version", "/v1/modules/demo/hello/null/%00"))  # the details route once listed tags first
@@ -633,6 +634,7 @@ def webhook_bodies(draw: st.DrawFn) -> bytes:
     return json.dumps(payload).encode()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     provider=st.sampled_from(["github", "gitlab"]),

@@ -219,6 +219,7 @@ async def test_a_custom_repository_pattern_names_the_modules(github, git_http, t
 # --- rate limits and failures: back off, never empty the listing --------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
 async def test_a_rate_limited_page_is_waited_out_then_the_listing_completes(git_http, tmp_path, provider):
     fake = await FakeForge(
@@ -492,6 +493,7 @@ async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, gi
     assert changes == [OrgChanges(pushed=frozenset({VPC}))]
 
 
+@pytest.mark.slow
 async def test_a_webhook_during_an_enumeration_is_not_undone_by_its_older_pages(github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     catalog = OrgCatalog(org_config(github, git_http), None)
@@ -588,6 +590,7 @@ async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_n
 # --- metrics, secrets, config --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(make_client, github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     github.add("terraform-aws-iam")
@@ -863,6 +866,7 @@ async def readiness(client) -> dict[str, Any]:
     return (await resp.json())["index"]
 
 
+@pytest.mark.slow
 async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_page(
     make_client, github, git_http, tmp_path
 ):
