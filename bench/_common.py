@@ -56,13 +56,21 @@ __all__ = [
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
 
 
+def found(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    """The first match of `pattern` in a tool's output; a RuntimeError naming it when there is none."""
+    match = re.search(pattern, text, flags)
+    if match is None:
+        raise RuntimeError(f"no {pattern!r} in:\n{text}")
+    return match
+
+
 def machine() -> str:
     """One line describing the machine, for the record."""
     mem = ""
     try:
-        kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        kib = int(found(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
         mem = f", {kib / 1024 / 1024:.0f} GiB RAM"
-    except (OSError, AttributeError):
+    except (OSError, RuntimeError):
         pass
     git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
     return f"{os.cpu_count()} cores{mem}, Python {platform.python_version()}, {git}, {platform.machine()}"
@@ -126,10 +134,10 @@ def wrk(
     out = proc.stdout
     if "Requests/sec" not in out:
         raise RuntimeError(f"wrk failed on {url}:\n{out}{proc.stderr}")
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    rps = float(found(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
     def latency(label: str) -> float:
-        m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+        m = found(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
         value, unit = float(m.group(1)), m.group(2)
         return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
@@ -138,7 +146,7 @@ def wrk(
     names = ("connect", "read", "write", "timeout")
     kinds = dict(zip(names, (int(x) for x in errors.groups()), strict=False)) if errors else {}
     return {
-        "requests": int(re.search(r"(\d+) requests in", out).group(1)),
+        "requests": int(found(r"(\d+) requests in", out).group(1)),
         "rps": rps,
         "p50_ms": latency("50"),
         "p99_ms": latency("99"),
@@ -296,7 +304,8 @@ def free_port() -> int:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def proc_stats(pid: int) -> dict[str, int]:
@@ -307,9 +316,9 @@ def proc_stats(pid: int) -> dict[str, int]:
         with contextlib.suppress(OSError):
             children += len((task / "children").read_text().split())
     return {
-        "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
+        "rss_kib": int(found(r"VmRSS:\s+(\d+)", status).group(1)),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
-        "threads": int(re.search(r"Threads:\s+(\d+)", status).group(1)),
+        "threads": int(found(r"Threads:\s+(\d+)", status).group(1)),
         "children": children,
     }
 

@@ -26,9 +26,9 @@ TOKEN = "bench-archive-token-0123456789"
 KEY = "bench-signing-key-" + "0" * 32
 
 
-def module_files(kind: str, rng: random.Random) -> dict[str, str]:
+def module_files(kind: str, rng: random.Random) -> dict[str, str | None]:
     """A module's files: `typical` ~40 small files, `large` adds ~24 MB of vendored text."""
-    files = {
+    files: dict[str, str | None] = {
         f"modules/net/{d}/file{i}.tf": "".join(rng.choice("abcdefgh \n") for _ in range(3000))
         for d in ("a", "b", "c", "d")
         for i in range(10)
@@ -50,7 +50,8 @@ def git_archive_gzip(bare: Path, sha: str, path: str, out: Path) -> float:
             ["git", "archive", "--format=tar", f"{sha}:{path}"], cwd=bare, stdout=subprocess.PIPE
         )
         gz = subprocess.run(["gzip", "-6", "-n"], stdin=archive.stdout, stdout=fh, check=True)
-        archive.stdout.close()
+        if archive.stdout is not None:  # always: stdout=PIPE
+            archive.stdout.close()
         archive.wait()
     assert archive.returncode == 0 and gz.returncode == 0
     return time.perf_counter() - started

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.web.app import create_app
@@ -47,7 +48,7 @@ module "labels" { source = "./modules/labels" }
 """
 
 
-async def timed(client: TestClient, url: str) -> float:
+async def timed(client: TestClient[web.Request, web.Application], url: str) -> float:
     started = time.perf_counter()
     resp = await client.get(url)
     await resp.read()
@@ -55,7 +56,7 @@ async def timed(client: TestClient, url: str) -> float:
     return time.perf_counter() - started
 
 
-async def median_ms(client: TestClient, url: str, rounds: int) -> float:
+async def median_ms(client: TestClient[web.Request, web.Application], url: str, rounds: int) -> float:
     return statistics.median([await timed(client, url) for _ in range(rounds)]) * 1000
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -54,8 +56,12 @@ async def burst(session: aiohttp.ClientSession, url: str, n: int) -> tuple[list[
     return list(await asyncio.gather(*(one() for _ in range(n)))), problems
 
 
-async def measure(gitreg_url: str, git: GitHttpChild, repos, template, rounds: int) -> dict:
-    results: dict[int, dict] = {n: {"latency": [], "ads": [], "bare": [], "problems": []} for n in CONCURRENCY}
+async def measure(
+    gitreg_url: str, git: GitHttpChild, repos: Path, template: Path, rounds: int
+) -> dict[int, dict[str, list[Any]]]:
+    results: dict[int, dict[str, list[Any]]] = {
+        n: {"latency": [], "ads": [], "bare": [], "problems": []} for n in CONCURRENCY
+    }
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
         # Open the connections first (keep-alive), so a burst measures gitreg, not TCP setup.

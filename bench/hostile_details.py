@@ -24,7 +24,8 @@ import aiohttp
 from _common import GitRepo, machine, start_gitreg, workdir, write_config
 
 MAX_TF_BYTES = 512 * 1024
-HOSTILE = {
+# Files by path, as GitRepo.commit takes them (None would delete one).
+HOSTILE: dict[str, dict[str, str | None]] = {
     "README: 80 KB of [": {"README.md": "[" * 80_000, "main.tf": 'variable "x" {}\n'},
     "README: 256 KB of pathological Markdown": {
         "README.md": ("[[a](" * 10_000 + "\n\n" + "a|b\n-|-\n" + "x\n" * 40_000 + "\n\n" + "![" * 20_000)[: 256 * 1024],
@@ -34,7 +35,7 @@ HOSTILE = {
     },
     ".tf: deep nesting": {"main.tf": "locals {\n  a = " + "[" * 5_000 + "]" * 5_000 + "\n}\n"},
 }
-SLOW = {
+SLOW: dict[str, dict[str, str | None]] = {
     ".tf: 512 KB of ordinary variables": {
         "main.tf": ('variable "v" {\n  default = 1\n}\n' * (MAX_TF_BYTES // 32))[:MAX_TF_BYTES],
     },

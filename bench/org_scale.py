@@ -382,7 +382,8 @@ def start(
 
 
 def readyz(client: Client) -> dict[str, Any]:
-    return client.json("/readyz")["index"]
+    index: dict[str, Any] = client.json("/readyz")["index"]
+    return index
 
 
 def wait_settled(client: Client, modules: int, timeout: float = 600) -> None:
@@ -617,7 +618,9 @@ def any_details(storage: Path) -> ModuleDetails:
 # ---- main ---------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> None:
+# One measurement session read top to bottom (each phase prints as it ends, on the same gitreg
+# and git server); split up, its phases would pass a dozen measured values between them.
+def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
     work = workdir("orgscale")
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     repos_root = work / "repos"
@@ -675,7 +678,8 @@ def run(args: argparse.Namespace) -> None:
                 target=lambda: during.extend(paced_latency(server.url, args.latency_requests, interval)), daemon=True
             )
             pacer.start()
-            t_listed = t_done = None
+            t_listed: float | None = None
+            t_done: float | None = None
             timeline = []
             deadline = time.time() + args.timeout
             while time.time() < deadline:
@@ -688,7 +692,7 @@ def run(args: argparse.Namespace) -> None:
                     t_done = now
                     break
                 time.sleep(0.25)
-            if t_done is None:
+            if t_done is None or t_listed is None:
                 raise RuntimeError(f"the first index did not finish in {args.timeout} s: {readyz(client)}")
             done_wall = time.time()
             cpu_serving = cpu_seconds(server.proc.pid)
@@ -741,12 +745,12 @@ def run(args: argparse.Namespace) -> None:
             print(f"\nversions/download of the cached module ({CACHED}; warmed: first versions {warm_ms:.1f} ms)")
             for kind in ("versions", "download", None):
                 b = [ms for _, k, ms in busy if kind in (None, k)]
-                i = [ms for _, k, ms in idle if kind in (None, k)]
+                quiet = [ms for _, k, ms in idle if kind in (None, k)]
                 name = kind or "both"
                 print(f"  {name:9} during the first index: {latency_row(b)}")
                 print(
-                    f"  {name:9} idle:                   {latency_row(i)}   ratio p50 {median(b) / median(i):.2f}x, "
-                    f"p90 {pct(b, 90) / pct(i, 90):.2f}x"
+                    f"  {name:9} idle:                   {latency_row(quiet)}   ratio p50 "
+                    f"{median(b) / median(quiet):.2f}x, p90 {pct(b, 90) / pct(quiet, 90):.2f}x"
                 )
             print(
                 f"  ({len(during) - len(busy)} of the {len(during)} requests during the index came after it finished)"

@@ -50,7 +50,7 @@ class Client:
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None

@@ -20,6 +20,7 @@ import os
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from _common import (
     ROOT,
@@ -114,9 +115,10 @@ def upstream_calls(
             s.stop()
 
 
-def _readyz(url: str) -> dict:
+def _readyz(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url + "/readyz", timeout=5) as resp:
-        return json.loads(resp.read())
+        body: dict[str, Any] = json.loads(resp.read())
+        return body
 
 
 def _wait_redis(url: str) -> None:

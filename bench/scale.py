@@ -36,7 +36,7 @@ class Client:
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=120)
 
     def get(self, path: str) -> tuple[float, int, bytes]:
         started = time.perf_counter()
@@ -104,7 +104,9 @@ def tags_part(base: Path, rounds: int) -> dict[int, dict[str, list[float]]]:
     server = start_gitreg(["--config", str(config)], base / "gitreg-tags.log")
     from _common import bare_ls_remote
 
-    results = {n: {"cold": [], "warm": [], "bare": [], "bytes": [], "stall": []} for n in SIZES}
+    results: dict[int, dict[str, list[float]]] = {
+        n: {"cold": [], "warm": [], "bare": [], "bytes": [], "stall": []} for n in SIZES
+    }
     client = Client(server.url)
     prober = Prober(server.url)
     try:
@@ -149,7 +151,7 @@ def modules_part(base: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
             ),
             count,
         )
-    results = {label: {"startup": [], "rss": [], "warm": []} for label in configs}
+    results: dict[str, dict[str, list[float]]] = {label: {"startup": [], "rss": [], "warm": []} for label in configs}
     for i in range(rounds):
         for label, (config, count) in configs.items():  # interleaved
             server = start_gitreg(["--config", str(config)], base / f"gitreg-modules-{count}-{i}.log")

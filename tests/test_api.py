@@ -299,6 +299,7 @@ async def test_wrong_credentials_are_502_and_the_password_is_never_shown(make_cl
     assert "wrong-password-123" not in caplog.text
 
 
+@pytest.mark.slow
 async def test_git_password_never_appears_in_argv_logs_or_responses(make_client, git_http, tmp_path, caplog):
     private_repo(tmp_path)
     config = make_config(
@@ -352,6 +353,7 @@ async def test_failing_git_host_is_502_with_a_clear_message(make_client, git_htt
     await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
 
 
+@pytest.mark.slow
 async def test_slow_git_host_is_504_after_the_timeout(make_client, git_http, tmp_path):
     GitRepo(tmp_path / "repos", "public").commit({"main.tf": "#\n"})
     client = await make_client(make_config([rule(git_http.url("public.git"))], git={"timeout_seconds": 1}))

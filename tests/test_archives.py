@@ -10,6 +10,7 @@ import json
 import tarfile
 import time
 from pathlib import Path
+from typing import IO, cast
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import pytest
@@ -33,7 +34,7 @@ def members(data: bytes) -> dict[str, tarfile.TarInfo]:
 
 def file_text(data: bytes, name: str) -> str:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        return tar.extractfile(name).read().decode()
+        return cast(IO[bytes], tar.extractfile(name)).read().decode()
 
 
 def stored_bytes(store: Path) -> int:
@@ -124,6 +125,7 @@ async def test_archive_of_the_repository_root_and_a_conditional_get(make_client,
     assert again.status == 304
 
 
+@pytest.mark.slow
 async def test_archives_are_reproducible_byte_for_byte(make_client, tmp_path, monkeypatch):
     repo = mono_repo(tmp_path / "repos")
     built = []
@@ -154,6 +156,7 @@ async def test_concurrent_requests_share_one_build_and_one_clone(make_client, tm
     assert client.app[MIRRORS].fetches == 1
 
 
+@pytest.mark.slow
 async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(make_client, tmp_path):
     import random
 

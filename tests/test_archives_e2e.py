@@ -19,7 +19,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
 import trustme
@@ -31,12 +31,17 @@ from tests.support.repos import GitRepo
 from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
 from tests.test_archives import mono_repo
 
+# Left out of the fast subset (`-m "not slow"`): a real gitreg process and both real Terraform CLIs.
+pytestmark = pytest.mark.slow
+
 CLIENTS = terraform_clients()
 TOKEN = "e2e-archive-token-77aa1c"
 SIGNING_KEY = "s" * 48
 
 
-@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
+)
 def client(request) -> TerraformClient:
     if request.param is None:
         require_clients()  # fails under CI=true, skips elsewhere

@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -117,6 +117,7 @@ API = [
 ]
 
 
+@pytest.mark.slow
 async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_bearer_challenge(client, git_host):
     for path, headers in (
         (p, h)
@@ -202,6 +203,7 @@ async def test_a_stored_hash_is_not_itself_a_token(client):
         await assert_error(await client.get("/v1/modules", headers=bearer(presented)), 401, "not valid")
 
 
+@pytest.mark.slow
 async def test_a_token_with_bytes_that_are_not_utf8_is_refused_not_a_500(client):
     for raw in ("Bearer \udcff\udcfe" + ADMIN, "Bearer " + ADMIN + "\udc80"):
         resp = await client.get(
@@ -325,7 +327,10 @@ def test_token_configuration_mistakes_are_named_by_key(tokens, env, problem):
 # --- the real Terraform CLI over TLS -------------------------------------------------------------------
 
 
-@pytest.fixture(params=terraform_clients() or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
+    ids=lambda c: c.name if c else "no-client",
+)
 def terraform(request) -> TerraformClient:
     if request.param is None:
         require_clients()
@@ -344,6 +349,7 @@ def installed(work: Path) -> dict[str, str]:
     return {m["Key"]: m.get("Version", "") for m in manifest["Modules"] if m["Key"]}
 
 
+@pytest.mark.slow
 def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_path):
     repos = tmp_path / "repos"
     for name in ("acme-vpc", "other-secret"):

@@ -96,6 +96,7 @@ def ids(body: dict) -> list[str]:
 # --- listing and pagination ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(client):
     body = await get_json(client, "/v1/modules")
     assert ids(body) == SORTED
@@ -117,6 +118,7 @@ async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(cli
     assert vpc["published_at"].endswith("Z")
 
 
+@pytest.mark.slow
 async def test_following_next_url_walks_every_module_once(client):
     seen, url, pages = [], "/v1/modules?limit=2", 0
     while url:
@@ -133,11 +135,13 @@ async def test_following_next_url_walks_every_module_once(client):
     assert seen == SORTED and pages == 4
 
 
+@pytest.mark.slow
 async def test_offset_past_the_end_is_an_empty_page_that_points_back(client):
     body = await get_json(client, "/v1/modules?offset=50&limit=4")
     assert body == {"meta": {"limit": 4, "current_offset": 50, "prev_offset": len(MODULES) - 4}, "modules": []}
 
 
+@pytest.mark.slow
 async def test_limit_zero_means_the_default_and_too_large_is_clamped_to_the_maximum(client):
     assert (await get_json(client, "/v1/modules?limit=0"))["meta"]["limit"] == DEFAULT_LIMIT
     body = await get_json(client, "/v1/modules?limit=100000")

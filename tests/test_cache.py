@@ -198,19 +198,21 @@ def _git_descendants(root: int) -> dict[int, str]:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(pid))
-    found, todo = {}, list(children.get(root, []))
+    found: dict[int, str] = {}
+    todo = list(children.get(root, []))
     while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
+        child = todo.pop()
+        todo.extend(children.get(child, []))
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if "ls-remote" in cmdline or "remote-http" in cmdline:
-            found[pid] = cmdline
+            found[child] = cmdline
     return found
 
 
+@pytest.mark.slow
 async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behind(make_client, git_http, tmp_path):
     public_repo(tmp_path)
     url = git_http.url("public.git")
@@ -242,6 +244,7 @@ async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behin
     assert _processes_mentioning(git_http.base_url) == []
 
 
+@pytest.mark.slow
 async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(
     clocked_client, clock, git_http, tmp_path
 ):

@@ -9,6 +9,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
 from tests.support.repos import GitRepo
 
@@ -26,6 +28,7 @@ def tagged_repo(tmp_path: Path) -> GitRepo:
     return r
 
 
+@pytest.mark.slow
 def test_serve_with_module_flag_needs_no_config_file(tmp_path):
     repo = tagged_repo(tmp_path)
     with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as server:
@@ -35,6 +38,7 @@ def test_serve_with_module_flag_needs_no_config_file(tmp_path):
     assert server.proc.returncode == 0  # SIGTERM is a clean shutdown
 
 
+@pytest.mark.slow
 def test_serve_reads_gitreg_config_then_local_gitreg_toml(tmp_path):
     repo = tagged_repo(tmp_path)
     config = tmp_path / "elsewhere.toml"
@@ -154,6 +158,7 @@ def test_check_piped_into_head_prints_the_first_line_only(tmp_path):
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_check_warns_about_rules_an_earlier_rule_always_wins_over(tmp_path):
     config = tmp_path / "gitreg.toml"
     config.write_text(
@@ -180,6 +185,7 @@ def test_check_warns_about_rules_an_earlier_rule_always_wins_over(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_check_probe_of_an_address_goes_through_the_wildcard_rule_that_serves_it(tmp_path):
     repo = tagged_repo(tmp_path)
     config = tmp_path / "gitreg.toml"
@@ -233,6 +239,7 @@ def test_check_refuses_numbers_that_would_break_git_or_the_cache(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_unreadable_config_files_exit_2_with_one_line_each(tmp_path):
     cases = {
         "latin1.toml": ('[server]\nhost = "caf\xe9"\n'.encode("latin-1"), "not UTF-8 text (byte 0xe9 on line 2)"),
@@ -268,6 +275,7 @@ def test_a_storage_path_that_is_a_file_is_named_as_such_not_as_a_listen_error(tm
         assert "cannot listen" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_a_listen_error(tmp_path):
     import socket
 

@@ -346,6 +346,7 @@ async def test_details_are_cached_by_commit_and_read_with_one_fetch_that_leaves_
     assert list((tmp_path / "state" / "mirrors").iterdir()) == []
 
 
+@pytest.mark.slow
 async def test_details_need_only_the_tags_files_not_the_repositorys_history(make_client, tmp_path):
     # 3 MiB of history (blobs deleted before the tag) in a repository, [storage] max_bytes 1 MiB:
     # a mirror of it does not fit, the tagged tree does.

@@ -163,6 +163,7 @@ def assert_no_secret(*texts: str) -> None:
             assert secret not in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", FAULTS)
 async def test_a_misbehaving_host_with_a_cold_cache_gets_a_clear_error_while_the_server_stays_healthy(
     mode, make_client, git_http, tmp_path, caplog
@@ -190,6 +191,7 @@ async def test_a_misbehaving_host_with_a_cold_cache_gets_a_clear_error_while_the
     assert await versions(client) == ["1.1.0", "1.0.0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", FAULTS)
 async def test_a_misbehaving_host_with_a_warm_but_expired_cache_serves_the_last_good_list(
     mode, make_client, git_http, tmp_path, caplog
@@ -239,6 +241,7 @@ async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
         return resp.status, await resp.json()
 
 
+@pytest.mark.slow
 async def test_a_trickling_host_is_cut_off_at_the_timeout_and_leaves_no_git_child_of_the_server(git_http, tmp_path):
     tagged_repo(tmp_path / "repos", "public", "v1.0.0")
     other = tagged_repo(tmp_path / "elsewhere", "other", "v3.0.0")
@@ -294,6 +297,7 @@ def million_tags(base: Path) -> GitRepo:
     return r
 
 
+@pytest.mark.slow
 async def test_a_repository_with_a_million_tags_is_refused_within_a_memory_bound(tmp_path):
     huge = million_tags(tmp_path / "repos")
     other = tagged_repo(tmp_path / "repos", "other", "v3.0.0")

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitreg.web.app import create_app
@@ -123,6 +124,7 @@ async def test_git_runs_in_gitreg_s_session_in_a_process_group_of_its_own(aiohtt
     await asyncio.gather(request, return_exceptions=True)
 
 
+@pytest.mark.slow
 async def test_a_hanging_git_command_on_a_mirror_ends_at_the_timeout_with_its_helper(aiohttp_client, tmp_path):
     client, request = await start_hanging_details(aiohttp_client, tmp_path, timeout=2)
     resp = await asyncio.wait_for(request, 20)

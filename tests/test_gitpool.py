@@ -93,6 +93,7 @@ async def test_a_full_git_queue_answers_503_with_retry_after_in_the_error_shape(
     await drain(waiting)
 
 
+@pytest.mark.slow
 async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_client, stalling, healthy, tmp_path):
     tagged_repo(tmp_path / "healthy", "x", "v1.0.0")
     config = make_config(
@@ -124,6 +125,7 @@ async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_cl
     assert resp.status == 200, await resp.text()
 
 
+@pytest.mark.slow
 async def test_install_work_goes_before_background_work_and_a_joining_request_raises_its_priority(
     make_client, stalling, healthy, tmp_path
 ):
@@ -187,6 +189,7 @@ async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(mak
     await drain(stalled)
 
 
+@pytest.mark.slow
 async def test_requests_whose_clients_hung_up_never_reach_git(healthy, tmp_path):
     healthy.mode, healthy.delay = "slow", 1.0  # a slow host: work queues up behind it
     config = write_config(
@@ -239,6 +242,7 @@ repository = "{healthy.url("{name}.git")}"
     assert abandoned_total >= 40 - calls
 
 
+@pytest.mark.slow
 async def test_sigterm_with_git_calls_queued_starts_none_of_them_and_leaves_no_git_running(stalling, tmp_path):
     config = write_config(
         tmp_path / "gitreg.toml",

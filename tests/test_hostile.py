@@ -15,9 +15,9 @@ import hmac
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, quote
 
 import pytest
@@ -159,7 +159,8 @@ def changes_the_route(decoded: str) -> bool:
     return decoded == ""
 
 
-no_surrogates = st.characters(blacklist_categories=("Cs",))
+SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
+no_surrogates = st.characters(blacklist_categories=SURROGATES)
 hostile_text = st.one_of(st.sampled_from(LOOKALIKES), st.text(no_surrogates, max_size=80))
 
 
@@ -176,7 +177,11 @@ def invalid_path(draw: st.DrawFn) -> tuple[str, str]:
         elif draw(st.booleans()):
             values[slot] = draw(st.sampled_from(RAW))  # each decodes to something outside every grammar
         else:
-            text = draw(hostile_text.filter(lambda s, slot=slot: not valid(slot, s) and not changes_the_route(s)))
+            text = draw(
+                hostile_text.filter(
+                    cast(Callable[[str], bool], lambda s, slot=slot: not valid(slot, s) and not changes_the_route(s))
+                )
+            )
             values[slot] = quote(text, safe="")
     return bad, template.format(**values)
 
@@ -207,7 +212,7 @@ def hostile_config(git_host: GitHttpServer, tmp_path: Path, **sections: Any):
     return make_config(rules, **sections)
 
 
-async def raw_request(port: int, method: str, target: str, headers: list[tuple[str, str]] = (), body: bytes = b""):
+async def raw_request(port: int, method: str, target: str, headers: Sequence[tuple[str, str]] = (), body: bytes = b""):
     """Send exactly this request line and headers (no client-side normalization); (status, headers, body)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     lines = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
@@ -250,6 +255,7 @@ async def app_client(aiohttp_client, git_host, tmp_path):
 # --- paths ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=invalid_path())
 @example(case=("version", "/v1/modules/demo/hello/null/%00"))  # the details route once listed tags first
@@ -265,6 +271,7 @@ async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_
     assert len(git_host.requests()) == before, f"{path} made a git call"
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     path=st.lists(
@@ -435,6 +442,7 @@ def query_is_invalid(path: str, params: list[tuple[str, str]], encoded: str) -> 
     return path == "/v1/modules/search" and not first.get("q", "").strip()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(path=st.sampled_from(QUERY_PATHS), params=queries)
 @example(path="/v1/modules", params=[("offset", "abc")])  # lists (and so git) once came before this check
@@ -532,6 +540,7 @@ async def token_client(aiohttp_client, git_host, tmp_path):
     return await aiohttp_client(create_app(config))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     target=st.sampled_from(HEADER_TARGETS),
@@ -626,6 +635,7 @@ def webhook_bodies(draw: st.DrawFn) -> bytes:
     return json.dumps(payload).encode()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     provider=st.sampled_from(["github", "gitlab"]),
@@ -792,13 +802,17 @@ def test_check_probe_says_why_each_special_tag_is_skipped(nasty_repo):
         assert re.search(rf"skipped tag {re.escape(repr(tag))}: \S", result.stdout), (tag, result.stdout)
 
 
-@pytest.fixture(params=terraform_clients() or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
+    ids=lambda c: c.name if c else "no-client",
+)
 def terraform(request) -> TerraformClient:
     if request.param is None:
         require_clients()
     return request.param
 
 
+@pytest.mark.slow
 def test_terraform_installs_a_version_whose_tag_has_build_metadata(terraform, nasty_repo, tmp_path):
     """The `+` of `v2.0.0+build.7` reaches git as `+` (sent as %2B): the real CLI fetches that very tag."""
     from tests.gitreg_process import GitregProcess

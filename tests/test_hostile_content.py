@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from gitreg.index.details import MAX_TF_BYTES
 from gitreg.web.keys import DETAILS
 from tests.conftest import indexed, make_config
@@ -97,6 +99,7 @@ async def test_healthz_answers_quickly_while_a_hostile_readme_and_tf_files_are_r
     assert inner["path"] == "modules/inner" and [i["name"] for i in inner["inputs"]] == ["banner"]
 
 
+@pytest.mark.slow
 async def test_parsing_longer_than_the_budget_is_cut_with_a_note_while_healthz_stays_fast(make_client, tmp_path: Path):
     repo = GitRepo(tmp_path / "repos", "slow")
     repo.commit(

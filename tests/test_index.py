@@ -8,6 +8,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from gitreg.web.keys import INDEX
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed
 from tests.conftest import make_config as _make_config
@@ -190,6 +192,7 @@ async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_r
     assert client.app[INDEX].complete is False
 
 
+@pytest.mark.slow
 async def test_new_modules_are_listed_with_their_versions_before_their_details_are_built(
     make_client, git_http, tmp_path
 ):
@@ -266,6 +269,7 @@ async def _processes(marker: str) -> list[int]:
     raise AssertionError(f"no git process for {marker} appeared")
 
 
+@pytest.mark.slow
 async def test_background_git_yields_the_cpu_and_install_git_does_not(make_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-dns")

@@ -25,6 +25,9 @@ from tests.support.githttp import GitHttpServer
 from tests.test_orgs import API_TOKEN, github_tag_push, module_repo, write_config
 from tests.test_webhooks import GITHUB_SECRET, github_headers
 
+# Left out of the fast subset (`-m "not slow"`): real gitreg processes with their index processes.
+pytestmark = pytest.mark.slow
+
 ENV = {"ORG_TOKEN": API_TOKEN, "GIT_PASSWORD": GIT_PASSWORD}
 
 

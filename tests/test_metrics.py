@@ -219,6 +219,7 @@ async def _wait_for_log(proc: GitregProcess, needle: str) -> list[str]:
     raise AssertionError("no log line with " + needle + ":\n" + "".join(proc.log))
 
 
+@pytest.mark.slow
 async def test_access_log_uses_the_combined_log_format_by_default(repo, tmp_path):
     with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as proc:
         assert (
@@ -242,6 +243,7 @@ def _body(url: str) -> bytes:
         return e.read()
 
 
+@pytest.mark.slow
 async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
     # The combined log format's byte count is the response body: 16 for /healthz's {"status": "ok"}.
     paths = ["/healthz", "/v1/modules/demo/hello/null/versions", "/nope"]
@@ -254,6 +256,7 @@ async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
         assert logged == len(bodies[path]), (path, lines[path])
 
 
+@pytest.mark.slow
 async def test_log_format_json_writes_one_json_object_per_line(repo, tmp_path):
     args = ("--module", f"demo/hello/null={repo.url}", "--log-format", "json")
     with GitregProcess(*args, cwd=tmp_path) as proc:
@@ -327,6 +330,7 @@ async def _raw_method(port: int, method: str) -> int:
     return int(head.split(b" ", 2)[1])
 
 
+@pytest.mark.slow
 async def test_invented_http_methods_share_one_method_label_so_series_stay_bounded(repo, tmp_path):
     # aiohttp's pure-Python HTTP parser (no C extensions, as on some platforms) passes any
     # token on as the method: each one used to become a time series of its own.

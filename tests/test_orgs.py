@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -221,6 +221,7 @@ async def test_a_custom_repository_pattern_names_the_modules(github, git_http, t
 # --- rate limits and failures: back off, never empty the listing --------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
 async def test_a_rate_limited_page_is_waited_out_then_the_listing_completes(git_http, tmp_path, provider):
     fake = await FakeForge(
@@ -266,6 +267,7 @@ async def test_a_rate_limit_past_the_wait_budget_keeps_the_last_listing_without_
     assert "rate limited" in catalog.report()[0].error
 
 
+@pytest.mark.slow
 async def test_when_the_api_is_down_the_last_listing_stays(github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     catalog = OrgCatalog(org_config(github, git_http), None)
@@ -342,6 +344,7 @@ async def test_other_namespaces_still_go_to_wildcard_rules(make_client, github, 
     assert await versions_of(client) == ["1.0.0"]
 
 
+@pytest.mark.slow
 async def test_a_namespace_whose_org_cannot_be_listed_yet_answers_503_not_404(make_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
@@ -492,6 +495,7 @@ async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, gi
     assert changes == [OrgChanges(pushed=frozenset({VPC}))]
 
 
+@pytest.mark.slow
 async def test_a_webhook_during_an_enumeration_is_not_undone_by_its_older_pages(github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     catalog = OrgCatalog(org_config(github, git_http), None)
@@ -548,6 +552,7 @@ async def _listed_then_stopped(make_client: Any, github: FakeForge, git_http: Gi
     return config
 
 
+@pytest.mark.slow
 async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(make_client, github, git_http, tmp_path):
     config = await _listed_then_stopped(make_client, github, git_http, tmp_path)
     stored = (tmp_path / "state" / "orgs.json").read_text()
@@ -587,6 +592,7 @@ async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_n
 # --- metrics, secrets, config --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(make_client, github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     github.add("terraform-aws-iam")
@@ -603,6 +609,7 @@ async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(make_clie
     assert 'gitreg_org_listing_age_seconds{org="github:acme-infra"}' in text
 
 
+@pytest.mark.slow
 async def test_the_api_token_never_appears_in_logs_reports_or_reprs(make_client, github, git_http, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     github.add("terraform-aws-vpc")
@@ -719,13 +726,16 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
 # --- end to end: the real Terraform CLI installs an org module ------------------------------------
 
 
-@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
+)
 def terraform(request) -> TerraformClient:
     if request.param is None:
         require_clients()
     return request.param
 
 
+@pytest.mark.slow
 def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0", "2.0.0"))
     fake = FakeForge("github", git_http, "acme-infra", token=API_TOKEN, max_per_page=1)
@@ -858,6 +868,7 @@ async def readiness(client) -> dict[str, Any]:
     return (await resp.json())["index"]
 
 
+@pytest.mark.slow
 async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_page(
     make_client, github, git_http, tmp_path
 ):
@@ -887,6 +898,7 @@ async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_pag
     assert state["complete"] is True and state["modules"] == 3
 
 
+@pytest.mark.slow
 async def test_with_its_org_listing_lost_and_the_api_down_the_index_keeps_its_modules(
     make_client, github, git_http, tmp_path
 ):

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +41,8 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def _name(requirement: str) -> str:
     """A requirement's project name, normalized (PEP 503): `GitPython>=3.1` -> `gitpython`."""
-    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9._-]+)", requirement).group(1)).lower()
+    match = cast(re.Match[str], re.match(r"\s*([A-Za-z0-9._-]+)", requirement))
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
 
 
 def test_the_image_installs_dependencies_at_the_versions_requirements_lock_pins():

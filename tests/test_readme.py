@@ -39,7 +39,7 @@ def _dataclass_of(hint: object) -> type | None:
     if typing.get_origin(hint) is tuple:
         args = [a for a in typing.get_args(hint) if a is not Ellipsis]
         if len(args) == 1 and dataclasses.is_dataclass(args[0]):
-            return args[0]
+            return typing.cast(type, args[0])
     return None
 
 

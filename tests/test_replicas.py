@@ -20,6 +20,9 @@ from tests.support.redis import RedisServer
 from tests.support.repos import GitRepo
 from tests.test_webhooks import GITHUB_SECRET, fixture, github_headers, pointed_at
 
+# Left out of the fast subset (`-m "not slow"`): real Redis servers and several gitreg processes.
+pytestmark = pytest.mark.slow
+
 ADDRESS = "demo/hello/null"
 
 

@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from gitreg.core.names import ModuleAddress
 from gitreg.index.store import ModuleIndex
 from gitreg.storage.files import StorageBudget, tree_bytes
@@ -145,6 +147,7 @@ async def test_seeds_merge_by_last_use_and_what_was_used_since_start_is_newest()
     assert budget.total == 200
 
 
+@pytest.mark.slow
 def test_a_stop_while_the_storage_scan_runs_is_clean(tmp_path):
     repo = hello_repo(tmp_path)
     store = tmp_path / "store"

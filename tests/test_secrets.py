@@ -116,6 +116,7 @@ def processes_naming(needle: str) -> dict[int, tuple[list[str], str]]:
     return found
 
 
+@pytest.mark.slow
 async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(aiohttp_client, private_host, tmp_path):
     client = await aiohttp_client(create_app(parse_config(config_data(private_host, tmp_path), ENV)))
     # Every git request waits: the children live long enough to read.
@@ -152,6 +153,7 @@ def github_push(url: str) -> bytes:
     ).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_format", ["json", "text"])
 async def test_no_secret_in_logs_at_debug_in_error_bodies_or_in_metrics(private_host, tmp_path, log_format):
     config = tmp_path / "gitreg.toml"
@@ -344,6 +346,7 @@ def raw_exchange(url: str, *payloads: bytes) -> bytes:
     return answers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_request_the_http_parser_refuses_is_never_logged_with_its_signature(tmp_path, log_format):
     repo = GitRepo(tmp_path / "repos", "hello")
@@ -371,6 +374,7 @@ def test_a_request_the_http_parser_refuses_is_never_logged_with_its_signature(tm
     assert "Traceback" not in log
 
 
+@pytest.mark.slow
 def test_an_archive_build_that_fails_after_its_waiter_gave_up_logs_one_line_and_no_traceback(tmp_path):
     repo = GitRepo(tmp_path / "repos", "broken")
     repo.commit({"main.tf": "#\n"})

@@ -18,10 +18,14 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
 from tests.test_faults import alive, eventually, get, git_children, tagged_repo, write_config
+
+# Left out of the fast subset (`-m "not slow"`): real gitreg processes, stopped with signals.
+pytestmark = pytest.mark.slow
 
 VERSIONS = "/v1/modules/demo/{}/null/versions"
 

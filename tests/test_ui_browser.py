@@ -16,6 +16,9 @@ from tests.gitreg_process import GitregProcess
 from tests.support.browser import axe_violations, chromium_driver
 from tests.support.repos import GitRepo
 
+# Left out of the fast subset (`-m "not slow"`): a real headless Chromium.
+pytestmark = pytest.mark.slow
+
 VPC_README = """# VPC
 
 Creates a VPC with public and private subnets across availability zones.
