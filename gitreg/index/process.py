@@ -52,7 +52,7 @@ from typing import Any
 
 from gitreg.config.model import Config
 from gitreg.core.names import ModuleAddress, address_from_text
-from gitreg.git.runner import TagList
+from gitreg.git.remote import TagList
 from gitreg.index.parse_workers import FRAME, pickled_frame
 from gitreg.index.store import ChangeLog, IndexEntry, ModuleIndex
 from gitreg.orgs.catalog import OrgCatalog, OrgChanges, OrgRepo

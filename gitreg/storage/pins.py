@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gitreg.core.errors import GitregError
-from gitreg.git.runner import mask_url
+from gitreg.core.urls import mask
 from gitreg.storage.files import run_file_work
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class TagPins:
                 log.warning(
                     "tag %r of %s moved from commit %s to %s; %s",
                     tag,
-                    mask_url(repository),
+                    mask(repository),
                     first[:12],
                     sha[:12],
                     outcome,

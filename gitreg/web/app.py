@@ -18,8 +18,10 @@ from gitreg.config.model import Config
 from gitreg.core.errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
 from gitreg.core.names import check_request
 from gitreg.core.urls import host_label as git_host
+from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GIT_PRIORITY, GitPool, Priority, Waiters
-from gitreg.git.runner import GitAdapter, MirrorGit, TagList
+from gitreg.git.remote import GitAdapter, TagList
+from gitreg.git.runner import GitRunner
 from gitreg.index.process import Role, Seed
 from gitreg.observability.logs import ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
@@ -29,7 +31,7 @@ from gitreg.registry.service import ARCHIVE_NAME, Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.shared import SharedState, make_shared
 from gitreg.storage.archives import ArchiveBuilder, ArchiveCollector, ArchiveStore
-from gitreg.storage.files import StorageBudget
+from gitreg.storage.budget import StorageBudget
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes, browse_services
@@ -168,7 +170,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     pool = GitPool(config.git.max_concurrency, config.git.max_queue, config.git.max_per_host)
     home = tempfile.TemporaryDirectory(prefix="gitreg-home-")
-    adapter = GitAdapter(config.git, config.credentials, home.name)
+    adapter = GitAdapter(GitRunner(config.git, config.credentials, home.name))
     ls_remote = app[METRICS].instrument_ls_remote(adapter.ls_remote_tags)
 
     async def load(url: str, waiters: Waiters) -> TagList:
@@ -197,7 +199,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     shared.on_reconnect = reconnected
     app[METRICS].watch_shared(shared)
     app[METRICS].watch_cache(cache)
-    app[METRICS].watch_git(adapter.running)
+    app[METRICS].watch_git(adapter.runner.running)
     app[METRICS].watch_pool(pool)
     app[GIT_POOL] = pool
     app[GIT] = adapter
@@ -246,7 +248,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
-    if killed := adapter.kill_running():
+    if killed := adapter.runner.kill_running():
         log.info("shutdown: stopped %d running git process(es)", killed)
     pool.shutdown()
     files.shutdown(wait=True)  # pin records and removals finish: nothing half-written

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from gitreg.config.model import Config
 from gitreg.git.pool import GitPool
-from gitreg.git.runner import GitAdapter
+from gitreg.git.remote import GitAdapter
 from gitreg.index.details import DetailsService
 from gitreg.index.process import IndexProcess, Role, Seed
 from gitreg.index.store import ModuleIndex
