@@ -280,7 +280,7 @@ class GitPool:
         return dropped
 
     def shutdown(self) -> None:
-        """Stop the threads (after close(); git still running must be killed by the adapter)."""
+        """Stop the threads (after close(); git still running must be killed by the runner: GitRunner.kill_running)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- what /metrics shows ----------------------------------------------------------------
