@@ -55,18 +55,21 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def write_atomically(path: Path, text: str, prefix: str, durable: bool = True) -> None:
-    """Replace `path` with `text` whole: a temp file `<prefix>*.tmp` beside it, renamed over it.
+def write_atomically(path: Path, content: str | bytes, prefix: str, durable: bool = True) -> None:
+    """Replace `path` with `content` (text is written as UTF-8) whole: a temp file `<prefix>*.tmp`
+    beside it (mode 0600), renamed over it.
 
     A crash leaves the old file or the new one, never half of one (the temp file is removed
-    at the next start by whoever owns `prefix`). `durable`: fsync before the rename, so a
-    power loss keeps the new content too. Blocking.
+    at the next start by whoever owns `prefix`: remove_leftovers). `durable`: fsync the file
+    before the rename and the directory after it, so a power loss keeps the new content too.
+    Blocking.
     """
+    data = content.encode("utf-8") if isinstance(content, str) else content
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
@@ -74,6 +77,12 @@ def write_atomically(path: Path, text: str, prefix: str, durable: bool = True) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if durable:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a power loss
+        finally:
+            os.close(directory)
 
 
 def remove_leftovers(path: Path, prefix: str) -> None:
