@@ -17,11 +17,12 @@ import time
 
 from _common import GitHttpChild, machine, median, pct, tagged_repo, workdir
 from gitreg.config.model import GitConfig
-from gitreg.git.runner import GitAdapter
+from gitreg.git.remote import GitAdapter
+from gitreg.git.runner import GitRunner
 
 
-class UntracedAdapter(GitAdapter):
-    """gitreg's adapter without git's header trace: the baseline."""
+class UntracedRunner(GitRunner):
+    """gitreg's runner without git's header trace: the baseline."""
 
     def environment(self, url: str) -> dict[str, str]:
         return {**super().environment(url), "GIT_TRACE_CURL": "0"}
@@ -32,8 +33,8 @@ def measure(url: str, rounds: int, tags: int) -> dict[str, list[float]]:
     config = GitConfig(timeout_seconds=60, protocols=("http",))
     with tempfile.TemporaryDirectory() as home:
         adapters = {
-            "trace off (before)": UntracedAdapter(config, (), home),
-            "trace on (now)": GitAdapter(config, (), home),
+            "trace off (before)": GitAdapter(UntracedRunner(config, (), home)),
+            "trace on (now)": GitAdapter(GitRunner(config, (), home)),
         }
         times: dict[str, list[float]] = {name: [] for name in adapters}
         for name, adapter in adapters.items():  # warm-up: page cache, git's first run

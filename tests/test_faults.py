@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gitreg.git.runner import MAX_REFS
+from gitreg.git.remote import MAX_REFS
 from gitreg.web.keys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.gitreg_process import GitregProcess

@@ -29,7 +29,8 @@ from gitreg.config.model import GitConfig
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError, GitregError
 from gitreg.core.versions import select_versions
-from gitreg.git.runner import GitAdapter
+from gitreg.git.remote import GitAdapter
+from gitreg.git.runner import GitRunner
 from gitreg.registry.service import git_location
 from gitreg.web.app import create_app
 from gitreg.web.keys import METRICS
@@ -856,7 +857,7 @@ def test_config_refuses_rules_that_would_make_git_use_another_transport(reposito
 def adapter(tmp_path: Path, protocols: tuple[str, ...] = ("https", "ssh", "git", "file")) -> GitAdapter:
     home = tmp_path / "gitreg-home"
     home.mkdir(exist_ok=True)
-    return GitAdapter(GitConfig(timeout_seconds=20, protocols=protocols), (), str(home))
+    return GitAdapter(GitRunner(GitConfig(timeout_seconds=20, protocols=protocols), (), str(home)))
 
 
 def hostile_home(tmp_path: Path, config: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,8 @@ import pytest
 
 from gitreg.core.names import ModuleAddress
 from gitreg.index.store import ModuleIndex
-from gitreg.storage.files import StorageBudget, tree_bytes
+from gitreg.storage.budget import StorageBudget
+from gitreg.storage.files import tree_bytes
 from gitreg.web.keys import MIRRORS
 from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo

@@ -377,3 +377,42 @@ async def test_file_work_after_the_file_executor_closed_runs_inline_without_a_tr
     await run_file_work(executor, shutil.rmtree, str(leftover))
     assert not leftover.exists()
     assert await run_file_work(executor, len, "four") == 4
+
+
+async def test_a_state_file_is_written_only_when_changed_and_a_damaged_one_is_set_aside_once(tmp_path, caplog):
+    # catalog.json, index.json and orgs.json are one StateFile each: what one does, all do.
+    from gitreg.storage.state import StateFile
+
+    path = tmp_path / "state.json"
+    state = {"n": 1}
+    written: list[str] = []
+
+    async def told(text: str) -> None:
+        written.append(text)
+
+    def snapshot():
+        data = {"format": 2, **state}  # copied on the loop, encoded off it
+        return lambda: json.dumps(data)
+
+    file = StateFile(path, 2, ".state-", snapshot, unreadable="starting empty")
+    file.on_written.append(told)
+    assert await file.load() is None  # no file yet: no state, nothing logged
+    assert await file.flush() is None and not path.exists()  # nothing changed: nothing written
+    file.mark_dirty()
+    async with file.flushing(0.01):
+        state["n"] = 2
+    assert json.loads(path.read_text()) == {"format": 2, "n": 2} and file.writes == 1 and len(written) == 1
+    assert await file.load() == {"format": 2, "n": 2}
+    assert file.parse('{"format": 1, "n": 3}') is None and file.parse("{not json") is None
+
+    (tmp_path / ".state-x.tmp").write_text("half")  # a write a crash cut short
+    path.write_text('{"format": 2, "n": ')
+    caplog.set_level(logging.WARNING, "gitreg")
+    assert file.read() is None
+    assert (tmp_path / "state.json.damaged").exists() and not path.exists()
+    assert not (tmp_path / ".state-x.tmp").exists()
+    assert [r.getMessage() for r in caplog.records].count(
+        f"{path} could not be read (JSONDecodeError); starting empty, the old file is state.json.damaged"
+    ) == 1
+    assert file.read() is None  # set aside: the next start finds no file, and logs nothing
+    assert len(caplog.records) == 1

@@ -20,8 +20,10 @@ from gitreg.config.parse import load_config, module_rule_from_flag
 from gitreg.config.rules import RuleIndex, shadowed_rules
 from gitreg.core.errors import BadRequest, ConfigError, GitregError
 from gitreg.core.names import parse_address
+from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
-from gitreg.git.runner import GitAdapter, mask_url
+from gitreg.git.remote import GitAdapter
+from gitreg.git.runner import GitRunner
 
 log = logging.getLogger("gitreg")
 
@@ -293,7 +295,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
     if not probe:
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
-        adapter = GitAdapter(config.git, config.credentials, home)
+        adapter = GitAdapter(GitRunner(config.git, config.credentials, home))
         if isinstance(probe, str):
             return _probe_address(config, adapter, probe, labels)
         failed = _probe(config, adapter)

@@ -61,7 +61,7 @@ GIT_PRIORITY: ContextVar[Priority] = ContextVar("gitreg_git_priority", default=P
 
 
 # The priority of the pool job running in this (worker) thread, None outside the pool's jobs:
-# git started for BACKGROUND work runs at a lower CPU priority (see git_adapter._GitRun).
+# git started for BACKGROUND work runs at a lower CPU priority (see runner.GitRun).
 RUNNING_AS: ContextVar[Priority | None] = ContextVar("gitreg_git_running_as", default=None)
 
 
@@ -261,7 +261,7 @@ class GitPool:
         return dropped
 
     def shutdown(self) -> None:
-        """Stop the threads (after close(); git still running must be killed by the adapter)."""
+        """Stop the threads (after close(); git still running must be killed by the runner: GitRunner.kill_running)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- what /metrics shows ----------------------------------------------------------------

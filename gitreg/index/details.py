@@ -39,8 +39,8 @@ from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFaile
 if TYPE_CHECKING:  # annotations only: the parse workers import this module and need none of them
     from gitreg.config.rules import ResolvedModule
     from gitreg.core.versions import TaggedVersion
+    from gitreg.git.mirror import MirrorGit
     from gitreg.git.pool import GitPool
-    from gitreg.git.runner import MirrorGit
     from gitreg.storage.mirrors import MirrorStore
 
 log = logging.getLogger(__name__)
@@ -430,7 +430,7 @@ class CommitTree:
 
 def read_commit(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged: TaggedVersion) -> CommitTree:
     """Blocking: archive the commit from the mirror and read its module files (runs in the git pool)."""
-    from gitreg.git.runner import NoSuchTree  # here: the parse workers import this module and need none of git
+    from gitreg.git.mirror import NoSuchTree  # here: the parse workers import this module and need none of git
 
     base = resolved.rule.path.strip("/")
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:

@@ -51,7 +51,7 @@ from enum import Enum
 from gitreg.config.model import Config
 from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
-from gitreg.git.runner import TagList
+from gitreg.git.remote import TagList
 from gitreg.index.model import ChangeLog
 from gitreg.index.protocol import (
     Adopt,

@@ -37,7 +37,7 @@ from gitreg.observability.collectors import (
 
 if TYPE_CHECKING:
     from gitreg.git.pool import GitPool
-    from gitreg.git.runner import TagList
+    from gitreg.git.remote import TagList
     from gitreg.orgs.catalog import OrgCatalog
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.base import SharedState

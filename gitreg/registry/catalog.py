@@ -5,18 +5,16 @@ resolved successfully (a versions, details or download request found tags in its
 repository). Wildcard rules cannot be enumerated (`acme/*` may mean any repository on the
 host), so gitreg lists what it has actually served. Both that set and the download counts
 live in `<[storage] path>/catalog.json`, kept across restarts. Writes are batched: a
-request only changes memory, and a background task writes the file (atomically: temp file
-+ `os.replace`) at most every FLUSH_SECONDS and once more at shutdown, so a crash loses at
-most a few seconds of counts.
+request only changes memory, and a background task writes the file (a `StateFile`:
+atomically, off the event loop) at most every FLUSH_SECONDS and once more at shutdown, so a
+crash loses at most a few seconds of counts.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.registry.resolve import Resolver
 from gitreg.replicas.base import SharedState
-from gitreg.storage.files import remove_leftovers, write_atomically
+from gitreg.storage.state import StateFile
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +48,8 @@ class Catalog:
         self._resolver = resolver
         self._remembered: set[ModuleAddress] = set()
         self._downloads: dict[ModuleAddress, int] = {}
-        self._dirty = False
         self._warned_full = False
-        self._lock = asyncio.Lock()
-        self.writes = 0
+        self.state = StateFile(path, FORMAT, _TMP_PREFIX, self._snapshot, unreadable="starting with an empty catalog")
         # Told of each module a wildcard rule serves for the first time (the index lists it).
         self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
         # Advances with every counted download: search results (ties by downloads) depend on it.
@@ -61,28 +57,12 @@ class Catalog:
         # With Redis: counts of every replica, read in the background.
         self.shared = shared
 
-    def load(self) -> None:
-        """Read the file if there is one; a damaged file is logged and set aside, never fatal."""
-        remove_leftovers(self.path, _TMP_PREFIX)
-        try:
-            data: Any = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            aside = self.path.with_name(self.path.name + ".damaged")
-            log.warning(
-                "%s could not be read (%s); starting with an empty catalog, the old file is %s",
-                self.path,
-                type(e).__name__,
-                aside.name,
-            )
-            with contextlib.suppress(OSError):
-                os.replace(self.path, aside)
-            return
-        if not isinstance(data, dict):
+    def _take(self, data: dict[str, Any] | None) -> None:
+        """Take what catalog.json holds (None: nothing); the file may be edited by hand."""
+        if data is None:
             return
         for key in data.get("modules", []) if isinstance(data.get("modules"), list) else []:
-            address = address_from_text(key)  # the file may be edited by hand
+            address = address_from_text(key)
             if address is not None:
                 self._remembered.add(address)
         downloads = data.get("downloads")
@@ -91,6 +71,11 @@ class Catalog:
                 address = address_from_text(key)
                 if address is not None and isinstance(count, int) and not isinstance(count, bool) and count > 0:
                     self._downloads[address] = count
+
+    @property
+    def writes(self) -> int:
+        """How many times catalog.json was written (batched: not once per request)."""
+        return self.state.writes
 
     def listable(self, address: ModuleAddress) -> ResolvedModule | None:
         """What serves `address` when it is listed: a rule naming it, an org's module, or a module
@@ -130,19 +115,19 @@ class Catalog:
                 self._warned_full = True
             return
         self._remembered.add(address)
-        self._dirty = True
+        self.state.mark_dirty()
         self.on_new(address)
 
     def forget(self, address: ModuleAddress) -> None:
         """Drop a remembered module whose repository no longer exists."""
         if address in self._remembered:
             self._remembered.discard(address)
-            self._dirty = True
+            self.state.mark_dirty()
 
     def count_download(self, address: ModuleAddress) -> None:
         """One more download request answered for `address`."""
         self._downloads[address] = self._downloads.get(address, 0) + 1
-        self._dirty = True
+        self.state.mark_dirty()
         self.downloads_version += 1
         self.shared.count_download(str(address))
 
@@ -155,44 +140,17 @@ class Catalog:
         shared = self.shared.downloads(str(address))
         return self._downloads.get(address, 0) if shared is None else shared
 
-    def _snapshot(self) -> str:
+    def _snapshot(self) -> Callable[[], str]:
+        """What catalog.json is to hold now (copied on the event loop); its encoder (run off it)."""
         data = {
             "format": FORMAT,
             "modules": sorted(str(a) for a in self._remembered),
             "downloads": {str(a): n for a, n in sorted(self._downloads.items())},
         }
-        return json.dumps(data, indent=1, sort_keys=True)
-
-    async def flush(self) -> None:
-        """Write the file if anything changed (the write runs off the event loop)."""
-        async with self._lock:
-            if not self._dirty:
-                return
-            text = self._snapshot()
-            self._dirty = False
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self._write, text)
-            except OSError as e:
-                self._dirty = True  # try again at the next flush
-                log.warning("could not write %s: %s", self.path, e)
-
-    def _write(self, text: str) -> None:
-        write_atomically(self.path, text, _TMP_PREFIX)
-        self.writes += 1
-
-    async def run(self, interval: float = FLUSH_SECONDS) -> None:
-        """Flush every `interval` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(interval)
-            await self.flush()
+        return functools.partial(json.dumps, data, indent=1, sort_keys=True)
 
     async def lifetime(self) -> AsyncIterator[None]:
         """Load, flush in the background while the app runs, flush once more at shutdown."""
-        self.load()
-        task = asyncio.ensure_future(self.run())
-        try:
+        self._take(await self.state.load())
+        async with self.state.flushing(FLUSH_SECONDS):
             yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await self.flush()

@@ -22,7 +22,7 @@ from gitreg.core import urls
 from gitreg.core.errors import ModuleNotFound, VersionNotFound
 from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
-from gitreg.git.runner import TagList
+from gitreg.git.remote import TagList
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.tags import TagCache

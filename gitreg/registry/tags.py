@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from gitreg.config.model import CacheConfig
 from gitreg.core.errors import GitregError, ModuleNotFound, Overloaded
+from gitreg.core.urls import mask as mask_url
 from gitreg.git.pool import Waiters, background_task
-from gitreg.git.runner import TagList, mask_url
+from gitreg.git.remote import TagList
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from gitreg.git.runner import TagList
+from gitreg.git.remote import TagList
 
 Loader = Callable[[str], Awaitable[TagList]]
 

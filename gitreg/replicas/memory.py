@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gitreg.git.runner import TagList
+from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 
 _NO_LOADS: Mapping[str, int] = MappingProxyType({})

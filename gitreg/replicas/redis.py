@@ -41,7 +41,7 @@ from typing import Any
 from gitreg.config.model import CacheConfig
 from gitreg.core import urls
 from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable, failure_kind
-from gitreg.git.runner import TagList
+from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 from gitreg.replicas.connection import (
     CONNECT_TIMEOUT_SECONDS,

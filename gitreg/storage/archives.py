@@ -7,7 +7,7 @@ tree with the current time) and the gzip header carries no time or name. A build
 to `tmp-*` and renamed into place with `os.replace` only when complete, so a crash never leaves
 something that is served; leftovers are removed at start.
 
-Archives and mirrors share `[storage] max_bytes` (storage.py), least recently used first. A
+Archives and mirrors share `[storage] max_bytes` (`budget`), least recently used first. A
 build stops as soon as its output passes the bound (an archive that can never be kept is
 refused with 507, and the refusal is remembered: the bytes of a key never change). An archive
 is held while its response is sent (`hold`/`release`), so eviction never deletes one that was
@@ -38,10 +38,11 @@ from gitreg.core.errors import (
     UpstreamUnavailable,
     VersionNotFound,
 )
-from gitreg.core.urls import host_label
+from gitreg.core.urls import host_label, mask
+from gitreg.git.mirror import MirrorGit, NoSuchTree
 from gitreg.git.pool import GitPool
-from gitreg.git.runner import MirrorGit, NoSuchTree, mask_url
-from gitreg.storage.files import mib, run_file_work
+from gitreg.storage.budget import mib
+from gitreg.storage.files import run_file_work
 from gitreg.storage.mirrors import MirrorStore
 
 log = logging.getLogger(__name__)
@@ -324,7 +325,7 @@ class ArchiveStore:
         error = None if task.cancelled() else task.exception()
         if error is not None and not isinstance(error, StorageFull):  # StorageFull is logged where it is found
             reason = error.message if isinstance(error, GitregError) else f"{type(error).__name__}: {error}"
-            log.warning("building the archive of %s at %s failed: %s", mask_url(key.repository), key.sha[:12], reason)
+            log.warning("building the archive of %s at %s failed: %s", mask(key.repository), key.sha[:12], reason)
 
     async def checksum(self, key: ArchiveKey) -> str | None:
         """The SHA-256 (hex) of the archive of `key`; None when it is not built. Hashed once, off the loop."""
@@ -344,7 +345,7 @@ class ArchiveStore:
         tmp = self.root / f"tmp-{uuid.uuid4().hex}.tar.gz"
         log.info(
             "building the archive of %s at %s%s",
-            mask_url(key.repository),
+            mask(key.repository),
             key.sha[:12],
             f" ({key.path})" if key.path else "",
         )
@@ -362,7 +363,7 @@ class ArchiveStore:
                         await self._build_into(tmp, mirror, key)
                     except MissingCommit:
                         raise UpstreamUnavailable(
-                            f"commit {key.sha[:12]} is not in {mask_url(key.repository)} any more (was the tag moved "
+                            f"commit {key.sha[:12]} is not in {mask(key.repository)} any more (was the tag moved "
                             "and the old commit deleted?); set [git] allow_moved_tags = true to serve where the tag "
                             "is now"
                         ) from None

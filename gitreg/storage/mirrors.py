@@ -6,14 +6,14 @@ fetched again only when a commit we need is missing (the tag list changed). A fa
 fetch is remembered for `[cache] error_retry_seconds`, like a failed `ls-remote`: requests in
 that window get the same answer without another transfer.
 
-Mirrors count against `[storage] max_bytes` together with the archives (see storage.py); a
+Mirrors count against `[storage] max_bytes` together with the archives (see `budget`); a
 mirror in use (held: a fetch, an archive build, module details reading it) is never removed.
 A removed mirror is first renamed to `tmp-*`, so a crash in the middle of deleting it never
 leaves a half-deleted mirror under its real name.
 
-Moved tags: each commit gitreg pinned for a tag (tagpins.py) has a ref in the mirror,
-`refs/gitreg/pins/<sha>`. Fetches prune and force-update `refs/tags/*` only, so a pinned
-commit stays reachable, and `git gc` keeps it, after its tag moved upstream.
+Moved tags: each commit gitreg pinned for a tag (`pins`) has a ref in the mirror,
+`refs/gitreg/pins/<sha>`, kept by `MirrorGit.set_pin_refs` before and after each fetch (see
+`gitreg.git.mirror`): a pinned commit stays reachable after its tag moved upstream.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections import OrderedDict
@@ -35,15 +34,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from gitreg.core.errors import GitregError, StorageFull
-from gitreg.core.urls import host_label
+from gitreg.core.urls import host_label, mask
+from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool
-from gitreg.git.runner import _SHA_RE, MirrorGit, mask_url
-from gitreg.storage.files import StorageBudget, mib, run_file_work, tree_bytes
+from gitreg.storage.budget import StorageBudget, mib
+from gitreg.storage.files import run_file_work, tree_bytes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PIN_REFS = "refs/gitreg/pins/"
 # Remembered failures are per repository URL; beyond this many, the oldest are forgotten.
 MAX_REMEMBERED = 10_000
 
@@ -224,7 +223,7 @@ class MirrorStore:
             if path.is_dir():
                 if not await self._git(url, self.git.has_commit, str(path), sha):
                     self._raise_remembered(url)
-                    log.info("fetching tags of %s into its mirror", mask_url(url))
+                    log.info("fetching tags of %s into its mirror", mask(url))
                     self.fetches += 1
                     # Pins first: the fetch prunes and moves tags, and a pinned commit must keep a ref.
                     await self._sync_pins(path, url)
@@ -236,7 +235,7 @@ class MirrorStore:
                     await self.budget.evict()
             else:
                 self._raise_remembered(url)
-                log.info("creating a mirror of %s", mask_url(url))
+                log.info("creating a mirror of %s", mask(url))
                 self.fetches += 1
                 tmp = self.root / f"tmp-{uuid.uuid4().hex}"
                 try:
@@ -269,7 +268,7 @@ class MirrorStore:
     def _check_fits(self, url: str, size: int) -> None:
         if size > self.budget.max_bytes:
             error = StorageFull(
-                f"the mirror of {mask_url(url)} takes {mib(size)}, more than [storage] max_bytes "
+                f"the mirror of {mask(url)} takes {mib(size)}, more than [storage] max_bytes "
                 f"({mib(self.budget.max_bytes)}) by itself; raise max_bytes to serve this repository as archives"
             )
             log.warning("%s", error.message)
@@ -304,11 +303,11 @@ class MirrorStore:
         del self._failures[url]
 
     async def _sync_pins(self, path: Path, url: str) -> None:
-        """Make the mirror's refs/gitreg/pins/* the commits pinned for `url` (see tagpins.py)."""
+        """Make the mirror's refs/gitreg/pins/* the commits pinned for `url` (see `pins`)."""
         try:
-            await self._git(url, sync_pin_refs, self.git, str(path), frozenset(self.pinned(url)))
+            await self._git(url, self.git.set_pin_refs, str(path), frozenset(self.pinned(url)))
         except Exception as e:  # noqa: BLE001 - serving goes on; only a moved tag's old commit is at risk
-            log.warning("could not update the pinned-commit refs of the mirror of %s: %s", mask_url(url), e)
+            log.warning("could not update the pinned-commit refs of the mirror of %s: %s", mask(url), e)
 
     async def _remove(self, path: str) -> None:
         """Evict one mirror: renamed to tmp-* at once (never half-deleted under its name), then deleted."""
@@ -363,31 +362,3 @@ def _discard(path: str, trash: str) -> None:
     except FileNotFoundError:
         return
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def sync_pin_refs(git: MirrorGit, path: str, commits: Collection[str]) -> None:
-    """Give each pinned commit the mirror holds a ref `refs/gitreg/pins/<sha>`; drop refs no longer pinned.
-
-    Blocking: run it in the executor. Three local git processes at most, whatever the number of
-    pins (`for-each-ref`, `cat-file --batch-check`, one `update-ref --stdin` transaction).
-    """
-    wanted = {sha for sha in commits if _SHA_RE.fullmatch(sha)}
-    out = git.local(path, ["for-each-ref", "--format=%(refname)", PIN_REFS], timeout=60)
-    have = {line[len(PIN_REFS) :] for line in out.splitlines() if line.startswith(PIN_REFS)}
-    missing = sorted(wanted - have)
-    present: list[str] = []
-    if missing:
-        # A pin whose commit the mirror does not hold (not fetched yet) gets its ref after a later fetch.
-        found = _stdin_git(git, path, ["cat-file", "--batch-check=%(objectname) %(objecttype)"], missing)
-        present = [line.split()[0] for line in found.splitlines() if line.endswith(" commit")]
-    commands = [f"create {PIN_REFS}{sha} {sha}" for sha in present]
-    commands += [f"delete {PIN_REFS}{name}" for name in sorted(have - wanted)]
-    if commands:
-        _stdin_git(git, path, ["update-ref", "--stdin"], commands)
-
-
-def _stdin_git(git: MirrorGit, path: str, args: list[str], lines: list[str]) -> str:
-    with tempfile.TemporaryFile() as stdin:
-        stdin.write("".join(f"{line}\n" for line in lines).encode())
-        stdin.seek(0)
-        return git.local(path, args, timeout=60, stdin=stdin)

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from gitreg.core.errors import GitregError
-from gitreg.git.runner import mask_url
-from gitreg.storage.files import run_file_work
+from gitreg.core.urls import mask
+from gitreg.storage.files import remove_leftovers, run_file_work, write_atomically
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Temp files of a compaction (`.tagpins-*.tmp`): one left by a crash is removed at the next start.
+_TMP_PREFIX = ".tagpins-"
 # Compact once the file holds this many superseded records and more of them than live ones.
 COMPACT_MIN_SUPERSEDED = 256
 
@@ -62,6 +64,7 @@ class TagPins:
 
     def _load(self) -> None:
         """Read the file (blocking: construct TagPins off the event loop); rewrite it compacted if needed."""
+        remove_leftovers(self.path, _TMP_PREFIX)
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -139,7 +142,7 @@ class TagPins:
                 log.warning(
                     "tag %r of %s moved from commit %s to %s; %s",
                     tag,
-                    mask_url(repository),
+                    mask(repository),
                     first[:12],
                     sha[:12],
                     outcome,
@@ -230,21 +233,13 @@ class TagPins:
             os.close(fd)
 
     def _rewrite(self, pins: list[tuple[str, dict[str, str]]]) -> None:
-        """Write the live records to a temporary file and rename it over the record (atomic)."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            for repository, tags in pins:
-                for tag, sha in tags.items():
-                    line = json.dumps({"repository": repository, "tag": tag, "sha": sha}, ensure_ascii=False) + "\n"
-                    f.write(line.encode("utf-8", "surrogateescape"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the rename itself survives a power loss
-        finally:
-            os.close(fd)
+        """Replace the record with its live records, atomically and durably."""
+        text = "".join(
+            json.dumps({"repository": repository, "tag": tag, "sha": sha}, ensure_ascii=False) + "\n"
+            for repository, tags in pins
+            for tag, sha in tags.items()
+        )
+        write_atomically(self.path, text.encode("utf-8", "surrogateescape"), _TMP_PREFIX)
 
     async def close(self) -> None:
         """Write what is pending (shutdown)."""

@@ -24,8 +24,10 @@ from gitreg.config.model import Config
 from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import host_label as git_host
+from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
-from gitreg.git.runner import GitAdapter, MirrorGit, TagList
+from gitreg.git.remote import GitAdapter, TagList
+from gitreg.git.runner import GitRunner
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.model import ChangeLog, OrgInfo
@@ -46,7 +48,7 @@ from gitreg.registry.tags import TagCache
 from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
-from gitreg.storage.files import StorageBudget
+from gitreg.storage.budget import StorageBudget
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes
@@ -123,13 +125,13 @@ async def _git_pool(app: web.Application) -> AsyncIterator[None]:
 async def _git(app: web.Application) -> AsyncIterator[None]:
     """The git adapter: the runner of every git process."""
     config = app[CONFIG]
-    adapter = app[GIT] = GitAdapter(config.git, config.credentials, app[_HOME])
-    app[METRICS].watch_git(adapter.running)
+    adapter = app[GIT] = GitAdapter(GitRunner(config.git, config.credentials, app[_HOME]))
+    app[METRICS].watch_git(adapter.runner.running)
     yield
     # In-flight requests had their grace period (the runner's shutdown_timeout): git still
     # talking to a host now serves nobody (a background refresh, a cancelled request), so it
     # is killed with its helpers instead of holding shutdown up to [git] timeout_seconds.
-    if killed := adapter.kill_running():
+    if killed := adapter.runner.kill_running():
         log.info("shutdown: stopped %d running git process(es)", killed)
 
 

@@ -15,7 +15,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from gitreg.config.model import Config
     from gitreg.git.pool import GitPool
-    from gitreg.git.runner import GitAdapter
+    from gitreg.git.remote import GitAdapter
     from gitreg.index.browse import BrowseService
     from gitreg.index.details import DetailsService
     from gitreg.index.process import IndexProcess, Role

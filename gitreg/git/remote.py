@@ -1,0 +1,104 @@
+"""git against Git hosts: a repository's tags (`ls-remote`, no clone) and fetches into gitreg's
+repositories. Every process starts in `runner`; what a failure means is `failures`' to say.
+
+`ls-remote` output is read line by line and refused beyond MAX_REFS tags or MAX_OUTPUT_BYTES,
+instead of being read whole into memory first: a host advertising millions of tags cannot
+exhaust the server's memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gitreg.core.errors import UpstreamUnavailable
+from gitreg.core.urls import mask
+from gitreg.git.failures import check
+from gitreg.git.runner import MAX_OUTPUT_BYTES, GitRunner
+
+# A commit (or any object) name as git prints it: SHA-1, or SHA-256 in a repository that uses it.
+SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# Bounds on one `ls-remote` answer: beyond either, git is killed and the repository refused.
+# 200,000 tag lines (an annotated tag takes two) or 32 MiB: far above real repositories.
+MAX_REFS = 200_000
+_MAX_LINE = 64 * 1024  # git's pkt-line limit is 65520 bytes: no ref line is longer
+
+
+@dataclass(frozen=True)
+class TagList:
+    """The tags of one repository: tag name -> commit SHA (annotated tags peeled)."""
+
+    tags: Mapping[str, str]
+    # Seconds the list had been fetched before this process got it (from another replica, via Redis).
+    age: float = field(default=0.0, compare=False)
+
+
+class GitAdapter:
+    """git calls that talk to a Git host, through `runner`, their failures classified."""
+
+    def __init__(self, runner: GitRunner) -> None:
+        self.runner = runner
+
+    def call(self, args: list[str], url: str, cwd: str | None = None) -> str:
+        """Run a git command that talks to `url` (e.g. a fetch); its stdout, bounded by MAX_OUTPUT_BYTES."""
+        run, out = self.runner.output(args, url, cwd)
+        check(self.runner, run, url, f"git wrote more than {MAX_OUTPUT_BYTES // 2**20} MiB for {mask(url)}")
+        return out.decode("utf-8", "replace")
+
+    def ls_remote_tags(self, url: str) -> TagList:
+        """List a repository's tags with `git ls-remote`; no clone is needed.
+
+        The answer is read line by line: past MAX_REFS tag lines or MAX_OUTPUT_BYTES git is
+        killed and the repository refused, before the rest is ever read.
+        """
+        parser = _RefParser(url)
+        size = 0
+        with self.runner.spawn(["git", "ls-remote", "--tags", "--end-of-options", url], url) as run:
+            assert run.proc.stdout is not None
+            while line := run.proc.stdout.readline(_MAX_LINE):
+                size += len(line)
+                if size > MAX_OUTPUT_BYTES or parser.lines >= MAX_REFS:
+                    run.kill("too_large")
+                    break
+                parser.feed(line)
+        check(
+            self.runner,
+            run,
+            url,
+            f"{mask(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
+            "of tag refs); gitreg refuses to read them all",
+        )
+        return TagList(parser.result())
+
+
+class _RefParser:
+    """Incremental `git ls-remote --tags` parser; peeled `^{}` lines win for annotated tags."""
+
+    def __init__(self, url: str = "") -> None:
+        self.url = url
+        self.lines = 0
+        self._tags: dict[str, str] = {}
+        self._peeled: dict[str, str] = {}
+
+    def feed(self, raw: bytes | str) -> None:
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = line.rstrip("\r\n")
+        self.lines += 1
+        sha, sep, ref = line.partition("\t")
+        if not sep or not SHA_RE.fullmatch(sha) or not ref.startswith("refs/tags/"):
+            if line.strip():
+                raise UpstreamUnavailable(
+                    f"the Git host answered something that is not a ref list for {mask(self.url)}"
+                )
+            return
+        name = ref[len("refs/tags/") :]
+        if name.endswith("^{}"):
+            self._peeled[name[:-3]] = sha
+        else:
+            self._tags[name] = sha
+
+    def result(self) -> dict[str, str]:
+        tags = self._tags
+        tags.update((name, sha) for name, sha in self._peeled.items() if name in tags)
+        return tags
