@@ -16,10 +16,10 @@ import sys
 
 from aiohttp import web
 
-from gitreg.cli.main import configure_logging
 from gitreg.index.parse_workers import FRAME
 from gitreg.index.process import NICENESS, READ_LIMIT, IndexSide, ReportFeed, Role
 from gitreg.index.protocol import Seed, decode_command
+from gitreg.observability.setup import configure_logging
 from gitreg.web.app import create_app
 from gitreg.web.keys import CACHE, CATALOG, INDEX, ORGS, REGISTRY
 

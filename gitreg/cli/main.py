@@ -24,6 +24,7 @@ from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
 from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GitRunner
+from gitreg.observability.setup import configure_logging
 
 log = logging.getLogger("gitreg")
 
@@ -452,28 +453,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_PROBE_FAILED
     return code
-
-
-def configure_logging(level: int, log_format: str, serve: bool) -> None:
-    """The root logger on stderr, text or JSON lines; for `serve` (and its index process), secrets masked."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if serve:
-        from gitreg.observability.logs import SecretFilter  # imports aiohttp: only `serve` needs it
-
-        for handler in logging.getLogger().handlers:  # no capability in any line, whoever logs it
-            handler.addFilter(SecretFilter())
-    if log_format == "json":
-        from gitreg.observability.logs import JsonFormatter  # imports aiohttp: only `serve` needs it
-
-        for handler in logging.getLogger().handlers:  # app and access logs alike
-            handler.setFormatter(JsonFormatter())
-    elif serve:
-        # Access lines stay bare combined-log-format lines, as log tools expect them.
-        access = logging.getLogger("aiohttp.access")
-        bare = logging.StreamHandler(sys.stderr)
-        bare.setFormatter(logging.Formatter("%(message)s"))
-        access.addHandler(bare)
-        access.propagate = False
 
 
 def _main(argv: Sequence[str] | None) -> int:

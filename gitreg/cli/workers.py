@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from typing import Any, NoReturn
 
 from gitreg.config.model import Config
 
@@ -49,65 +50,86 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
     reserved = reserve_port(config.server.host, config.server.port)  # OSError: the caller reports it
     port = reserved.getsockname()[1]
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, port=port))
-    children: dict[int, int] = {}  # pid -> worker number
-    stopping = False
-
-    def forward(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in list(children):
-            _signal(pid, signal.SIGTERM)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    group = _Workers()
+    previous = {sig: signal.signal(sig, group.forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         for number in range(workers):
             pid = os.fork()
-            if pid == 0:  # the worker
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)  # its event loop installs its own
-                reserved.close()
-                code = 1
-                try:
-                    serve(config)
-                    code = 0
-                except SystemExit as e:
-                    code = e.code if isinstance(e.code, int) else 1
-                except BaseException:
-                    log.exception("worker %d failed", number)
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(code)
-            children[pid] = number
-            if stopping:  # a signal arrived while forking: the new worker gets it too
+            if pid == 0:
+                _worker(number, config, serve, previous, reserved)
+            group.children[pid] = number
+            if group.stopping:  # a signal arrived while forking: the new worker gets it too
                 _signal(pid, signal.SIGTERM)
-        log.info("gitreg: %d workers (pids %s) on port %d", workers, " ".join(map(str, children)), port)
+        log.info("gitreg: %d workers (pids %s) on port %d", workers, " ".join(map(str, group.children)), port)
+        return group.wait()
+    finally:
+        reserved.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Workers:
+    """The parent's view of its workers: who runs, and whether they are being stopped."""
+
+    def __init__(self) -> None:
+        self.children: dict[int, int] = {}  # pid -> worker number
+        self.stopping = False
+
+    def forward(self, signum: int, _frame: object) -> None:
+        """SIGTERM/SIGINT to the parent: stop every worker."""
+        self.stopping = True
+        for pid in list(self.children):
+            _signal(pid, signal.SIGTERM)
+
+    def wait(self) -> int:
+        """Reap the workers; the first to exit unasked stops the others (exit code 1)."""
         code = 0
-        while children:
+        while self.children:
             try:
                 pid, status = os.wait()
             except ChildProcessError:
                 break
             except InterruptedError:
                 continue
-            if pid not in children:  # not a worker (none is forked otherwise, but never guess)
+            if pid not in self.children:  # not a worker (none is forked otherwise, but never guess)
                 continue
-            number = children.pop(pid)
+            number = self.children.pop(pid)
             exit_code = os.waitstatus_to_exitcode(status)
-            if not stopping:
+            if not self.stopping:
                 log.error("worker %d (pid %d) exited with %d; stopping the others", number, pid, exit_code)
-                stopping, code = True, 1
-                for other in list(children):
+                self.stopping, code = True, 1
+                for other in list(self.children):
                     _signal(other, signal.SIGTERM)
             elif exit_code != 0:
                 code = 1
         return code
+
+
+def _worker(
+    number: int,
+    config: Config,
+    serve: Callable[[Config], None],
+    previous: dict[signal.Signals, Any],
+    reserved: socket.socket,
+) -> NoReturn:
+    """The forked worker: serve until stopped, then leave without running the parent's cleanup."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # its event loop installs its own
+    reserved.close()
+    code = 1
+    try:
+        serve(config)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        log.exception("worker %d failed", number)
     finally:
-        reserved.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

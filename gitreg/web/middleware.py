@@ -17,6 +17,7 @@ from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
+from gitreg.web.errors import error_response
 from gitreg.web.keys import AUTH, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
 from gitreg.web.pages.views import is_page
@@ -36,11 +37,6 @@ INSTALL_ROUTES = frozenset(
         "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
     }
 )
-
-
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    """The one error shape of the registry API: `{"errors": ["..."]}`."""
-    return web.json_response({"errors": [message]}, status=status, headers=headers)
 
 
 @web.middleware

@@ -16,6 +16,7 @@ from gitreg.core.names import parse_address
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.storage.archives import ArchiveKey
+from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CACHE,
     CONFIG,
@@ -27,7 +28,6 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
-from gitreg.web.middleware import error_response
 
 routes = web.RouteTableDef()
 
