@@ -157,6 +157,21 @@ async def test_a_damaged_index_file_is_set_aside_and_built_again(make_client, gi
     assert (state / "index.json.damaged").exists()
 
 
+async def test_an_index_file_nested_too_deep_to_parse_is_set_aside_and_named_in_the_log(
+    make_client, git_http, tmp_path, caplog
+):
+    module_repo(tmp_path, "public-vnet")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "index.json").write_text("[" * 100_000)  # json.loads raises RecursionError, not ValueError
+    client = await indexed(
+        await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)}))
+    )
+    assert names(await get_json(client, "/v1/modules")) == ["vnet"]
+    assert (state / "index.json.damaged").exists()
+    assert "the old file is index.json.damaged" in caplog.text
+
+
 async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "vnet")
     repo.commit({"main.tf": "# v\n"})

@@ -33,14 +33,14 @@ class BrowseService:
         memo_key: tuple[object, ...] | None = None,
         namespaces: Iterable[str] | None = None,
     ) -> list[IndexEntry]:
-        """Listed modules for which `keep` holds, in list order (see ModuleIndex.listed)."""
-        return self.index.listed(keep, memo_key, namespaces)
+        """Listed modules for which `keep` holds, in list order (see View.listed)."""
+        return self.index.view().listed(keep, memo_key, namespaces)
 
     def search(self, query: str, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...]) -> list[IndexEntry]:
         """Matching modules, best first; ties go to the most downloaded."""
         catalog = self.catalog
         # Search ranks ties by downloads: a remembered answer is void once they change.
-        return self.index.search(query, keep, (*memo_key, catalog.downloads_version), catalog.downloads)
+        return self.index.view().search(query, keep, (*memo_key, catalog.downloads_version), catalog.downloads)
 
     def downloads(self, address: ModuleAddress) -> int:
         """Download requests answered for `address` (across replicas, with Redis up)."""
@@ -67,7 +67,7 @@ class BrowseService:
         a = entry.address
         systems = {
             e.address.system
-            for e in self.index.listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)
+            for e in self.index.view().listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)
         }
         return details, sorted(systems | {a.system})
 

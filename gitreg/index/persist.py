@@ -1,18 +1,17 @@
 """The index on disk: `index.json` (every listed module) and the details of each version read.
 
-index.json is written atomically (temp file + `os.replace`), not fsynced: after a power loss a
-damaged file is set aside (`.damaged`) and the index built again. Details depend only on the
-commit, so each is written once (`details/<hash>.json`) and read back at every later start.
-All of it is blocking: the store calls it in the executor.
+index.json is one of gitreg's persisted state files (storage.state.StateFile: read, set aside
+when damaged, written atomically off the event loop); this module knows its document only.
+It is not fsynced: after a power loss a damaged file is set aside (`.damaged`) and the index
+built again. Details depend only on the commit, so each is written once
+(`details/<hash>.json`) and read back at every later start. All of it is blocking: the store
+calls it with run_file_work.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
-import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,9 +19,7 @@ from typing import Any
 
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexEntry
-from gitreg.storage.files import json_document, remove_leftovers, write_atomically
-
-log = logging.getLogger(__name__)
+from gitreg.storage.files import json_document, write_atomically
 
 FILE_NAME = "index.json"
 DETAILS_DIR = "details"
@@ -38,45 +35,20 @@ class IndexDocument:
     complete: bool
 
 
-def parse_index(data: Any) -> IndexDocument | None:
-    """The entries of an index.json document (those that are entries); None when it is not one."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
+def parse_index(data: dict[str, Any]) -> IndexDocument | None:
+    """The entries of an index.json document of this FORMAT (StateFile checked that), those that
+    are entries; None when it has no list of them."""
+    if not isinstance(data.get("entries"), list):
         return None
     entries = [entry for item in data["entries"] if (entry := IndexEntry.from_json(item)) is not None]
     return IndexDocument(entries, bool(data.get("complete")))
 
 
-def parse_index_text(text: str) -> IndexDocument | None:
-    """An index.json's text (another replica's, with Redis) as a document; None when it is not one."""
-    try:
-        return parse_index(json.loads(text))
-    except ValueError:
-        return None
-
-
-def read_index(path: Path) -> IndexDocument | None:
-    """The index.json at `path` (temp files a crash left removed first); None when absent or damaged."""
-    remove_leftovers(path, TMP_PREFIX)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        log.warning("%s could not be read (%s); the index is built again", path, type(e).__name__)
-        with contextlib.suppress(OSError):
-            os.replace(path, path.with_name(path.name + ".damaged"))
-        return None
-    return parse_index(data)
-
-
-def write_index(path: Path, entries: Iterable[IndexEntry], complete: bool) -> str:
-    """Serialize and write index.json (entries by address); its text."""
+def encode_index(entries: Iterable[IndexEntry], complete: bool) -> str:
+    """index.json's text, entries by address (blocking: tens of ms for thousands of entries)."""
     ordered = sorted(entries, key=lambda e: str(e.address))
     encoded = (json.dumps(e.to_json()) for e in ordered)
-    text = json_document({"format": FORMAT, "complete": complete}, "entries", encoded)
-    # Not fsynced (written every few seconds while indexing): a damaged file is built again.
-    write_atomically(path, text, TMP_PREFIX, durable=False)
-    return text
+    return json_document({"format": FORMAT, "complete": complete}, "entries", encoded)
 
 
 class DetailsStore:

@@ -80,6 +80,7 @@ from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
+from gitreg.storage.files import run_file_work
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ class IndexProcess:
         if not self.shared.is_shared or not self.shared.leading():
             return  # alone, nobody to offer it to: the file is not even read
         try:
-            text = await asyncio.get_running_loop().run_in_executor(None, self.index.path.read_text, "utf-8")
+            text = await run_file_work(None, self.index.path.read_text, "utf-8")
         except OSError as e:
             log.warning("could not read %s to publish it: %s", self.index.path, e)
             return

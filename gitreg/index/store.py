@@ -13,7 +13,7 @@ index is built and kept fresh in the background, below `terraform init`'s work:
   the TTL), when an org source reports a repository changed, and every `[cache] ttl_seconds` for
   rule modules (the tag cache answers from memory within its TTL, so that costs no git).
 
-`index.json` (persist.py) is written at most every FLUSH_SECONDS and at shutdown. A module
+`index.json` (persist.py, a StateFile) is written at most every FLUSH_SECONDS and at shutdown. A module
 without a SemVer tag, or whose repository is gone, is not listed.
 
 Under `gitreg serve` this work runs in the index process (process.py, gitreg/indexer.py), at a
@@ -25,6 +25,7 @@ ModuleIndex only `take()`s the entries it sends and forwards the details someone
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -39,14 +40,16 @@ from gitreg.index.model import ChangeLog, DetailsPending, IndexedVersion, IndexE
 from gitreg.index.persist import (
     DETAILS_DIR,
     FILE_NAME,
+    FORMAT,
+    TMP_PREFIX,
     DetailsStore,
     IndexDocument,
-    parse_index_text,
-    read_index,
-    write_index,
+    encode_index,
+    parse_index,
 )
 from gitreg.index.search import View
-from gitreg.storage.files import collector_paused
+from gitreg.storage.files import collector_paused, run_file_work
+from gitreg.storage.state import StateFile
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +93,17 @@ class ModuleIndex:
         self.changes = changes
         # In the serving process: details someone asked for go to the index process, which reads them.
         self.on_wanted = on_wanted
-        self.on_written: list[Callable[[str], Awaitable[None]]] = []
+        # Not fsynced (written every FLUSH_SECONDS while indexing): a damaged file is built again.
+        self.state = StateFile(
+            self.path, FORMAT, TMP_PREFIX, self._snapshot, unreadable="the index is built again", durable=False
+        )
+        self.state.on_written.append(self._written)
         self._entries: dict[ModuleAddress, IndexEntry] = {}
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
         self._view: View | None = None
         self._view_stale = False
         self._view_built = 0.0
-        self._dirty = False
         self._complete = False
         self.stats = IndexStats()
         self._remote_queued = 0  # the index process's queue depth (take_status)
@@ -106,6 +112,11 @@ class ModuleIndex:
         )
 
     # --- reads (event loop, no I/O) -----------------------------------------------------------
+
+    @property
+    def on_written(self) -> list[Callable[[str], Awaitable[None]]]:
+        """Told the text of each index.json write (with Redis, the other replicas load it)."""
+        return self.state.on_written
 
     @property
     def complete(self) -> bool:
@@ -140,28 +151,6 @@ class ModuleIndex:
         self._view_built = time.monotonic()
         return view
 
-    def listed(
-        self,
-        keep: Callable[[IndexEntry], bool],
-        memo_key: tuple[object, ...] | None = None,
-        namespaces: Iterable[str] | None = None,
-    ) -> list[IndexEntry]:
-        """Listed modules for which `keep` holds, in list order; remembered per `memo_key`.
-
-        `namespaces`, when given, bounds the work to those namespaces' modules.
-        """
-        return self.view().listed(keep, memo_key, namespaces)
-
-    def search(
-        self,
-        query: str,
-        keep: Callable[[IndexEntry], bool],
-        memo_key: tuple[object, ...],
-        downloads: Callable[[ModuleAddress], int],
-    ) -> list[IndexEntry]:
-        """Matching modules, best first (ties: most downloaded, then by address)."""
-        return self.view().search(query, keep, memo_key, downloads)
-
     def age(self) -> float:
         """Seconds since the last complete pass over every listable module."""
         return max(0.0, time.time() - self.stats.last_pass)
@@ -178,8 +167,7 @@ class ModuleIndex:
         cached = self._details.cached(resolved, tagged)
         if cached is not None:
             return cached
-        loop = asyncio.get_running_loop()
-        stored = await loop.run_in_executor(None, self.store.load, resolved.repository, resolved.rule.path, version.sha)
+        stored = await run_file_work(None, self.store.load, resolved.repository, resolved.rule.path, version.sha)
         if stored is not None:
             self._details.remember(resolved, tagged, stored)
             return stored
@@ -187,7 +175,7 @@ class ModuleIndex:
             return None
         built = await self._details.get(resolved, tagged)
         self.stats.details_built += 1
-        await loop.run_in_executor(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
+        await run_file_work(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
         return built
 
     async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
@@ -230,15 +218,18 @@ class ModuleIndex:
 
     def load(self) -> None:
         """Read index.json (blocking, at start); a damaged file is set aside, never fatal."""
+        # The collector paused while the entries become objects too, not only while parsing.
         with collector_paused():
-            document = read_index(self.path)
+            data = self.state.read()
+            document = None if data is None else parse_index(data)
             if document is not None:
                 self._replace(document)
                 log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
 
     def adopt(self, text: str) -> None:
         """Replace the index with the one another replica built (its index.json text); kept on disk here too."""
-        document = parse_index_text(text)
+        data = self.state.parse(text)
+        document = None if data is None else parse_index(data)
         if document is None:
             return
         self._replace(document)
@@ -275,18 +266,18 @@ class ModuleIndex:
         if not self.enabled:
             yield
             return
-        await asyncio.get_running_loop().run_in_executor(None, self.load)
+        await run_file_work(None, self.load)
         if not self.builds:  # the index process builds, writes index.json, and sends its changes
             yield
             return
-        tasks = [asyncio.ensure_future(self._flusher()), *self._builder.start()]
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self.flush()
+        async with self.state.flushing(FLUSH_SECONDS):  # its last flush after the builder stopped
+            tasks = self._builder.start()
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- the entries, and what follows them ----------------------------------------------------------
 
@@ -321,7 +312,7 @@ class ModuleIndex:
         self._complete = True
         self.stats.passes += 1
         self.stats.last_pass = time.time()
-        self._dirty = True
+        self.state.mark_dirty()
 
     def _link(self, entry: IndexEntry) -> None:
         self._by_repository.setdefault(entry.repository, set()).add(entry.address)
@@ -339,32 +330,12 @@ class ModuleIndex:
 
     def _changed(self) -> None:
         self._view_stale = True
-        self._dirty = True
+        self.state.mark_dirty()
 
-    async def flush(self) -> None:
-        """Write index.json if anything changed (off the event loop)."""
-        if not self._dirty:
-            return
-        self._dirty = False
-        # Entries are immutable: a snapshot of the list is all the loop does; serializing
-        # thousands of them (tens of ms) would hold up every request.
-        entries, complete = list(self._entries.values()), self._complete
-        try:
-            text = await asyncio.get_running_loop().run_in_executor(None, self._write, entries, complete)
-        except OSError as e:
-            self._dirty = True
-            log.warning("could not write %s: %s", self.path, e)
-            return
-        for listener in self.on_written:  # with Redis: the other replicas load what this one wrote
-            await listener(text)
+    def _snapshot(self) -> Callable[[], str]:
+        """What a flush of index.json takes on the event loop: entries are immutable, so a copy of
+        the list is all; encoding thousands of them (tens of ms) is done off the loop."""
+        return functools.partial(encode_index, list(self._entries.values()), self._complete)
 
-    def _write(self, entries: list[IndexEntry], complete: bool) -> str:
-        """Blocking: write index.json; its text."""
-        text = write_index(self.path, entries, complete)
+    async def _written(self, _text: str) -> None:
         self.stats.writes += 1
-        return text
-
-    async def _flusher(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_SECONDS)
-            await self.flush()

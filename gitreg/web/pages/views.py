@@ -57,10 +57,10 @@ async def index_page(request: web.Request) -> web.Response:
     memo = ("ui", namespace, system, scope)
     catalog = request.app[CATALOG]
     if q:
-        entries = index.search(q, keep, (*memo, catalog.downloads_version), catalog.downloads)
+        entries = index.view().search(q, keep, (*memo, catalog.downloads_version), catalog.downloads)
     else:
-        entries = _published_order(index.listed(keep, memo, scope))
-    visible = index.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
+        entries = _published_order(index.view().listed(keep, memo, scope))
+    visible = index.view().listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
     shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
 
@@ -148,11 +148,10 @@ async def module_page(request: web.Request) -> web.Response:
     details, pending = found
     root = details.root if details else {}
     address = entry.address
+    view = request.app[INDEX].view()
     systems = [
         e.address.system
-        for e in request.app[INDEX].listed(
-            lambda e: e.address.namespace == address.namespace and e.address.name == address.name
-        )
+        for e in view.listed(lambda e: e.address.namespace == address.namespace and e.address.name == address.name)
     ]
     return render(
         request,
