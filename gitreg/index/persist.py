@@ -9,7 +9,6 @@ All of it is blocking: the store calls it in the executor.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gitreg.core.content import ContentKey
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexEntry
 from gitreg.storage.files import json_document, remove_leftovers, write_atomically
@@ -85,14 +85,13 @@ class DetailsStore:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    @staticmethod
-    def key(repository: str, path: str, sha: str) -> str:
-        return hashlib.sha256(f"{repository}\0{path}\0{sha}".encode()).hexdigest()[:40]
+    def _file(self, repository: str, path: str, sha: str) -> Path:
+        return self.root / ContentKey(repository, path, sha).details_name
 
     def load(self, repository: str, path: str, sha: str) -> ModuleDetails | None:
         """The stored details, or None (absent or unreadable: built again)."""
         try:
-            data = json.loads((self.root / f"{self.key(repository, path, sha)}.json").read_text(encoding="utf-8"))
+            data = json.loads(self._file(repository, path, sha).read_text(encoding="utf-8"))
             return ModuleDetails(
                 str(data["description"]),
                 str(data["published_at"]),
@@ -106,5 +105,4 @@ class DetailsStore:
     def save(self, repository: str, path: str, sha: str, details: ModuleDetails) -> None:
         """Write the details atomically."""
         # Not fsynced: details are read again from git when a power loss left a file behind.
-        target = self.root / f"{self.key(repository, path, sha)}.json"
-        write_atomically(target, json.dumps(asdict(details)), TMP_PREFIX, durable=False)
+        write_atomically(self._file(repository, path, sha), json.dumps(asdict(details)), TMP_PREFIX, durable=False)
