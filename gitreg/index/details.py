@@ -34,6 +34,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from gitreg.core.errors import Overloaded, UpstreamUnavailable
+from gitreg.core.flight import InFlight
 from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
 
 if TYPE_CHECKING:  # annotations only: the parse workers import this module and need none of them
@@ -493,7 +494,7 @@ class DetailsService:
         self.parse_seconds = parse_seconds
         self.workers = ParseWorkers(f"{__name__}:{parse_request.__name__}")
         self._cache: LRUCache[tuple[str, str, str, str], ModuleDetails] = LRUCache(maxsize=entries)
-        self._inflight: dict[tuple[str, str, str, str], asyncio.Future[ModuleDetails]] = {}
+        self._inflight: InFlight[tuple[str, str, str, str], ModuleDetails] = InFlight(self._done)
         self.builds = 0
 
     async def get(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
@@ -502,15 +503,10 @@ class DetailsService:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        fut = self._inflight.get(key)
-        if fut is None:
-            fut = asyncio.ensure_future(self._build(resolved, tagged))
-            self._inflight[key] = fut
-            fut.add_done_callback(lambda f: self._done(key, f))
-        return await asyncio.shield(fut)
+        # Shielded: a reader who leaves does not stop the build others (or the next one) wait for.
+        return await self._inflight.wait(self._inflight.join(key, lambda: self._build(resolved, tagged)))
 
     def _done(self, key: tuple[str, str, str, str], fut: asyncio.Future[ModuleDetails]) -> None:
-        self._inflight.pop(key, None)
         if not fut.cancelled() and fut.exception() is None:
             self._cache[key] = fut.result()
 

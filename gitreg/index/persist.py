@@ -10,13 +10,13 @@ calls it with run_file_work.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gitreg.core.content import ContentKey
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexEntry
 from gitreg.storage.files import json_document, write_atomically
@@ -57,14 +57,13 @@ class DetailsStore:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    @staticmethod
-    def key(repository: str, path: str, sha: str) -> str:
-        return hashlib.sha256(f"{repository}\0{path}\0{sha}".encode()).hexdigest()[:40]
+    def _file(self, repository: str, path: str, sha: str) -> Path:
+        return self.root / ContentKey(repository, path, sha).details_name
 
     def load(self, repository: str, path: str, sha: str) -> ModuleDetails | None:
         """The stored details, or None (absent or unreadable: built again)."""
         try:
-            data = json.loads((self.root / f"{self.key(repository, path, sha)}.json").read_text(encoding="utf-8"))
+            data = json.loads(self._file(repository, path, sha).read_text(encoding="utf-8"))
             return ModuleDetails(
                 str(data["description"]),
                 str(data["published_at"]),
@@ -78,5 +77,4 @@ class DetailsStore:
     def save(self, repository: str, path: str, sha: str, details: ModuleDetails) -> None:
         """Write the details atomically."""
         # Not fsynced: details are read again from git when a power loss left a file behind.
-        target = self.root / f"{self.key(repository, path, sha)}.json"
-        write_atomically(target, json.dumps(asdict(details)), TMP_PREFIX, durable=False)
+        write_atomically(self._file(repository, path, sha), json.dumps(asdict(details)), TMP_PREFIX, durable=False)

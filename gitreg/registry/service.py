@@ -19,6 +19,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule, fill_template
 from gitreg.core import urls
+from gitreg.core.content import ContentKey
 from gitreg.core.errors import ModuleNotFound, VersionNotFound
 from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
@@ -27,7 +28,7 @@ from gitreg.registry.catalog import Catalog
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
-from gitreg.storage.archives import ArchiveKey, ArchiveStore
+from gitreg.storage.archives import ArchiveStore
 from gitreg.storage.pins import TagPins
 
 # Tag lists longer than this are turned into versions off the event loop.
@@ -168,17 +169,17 @@ class Registry:
                 return Download(git_location(resolved.clone_url, rule.path, sha), resolved)
             return Download(git_location(resolved.clone_url, rule.path, found.tag), resolved)
         if rule.download == "archive":
-            return Download(f"./{ARCHIVE_NAME}", resolved, archive=ArchiveKey(resolved.repository, sha, rule.path))
+            return Download(f"./{ARCHIVE_NAME}", resolved, archive=ContentKey(resolved.repository, rule.path, sha))
         return Download(template_location(rule, address, found, sha), resolved)
 
-    async def archive_key(self, address: ModuleAddress, version: str) -> ArchiveKey:
+    async def archive_key(self, address: ModuleAddress, version: str) -> ContentKey:
         """The archive an archive-mode module version is served from (pins applied)."""
         resolved, found = await self.find_version(address, version)
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
-        return ArchiveKey(resolved.repository, await self._served_sha(resolved, found), resolved.rule.path)
+        return ContentKey(resolved.repository, resolved.rule.path, await self._served_sha(resolved, found))
 
-    async def archive_checksum(self, key: ArchiveKey) -> str | None:
+    async def archive_checksum(self, key: ContentKey) -> str | None:
         """Start the build (so a broken module fails here, with its reason); the archive's SHA-256 once built.
 
         go-getter takes `checksum` out of the URL and checks the downloaded bytes against it before
@@ -227,7 +228,7 @@ class Download:
 
     location: str
     resolved: ResolvedModule
-    archive: ArchiveKey | None = None
+    archive: ContentKey | None = None
 
 
 def template_location(rule: ModuleRule, address: ModuleAddress, found: TaggedVersion, sha: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from gitreg.config.model import CacheConfig
 from gitreg.core.errors import GitregError, ModuleNotFound, Overloaded
+from gitreg.core.flight import InFlight, Remembered
 from gitreg.core.urls import mask as mask_url
 from gitreg.git.pool import Waiters, background_task
 from gitreg.git.remote import TagList
@@ -63,26 +64,6 @@ class _Entry:
     served_age: float = 0.0  # how old the tags were when last served
 
 
-@dataclass
-class _Fetch:
-    """One upstream call in flight and who waits for it."""
-
-    future: asyncio.Future[TagList]
-    waiters: Waiters
-
-
-@dataclass
-class _Remembered:
-    """An upstream answer given again without asking: "not found", or a failure."""
-
-    error: GitregError
-    expires: float
-
-    def fresh(self) -> GitregError:
-        """A new exception of the same kind (re-raising one instance grows its traceback)."""
-        return type(self.error)(self.error.message)
-
-
 class TagCache:
     """TTL + in-flight de-duplication + stale-if-error + negative caching + invalidation."""
 
@@ -94,10 +75,15 @@ class TagCache:
         # touching their recency, and cachetools' views go through __getitem__.
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # "Not found" lives apart, so a flood of typos under a wildcard rule cannot evict good lists.
-        self._negative: OrderedDict[str, _Remembered] = OrderedDict()
+        self._negative: Remembered[str, GitregError] = Remembered(
+            config.negative_ttl_seconds, config.max_repositories, clock
+        )
         # Failed calls for repositories with no cached list, kept apart for the same reason.
-        self._failures: OrderedDict[str, _Remembered] = OrderedDict()
-        self._inflight: dict[str, _Fetch] = {}
+        self._failures: Remembered[str, GitregError] = Remembered(
+            config.error_retry_seconds, config.max_repositories, clock
+        )
+        self._inflight: InFlight[str, TagList] = InFlight(self._done)
+        self._waiters: dict[asyncio.Future[TagList], Waiters] = {}  # who waits for each call in flight
         self._dirty: set[str] = set()  # invalidated while their upstream call ran
         self._background: set[asyncio.Task[None]] = set()
         self.stats = CacheStats()
@@ -107,12 +93,10 @@ class TagCache:
     async def get(self, key: str) -> TagList:
         """The tag list of repository `key`, from cache or one coalesced upstream call."""
         now = self._clock()
-        negative = self._negative.get(key)
+        negative = self._negative.recall(key, now)
         if negative is not None:
-            if now < negative.expires:
-                self.stats.negative_hits += 1
-                raise negative.fresh()
-            del self._negative[key]
+            self.stats.negative_hits += 1
+            raise negative
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
@@ -128,14 +112,13 @@ class TagCache:
                     self.stats.stale_served += 1
                     self.refresh_in_background(key)
                     return self._serve(entry, now)
-        failure = self._failures.get(key)
-        if failure is not None:
-            if now < failure.expires and key not in self._inflight:
-                # The host failed moments ago and there is nothing to serve instead: the same
-                # answer, without another git call (CI fleets retry; a struggling host needs quiet).
-                self.stats.errors_served += 1
-                raise failure.fresh()
-            del self._failures[key]
+        if key in self._inflight:
+            self._failures.forget(key)
+        elif (failure := self._failures.recall(key, now)) is not None:
+            # The host failed moments ago and there is nothing to serve instead: the same
+            # answer, without another git call (CI fleets retry; a struggling host needs quiet).
+            self.stats.errors_served += 1
+            raise failure
         self.stats.misses += 1
         try:
             return await self._refresh(key)
@@ -158,35 +141,30 @@ class TagCache:
 
     def _refresh(self, key: str) -> Awaitable[TagList]:
         """Start (or join) the one upstream call for `key`."""
-        fetch = self._inflight.get(key)
-        if fetch is not None:
+        future = self._inflight.get(key)
+        if future is not None:
             self.stats.coalesced += 1
+            waiters = self._waiters[future]
         else:
             waiters = Waiters()
-            fetch = _Fetch(asyncio.ensure_future(self._fetch(key, waiters)), waiters)
-            self._inflight[key] = fetch
-            fetch.future.add_done_callback(lambda f: self._done(key, f))
-        return self._wait(key, fetch)
+            future = self._inflight.start(key, self._fetch(key, waiters))
+            self._waiters[future] = waiters
+        return self._wait(key, future, waiters)
 
-    async def _wait(self, key: str, fetch: _Fetch) -> TagList:
-        """Wait for `fetch` as one of its waiters (at the current context's git priority)."""
-        priority = fetch.waiters.join()
+    async def _wait(self, key: str, future: asyncio.Future[TagList], waiters: Waiters) -> TagList:
+        """Wait for the call as one of its `waiters` (at the current context's git priority)."""
+        priority = waiters.join()
         try:
-            # shield: one waiter being cancelled must not cancel the call the others await.
-            return await asyncio.shield(fetch.future)
+            # Shielded: one waiter being cancelled must not cancel the call the others await.
+            return await self._inflight.wait(future)
         finally:
-            if fetch.waiters.leave(priority):
+            if waiters.leave(priority):
                 # Every waiter hung up before git started: drop the call, nobody needs its answer.
-                if self._inflight.get(key) is fetch:
-                    del self._inflight[key]
-                fetch.future.cancel()
+                self._inflight.abandon(key, future)
 
     def _done(self, key: str, fut: asyncio.Future[TagList]) -> None:
-        fetch = self._inflight.get(key)
-        if fetch is not None and fetch.future is fut:
-            del self._inflight[key]
-        if not fut.cancelled():
-            fut.exception()  # retrieved here: every waiter may have gone away
+        """After a call ended (its key released, its exception retrieved by InFlight)."""
+        self._waiters.pop(fut, None)
         if key in self._dirty:
             # A webhook arrived while the call ran, so its answer may miss the new tag:
             # ask again now that the call is no longer in flight.
@@ -208,7 +186,7 @@ class TagCache:
                 self._failed(key, entry, e)
             else:
                 self._entries.pop(key, None)
-                self._store_negative(key, e)
+                self._negative.remember(key, e)
             raise
         except GitregError as e:
             entry = self._entries.get(key)
@@ -217,7 +195,7 @@ class TagCache:
             else:
                 self.stats.refresh_failures += 1
             if entry is None or not self._servable_stale(entry, self._clock()):
-                self._store_failure(key, e)  # nothing to serve instead: remember the answer
+                self._failures.remember(key, e)  # nothing to serve instead: remember the answer
             raise
         # An invalidated call's answer is kept (it is newer than what we had) but not fresh.
         self.accept(key, tags, fresh=key not in self._dirty)
@@ -230,8 +208,8 @@ class TagCache:
         # A list another replica fetched (shared store) is as old as it is there, not new here.
         stored = now - min(tags.age, self.config.ttl_seconds)
         self._store(key, _Entry(tags, stored, stored + self.config.ttl_seconds if fresh else now))
-        self._negative.pop(key, None)
-        self._failures.pop(key, None)
+        self._negative.forget(key)
+        self._failures.forget(key)
         if previous is None or previous.tags.tags != tags.tags:
             for listener in self.on_fetched:
                 listener(key)
@@ -260,20 +238,6 @@ class TagCache:
             self._entries.popitem(last=False)
             self.stats.evictions += 1
 
-    def _store_negative(self, key: str, e: ModuleNotFound) -> None:
-        self._remember(self._negative, key, e, self.config.negative_ttl_seconds)
-
-    def _store_failure(self, key: str, e: GitregError) -> None:
-        self._remember(self._failures, key, e, self.config.error_retry_seconds)
-
-    def _remember(self, table: OrderedDict[str, _Remembered], key: str, e: GitregError, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        table[key] = _Remembered(e, self._clock() + seconds)
-        table.move_to_end(key)
-        while len(table) > self.config.max_repositories:
-            table.popitem(last=False)
-
     def refresh_in_background(self, key: str) -> None:
         """Refresh `key` without anyone waiting; failures are logged, never raised."""
         if key in self._inflight:
@@ -299,9 +263,9 @@ class TagCache:
         if key in self._inflight:
             self._dirty.add(key)
             known = True
-        if self._negative.pop(key, None) is not None:
+        if self._negative.forget(key):
             known = True
-        if self._failures.pop(key, None) is not None:
+        if self._failures.forget(key):
             known = True
         entry = self._entries.get(key)
         if entry is not None:
@@ -331,7 +295,7 @@ class TagCache:
         """Cancel background refreshes and in-flight calls (shutdown)."""
         tasks: list[asyncio.Future[None] | asyncio.Future[TagList]] = [
             *self._background,
-            *(fetch.future for fetch in self._inflight.values()),
+            *self._inflight.futures(),
         ]
         for task in tasks:
             task.cancel()

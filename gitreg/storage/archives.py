@@ -1,6 +1,6 @@
 """Archive mode: a module version as a .tar.gz that gitreg builds from its own mirror and serves.
 
-An archive is keyed by (repository, commit SHA, subdirectory): a key's content never changes,
+An archive is keyed by (repository, subdirectory, commit SHA), a `ContentKey`: its content never changes,
 so it is built once. The module's files sit at the archive root (`git archive <sha>:<path>`).
 Archives are byte-for-byte reproducible: every entry gets one fixed time (git would stamp a
 tree with the current time) and the gzip header carries no time or name. A build is written
@@ -18,26 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gzip
 import hashlib
 import logging
+import math
 import os
 import shutil
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar, cast
 
+from gitreg.core.content import ContentKey
 from gitreg.core.errors import (
     GitregError,
     StorageFull,
     UpstreamUnavailable,
     VersionNotFound,
 )
+from gitreg.core.flight import InFlight, Remembered
 from gitreg.core.urls import host_label, mask
 from gitreg.git.mirror import MirrorGit, NoSuchTree
 from gitreg.git.pool import GitPool
@@ -58,20 +58,6 @@ class NotArchivable(GitregError):
     """The module's tree cannot be shipped as an archive (it has submodules)."""
 
     status = 409
-
-
-@dataclass(frozen=True)
-class ArchiveKey:
-    """What an archive holds: one directory of one commit of one repository."""
-
-    repository: str
-    sha: str
-    path: str
-
-    @property
-    def file_name(self) -> str:
-        digest = hashlib.sha256(f"{self.repository}\0{self.sha}\0{self.path}".encode()).hexdigest()
-        return f"{digest[:48]}.tar.gz"
 
 
 class MissingCommit(Exception):
@@ -106,7 +92,7 @@ class ArchiveBuilder:
     def __init__(self, git: MirrorGit) -> None:
         self.git = git
 
-    def build(self, mirror: Path, key: ArchiveKey, dest: Path, max_bytes: int | None = None) -> None:
+    def build(self, mirror: Path, key: ContentKey, dest: Path, max_bytes: int | None = None) -> None:
         """Write the archive of `key` from `mirror` to `dest` (a temporary name the caller renames).
 
         One git process: `git archive <sha>:<path>` puts the module's files at the root. Its
@@ -235,8 +221,9 @@ class ArchiveStore:
         self.files = files
         self.max_bytes = max_bytes  # the largest archive kept (the whole [storage] bound)
         self.budget = mirrors.budget  # shared with the mirrors: one [storage] max_bytes
-        self._building: dict[ArchiveKey, asyncio.Task[Path]] = {}
-        self._refused: OrderedDict[ArchiveKey, StorageFull] = OrderedDict()
+        self._building: InFlight[ContentKey, Path] = InFlight(self._built)
+        # For good (math.inf): a key's bytes never change, so an archive too large stays too large.
+        self._refused: Remembered[ContentKey, StorageFull] = Remembered(math.inf, MAX_REFUSED)
         self._checksums: dict[str, str] = {}  # file name -> SHA-256 hex of the archive as built (or first read)
         self._prefix = f"{root}{os.sep}"
         self.builds = 0
@@ -276,25 +263,20 @@ class ArchiveStore:
         """Blocking file work (renames, removals, the directory scan): the app's file executor, not a git slot."""
         return await run_file_work(self.files, fn, *args)
 
-    def cached(self, key: ArchiveKey) -> str | None:
+    def cached(self, key: ContentKey) -> str | None:
         """The archive's path when it is already built (and mark it recently used)."""
-        path = self._prefix + key.file_name  # str, not Path: this is the warm path
+        path = self._prefix + key.archive_name  # str, not Path: this is the warm path
         if self.budget.touch(path):
             if os.path.isfile(path):
                 return path
             self.budget.forget(path)  # removed behind our back: build it again
         return None
 
-    def start(self, key: ArchiveKey) -> asyncio.Task[Path]:
+    def start(self, key: ContentKey) -> asyncio.Future[Path]:
         """The build of `key`: the running one if any, else a new one."""
-        task = self._building.get(key)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._build(key))
-            self._building[key] = task
-            task.add_done_callback(functools.partial(self._built, key))
-        return task
+        return self._building.join(key, lambda: self._build(key))
 
-    async def hold(self, key: ArchiveKey) -> str:
+    async def hold(self, key: ContentKey) -> str:
         """The archive of `key`, built if needed and held: eviction skips it until release(path).
 
         Held in the same step as it is found, so nothing can remove it in between. (A fresh
@@ -306,8 +288,8 @@ class ArchiveStore:
             if path is not None:
                 self.budget.hold(path)
                 return path
-            # shield: one impatient client hanging up must not cancel the build the others wait for.
-            await asyncio.shield(self.start(key))
+            # Shielded: one impatient client hanging up must not cancel the build the others wait for.
+            await self._building.wait(self.start(key))
         raise StorageFull(
             f"the archive of commit {key.sha[:12]} was removed again before it could be sent: [storage] max_bytes "
             f"({mib(self.max_bytes)}) is too small for the archives being served at once; raise it"
@@ -317,9 +299,8 @@ class ArchiveStore:
         """End a hold(): the archive may be evicted again."""
         self.budget.release(path)
 
-    def _built(self, key: ArchiveKey, task: asyncio.Task[Path]) -> None:
-        self._building.pop(key, None)
-        # Retrieved here, as one line: the download lookup stops waiting after a while and the
+    def _built(self, key: ContentKey, task: asyncio.Future[Path]) -> None:
+        # Logged here, as one line: the download lookup stops waiting after a while and the
         # client may never fetch the archive, and asyncio would log the failure nobody awaited
         # as "Task exception was never retrieved" with a traceback. Waiters still get the error.
         error = None if task.cancelled() else task.exception()
@@ -327,21 +308,21 @@ class ArchiveStore:
             reason = error.message if isinstance(error, GitregError) else f"{type(error).__name__}: {error}"
             log.warning("building the archive of %s at %s failed: %s", mask(key.repository), key.sha[:12], reason)
 
-    async def checksum(self, key: ArchiveKey) -> str | None:
+    async def checksum(self, key: ContentKey) -> str | None:
         """The SHA-256 (hex) of the archive of `key`; None when it is not built. Hashed once, off the loop."""
         path = self.cached(key)
         if path is None:
             return None
-        digest = self._checksums.get(key.file_name)
+        digest = self._checksums.get(key.archive_name)
         if digest is None:  # built by an earlier run: hashed on first use
-            digest = self._checksums[key.file_name] = await self._call(sha256_file, path)
+            digest = self._checksums[key.archive_name] = await self._call(sha256_file, path)
         return digest
 
-    async def _build(self, key: ArchiveKey) -> Path:
-        refused = self._refused.get(key)
+    async def _build(self, key: ContentKey) -> Path:
+        refused = self._refused.recall(key)
         if refused is not None:
-            raise StorageFull(refused.message)
-        final = self.root / key.file_name
+            raise refused
+        final = self.root / key.archive_name
         tmp = self.root / f"tmp-{uuid.uuid4().hex}.tar.gz"
         log.info(
             "building the archive of %s at %s%s",
@@ -368,7 +349,7 @@ class ArchiveStore:
                             "is now"
                         ) from None
             # Hashed before it is servable: clients verify the bytes gitreg built, not what is on disk later.
-            self._checksums[key.file_name] = await self._call(sha256_file, tmp)
+            self._checksums[key.archive_name] = await self._call(sha256_file, tmp)
             # An eviction of an older copy of this very file must finish before the new one takes its name.
             await self.budget.settled(str(final))
             # Renamed into place only when complete: a crash leaves a tmp-* file, removed at start.
@@ -382,14 +363,12 @@ class ArchiveStore:
         await self.budget.evict()
         return final
 
-    async def _build_into(self, tmp: Path, mirror: Path, key: ArchiveKey) -> None:
+    async def _build_into(self, tmp: Path, mirror: Path, key: ContentKey) -> None:
         try:
             await self.pool.run(self.builder.build, mirror, key, tmp, self.max_bytes, host=host_label(key.repository))
         except StorageFull as e:
             # Too large for the bound: a key's bytes never change, so neither does this answer.
-            self._refused[key] = e
-            while len(self._refused) > MAX_REFUSED:
-                self._refused.popitem(last=False)
+            self._refused.remember(key, e)
             log.warning("%s", e.message)
             raise
 

@@ -26,7 +26,6 @@ import os
 import shutil
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gitreg.core.errors import GitregError, StorageFull
+from gitreg.core.flight import InFlight, Remembered
 from gitreg.core.urls import host_label, mask
 from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool
@@ -76,11 +76,9 @@ class MirrorStore:
         self.files = files
         # Without a budget (a tool, a test of one piece) nothing is ever removed.
         self.budget = budget if budget is not None else StorageBudget(1 << 62)
-        self.error_retry_seconds = error_retry_seconds
         self.pinned = pinned or (lambda url: ())
-        self._clock = clock
         self._locks: dict[str, _UrlLock] = {}
-        self._failures: OrderedDict[str, tuple[float, GitregError]] = OrderedDict()  # url -> (until, error)
+        self._failures: Remembered[str, GitregError] = Remembered(error_retry_seconds, MAX_REMEMBERED, clock)
         self.fetches = 0
         # The index process reads commits from scratch fetches only: the mirrors are the serving
         # process's (its per-URL locks, its [storage] max_bytes budget and eviction).
@@ -90,7 +88,7 @@ class MirrorStore:
         self._leftovers: list[str] = []
         self._mirrors: list[str] = []
         self._unchecked: set[str] = set()
-        self._checking: dict[str, asyncio.Task[tuple[int, float] | None]] = {}
+        self._checking: InFlight[str, tuple[int, float] | None] = InFlight()
         self.scanned = asyncio.Event()  # set once scan() counted every mirror in the budget
 
     async def prepare(self) -> None:
@@ -151,10 +149,9 @@ class MirrorStore:
             if key not in self._unchecked:
                 return None
             self._unchecked.discard(key)
-            task = self._checking[key] = asyncio.ensure_future(self._call(_clean_mirror, key))
-            task.add_done_callback(lambda _: self._checking.pop(key, None))
-        # shield: a request that gives up must not leave a half-cleaned mirror for the next one.
-        return await asyncio.shield(task)
+            task = self._checking.start(key, self._call(_clean_mirror, key))
+        # Shielded: a request that gives up must not leave a half-cleaned mirror for the next one.
+        return await self._checking.wait(task)
 
     def path_for(self, url: str) -> Path:
         """Where the mirror of `url` lives (a hash: URLs are not file names)."""
@@ -272,7 +269,7 @@ class MirrorStore:
                 f"({mib(self.budget.max_bytes)}) by itself; raise max_bytes to serve this repository as archives"
             )
             log.warning("%s", error.message)
-            self._remember(url, error)
+            self._failures.remember(url, error)
             raise error
 
     async def _fetch(self, path: Path, url: str, tag: str | None = None) -> None:
@@ -281,26 +278,14 @@ class MirrorStore:
         try:
             await self._git(url, self.git.fetch_tags, str(path), url, tag)
         except GitregError as e:
-            self._remember(url, e)
+            self._failures.remember(url, e)
             raise
-
-    def _remember(self, url: str, error: GitregError) -> None:
-        if self.error_retry_seconds <= 0:
-            return
-        self._failures[url] = (self._clock() + self.error_retry_seconds, error)
-        self._failures.move_to_end(url)
-        while len(self._failures) > MAX_REMEMBERED:
-            self._failures.popitem(last=False)
 
     def _raise_remembered(self, url: str) -> None:
         """The answer of a clone or fetch that failed moments ago, without another transfer."""
-        remembered = self._failures.get(url)
-        if remembered is None:
-            return
-        until, error = remembered
-        if self._clock() < until:
-            raise type(error)(error.message)  # a new one: re-raising one instance grows its traceback
-        del self._failures[url]
+        error = self._failures.recall(url)
+        if error is not None:
+            raise error
 
     async def _sync_pins(self, path: Path, url: str) -> None:
         """Make the mirror's refs/gitreg/pins/* the commits pinned for `url` (see `pins`)."""

@@ -12,10 +12,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
+from gitreg.core.content import ContentKey
 from gitreg.core.names import parse_address
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
-from gitreg.storage.archives import ArchiveKey
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CACHE,
@@ -112,7 +112,7 @@ def _location_json(location: str) -> str:
     return json.dumps({"location": location})
 
 
-async def _archive_location(request: web.Request, key: ArchiveKey, relative: str) -> str:
+async def _archive_location(request: web.Request, key: ContentKey, relative: str) -> str:
     """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies."""
     digest = await request.app[REGISTRY].archive_checksum(key)
     config = request.app[CONFIG]
