@@ -291,7 +291,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
 
     for line in webhook_instructions(config):
         print(line)
-    if config.cache.backend == "redis" and not _check_redis(config):
+    if config.cache.backend == "redis" and not _report_redis(config):
         return EXIT_PROBE_FAILED
     if not probe:
         return EXIT_OK
@@ -303,7 +303,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         return max(failed, _probe_orgs(config, adapter))
 
 
-def _check_redis(config: Config) -> bool:
+def _report_redis(config: Config) -> bool:
     """With backend = "redis": PING it briefly and say whether it answered (the password masked)."""
     from gitreg.replicas.connection import check_redis
 
