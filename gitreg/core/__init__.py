@@ -5,6 +5,7 @@
 - `versions`: the one SemVer 2.0 grammar (`SEMVER`), versions chosen from tags, and their order.
 - `urls`: the one parser of Git URLs and scp-like addresses, identities, masking.
 - `secrets`: constant-time comparison and digests of secrets.
+- `events`: `Signal`, the one observer style (an emitter owns one per event; listeners connect).
 
 Nothing here does I/O or knows aiohttp's server. May import: the standard library and small
 parsing libraries (semver) only, and other `gitreg.core` modules; nothing else of gitreg.

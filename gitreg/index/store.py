@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
+from gitreg.core.events import AsyncSignal
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
@@ -90,7 +91,7 @@ class ModuleIndex:
         self.changes = changes
         # In the serving process: details someone asked for go to the index process, which reads them.
         self.on_wanted = on_wanted
-        self.on_written: list[Callable[[str], Awaitable[None]]] = []
+        self.on_written: AsyncSignal[[str]] = AsyncSignal()
         self._entries: dict[ModuleAddress, IndexEntry] = {}
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
@@ -355,8 +356,7 @@ class ModuleIndex:
             self._dirty = True
             log.warning("could not write %s: %s", self.path, e)
             return
-        for listener in self.on_written:  # with Redis: the other replicas load what this one wrote
-            await listener(text)
+        await self.on_written.emit(text)  # with Redis: the other replicas load what this one wrote
 
     def _write(self, entries: list[IndexEntry], complete: bool) -> str:
         """Blocking: write index.json; its text."""

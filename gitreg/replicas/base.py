@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 
 Loader = Callable[[str], Awaitable[TagList]]
@@ -18,10 +19,11 @@ Loader = Callable[[str], Awaitable[TagList]]
 class SharedState(Protocol):
     """Tag lists, invalidations, moved-tag records, download counts and the index lease."""
 
-    # Set by the application: what a message from another replica does here.
-    on_invalidate: Callable[[str], None]  # another replica invalidated this repository
-    on_reconnect: Callable[[], None]  # the store is back: invalidations may have been missed
-    on_downloads: Callable[[], None]  # the shared download counts changed
+    # Made by the backend's constructor; the application connects what a message from another
+    # replica does here.
+    on_invalidate: Signal[[str]]  # another replica invalidated this repository
+    on_reconnect: Signal[[]]  # the store is back: invalidations may have been missed
+    on_downloads: Signal[[]]  # the shared download counts changed
 
     @property
     def is_shared(self) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 
@@ -24,9 +25,10 @@ class MemoryShared:
     tag_loads = _NO_LOADS
 
     def __init__(self) -> None:
-        self.on_invalidate: Callable[[str], None] = lambda _key: None
-        self.on_reconnect: Callable[[], None] = lambda: None
-        self.on_downloads: Callable[[], None] = lambda: None
+        # Never emitted (no other replica): there for the application to connect to either backend.
+        self.on_invalidate: Signal[[str]] = Signal()
+        self.on_reconnect: Signal[[]] = Signal()
+        self.on_downloads: Signal[[]] = Signal()
 
     async def start(self) -> None:
         """Nothing to connect to."""

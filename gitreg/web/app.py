@@ -212,7 +212,7 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
     config, shared = app[CONFIG], app[SHARED]
     resolver = app[_RESOLVER] = Resolver(config, app[ORGS])
     catalog = app[CATALOG] = Catalog(config, _storage(app) / CATALOG_FILE, resolver, shared)
-    shared.on_downloads = catalog.downloads_changed
+    shared.on_downloads.connect(catalog.downloads_changed)
     if app[ROLE] is Role.INDEX:  # the index process's catalog is given, never written
         for address in app[SEED].remembered:
             with contextlib.suppress(GitregError):
@@ -229,8 +229,8 @@ async def _registry(app: web.Application) -> AsyncIterator[None]:
     resolver = app[_RESOLVER]
     app[REGISTRY] = Registry(app[CONFIG], resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
     publisher = app[PUBLISHER] = Publisher(cache, shared, app[ORGS])
-    shared.on_invalidate = publisher.changed_elsewhere
-    shared.on_reconnect = publisher.reconnected
+    shared.on_invalidate.connect(publisher.changed_elsewhere)
+    shared.on_reconnect.connect(publisher.reconnected)
     yield
 
 
@@ -342,14 +342,14 @@ def _follow_changes(app: web.Application, index: ModuleIndex, process: IndexProc
     """
     catalog, cache, orgs, shared = app[CATALOG], app[CACHE], app[ORGS], app[SHARED]
     if process is not None:  # ... all of which the index process is told
-        catalog.on_new = process.remember
-        cache.on_fetched.append(process.fetched)
-        orgs.subscribe(process.orgs_changed)
+        catalog.on_new.connect(process.remember)
+        cache.on_fetched.connect(process.fetched)
+        orgs.on_change.connect(process.orgs_changed)
     else:
-        catalog.on_new = lambda address: index.notice([address])
-        cache.on_fetched.append(index.notice_repository)
-        orgs.subscribe(lambda changes: index.notice(changes.all))
-    index.on_written.append(shared.publish_index)
+        catalog.on_new.connect(lambda address: index.notice([address]))
+        cache.on_fetched.connect(index.notice_repository)
+        orgs.on_change.connect(lambda changes: index.notice(changes.all))
+    index.on_written.connect(shared.publish_index)
     shared.follow_index(process.adopt if process is not None else index.adopt)
 
 
