@@ -380,15 +380,14 @@ async def _storage_scan(app: web.Application) -> AsyncIterator[None]:
 
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
     """Last cleanup context: ready once everything before it started; first to go at shutdown."""
-    lifecycle = app[LIFECYCLE]
-    lifecycle.ready, lifecycle.reason = True, "ready"
+    app[LIFECYCLE].up(app[INDEX], app[SHARED])
     yield
-    lifecycle.ready, lifecycle.reason = False, "stopping"
+    app[LIFECYCLE].down()
 
 
 async def _stopping(app: web.Application) -> None:
     """on_shutdown runs before in-flight requests finish: /readyz says 503 from here on."""
-    app[LIFECYCLE].ready, app[LIFECYCLE].reason = False, "stopping"
+    app[LIFECYCLE].down()
 
 
 def create_app(
