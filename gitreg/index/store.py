@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
-from gitreg.core.events import AsyncSignal
+from gitreg.core.events import AsyncSignal, Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
@@ -72,7 +72,6 @@ class ModuleIndex:
         details: DetailsService,
         refresh_seconds: float,
         org_info: Callable[[ModuleAddress], OrgInfo | None] | None = None,
-        on_gone: Callable[[ModuleAddress], None] | None = None,
         enabled: bool = True,
         builds: bool = True,
         listed: Callable[[], bool] | None = None,
@@ -92,6 +91,8 @@ class ModuleIndex:
         # In the serving process: details someone asked for go to the index process, which reads them.
         self.on_wanted = on_wanted
         self.on_written: AsyncSignal[[str]] = AsyncSignal()
+        # Told of each indexed module whose repository no longer exists (the catalog forgets it).
+        self.on_gone: Signal[[ModuleAddress]] = Signal()
         self._entries: dict[ModuleAddress, IndexEntry] = {}
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
@@ -103,7 +104,7 @@ class ModuleIndex:
         self.stats = IndexStats()
         self._remote_queued = 0  # the index process's queue depth (take_status)
         self._builder = IndexBuilder(
-            self, sources, resolve, versions, refresh_seconds, org_info, on_gone, listed, leading
+            self, sources, resolve, versions, refresh_seconds, org_info, self.on_gone.emit, listed, leading
         )
 
     # --- reads (event loop, no I/O) -----------------------------------------------------------

@@ -312,7 +312,6 @@ async def _index(app: web.Application) -> AsyncIterator[None]:
         details=app[DETAILS],
         refresh_seconds=config.cache.ttl_seconds,
         org_info=org_info,
-        on_gone=gone,
         enabled=config.index.enabled,
         listed=orgs.complete,
         builds=role is not Role.SERVE,
@@ -326,6 +325,7 @@ async def _index(app: web.Application) -> AsyncIterator[None]:
         process = app[INDEX_PROCESS] = IndexProcess(
             config, index, catalog, orgs, app[CACHE], app[SHARED], commands, log_json=log_json
         )
+    index.on_gone.connect(gone)
     _follow_changes(app, index, process)
     app[BROWSE] = BrowseService(index, catalog, registry)
     app[METRICS].registry.register(IndexCollector(index, (lambda: process.starts) if process is not None else None))
