@@ -24,6 +24,7 @@ class SharedState(Protocol):
     on_invalidate: Signal[[str]]  # another replica invalidated this repository
     on_reconnect: Signal[[]]  # the store is back: invalidations may have been missed
     on_downloads: Signal[[]]  # the shared download counts changed
+    on_index: Signal[[str]]  # another replica published its index.json text (see follow_index)
 
     @property
     def is_shared(self) -> bool:
@@ -73,8 +74,9 @@ class SharedState(Protocol):
         """Offer the index.json text this replica wrote to the others."""
         ...
 
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """Load each index another replica publishes with `adopt` (its index.json text)."""
+    def follow_index(self) -> None:
+        """From now on, emit on_index for each index another replica publishes (once the
+        application has connected what loads it; one published before is not lost)."""
         ...
 
     def count_download(self, address: str) -> None:

@@ -5,7 +5,7 @@ Also what the index process and the services' defaults hold: there is nobody to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -29,6 +29,7 @@ class MemoryShared:
         self.on_invalidate: Signal[[str]] = Signal()
         self.on_reconnect: Signal[[]] = Signal()
         self.on_downloads: Signal[[]] = Signal()
+        self.on_index: Signal[[str]] = Signal()
 
     async def start(self) -> None:
         """Nothing to connect to."""
@@ -54,7 +55,7 @@ class MemoryShared:
     async def publish_index(self, text: str) -> None:
         """Nobody to offer it to."""
 
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
+    def follow_index(self) -> None:
         """No other replica publishes an index."""
 
     def count_download(self, address: str) -> None:

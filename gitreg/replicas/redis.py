@@ -114,7 +114,7 @@ class RedisShared:
         self.on_invalidate: Signal[[str]] = Signal()
         self.on_reconnect: Signal[[]] = Signal()
         self.on_downloads: Signal[[]] = Signal()
-        self._on_index: Callable[[str], None] = lambda _text: None  # follow_index's `adopt`
+        self.on_index: Signal[[str]] = Signal()  # the leader published an index (once follow_index() was called)
         self.config = config
         self.shown_url = urls.mask(config.redis_url)  # the only form of the URL that is ever logged
         self.replica = replica or replica_name()
@@ -148,7 +148,7 @@ class RedisShared:
         # An index.json this replica wrote while it could not publish it (Redis unreachable, not
         # connected yet): published when it is the leader and connected, then dropped.
         self._unpublished: str | None = None
-        # The leader's index read before the application set its loader (follow_index): the
+        # The leader's index read before the application was ready for it (follow_index): the
         # connection comes up while the application is still starting.
         self._following = False
         self._received_index: str | None = None
@@ -519,16 +519,16 @@ class RedisShared:
         if raw is not None and not self._leading:
             text = raw.decode("utf-8", "replace")
             if self._following:
-                self._on_index(text)
+                self.on_index.emit(text)
             else:
                 self._received_index = text  # for follow_index: it may not be published again
 
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """Load each index the leader publishes with `adopt`; at once the one read before this was called."""
-        self._on_index, self._following = adopt, True
+    def follow_index(self) -> None:
+        """Emit on_index for each index the leader publishes; at once for the one read before this was called."""
+        self._following = True
         text, self._received_index = self._received_index, None
         if text is not None and not self._leading:
-            adopt(text)
+            self.on_index.emit(text)
 
     # --- download counts ----------------------------------------------------------------------------
 

@@ -350,7 +350,8 @@ def _follow_changes(app: web.Application, index: ModuleIndex, process: IndexProc
         cache.on_fetched.connect(index.notice_repository)
         orgs.on_change.connect(lambda changes: index.notice(changes.all))
     index.on_written.connect(shared.publish_index)
-    shared.follow_index(process.adopt if process is not None else index.adopt)
+    shared.on_index.connect(process.adopt if process is not None else index.adopt)
+    shared.follow_index()
 
 
 async def _index_process(app: web.Application) -> AsyncIterator[None]:
