@@ -77,7 +77,7 @@ async def run(repos: int, rounds: int) -> None:
                 started = time.perf_counter()
                 assert await catalog.enumerate(0)
                 full.append(time.perf_counter() - started)
-                catalog.subscribe(lambda changes: notified.append(len(changes.all)))
+                catalog.on_change.connect(lambda changes: notified.append(len(changes.all)))
                 started = time.perf_counter()
                 assert await catalog.enumerate(0)  # nothing changed
                 again.append(time.perf_counter() - started)

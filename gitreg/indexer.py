@@ -38,7 +38,7 @@ async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
     index = app[INDEX]
     side = IndexSide(seed, index, app[CATALOG], app[ORGS], app[CACHE], app[REGISTRY])
     feed = ReportFeed(index, out, seed.resync)
-    index.on_written.append(feed.written)
+    index.on_written.connect(feed.written)
     feeder = asyncio.ensure_future(feed.run())
     loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)  # stop as when the input ends
     try:

@@ -373,7 +373,7 @@ async def test_a_created_repository_is_served_at_once_after_the_github_webhook(m
     client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, org={"refresh_seconds": 3600}))
     await until(client.app[ORGS].complete)
     changes: list[OrgChanges] = []
-    client.app[ORGS].subscribe(changes.append)
+    client.app[ORGS].on_change.connect(changes.append)
     await assert_error(await client.get("/v1/modules/acme/iam/aws/versions"), 404)
 
     module_repo(tmp_path, "terraform-aws-iam", ("0.1.0",))
@@ -486,7 +486,7 @@ async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, gi
     client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, cache={"ttl_seconds": 3600}))
     assert await versions_of(client) == ["1.0.0"]
     changes: list[OrgChanges] = []
-    client.app[ORGS].subscribe(changes.append)
+    client.app[ORGS].on_change.connect(changes.append)
     repo.tag("v1.2.0")
     assert await versions_of(client) == ["1.0.0"]  # cached for an hour
     resp = await post_github(client, github_tag_push("terraform-aws-vpc"), "push")
@@ -529,7 +529,7 @@ async def test_a_gitlab_project_pushed_within_its_throttle_window_is_looked_at_a
     gitlab.add("terraform-aws-iam", pushed=time.time() - 7200)
     catalog = OrgCatalog(org_config(gitlab, git_http), None)
     changes: list[OrgChanges] = []
-    catalog.subscribe(changes.append)
+    catalog.on_change.connect(changes.append)
     async with aiohttp.ClientSession() as session:
         catalog.open(session)
         assert await catalog.enumerate(0)

@@ -395,7 +395,7 @@ async def test_a_state_file_is_written_only_when_changed_and_a_damaged_one_is_se
         return lambda: json.dumps(data)
 
     file = StateFile(path, 2, ".state-", snapshot, unreadable="starting empty")
-    file.on_written.append(told)
+    file.on_written.connect(told)
     assert await file.load() is None  # no file yet: no state, nothing logged
     assert await file.flush() is None and not path.exists()  # nothing changed: nothing written
     file.mark_dirty()

@@ -17,8 +17,8 @@ from pathlib import Path
 from gitreg import __version__
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
-from gitreg.config.rules import RuleIndex, shadowed_rules
-from gitreg.core.errors import BadRequest, ConfigError, GitregError
+from gitreg.config.rules import shadowed_rules
+from gitreg.core.errors import BadRequest, ConfigError, GitregError, ModuleNotFound
 from gitreg.core.names import parse_address
 from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
@@ -291,7 +291,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
 
     for line in webhook_instructions(config):
         print(line)
-    if config.cache.backend == "redis" and not _check_redis(config):
+    if config.cache.backend == "redis" and not _report_redis(config):
         return EXIT_PROBE_FAILED
     if not probe:
         return EXIT_OK
@@ -303,7 +303,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         return max(failed, _probe_orgs(config, adapter))
 
 
-def _check_redis(config: Config) -> bool:
+def _report_redis(config: Config) -> bool:
     """With backend = "redis": PING it briefly and say whether it answered (the password masked)."""
     from gitreg.replicas.connection import check_redis
 
@@ -350,29 +350,32 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     except GitregError as e:
         print(f"gitreg: {e.message}", file=sys.stderr)
         return EXIT_CONFIG
-    # The same choice a request makes: an explicit rule, then an org's module (a name an org
-    # namespace does not list is a 404), then a wildcard rule.
-    rules = RuleIndex(config.modules)
-    resolved = rules.explicit.get((address.namespace, address.name, address.system))
-    if resolved is None and any(org.namespace == address.namespace for org in config.orgs):
-        from gitreg.orgs.probe import probe_orgs  # imports aiohttp: only a probe with orgs needs it
+    # These import aiohttp: only a probe of one address needs them.
+    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.orgs.probe import enumerate_orgs
+    from gitreg.registry.resolve import Resolver
 
-        repo = next(
-            (r for report in asyncio.run(probe_orgs(config)) for r in report.modules if r.address == address), None
-        )
-        if repo is None:
+    # The choice a request makes (Resolver); the orgs are listed only when one may serve it.
+    orgs = OrgCatalog(config, None)
+    resolver = Resolver(config, orgs)
+    key = (address.namespace, address.name, address.system)
+    if key not in resolver.rules.explicit and orgs.serves_namespace(address.namespace):
+        asyncio.run(enumerate_orgs(config, orgs))
+    try:
+        resolved = resolver.resolve(address)
+    except ModuleNotFound:
+        if orgs.serves_namespace(address.namespace):
             print(
                 f"\n{address}: namespace {address.namespace} is an org's, and its listing has no such module "
                 "(a request for it gets 404; `gitreg check --probe` lists the org)"
             )
-            return EXIT_PROBE_FAILED
+        else:
+            print(f"\n{address}: no rule serves it (a request for it gets 404)")
+        return EXIT_PROBE_FAILED
+    repo = orgs.get(address)
+    if repo is not None:
         print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
         return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
-    if resolved is None:
-        resolved = rules.match(address)
-    if resolved is None:
-        print(f"\n{address}: no rule serves it (a request for it gets 404)")
-        return EXIT_PROBE_FAILED
     rule = resolved.rule
     label = labels[config.modules.index(rule)]
     print(

@@ -58,7 +58,7 @@ _GITHUB_OWNER_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", re.ASCII)
 _GITLAB_SEGMENT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}", re.ASCII)
 
 
-def _check_redis(c: TableReader, cache: CacheConfig) -> None:
+def _validate_redis(c: TableReader, cache: CacheConfig) -> None:
     """`redis_url` is a redis://, rediss:// or unix:// URL, required with backend = "redis"."""
     if cache.backend == "redis" and cache.redis_url is None and not c.problems_for("redis_url"):
         c.error("redis_url", 'is required with backend = "redis" (e.g. redis_url = "${GITREG_REDIS_URL}")')
@@ -365,7 +365,7 @@ def _parse_cache(c: TableReader) -> CacheConfig:
     backend: Backend | None = one_of(c, "backend", c.str("backend", CacheConfig.backend), ("memory", "redis"))
     if backend is not None:
         cache = dataclasses.replace(cache, backend=backend)
-    _check_redis(c, cache)
+    _validate_redis(c, cache)
     c.finish()
     return cache
 

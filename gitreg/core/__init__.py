@@ -7,6 +7,7 @@
 - `secrets`: constant-time comparison and digests of secrets.
 - `content`: the content key (repository, path, commit) of archives and details files.
 - `flight`: in-flight de-duplication (`InFlight`) and remembered failures (`Remembered`).
+- `events`: `Signal`, the one observer style (an emitter owns one per event; listeners connect).
 
 Nothing here does I/O or knows aiohttp's server. May import: the standard library and small
 parsing libraries (semver) only, and other `gitreg.core` modules; nothing else of gitreg.

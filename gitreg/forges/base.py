@@ -122,6 +122,39 @@ def topics_field(value: Any) -> tuple[str, ...]:
     return tuple(t[:100] for t in value[:100] if isinstance(t, str) and t)
 
 
+@dataclass(frozen=True)
+class RecordFields:
+    """Where one host's repository object keeps the fields every RepoRecord has."""
+
+    name: str
+    full_name: str
+    full_name_limit: int
+    https_url: str
+    ssh_url: str
+    web_url: str
+
+
+def read_record(
+    item: Mapping[str, Any], fields: RecordFields, topics: Any, pushed_at: str, pushed_throttle: int = 0
+) -> RepoRecord | None:
+    """A RepoRecord from a host's object (the host reads topics and the change marker its own way);
+    None when the name, full name or HTTPS URL is missing."""
+    rec = RepoRecord(
+        id=str(item.get("id", "")),
+        name=text_field(item, fields.name, 255),
+        full_name=text_field(item, fields.full_name, fields.full_name_limit),
+        https_url=text_field(item, fields.https_url),
+        ssh_url=text_field(item, fields.ssh_url),
+        web_url=text_field(item, fields.web_url),
+        description=text_field(item, "description", 1000),
+        topics=topics_field(topics),
+        archived=item.get("archived") is True,
+        pushed_at=pushed_at,
+        pushed_throttle=pushed_throttle,
+    )
+    return rec if rec.name and rec.full_name and rec.https_url else None
+
+
 @dataclass
 class OrgStats:
     """Counters of one org's API use, read by the metrics collector at scrape time."""

@@ -29,13 +29,14 @@ from gitreg.forges.base import (
     MalformedPayload,
     OnPage,
     OrgStats,
+    RecordFields,
     RepoRecord,
     RepositoryEvent,
     TagEvent,
     dig,
     payload_urls,
+    read_record,
     text_field,
-    topics_field,
 )
 
 API_VERSION = "2022-11-28"
@@ -43,25 +44,14 @@ SIGNATURE_HEADER = "X-Hub-Signature-256"
 EVENT_HEADER = "X-GitHub-Event"  # what a delivery is about (tag_event's `event`)
 # Where a payload's repository object names the repository (https, ssh, web page, git://).
 URL_FIELDS = ("clone_url", "ssh_url", "html_url", "git_url")
+FIELDS = RecordFields("name", "full_name", 512, "clone_url", "ssh_url", "html_url")
 
 
 def record(item: Any) -> RepoRecord | None:
     """A GitHub repository object (REST API or `repository` webhook payload); None when malformed."""
     if not isinstance(item, dict):
         return None
-    rec = RepoRecord(
-        id=str(item.get("id", "")),
-        name=text_field(item, "name", 255),
-        full_name=text_field(item, "full_name", 512),
-        https_url=text_field(item, "clone_url"),
-        ssh_url=text_field(item, "ssh_url"),
-        web_url=text_field(item, "html_url"),
-        description=text_field(item, "description", 1000),
-        topics=topics_field(item.get("topics")),
-        archived=item.get("archived") is True,
-        pushed_at=text_field(item, "pushed_at", 64),
-    )
-    return rec if rec.name and rec.full_name and rec.https_url else None
+    return read_record(item, FIELDS, item.get("topics"), text_field(item, "pushed_at", 64))
 
 
 class GitHubClient(ForgeClient):

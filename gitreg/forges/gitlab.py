@@ -23,12 +23,13 @@ from gitreg.forges.base import (
     Host,
     MalformedPayload,
     OnPage,
+    RecordFields,
     RepoRecord,
     RepositoryEvent,
     TagEvent,
     payload_urls,
+    read_record,
     text_field,
-    topics_field,
 )
 
 TOKEN_HEADER = "X-Gitlab-Token"
@@ -39,6 +40,7 @@ UPDATED_AT_THROTTLE = 300
 ACTIVITY_THROTTLE = 3600
 # Where a payload's project (or repository) object names the repository.
 URL_FIELDS = ("git_http_url", "git_ssh_url", "web_url", "http_url", "ssh_url", "url", "homepage")
+FIELDS = RecordFields("path", "path_with_namespace", 1024, "http_url_to_repo", "ssh_url_to_repo", "web_url")
 PROJECT_EVENTS = frozenset(
     {"project_create", "project_destroy", "project_rename", "project_transfer", "project_update"}
 )
@@ -51,20 +53,8 @@ def record(item: Any) -> RepoRecord | None:
     # `topics` since GitLab 14.0; `tag_list` is the deprecated name of the same list.
     topics = item.get("topics") if isinstance(item.get("topics"), list) else item.get("tag_list")
     updated = text_field(item, "updated_at", 64)
-    rec = RepoRecord(
-        id=str(item.get("id", "")),
-        name=text_field(item, "path", 255),
-        full_name=text_field(item, "path_with_namespace", 1024),
-        https_url=text_field(item, "http_url_to_repo"),
-        ssh_url=text_field(item, "ssh_url_to_repo"),
-        web_url=text_field(item, "web_url"),
-        description=text_field(item, "description", 1000),
-        topics=topics_field(topics),
-        archived=item.get("archived") is True,
-        pushed_at=updated or text_field(item, "last_activity_at", 64),
-        pushed_throttle=UPDATED_AT_THROTTLE if updated else ACTIVITY_THROTTLE,
-    )
-    return rec if rec.name and rec.full_name and rec.https_url else None
+    pushed_at = updated or text_field(item, "last_activity_at", 64)
+    return read_record(item, FIELDS, topics, pushed_at, UPDATED_AT_THROTTLE if updated else ACTIVITY_THROTTLE)
 
 
 class GitLabClient(ForgeClient):

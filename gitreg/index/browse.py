@@ -1,6 +1,7 @@
-"""The browse API's facade: what is listed, searched and shown, read from the index (no git).
+"""The browsing facade: what is listed, searched and shown, read from the index (no git).
 
-The browsing endpoints (web/api/browse.py) call this and nothing else: the index for what is
+The browse API (web/api/browse.py) and the module browser's pages (web/pages/views.py) call
+this and nothing else: the index for what is
 listed, the catalog for download counts, the registry for what still serves an address and
 for the latest version a client is sent to.
 """
@@ -42,6 +43,15 @@ class BrowseService:
         # Search ranks ties by downloads: a remembered answer is void once they change.
         return self.index.view().search(query, keep, (*memo_key, catalog.downloads_version), catalog.downloads)
 
+    @property
+    def complete(self) -> bool:
+        """True once the index has seen every listable module (else the lists say they may grow)."""
+        return self.index.complete
+
+    def find(self, address: ModuleAddress) -> IndexEntry | None:
+        """The indexed module at `address`, or None when it is not listed."""
+        return self.index.get(address)
+
     def downloads(self, address: ModuleAddress) -> int:
         """Download requests answered for `address` (across replicas, with Redis up)."""
         return self.catalog.downloads(address)
@@ -64,12 +74,22 @@ class BrowseService:
         index reads it in the background (the latest's are read when the module is indexed).
         """
         details = await self.index.stored_details(entry, shown)
-        a = entry.address
-        systems = {
+        return details, sorted({*self.systems(entry.address), entry.address.system})
+
+    async def served_details(self, entry: IndexEntry, shown: IndexedVersion) -> ModuleDetails:
+        """The details of one version from memory or disk (never git), once the registry still
+        serves the module (404 otherwise); a version not read yet raises DetailsPending."""
+        self.registry.resolve(entry.address)
+        return await self.index.stored_details(entry, shown)
+
+    def systems(self, address: ModuleAddress) -> list[str]:
+        """The systems listed under `address`'s namespace/name, in list order."""
+        return [
             e.address.system
-            for e in self.index.view().listed(lambda e: e.address.namespace == a.namespace and e.address.name == a.name)
-        }
-        return details, sorted(systems | {a.system})
+            for e in self.index.view().listed(
+                lambda e: e.address.namespace == address.namespace and e.address.name == address.name
+            )
+        ]
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version served (from the tag cache: the download redirect follows the tags)."""

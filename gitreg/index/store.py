@@ -28,11 +28,12 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
+from gitreg.core.events import AsyncSignal, Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
@@ -74,7 +75,6 @@ class ModuleIndex:
         details: DetailsService,
         refresh_seconds: float,
         org_info: Callable[[ModuleAddress], OrgInfo | None] | None = None,
-        on_gone: Callable[[ModuleAddress], None] | None = None,
         enabled: bool = True,
         builds: bool = True,
         listed: Callable[[], bool] | None = None,
@@ -97,7 +97,9 @@ class ModuleIndex:
         self.state = StateFile(
             self.path, FORMAT, TMP_PREFIX, self._snapshot, unreadable="the index is built again", durable=False
         )
-        self.state.on_written.append(self._written)
+        self.state.on_written.connect(self._written)
+        # Told of each indexed module whose repository no longer exists (the catalog forgets it).
+        self.on_gone: Signal[[ModuleAddress]] = Signal()
         self._entries: dict[ModuleAddress, IndexEntry] = {}
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
@@ -108,13 +110,13 @@ class ModuleIndex:
         self.stats = IndexStats()
         self._remote_queued = 0  # the index process's queue depth (take_status)
         self._builder = IndexBuilder(
-            self, sources, resolve, versions, refresh_seconds, org_info, on_gone, listed, leading
+            self, sources, resolve, versions, refresh_seconds, org_info, self.on_gone.emit, listed, leading
         )
 
     # --- reads (event loop, no I/O) -----------------------------------------------------------
 
     @property
-    def on_written(self) -> list[Callable[[str], Awaitable[None]]]:
+    def on_written(self) -> AsyncSignal[[str]]:
         """Told the text of each index.json write (with Redis, the other replicas load it)."""
         return self.state.on_written
 

@@ -10,10 +10,11 @@ path or a query: urls.host_label), capped at MAX_HOSTS distinct values.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -38,6 +39,7 @@ from gitreg.observability.collectors import (
 if TYPE_CHECKING:
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import TagList
+    from gitreg.index.store import ModuleIndex
     from gitreg.orgs.catalog import OrgCatalog
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.base import SharedState
@@ -55,11 +57,40 @@ OTHER_METHOD = "other"
 
 
 class Lifecycle:
-    """Readiness: True once every service is up, False again as soon as shutdown begins."""
+    """Readiness (`/readyz`'s one view): True once every service is up, False again as soon as
+    shutdown begins; while ready, the state of the index and of the replicas' shared store."""
 
     def __init__(self) -> None:
         self.ready = False
         self.reason = "starting"
+        self._parts: tuple[ModuleIndex, SharedState] | None = None  # what a ready answer reports
+
+    def up(self, index: ModuleIndex, shared: SharedState) -> None:
+        """Every service started (the last cleanup context): ready, reporting on these."""
+        self._parts = (index, shared)
+        self.ready, self.reason = True, "ready"
+
+    def down(self) -> None:
+        """Shutdown began, before any service closes: not ready any more."""
+        self.ready, self.reason = False, "stopping"
+
+    def report(self) -> dict[str, Any] | None:
+        """The ready answer: the index's state (serving never waits for it) and the shared
+        store's; None while not ready (`reason` says why)."""
+        if not self.ready or self._parts is None:
+            return None
+        index, shared = self._parts
+        return {
+            "status": "ready",
+            "index": {
+                "complete": index.complete,
+                "modules": len(index),
+                "queued": index.queue_depth(),
+                "age_seconds": round(index.age(), 1),
+            },
+            "shared": shared.status(),
+            "pid": os.getpid(),
+        }
 
 
 class Metrics:

@@ -24,6 +24,7 @@ import aiohttp
 from gitreg.config.model import Config, ModuleRule, OrgConfig
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
+from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
 from gitreg.forges.hosts import host
@@ -33,7 +34,6 @@ from gitreg.orgs.model import (
     OrgRepo,
     OrgReport,
     OrgState,
-    Subscriber,
     evaluate,
     patch,
     timestamp,
@@ -66,7 +66,8 @@ class OrgCatalog:
         self._resolved: dict[ModuleAddress, tuple[OrgRepo, ResolvedModule]] = {}
         self._shadowed: dict[int, dict[str, str]] = {}  # org index -> full_name -> why (a clash across orgs)
         self._clashes_logged: set[tuple[ModuleAddress, str]] = set()
-        self._subscribers: list[Subscriber] = []
+        # Told each change of the listing, on the event loop (a failing listener is logged, the rest still run).
+        self.on_change: Signal[[OrgChanges]] = Signal(failures=(log, "an org listing subscriber failed"))
         self._store = OrgStore(path, executor, self._orgs)  # path None: not persisted (gitreg check --probe)
         self._refresher = OrgRefresher(self._orgs, self)
 
@@ -184,14 +185,6 @@ class OrgCatalog:
         """Each org's API counters, for the metrics collector."""
         return [(s.config, s.stats) for s in self._orgs]
 
-    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call `callback(changes)` on the event loop after each change; returns the unsubscribe function.
-
-        Read `modules()` right after subscribing for the listing as it is now.
-        """
-        self._subscribers.append(callback)
-        return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
-
     # ---- enumerating (orgs.refresh) and persisting (orgs.store) ---------------------------
 
     def open(self, session: aiohttp.ClientSession) -> None:
@@ -302,7 +295,7 @@ class OrgCatalog:
         """A tag webhook refreshed these repositories (cache keys): tell subscribers which org modules."""
         pushed = frozenset(a for url in repositories for a in self._by_repository.get(url, ()))
         if pushed:
-            self._notify(OrgChanges(pushed=pushed))
+            self.on_change.emit(OrgChanges(pushed=pushed))
         return pushed
 
     def take_page(self, s: OrgState, page: list[RepoRecord]) -> None:
@@ -357,7 +350,7 @@ class OrgCatalog:
         changes = _diff(old, new, pushed_hint)
         if changes or announce:
             self._store.changed()
-            self._notify(changes)
+            self.on_change.emit(changes)
 
     def _install(self, new: dict[ModuleAddress, OrgRepo]) -> None:
         self._listing = new
@@ -383,13 +376,6 @@ class OrgCatalog:
                 if s.records is None:
                     s.records = {}  # listed by the serving process: nothing to wait for here
         self._install(new)
-
-    def _notify(self, changes: OrgChanges) -> None:
-        for callback in list(self._subscribers):
-            try:
-                callback(changes)
-            except Exception:
-                log.exception("an org listing subscriber failed")
 
 
 def _owns(s: OrgState, full_name: str) -> bool:

@@ -7,7 +7,7 @@ archived, topic, allowed transport, one repository per address); everything else
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -77,9 +77,6 @@ class OrgReport:
     enumerated_at: float | None  # wall clock of the listing's enumeration
     loaded: bool  # the listing came from orgs.json, not (yet) from the API
     error: str | None  # the last enumeration's failure, when it failed
-
-
-Subscriber = Callable[[OrgChanges], None]
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Any
 from gitreg.config.model import Config
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import GitregError
+from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.registry.resolve import Resolver
 from gitreg.replicas.base import SharedState
@@ -51,7 +52,7 @@ class Catalog:
         self._warned_full = False
         self.state = StateFile(path, FORMAT, _TMP_PREFIX, self._snapshot, unreadable="starting with an empty catalog")
         # Told of each module a wildcard rule serves for the first time (the index lists it).
-        self.on_new: Callable[[ModuleAddress], None] = lambda _address: None
+        self.on_new: Signal[[ModuleAddress]] = Signal()
         # Advances with every counted download: search results (ties by downloads) depend on it.
         self.downloads_version = 0
         # With Redis: counts of every replica, read in the background.
@@ -116,7 +117,7 @@ class Catalog:
             return
         self._remembered.add(address)
         self.state.mark_dirty()
-        self.on_new(address)
+        self.on_new.emit(address)
 
     def forget(self, address: ModuleAddress) -> None:
         """Drop a remembered module whose repository no longer exists."""

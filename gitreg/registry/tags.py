@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from gitreg.config.model import CacheConfig
 from gitreg.core.errors import GitregError, ModuleNotFound, Overloaded
+from gitreg.core.events import Signal
 from gitreg.core.flight import InFlight, Remembered
 from gitreg.core.urls import mask as mask_url
 from gitreg.git.pool import Waiters, background_task
@@ -88,7 +89,7 @@ class TagCache:
         self._background: set[asyncio.Task[None]] = set()
         self.stats = CacheStats()
         # Told of each repository whose fetched tags differ from what was cached (the index listens).
-        self.on_fetched: list[Callable[[str], None]] = []
+        self.on_fetched: Signal[[str]] = Signal()
 
     async def get(self, key: str) -> TagList:
         """The tag list of repository `key`, from cache or one coalesced upstream call."""
@@ -211,8 +212,7 @@ class TagCache:
         self._negative.forget(key)
         self._failures.forget(key)
         if previous is None or previous.tags.tags != tags.tags:
-            for listener in self.on_fetched:
-                listener(key)
+            self.on_fetched.emit(key)
 
     def peek(self, key: str) -> TagList | None:
         """The cached tag list of `key`, fresh or not, without fetching or counting a use."""

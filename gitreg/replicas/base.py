@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 
 Loader = Callable[[str], Awaitable[TagList]]
@@ -18,10 +19,12 @@ Loader = Callable[[str], Awaitable[TagList]]
 class SharedState(Protocol):
     """Tag lists, invalidations, moved-tag records, download counts and the index lease."""
 
-    # Set by the application: what a message from another replica does here.
-    on_invalidate: Callable[[str], None]  # another replica invalidated this repository
-    on_reconnect: Callable[[], None]  # the store is back: invalidations may have been missed
-    on_downloads: Callable[[], None]  # the shared download counts changed
+    # Made by the backend's constructor; the application connects what a message from another
+    # replica does here.
+    on_invalidate: Signal[[str]]  # another replica invalidated this repository
+    on_reconnect: Signal[[]]  # the store is back: invalidations may have been missed
+    on_downloads: Signal[[]]  # the shared download counts changed
+    on_index: Signal[[str]]  # another replica published its index.json text (see follow_index)
 
     @property
     def is_shared(self) -> bool:
@@ -71,8 +74,9 @@ class SharedState(Protocol):
         """Offer the index.json text this replica wrote to the others."""
         ...
 
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """Load each index another replica publishes with `adopt` (its index.json text)."""
+    def follow_index(self) -> None:
+        """From now on, emit on_index for each index another replica publishes (once the
+        application has connected what loads it; one published before is not lost)."""
         ...
 
     def count_download(self, address: str) -> None:

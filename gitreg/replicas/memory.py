@@ -5,10 +5,11 @@ Also what the index process and the services' defaults hold: there is nobody to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 
@@ -24,9 +25,11 @@ class MemoryShared:
     tag_loads = _NO_LOADS
 
     def __init__(self) -> None:
-        self.on_invalidate: Callable[[str], None] = lambda _key: None
-        self.on_reconnect: Callable[[], None] = lambda: None
-        self.on_downloads: Callable[[], None] = lambda: None
+        # Never emitted (no other replica): there for the application to connect to either backend.
+        self.on_invalidate: Signal[[str]] = Signal()
+        self.on_reconnect: Signal[[]] = Signal()
+        self.on_downloads: Signal[[]] = Signal()
+        self.on_index: Signal[[str]] = Signal()
 
     async def start(self) -> None:
         """Nothing to connect to."""
@@ -52,7 +55,7 @@ class MemoryShared:
     async def publish_index(self, text: str) -> None:
         """Nobody to offer it to."""
 
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
+    def follow_index(self) -> None:
         """No other replica publishes an index."""
 
     def count_download(self, address: str) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 from gitreg.config.model import CacheConfig
 from gitreg.core import urls
 from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable, failure_kind
+from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 from gitreg.replicas.connection import (
@@ -109,11 +110,11 @@ class RedisShared:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         assert config.redis_url is not None  # config.py requires it with backend = "redis"
-        # Set by the application: what a message from another replica does here.
-        self.on_invalidate: Callable[[str], None] = lambda _key: None
-        self.on_reconnect: Callable[[], None] = lambda: None
-        self.on_downloads: Callable[[], None] = lambda: None
-        self._on_index: Callable[[str], None] = lambda _text: None  # follow_index's `adopt`
+        # The application connects what a message from another replica does here.
+        self.on_invalidate: Signal[[str]] = Signal()
+        self.on_reconnect: Signal[[]] = Signal()
+        self.on_downloads: Signal[[]] = Signal()
+        self.on_index: Signal[[str]] = Signal()  # the leader published an index (once follow_index() was called)
         self.config = config
         self.shown_url = urls.mask(config.redis_url)  # the only form of the URL that is ever logged
         self.replica = replica or replica_name()
@@ -147,7 +148,7 @@ class RedisShared:
         # An index.json this replica wrote while it could not publish it (Redis unreachable, not
         # connected yet): published when it is the leader and connected, then dropped.
         self._unpublished: str | None = None
-        # The leader's index read before the application set its loader (follow_index): the
+        # The leader's index read before the application was ready for it (follow_index): the
         # connection comes up while the application is still starting.
         self._following = False
         self._received_index: str | None = None
@@ -169,7 +170,7 @@ class RedisShared:
         if self._ever_up:
             log.info("redis at %s reachable again: sharing state with the other replicas", self.shown_url)
             self._totals_stale = True
-            self.on_reconnect()  # invalidations may have been missed meanwhile
+            self.on_reconnect.emit()  # invalidations may have been missed meanwhile
         else:
             log.info("sharing state with other replicas through redis at %s (replica %s)", self.shown_url, self.replica)
         self._ever_up = True
@@ -344,7 +345,7 @@ class RedisShared:
             for key in message.get("keys", []):
                 self._wake(str(key))
                 if sender != self.replica:
-                    self.on_invalidate(str(key))
+                    self.on_invalidate.emit(str(key))
         elif kind == "index" and sender != self.replica and not self._leading:
             self._spawn(self._read_index())
         elif kind == "downloads" and sender != self.replica:
@@ -518,16 +519,16 @@ class RedisShared:
         if raw is not None and not self._leading:
             text = raw.decode("utf-8", "replace")
             if self._following:
-                self._on_index(text)
+                self.on_index.emit(text)
             else:
                 self._received_index = text  # for follow_index: it may not be published again
 
-    def follow_index(self, adopt: Callable[[str], None]) -> None:
-        """Load each index the leader publishes with `adopt`; at once the one read before this was called."""
-        self._on_index, self._following = adopt, True
+    def follow_index(self) -> None:
+        """Emit on_index for each index the leader publishes; at once for the one read before this was called."""
+        self._following = True
         text, self._received_index = self._received_index, None
         if text is not None and not self._leading:
-            adopt(text)
+            self.on_index.emit(text)
 
     # --- download counts ----------------------------------------------------------------------------
 
@@ -559,7 +560,7 @@ class RedisShared:
             # `results` ends with the PUBLISH count, one more than the increments.
             for address, total in zip(pending, results, strict=False):
                 self._totals[address] = int(total)
-            self.on_downloads()
+            self.on_downloads.emit()
 
     async def _read_totals(self) -> None:
         self._totals_stale = False
@@ -568,7 +569,7 @@ class RedisShared:
         totals = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
         if totals != self._totals:
             self._totals = totals
-            self.on_downloads()
+            self.on_downloads.emit()
 
     # --- plumbing -----------------------------------------------------------------------------------
 

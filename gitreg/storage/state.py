@@ -21,11 +21,12 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from gitreg.core.events import AsyncSignal
 from gitreg.storage.files import collector_paused, remove_leftovers, run_file_work, write_atomically
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class StateFile:
         self.dirty = False
         self.writes = 0
         # Told the text of each write, after it (with Redis, the index is published to the other replicas).
-        self.on_written: list[Callable[[str], Awaitable[None]]] = []
+        self.on_written: AsyncSignal[[str]] = AsyncSignal()
         self._snapshot = snapshot
         self._lock = asyncio.Lock()
 
@@ -127,8 +128,7 @@ class StateFile:
                 log.warning("could not write %s: %s", self.path, e)
                 return None
             self.writes += 1
-        for listener in self.on_written:
-            await listener(text)
+        await self.on_written.emit(text)
         return text
 
     def _write(self, encode: Callable[[], str]) -> str:

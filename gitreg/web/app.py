@@ -212,7 +212,7 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
     config, shared = app[CONFIG], app[SHARED]
     resolver = app[_RESOLVER] = Resolver(config, app[ORGS])
     catalog = app[CATALOG] = Catalog(config, _storage(app) / CATALOG_FILE, resolver, shared)
-    shared.on_downloads = catalog.downloads_changed
+    shared.on_downloads.connect(catalog.downloads_changed)
     if app[ROLE] is Role.INDEX:  # the index process's catalog is given, never written
         for address in app[SEED].remembered:
             with contextlib.suppress(GitregError):
@@ -229,8 +229,8 @@ async def _registry(app: web.Application) -> AsyncIterator[None]:
     resolver = app[_RESOLVER]
     app[REGISTRY] = Registry(app[CONFIG], resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
     publisher = app[PUBLISHER] = Publisher(cache, shared, app[ORGS])
-    shared.on_invalidate = publisher.changed_elsewhere
-    shared.on_reconnect = publisher.reconnected
+    shared.on_invalidate.connect(publisher.changed_elsewhere)
+    shared.on_reconnect.connect(publisher.reconnected)
     yield
 
 
@@ -312,7 +312,6 @@ async def _index(app: web.Application) -> AsyncIterator[None]:
         details=app[DETAILS],
         refresh_seconds=config.cache.ttl_seconds,
         org_info=org_info,
-        on_gone=gone,
         enabled=config.index.enabled,
         listed=orgs.complete,
         builds=role is not Role.SERVE,
@@ -326,6 +325,7 @@ async def _index(app: web.Application) -> AsyncIterator[None]:
         process = app[INDEX_PROCESS] = IndexProcess(
             config, index, catalog, orgs, app[CACHE], app[SHARED], commands, log_json=log_json
         )
+    index.on_gone.connect(gone)
     _follow_changes(app, index, process)
     app[BROWSE] = BrowseService(index, catalog, registry)
     app[METRICS].registry.register(IndexCollector(index, (lambda: process.starts) if process is not None else None))
@@ -342,15 +342,16 @@ def _follow_changes(app: web.Application, index: ModuleIndex, process: IndexProc
     """
     catalog, cache, orgs, shared = app[CATALOG], app[CACHE], app[ORGS], app[SHARED]
     if process is not None:  # ... all of which the index process is told
-        catalog.on_new = process.remember
-        cache.on_fetched.append(process.fetched)
-        orgs.subscribe(process.orgs_changed)
+        catalog.on_new.connect(process.remember)
+        cache.on_fetched.connect(process.fetched)
+        orgs.on_change.connect(process.orgs_changed)
     else:
-        catalog.on_new = lambda address: index.notice([address])
-        cache.on_fetched.append(index.notice_repository)
-        orgs.subscribe(lambda changes: index.notice(changes.all))
-    index.on_written.append(shared.publish_index)
-    shared.follow_index(process.adopt if process is not None else index.adopt)
+        catalog.on_new.connect(lambda address: index.notice([address]))
+        cache.on_fetched.connect(index.notice_repository)
+        orgs.on_change.connect(lambda changes: index.notice(changes.all))
+    index.on_written.connect(shared.publish_index)
+    shared.on_index.connect(process.adopt if process is not None else index.adopt)
+    shared.follow_index()
 
 
 async def _index_process(app: web.Application) -> AsyncIterator[None]:
@@ -380,15 +381,14 @@ async def _storage_scan(app: web.Application) -> AsyncIterator[None]:
 
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
     """Last cleanup context: ready once everything before it started; first to go at shutdown."""
-    lifecycle = app[LIFECYCLE]
-    lifecycle.ready, lifecycle.reason = True, "ready"
+    app[LIFECYCLE].up(app[INDEX], app[SHARED])
     yield
-    lifecycle.ready, lifecycle.reason = False, "stopping"
+    app[LIFECYCLE].down()
 
 
 async def _stopping(app: web.Application) -> None:
     """on_shutdown runs before in-flight requests finish: /readyz says 503 from here on."""
-    app[LIFECYCLE].ready, app[LIFECYCLE].reason = False, "stopping"
+    app[LIFECYCLE].down()
 
 
 def create_app(

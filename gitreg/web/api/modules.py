@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -18,14 +17,10 @@ from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
-    CACHE,
     CONFIG,
-    GIT_POOL,
-    INDEX,
     LIFECYCLE,
     METRICS,
     REGISTRY,
-    SHARED,
     SIGNER,
 )
 
@@ -50,25 +45,13 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: config loaded and the git pool and cache up; 503 while starting or stopping."""
     lifecycle = request.app[LIFECYCLE]
-    # The lifecycle flag turns true after the last cleanup context started and false on
-    # shutdown, before the git pool and cache are closed.
-    if not (lifecycle.ready and CACHE in request.app and GIT_POOL in request.app):
+    # Ready after the last cleanup context started, not any more once shutdown begins (before
+    # the git pool and cache are closed). Serving `terraform init` never waits for the index:
+    # ready (200) either way, with its state.
+    report = lifecycle.report()
+    if report is None:
         return error_response(503, f"gitreg is not ready: {lifecycle.reason}")
-    # Serving `terraform init` never waits for the index: ready (200) either way, with its state.
-    index = request.app[INDEX]
-    return web.json_response(
-        {
-            "status": "ready",
-            "index": {
-                "complete": index.complete,
-                "modules": len(index),
-                "queued": index.queue_depth(),
-                "age_seconds": round(index.age(), 1),
-            },
-            "shared": request.app[SHARED].status(),
-            "pid": os.getpid(),
-        }
-    )
+    return web.json_response(report)
 
 
 @routes.get("/metrics")

@@ -23,7 +23,7 @@ from gitreg.core.names import NAME_RE, SYSTEM_RE, check_version, parse_address
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
-from gitreg.web.keys import CATALOG, CONFIG, INDEX, REGISTRY
+from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.readme import render_readme
 from gitreg.web.pages.render import HERE, not_found, render, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
@@ -44,7 +44,7 @@ async def index_page(request: web.Request) -> web.Response:
     system = system if SYSTEM_RE.fullmatch(system) else ""
     offset_text = request.query.get("offset", "0")
     offset = int(offset_text) if offset_text.isascii() and offset_text.isdigit() and len(offset_text) < 9 else 0
-    index = request.app[INDEX]
+    browse = request.app[BROWSE]
     scope = request.get(SCOPE_KEY)
 
     def keep(e: IndexEntry) -> bool:
@@ -55,12 +55,8 @@ async def index_page(request: web.Request) -> web.Response:
         )
 
     memo = ("ui", namespace, system, scope)
-    catalog = request.app[CATALOG]
-    if q:
-        entries = index.view().search(q, keep, (*memo, catalog.downloads_version), catalog.downloads)
-    else:
-        entries = _published_order(index.view().listed(keep, memo, scope))
-    visible = index.view().listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
+    entries = browse.search(q, keep, memo) if q else _published_order(browse.listed(keep, memo, scope))
+    visible = browse.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
     shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
 
@@ -70,7 +66,7 @@ async def index_page(request: web.Request) -> web.Response:
     return render(
         request,
         "index.html",
-        modules=[{"entry": e, "downloads": catalog.downloads(e.address)} for e in shown],
+        modules=[{"entry": e, "downloads": browse.downloads(e.address)} for e in shown],
         total=len(entries),
         q=q,
         namespace=namespace,
@@ -81,7 +77,7 @@ async def index_page(request: web.Request) -> web.Response:
         next=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < len(entries) else None,
         first=offset + 1,
         last=offset + len(shown),
-        complete=index.complete,
+        complete=browse.complete,
     )
 
 
@@ -94,7 +90,7 @@ def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | 
             check_version(m["version"])
     except GitregError:
         return not_found(request, "There is no such module: the address is not a registry module address.")
-    entry = request.app[INDEX].get(address)
+    entry = request.app[BROWSE].find(address)
     scope = request.get(SCOPE_KEY)
     if entry is None or (scope is not None and address.namespace not in scope):
         return not_found(request, f"No module {address} is listed by this registry.")
@@ -113,8 +109,7 @@ async def _stored_details(
     itself in a moment).
     """
     try:
-        request.app[REGISTRY].resolve(entry.address)
-        return await request.app[INDEX].stored_details(entry, version), False
+        return await request.app[BROWSE].served_details(entry, version), False
     except DetailsPending:
         return None, True
     except ModuleNotFound:
@@ -148,11 +143,6 @@ async def module_page(request: web.Request) -> web.Response:
     details, pending = found
     root = details.root if details else {}
     address = entry.address
-    view = request.app[INDEX].view()
-    systems = [
-        e.address.system
-        for e in view.listed(lambda e: e.address.namespace == address.namespace and e.address.name == address.name)
-    ]
     return render(
         request,
         "module.html",
@@ -165,8 +155,8 @@ async def module_page(request: web.Request) -> web.Response:
         root=root,
         submodules=_with_readmes(details.submodules if details else [], entry, version),
         examples=_with_readmes(details.examples if details else [], entry, version),
-        downloads=request.app[CATALOG].downloads(address),
-        systems=systems,
+        downloads=request.app[BROWSE].downloads(address),
+        systems=request.app[BROWSE].systems(address),
         published_at=(details.published_at if details else "")
         or (entry.published_at if version == entry.latest else ""),
         description=(details.description if details and version != entry.latest else entry.description),
