@@ -118,13 +118,16 @@ def test_webhook_spellings_of_one_repository_have_one_identity(a, b):
     port=st.none() | ports,
     path=paths,
 )
-def test_mask_never_shows_a_password_and_changes_nothing_else(scheme, user, password, host, port, path):
+def test_mask_never_shows_user_info_but_an_ssh_login_and_changes_nothing_else(scheme, user, password, host, port, path):
     hostport = f"{host}:{port}" if port else host
     url = f"{scheme}://{user}:{password}@{hostport}/{path}.git"
     masked = urls.mask(url)
     assert password not in masked
-    assert masked == f"{scheme}://{user}:***@{hostport}/{path}.git"
-    assert urls.mask(f"{scheme}://{user}@{hostport}/{path}") == f"{scheme}://{user}@{hostport}/{path}"
+    assert masked == f"{scheme}://***@{hostport}/{path}.git"
+    # A token is often the user name (`https://ghp_x@host/...`): only an ssh login name stays.
+    shown = user if scheme in ("ssh", "git+ssh") else "***"
+    assert urls.mask(f"{scheme}://{user}@{hostport}/{path}") == f"{scheme}://{shown}@{hostport}/{path}"
+    assert urls.mask(f"{scheme}://Ghp_{user}@{hostport}/{path}") == f"{scheme}://***@{hostport}/{path}"
 
 
 @SETTINGS
@@ -134,8 +137,8 @@ def test_mask_never_shows_a_password_and_changes_nothing_else(scheme, user, pass
 def test_mask_of_any_text_leaves_no_user_info_a_password_could_hide_in(text):
     masked = urls.mask(text)
     found = urls.parse(text)
-    if found is not None and found.password is not None:
-        assert urls.parse(masked).password == "***"
+    if found is not None and not urls.has_plain_user(found):
+        assert urls.parse(masked).user == "***" and urls.parse(masked).password is None
     elif found is None and "://" in text:
         assert "@" not in masked.split("://", 1)[1].split("***@", 1)[-1]
 
