@@ -50,7 +50,7 @@ def parse_index_text(text: str) -> IndexDocument | None:
     """An index.json's text (another replica's, with Redis) as a document; None when it is not one."""
     try:
         return parse_index(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -61,7 +61,7 @@ def read_index(path: Path) -> IndexDocument | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested deeply
         log.warning("%s could not be read (%s); the index is built again", path, type(e).__name__)
         with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".damaged"))
