@@ -516,3 +516,18 @@ def test_a_token_as_a_urls_user_name_is_masked_in_git_errors_and_in_any_log_line
         0.0, "127.0.0.1", "GET", f"/?u=https://{USER_TOKEN}@h/", (1, 1), 200, 2, f"https://{USER_TOKEN}:x@h/", "ua", 0.1
     )
     assert USER_TOKEN not in access_line(entry) and USER_TOKEN not in json.dumps(entry.fields())
+
+
+def test_the_config_the_index_process_is_given_holds_only_the_git_credentials(private_host, tmp_path):
+    import pickle
+
+    from gitreg.index.process import index_config
+
+    data = config_data(private_host, tmp_path)
+    data["cache"] = {"backend": "redis", "redis_url": "redis://:redis-password-62c1f0@127.0.0.1:6379/0"}
+    data["orgs"] = [{"provider": "github", "group": "acme", "namespace": "acme", "token": "secret-org-token-9e1d"}]
+    config = parse_config(data, ENV)
+    given = pickle.dumps(index_config(config)).decode("latin-1")
+    assert leaked(given) == [GIT_PASSWORD, WRONG_PASSWORD]  # its own git calls need them
+    assert "redis-password-62c1f0" not in given and "secret-org-token-9e1d" not in given
+    assert index_config(config).credentials == config.credentials and index_config(config).modules == config.modules

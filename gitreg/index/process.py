@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -52,6 +54,7 @@ from gitreg.config.model import Config
 from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
 from gitreg.git.remote import TagList
+from gitreg.git.runner import INHERITED, INHERITED_FOR_SSH, inherited_environment
 from gitreg.index.model import ChangeLog
 from gitreg.index.protocol import (
     Adopt,
@@ -95,6 +98,28 @@ ENTRY_MODULE = "gitreg.indexer"  # `python -m` this: the index process
 
 
 LEADING_CHECK_SECONDS = 0.5  # with Redis: how soon the index process hears of a lease change
+# What the index process keeps of the serving process's environment, besides what its git needs
+# (runner.INHERITED, and SSH_AUTH_SOCK: it lists tags over ssh too): how Python finds gitreg.
+INDEX_INHERITED = frozenset({"HOME", "USER", "LOGNAME", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "GIT_SSH_COMMAND"})
+
+
+def index_environment() -> dict[str, str]:
+    """The index process's environment: by name, never the secrets the serving process read (#22)."""
+    env = inherited_environment(INHERITED | INHERITED_FOR_SSH | INDEX_INHERITED)
+    env.update((name, value) for name, value in os.environ.items() if name.startswith("PYTHON"))
+    return env
+
+
+def index_config(config: Config) -> Config:
+    """`config` without the secrets the index process has no use for (it serves nothing, talks to no
+    Redis and no Git host's API): only the Git credentials stay, for its own git calls."""
+    return dataclasses.replace(
+        config,
+        cache=dataclasses.replace(config.cache, redis_url=None),
+        auth=dataclasses.replace(config.auth, tokens=(), metrics_token=None, signing_key=None),
+        webhooks=dataclasses.replace(config.webhooks, github_secret=None, gitlab_token=None),
+        orgs=tuple(dataclasses.replace(org, token=None) for org in config.orgs),
+    )
 
 
 class Role(Enum):
@@ -293,7 +318,7 @@ class IndexProcess:
 
     def _seed(self, resync: bool) -> Seed:
         return Seed(
-            config=self.config,
+            config=index_config(self.config),
             log_level=logging.getLogger().getEffectiveLevel(),
             log_json=self.log_json,
             orgs=list(self.orgs.modules().values()),
@@ -315,6 +340,7 @@ class IndexProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 limit=READ_LIMIT,
+                env=index_environment(),
             )
         except OSError as e:
             self.commands.detach()
