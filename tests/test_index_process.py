@@ -322,3 +322,60 @@ def test_the_index_process_and_git_get_no_secret_they_do_not_use(github, git_htt
     # git gets its own host's credential, and only through git's config in its environment.
     token = base64.b64encode(f"{GIT_USER}:{GIT_PASSWORD}".encode()).decode()
     assert all(f"Authorization: Basic {token}" in v.values() for kind, v in seen.values() if kind == "git")
+
+
+async def test_a_stopped_index_process_never_makes_the_serving_process_buffer_without_bound():
+    import asyncio
+    import subprocess
+
+    from gitreg.config.model import Config
+    from gitreg.index.process import MAX_PENDING_BYTES, CommandPipe
+    from gitreg.index.protocol import Seed, TagsFetched, encode_command
+
+    # A real pipe to a real process that reads nothing: stopped, as with SIGSTOP.
+    proc = await asyncio.create_subprocess_exec("cat", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    os.kill(proc.pid, signal.SIGSTOP)
+    stalled: list[int] = []
+    try:
+        pipe = CommandPipe()
+        pipe.on_stalled = stalled.append
+        pipe.hold()
+        assert proc.stdin is not None
+        pipe.open(proc.stdin, Seed(Config(), 20, False))
+        # 60 changed 50,000-tag lists (about 2.6 MB each) while it does not read.
+        tags = TagsFetched("https://git.example/acme/x.git", {f"v1.0.{i}": f"{i:040x}" for i in range(50_000)})
+        size = len(encode_command(tags))
+        for _ in range(60):
+            pipe.send(tags)
+            await asyncio.sleep(0)
+        pending = proc.stdin.transport.get_write_buffer_size()
+        assert pending <= MAX_PENDING_BYTES + size, pending >> 20
+        assert len(stalled) == 1 and pipe.dropped > 0  # told once; the rest dropped, not kept
+    finally:
+        proc.kill()
+        os.kill(proc.pid, signal.SIGCONT)
+        await proc.wait()
+
+
+def test_a_stopped_index_process_is_killed_and_started_again(github, git_http, tmp_path):
+    from gitreg.index.process import SILENCE_SECONDS
+
+    module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
+    github.add("terraform-aws-vpc")
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV) as server:
+        server.wait_indexed()
+        [first] = index_processes(server)
+        os.kill(first, signal.SIGSTOP)
+        stopped = time.monotonic()
+        assert names(server) == ["acme/vpc/aws"]  # serving goes on meanwhile
+        second = eventually(
+            lambda: [pid for pid in index_processes(server) if pid != first], SILENCE_SECONDS + 20, "a new process"
+        )
+        assert time.monotonic() - stopped >= SILENCE_SECONDS - 1  # not before its silence was long enough
+        assert first not in index_processes(server)  # killed and reaped
+        server.wait_indexed()
+        assert names(server) == ["acme/vpc/aws"] and second
+        assert server.stop() == 0
+    log = "".join(server.log)
+    assert f"the index process (pid {first}) sent nothing for {SILENCE_SECONDS:.0f} s" in log, log
+    assert "Traceback" not in log, log
