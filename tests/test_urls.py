@@ -210,6 +210,20 @@ def test_an_scp_like_clone_url_becomes_an_ssh_url_go_getter_reads_as_the_same_re
     assert location.endswith("?ref=" + ref.replace("+", "%2B"))
 
 
+@pytest.mark.parametrize(
+    ("clone_url", "location"),
+    [
+        ("https://ghp_Token123@h.example/acme/vpc.git", "git::https://h.example/acme/vpc.git"),
+        ("https://u:pw@h.example:8443/acme/vpc.git", "git::https://h.example:8443/acme/vpc.git"),
+        ("Ghp_Token123@h.example:acme/vpc.git", "git::ssh://h.example/acme/vpc.git"),
+        ("git@h.example:acme/vpc.git", "git::ssh://git@h.example/acme/vpc.git"),
+        ("ssh://git@h.example/acme/vpc.git", "git::ssh://git@h.example/acme/vpc.git"),
+    ],
+)
+def test_a_download_location_never_carries_user_info_but_an_ssh_login(clone_url, location):
+    assert urls.as_go_getter(clone_url) == location
+
+
 def test_metric_host_labels_are_the_host_alone():
     assert urls.host_label("https://bot:pw@GitHub.com:8443/acme/vpc.git?x=1") == "github.com"
     assert urls.host_label("git@gitlab.example.com:a/b.git") == "gitlab.example.com"

@@ -230,9 +230,19 @@ def mask(url: str) -> str:
 
 
 def as_go_getter(url: str) -> str:
-    """`git::<url>`, the address go-getter's git getter takes; scp-like `user@host:path` becomes ssh://."""
+    """`git::<url>`, the address go-getter's git getter takes; scp-like `user@host:path` becomes ssh://.
+
+    User info but an ssh login is left out: it may be a token (an API's clone URL), and clients
+    bring their own credentials.
+    """
     found = parse(url)
-    if found is not None and found.is_scp:
-        user = f"{found.user}@" if found.user is not None else ""
+    if found is None:
+        return f"git::{url}"
+    plain = has_plain_user(found)
+    if found.is_scp:
+        user = f"{found.user}@" if found.user is not None and plain else ""
         url = f"ssh://{user}{found.bracketed_host}/{found.path.lstrip('/')}"
+    elif not plain:
+        start = url.index("://") + 3
+        url = url[:start] + found.netloc.rpartition("@")[2] + url[start + len(found.netloc) :]
     return f"git::{url}"
