@@ -9,7 +9,7 @@ host labels and `git::` download locations agree on what a URL is:
 - `identity(url)`: `host/path` without user, port or `.git`, for webhook matching;
 - `web_url(url)`: the repository's https page, never with user info, for `source` links;
 - `host_label(url)`: the host alone, for metric labels;
-- `mask(url)`: the URL with its user info (but an ssh login) replaced by `***`, for logs and messages;
+- `mask(url)`: the URL with its user info (but an ssh login) masked as `***`, for logs and messages;
 - `as_go_getter(url)`: the `git::` address go-getter (Terraform, OpenTofu) understands.
 
 The grammar follows git's own (`connect.c`, `transport.c`): `scheme://...` is a URL (the
@@ -201,7 +201,7 @@ def has_plain_user(found: GitUrl) -> bool:
     """Whether `found` has no user info but an ssh login name (`git@host:path`): nothing to hide."""
     if found.password is not None:
         return False
-    return found.user is None or is_ssh_login(found.scheme, found.user)
+    return not found.user or is_ssh_login(found.scheme, found.user)
 
 
 def is_ssh_login(scheme: str, userinfo: str) -> bool:
@@ -210,7 +210,7 @@ def is_ssh_login(scheme: str, userinfo: str) -> bool:
 
 
 def mask(url: str) -> str:
-    """`url` with its user info replaced by `***` (user and password), for logs and messages.
+    """`url` with its user info masked (`***:***@`, `***@`, `:***@`), for logs and messages.
 
     A token is as often written as the user name (`https://ghp_x@host/...`) as as a password, so
     both go; only an ssh login name (`git@`) stays. Nothing else changes, except that an
@@ -222,11 +222,17 @@ def mask(url: str) -> str:
         return _MASK_RE.sub(MASKED + "@", url) if "://" in url else url
     if has_plain_user(found):
         return url
-    _, _, hostport = found.netloc.rpartition("@")
+    userinfo, _, hostport = found.netloc.rpartition("@")
     if found.is_scp:
         return f"ssh://{MASKED}@{found.bracketed_host}/{found.path.lstrip('/')}"
     start = url.index("://") + 3
-    return url[:start] + f"{MASKED}@{hostport}" + url[start + len(found.netloc) :]
+    return url[:start] + f"{masked_userinfo(userinfo)}@{hostport}" + url[start + len(found.netloc) :]
+
+
+def masked_userinfo(userinfo: str) -> str:
+    """`user[:password]` with each part that is there as `***`: `***`, `***:***` or `:***` (no user)."""
+    user, colon, _ = userinfo.partition(":")
+    return (MASKED if user else "") + (f":{MASKED}" if colon else "")
 
 
 def as_go_getter(url: str) -> str:

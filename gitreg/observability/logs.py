@@ -290,7 +290,7 @@ def mask_user_info(text: str) -> str:
     def masked(m: re.Match[str]) -> str:
         if urls.is_ssh_login(m.group("scheme"), m.group("userinfo")):
             return m.group(0)
-        return f"{m.group('scheme')}://{urls.MASKED}@"
+        return f"{m.group('scheme')}://{urls.masked_userinfo(m.group('userinfo'))}@"
 
     return _USERINFO_IN_TEXT_RE.sub(masked, text)
 
