@@ -7,6 +7,7 @@ process, and the pipe between them are the real ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -258,3 +259,123 @@ def test_an_org_listed_for_the_first_time_is_indexed_page_by_page_and_complete_a
         github.release()
         eventually(lambda: get(server, "/readyz")[1]["index"]["complete"], what="the first index")
         assert names(server) == ["acme/dns/aws", "acme/iam/aws", "acme/vpc/aws"]
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment `pid` was started with (empty when it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
+
+
+def children(pid: int) -> list[int]:
+    """The live children of `pid`, whichever of its threads started them."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += map(int, (task / "children").read_text().split())
+    return found
+
+
+def test_the_index_process_and_git_get_no_secret_they_do_not_use(github, git_http, tmp_path):
+    import base64
+
+    from tests.conftest import GIT_USER
+
+    secrets = {
+        "REDIS_PASSWORD": "redis-password-0b1e6d2c",  # set, read by nobody: inherited by nobody either
+        "REG_TOKEN": "secret-registry-token-51c0e9a2",
+        "SIGN_KEY": "secret-url-signing-key-7d29c0e4b1a83f65",
+        "METRICS": "secret-metrics-token-a4b7e1",
+        "HOOK_SECRET": "secret-github-webhook-3e0d9",
+    }
+    extra = (
+        '[auth]\ntokens = ["${REG_TOKEN}"]\nmetrics_token = "${METRICS}"\nsigning_key = "${SIGN_KEY}"\n'
+        '[webhooks]\ngithub_secret = "${HOOK_SECRET}"\n'
+    )
+    module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0"))
+    github.add("terraform-aws-vpc")
+    git_http.mode, git_http.delay = "slow", 0.3  # each git request waits: git lives long enough to be read
+    env = {**ENV, **secrets, "SSH_AUTH_SOCK": "/nonexistent/agent.sock", "http_proxy": ""}
+    seen: dict[int, tuple[str, dict[str, str]]] = {}  # pid -> (what it is, its environment)
+    with GitregProcess("--config", str(write_config(tmp_path, github, git_http, extra=extra)), env=env) as server:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(kind == "git" for kind, _ in seen.values()):
+            for child in index_processes(server):
+                seen[child] = ("index", environ(child))
+                for pid in children(child):  # started by any of its threads
+                    with contextlib.suppress(OSError):  # gone meanwhile
+                        if git_http.base_url.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                            seen[pid] = ("git", environ(pid))
+            time.sleep(0.01)
+        server.wait_indexed()
+    kinds = sorted({kind for kind, _ in seen.values()})
+    assert kinds == ["git", "index"], seen
+    not_theirs = [*secrets.values(), API_TOKEN, GIT_PASSWORD]
+    for pid, (kind, variables) in seen.items():
+        text = "\n".join(f"{k}={v}" for k, v in variables.items())
+        assert [s for s in not_theirs if s in text] == [], (kind, pid, text)
+        assert "PATH" in variables and "http_proxy" in variables, (kind, variables)
+        assert ("SSH_AUTH_SOCK" in variables) == (kind == "index"), (kind, variables)  # git over http: no agent
+    # git gets its own host's credential, and only through git's config in its environment.
+    token = base64.b64encode(f"{GIT_USER}:{GIT_PASSWORD}".encode()).decode()
+    assert all(f"Authorization: Basic {token}" in v.values() for kind, v in seen.values() if kind == "git")
+
+
+async def test_a_stopped_index_process_never_makes_the_serving_process_buffer_without_bound():
+    import asyncio
+    import subprocess
+
+    from gitreg.config.model import Config
+    from gitreg.index.process import MAX_PENDING_BYTES, CommandPipe
+    from gitreg.index.protocol import Seed, TagsFetched, encode_command
+
+    # A real pipe to a real process that reads nothing: stopped, as with SIGSTOP.
+    proc = await asyncio.create_subprocess_exec("cat", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    os.kill(proc.pid, signal.SIGSTOP)
+    stalled: list[int] = []
+    try:
+        pipe = CommandPipe()
+        pipe.on_stalled = stalled.append
+        pipe.hold()
+        assert proc.stdin is not None
+        pipe.open(proc.stdin, Seed(Config(), 20, False))
+        # 60 changed 50,000-tag lists (about 2.6 MB each) while it does not read.
+        tags = TagsFetched("https://git.example/acme/x.git", {f"v1.0.{i}": f"{i:040x}" for i in range(50_000)})
+        size = len(encode_command(tags))
+        for _ in range(60):
+            pipe.send(tags)
+            await asyncio.sleep(0)
+        pending = proc.stdin.transport.get_write_buffer_size()
+        assert pending <= MAX_PENDING_BYTES + size, pending >> 20
+        assert len(stalled) == 1 and pipe.dropped > 0  # told once; the rest dropped, not kept
+    finally:
+        proc.kill()
+        os.kill(proc.pid, signal.SIGCONT)
+        await proc.wait()
+
+
+def test_a_stopped_index_process_is_killed_and_started_again(github, git_http, tmp_path):
+    from gitreg.index.process import SILENCE_SECONDS
+
+    module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
+    github.add("terraform-aws-vpc")
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV) as server:
+        server.wait_indexed()
+        [first] = index_processes(server)
+        os.kill(first, signal.SIGSTOP)
+        stopped = time.monotonic()
+        assert names(server) == ["acme/vpc/aws"]  # serving goes on meanwhile
+        second = eventually(
+            lambda: [pid for pid in index_processes(server) if pid != first], SILENCE_SECONDS + 20, "a new process"
+        )
+        assert time.monotonic() - stopped >= SILENCE_SECONDS - 1  # not before its silence was long enough
+        assert first not in index_processes(server)  # killed and reaped
+        server.wait_indexed()
+        assert names(server) == ["acme/vpc/aws"] and second
+        assert server.stop() == 0
+    log = "".join(server.log)
+    assert f"the index process (pid {first}) sent nothing for {SILENCE_SECONDS:.0f} s" in log, log
+    assert "Traceback" not in log, log

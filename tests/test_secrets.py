@@ -455,3 +455,79 @@ def test_the_log_filter_masks_capabilities_in_any_library_line_and_traceback(jso
     assert SIGNATURE not in text and REGISTRY_TOKEN not in text and GIT_PASSWORD not in text, text
     assert "signature=***" in text and "Bearer ***" in text and "private_token=***&ok=1" in text
     assert "ValueError" in text  # the traceback is still there, masked
+
+
+# --- a token written as a URL's user name (#22) ---------------------------------------------------------
+
+USER_TOKEN = "ghp_UserNameToken9f3a7c21"
+
+
+def test_check_refuses_a_token_written_as_a_repository_urls_user_name(tmp_path):
+    data = {
+        "storage": {"path": str(tmp_path / "state")},
+        "git": {"protocols": ["https", "ssh"]},
+        "modules": [
+            {"namespace": "demo", "name": "a", "system": "null", "repository": f"https://{USER_TOKEN}@h.example/a.git"},
+            {"namespace": "demo", "name": "b", "system": "null", "repository": "git@h.example:acme/b.git"},
+            {"namespace": "demo", "name": "c", "system": "null", "repository": "ssh://git@h.example/acme/c.git"},
+        ],
+    }
+    config = tmp_path / "gitreg.toml"
+    config.write_text(toml(data))
+    result = run_gitreg("check", "--config", str(config))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "modules[0].repository: must not contain user info" in result.stderr
+    assert "modules[1]" not in result.stderr and "modules[2]" not in result.stderr  # an ssh login is fine
+    assert USER_TOKEN not in result.stdout + result.stderr
+
+
+def test_a_token_as_a_urls_user_name_is_masked_in_git_errors_and_in_any_log_line(tmp_path):
+    import io
+    import logging
+
+    from gitreg.config.model import GitConfig
+    from gitreg.core.errors import UpstreamUnavailable
+    from gitreg.git.remote import GitAdapter
+    from gitreg.git.runner import GitRunner
+    from gitreg.observability.logs import AccessEntry, SecretFilter, access_line
+
+    home = tmp_path / "home"
+    home.mkdir()
+    adapter = GitAdapter(GitRunner(GitConfig(protocols=("http",), timeout_seconds=5), (), str(home)))
+    with pytest.raises(UpstreamUnavailable) as e:  # nothing listens on port 9: the error names the URL
+        adapter.ls_remote_tags(f"http://{USER_TOKEN}@127.0.0.1:9/acme/x.git")
+    assert USER_TOKEN not in str(e.value) and "http://***@127.0.0.1:9/acme/x.git" in str(e.value), str(e.value)
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(SecretFilter())
+    logger = logging.getLogger("some.library")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        logger.debug("GET %s", f"http://{USER_TOKEN}@h.example/x.git (and ssh://git@h.example/y.git)")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    text = stream.getvalue()
+    assert USER_TOKEN not in text and "http://***@h.example/x.git" in text and "ssh://git@h.example/y.git" in text
+    entry = AccessEntry(
+        0.0, "127.0.0.1", "GET", f"/?u=https://{USER_TOKEN}@h/", (1, 1), 200, 2, f"https://{USER_TOKEN}:x@h/", "ua", 0.1
+    )
+    assert USER_TOKEN not in access_line(entry) and USER_TOKEN not in json.dumps(entry.fields())
+
+
+def test_the_config_the_index_process_is_given_holds_only_the_git_credentials(private_host, tmp_path):
+    import pickle
+
+    from gitreg.index.process import index_config
+
+    data = config_data(private_host, tmp_path)
+    data["cache"] = {"backend": "redis", "redis_url": "redis://:redis-password-62c1f0@127.0.0.1:6379/0"}
+    data["orgs"] = [{"provider": "github", "group": "acme", "namespace": "acme", "token": "secret-org-token-9e1d"}]
+    config = parse_config(data, ENV)
+    given = pickle.dumps(index_config(config)).decode("latin-1")
+    assert leaked(given) == [GIT_PASSWORD, WRONG_PASSWORD]  # its own git calls need them
+    assert "redis-password-62c1f0" not in given and "secret-org-token-9e1d" not in given
+    assert index_config(config).credentials == config.credentials and index_config(config).modules == config.modules

@@ -118,13 +118,16 @@ def test_webhook_spellings_of_one_repository_have_one_identity(a, b):
     port=st.none() | ports,
     path=paths,
 )
-def test_mask_never_shows_a_password_and_changes_nothing_else(scheme, user, password, host, port, path):
+def test_mask_never_shows_user_info_but_an_ssh_login_and_changes_nothing_else(scheme, user, password, host, port, path):
     hostport = f"{host}:{port}" if port else host
     url = f"{scheme}://{user}:{password}@{hostport}/{path}.git"
     masked = urls.mask(url)
     assert password not in masked
-    assert masked == f"{scheme}://{user}:***@{hostport}/{path}.git"
-    assert urls.mask(f"{scheme}://{user}@{hostport}/{path}") == f"{scheme}://{user}@{hostport}/{path}"
+    assert masked == f"{scheme}://***:***@{hostport}/{path}.git"
+    # A token is often the user name (`https://ghp_x@host/...`): only an ssh login name stays.
+    shown = user if scheme in ("ssh", "git+ssh") else "***"
+    assert urls.mask(f"{scheme}://{user}@{hostport}/{path}") == f"{scheme}://{shown}@{hostport}/{path}"
+    assert urls.mask(f"{scheme}://Ghp_{user}@{hostport}/{path}") == f"{scheme}://***@{hostport}/{path}"
 
 
 @SETTINGS
@@ -134,8 +137,10 @@ def test_mask_never_shows_a_password_and_changes_nothing_else(scheme, user, pass
 def test_mask_of_any_text_leaves_no_user_info_a_password_could_hide_in(text):
     masked = urls.mask(text)
     found = urls.parse(text)
-    if found is not None and found.password is not None:
-        assert urls.parse(masked).password == "***"
+    if found is not None and not urls.has_plain_user(found):
+        shown = urls.parse(masked)
+        assert shown is not None and shown.user in ("***", "") and shown.password in ("***", None)
+        assert shown.user or shown.password  # something was there, and is masked
     elif found is None and "://" in text:
         assert "@" not in masked.split("://", 1)[1].split("***@", 1)[-1]
 
@@ -205,6 +210,20 @@ def test_an_scp_like_clone_url_becomes_an_ssh_url_go_getter_reads_as_the_same_re
     assert location.startswith("git::ssh://") and urls.parse(address).is_scp is False
     assert urls.identity(address) == urls.identity(scp)
     assert location.endswith("?ref=" + ref.replace("+", "%2B"))
+
+
+@pytest.mark.parametrize(
+    ("clone_url", "location"),
+    [
+        ("https://ghp_Token123@h.example/acme/vpc.git", "git::https://h.example/acme/vpc.git"),
+        ("https://u:pw@h.example:8443/acme/vpc.git", "git::https://h.example:8443/acme/vpc.git"),
+        ("Ghp_Token123@h.example:acme/vpc.git", "git::ssh://h.example/acme/vpc.git"),
+        ("git@h.example:acme/vpc.git", "git::ssh://git@h.example/acme/vpc.git"),
+        ("ssh://git@h.example/acme/vpc.git", "git::ssh://git@h.example/acme/vpc.git"),
+    ],
+)
+def test_a_download_location_never_carries_user_info_but_an_ssh_login(clone_url, location):
+    assert urls.as_go_getter(clone_url) == location
 
 
 def test_metric_host_labels_are_the_host_alone():

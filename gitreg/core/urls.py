@@ -9,7 +9,7 @@ host labels and `git::` download locations agree on what a URL is:
 - `identity(url)`: `host/path` without user, port or `.git`, for webhook matching;
 - `web_url(url)`: the repository's https page, never with user info, for `source` links;
 - `host_label(url)`: the host alone, for metric labels;
-- `mask(url)`: the URL with any password replaced by `***`, for logs and messages;
+- `mask(url)`: the URL with its user info (but an ssh login) masked as `***`, for logs and messages;
 - `as_go_getter(url)`: the `git::` address go-getter (Terraform, OpenTofu) understands.
 
 The grammar follows git's own (`connect.c`, `transport.c`): `scheme://...` is a URL (the
@@ -191,29 +191,64 @@ def host_label(url: str) -> str:
 
 
 _MASK_RE = re.compile(r"(?<=://).*@", re.DOTALL)
+# A login name as ssh takes it (POSIX: lowercase, at most 32 characters), e.g. `git`: over ssh the
+# user name says whose keys to check and is no secret; anything else in user info may be a token.
+_PLAIN_SSH_USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+MASKED = "***"
+
+
+def has_plain_user(found: GitUrl) -> bool:
+    """Whether `found` has no user info but an ssh login name (`git@host:path`): nothing to hide."""
+    if found.password is not None:
+        return False
+    return not found.user or is_ssh_login(found.scheme, found.user)
+
+
+def is_ssh_login(scheme: str, userinfo: str) -> bool:
+    """Whether `userinfo` before a `scheme://` URL's `@` is an ssh login name, shown in logs (else masked)."""
+    return scheme.lower() in _SSH_SCHEMES and _PLAIN_SSH_USER_RE.fullmatch(userinfo) is not None
 
 
 def mask(url: str) -> str:
-    """`url` with its password (if any) replaced by `***`, for logs and messages; nothing else changes.
+    """`url` with its user info masked (`***:***@`, `***@`, `:***@`), for logs and messages.
 
-    Text that is not a valid URL but looks like one loses everything between `://` and its
-    last `@`: whatever a password would be, it is gone.
+    A token is as often written as the user name (`https://ghp_x@host/...`) as as a password, so
+    both go; only an ssh login name (`git@`) stays. Nothing else changes, except that an
+    scp-like address whose user is masked is shown as the ssh:// URL it means. Text that is not
+    a valid URL but looks like one loses everything between `://` and its last `@`.
     """
     found = parse(url)
     if found is None:
-        return _MASK_RE.sub("***@", url) if "://" in url else url
-    if found.password is None:
+        return _MASK_RE.sub(MASKED + "@", url) if "://" in url else url
+    if has_plain_user(found):
         return url
-    _, _, hostport = found.netloc.rpartition("@")
-    masked = f"{found.user}:***@{hostport}"
+    userinfo, _, hostport = found.netloc.rpartition("@")
+    if found.is_scp:
+        return f"ssh://{MASKED}@{found.bracketed_host}/{found.path.lstrip('/')}"
     start = url.index("://") + 3
-    return url[:start] + masked + url[start + len(found.netloc) :]
+    return url[:start] + f"{masked_userinfo(userinfo)}@{hostport}" + url[start + len(found.netloc) :]
+
+
+def masked_userinfo(userinfo: str) -> str:
+    """`user[:password]` with each part that is there as `***`: `***`, `***:***` or `:***` (no user)."""
+    user, colon, _ = userinfo.partition(":")
+    return (MASKED if user else "") + (f":{MASKED}" if colon else "")
 
 
 def as_go_getter(url: str) -> str:
-    """`git::<url>`, the address go-getter's git getter takes; scp-like `user@host:path` becomes ssh://."""
+    """`git::<url>`, the address go-getter's git getter takes; scp-like `user@host:path` becomes ssh://.
+
+    User info but an ssh login is left out: it may be a token (an API's clone URL), and clients
+    bring their own credentials.
+    """
     found = parse(url)
-    if found is not None and found.is_scp:
-        user = f"{found.user}@" if found.user is not None else ""
+    if found is None:
+        return f"git::{url}"
+    plain = has_plain_user(found)
+    if found.is_scp:
+        user = f"{found.user}@" if found.user is not None and plain else ""
         url = f"ssh://{user}{found.bracketed_host}/{found.path.lstrip('/')}"
+    elif not plain:
+        start = url.index("://") + 3
+        url = url[:start] + found.netloc.rpartition("@")[2] + url[start + len(found.netloc) :]
     return f"git::{url}"

@@ -10,6 +10,9 @@ mirrors; `failures`: what a failed call to a host means); how git runs is decide
 - over HTTP, git traces the headers of its requests and answers (`GIT_TRACE_CURL`, no data,
   `Authorization` redacted) into its stderr, kept apart from git's own words (`GitRun.trace`),
   so gitreg sees where a redirect pointed and what content type each answer had;
+- git's environment is built, not inherited: a few variables of gitreg's own by name (`PATH`,
+  proxies, CA bundles; `SSH_AUTH_SOCK` for ssh), never the secrets `${VAR}` in the config read,
+  and the one credential of the host it talks to;
 - system and global git config are ignored and `HOME` is gitreg's own, so an operator's
   `~/.gitconfig` (`url.insteadOf`, credential helpers) cannot change what runs;
 - only the configured transports are allowed (`GIT_ALLOW_PROTOCOL`: no `ext::`);
@@ -46,6 +49,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from gitreg.config.model import Credential, GitConfig
+from gitreg.core import urls
 from gitreg.core.errors import OUT_OF_RESOURCES, Overloaded, UpstreamUnavailable
 from gitreg.git.pool import RUNNING_AS, Priority
 
@@ -61,6 +65,43 @@ BACKGROUND_NICENESS = 10
 _MAX_STDERR = 64 * 1024
 # curl gives up on a transfer slower than this many bytes per second for [git] timeout_seconds.
 LOW_SPEED_LIMIT = 1000
+
+
+# What a child process takes from gitreg's own environment, by name: nothing else. gitreg's
+# environment holds whatever `${VAR}` in the config read (the Redis password, registry and API
+# tokens, the signing key, webhook secrets, the Git password), none of which git needs: git gets
+# its own host's credential from `GitRunner.environment`, and the index process its config on stdin.
+INHERITED = frozenset(
+    {
+        "PATH",
+        "TMPDIR",
+        "TZ",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        # Proxies, as curl reads them (an operator's proxy may carry its own password: it is the proxy's).
+        "http_proxy",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+        # An internal CA for the Git host.
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "GIT_SSL_CAPATH",
+    }
+)
+# Only for git talking ssh: the agent holding the operator's keys.
+INHERITED_FOR_SSH = frozenset({"SSH_AUTH_SOCK"})
+
+
+def inherited_environment(names: frozenset[str] = INHERITED) -> dict[str, str]:
+    """The variables of gitreg's own environment named in `names` that are set: what a child keeps."""
+    return {name: value for name, value in os.environ.items() if name in names}
 
 
 def _overloaded(reason: str) -> Overloaded:
@@ -304,7 +345,9 @@ class GitRunner:
         """
         if self._closed:
             raise UpstreamUnavailable("gitreg is shutting down; try again")
-        env = {**os.environ, "LC_ALL": "C", "LANGUAGE": "C", **self.environment(url)}  # English errors to classify
+        # Only what git needs (see INHERITED); English errors, to classify them.
+        names = INHERITED | INHERITED_FOR_SSH if urls.transport(url) == "ssh" else INHERITED
+        env = {**inherited_environment(names), "LC_ALL": "C", "LANGUAGE": "C", **self.environment(url)}
         try:
             # Not the server's working directory: a repository there would lend git its config.
             run = GitRun(args, env, cwd or self._home, subprocess.PIPE, stdin)

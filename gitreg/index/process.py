@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from enum import Enum
 
@@ -52,6 +54,7 @@ from gitreg.config.model import Config
 from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
 from gitreg.git.remote import TagList
+from gitreg.git.runner import INHERITED, INHERITED_FOR_SSH, inherited_environment
 from gitreg.index.model import ChangeLog
 from gitreg.index.protocol import (
     Adopt,
@@ -91,11 +94,42 @@ NICENESS = 10  # added to the serving process's
 FEED_SECONDS = 0.5
 RESTART_MIN_SECONDS, RESTART_MAX_SECONDS = 1.0, 60.0
 STOP_SECONDS = 10.0  # at shutdown: time to write index.json and exit before it is killed
+# A stopped (SIGSTOP) or hung index process reads nothing and says nothing. The serving process
+# buffers at most this much for it, and it reports at least every HEARTBEAT_SECONDS: past the
+# bound, or after SILENCE_SECONDS without a line (STARTUP_SECONDS before its first one, while it
+# loads index.json), it is killed and started again with the backoff (its successor is given
+# the whole state at its start, so what was dropped is not missed).
+MAX_PENDING_BYTES = 16 << 20
+HEARTBEAT_SECONDS = 2.0
+SILENCE_SECONDS = 30.0
+STARTUP_SECONDS = 120.0
 READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every address), a command
 ENTRY_MODULE = "gitreg.indexer"  # `python -m` this: the index process
 
 
 LEADING_CHECK_SECONDS = 0.5  # with Redis: how soon the index process hears of a lease change
+# What the index process keeps of the serving process's environment, besides what its git needs
+# (runner.INHERITED, and SSH_AUTH_SOCK: it lists tags over ssh too): how Python finds gitreg.
+INDEX_INHERITED = frozenset({"HOME", "USER", "LOGNAME", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "GIT_SSH_COMMAND"})
+
+
+def index_environment() -> dict[str, str]:
+    """The index process's environment: by name, never the secrets the serving process read (#22)."""
+    env = inherited_environment(INHERITED | INHERITED_FOR_SSH | INDEX_INHERITED)
+    env.update((name, value) for name, value in os.environ.items() if name.startswith("PYTHON"))
+    return env
+
+
+def index_config(config: Config) -> Config:
+    """`config` without the secrets the index process has no use for (it serves nothing, talks to no
+    Redis and no Git host's API): only the Git credentials stay, for its own git calls."""
+    return dataclasses.replace(
+        config,
+        cache=dataclasses.replace(config.cache, redis_url=None),
+        auth=dataclasses.replace(config.auth, tokens=(), metrics_token=None, signing_key=None),
+        webhooks=dataclasses.replace(config.webhooks, github_secret=None, gitlab_token=None),
+        orgs=tuple(dataclasses.replace(org, token=None) for org in config.orgs),
+    )
 
 
 class Role(Enum):
@@ -120,14 +154,24 @@ class CommandPipe:
     """The index process's stdin: commands are written to the one running, held while one starts,
     and dropped while none runs (the next one is given the listing and the catalog at its start)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_pending: int = MAX_PENDING_BYTES) -> None:
         self._stdin: asyncio.StreamWriter | None = None
         self._outbox: list[bytes] | None = None  # commands while the process starts
+        self.max_pending = max_pending
+        # Called once when the running process has not taken max_pending bytes (IndexProcess kills it).
+        self.on_stalled: Callable[[int], None] | None = None
+        self.dropped = 0  # commands dropped because the process did not read them
 
     def send(self, message: Command) -> None:
         if self._outbox is not None:
             self._outbox.append(encode_command(message))
         elif self._stdin is not None and not self._stdin.is_closing():
+            pending = self._stdin.transport.get_write_buffer_size()
+            if pending > self.max_pending:  # it does not read: never buffer without bound
+                self.dropped += 1
+                if self.dropped == 1 and self.on_stalled is not None:
+                    self.on_stalled(pending)
+                return
             self._stdin.write(encode_command(message))
 
     def want(self, address: ModuleAddress, version: str) -> None:
@@ -147,6 +191,7 @@ class CommandPipe:
     def detach(self) -> asyncio.StreamWriter | None:
         """No process runs (it could not start, or it ended): its stdin, if it had one."""
         stdin, self._stdin, self._outbox = self._stdin, None, None
+        self.dropped = 0
         return stdin
 
 
@@ -171,11 +216,14 @@ class IndexProcess:
         self.cache = cache
         self.shared = shared  # with Redis: the index lease, and the other replicas to publish to
         self.commands = commands or CommandPipe()
+        self.commands.on_stalled = self._stalled
         self.log_json = log_json  # the serving process logs JSON lines: so does the index process
         self._told_leading = True
         self._tasks: set[asyncio.Task[None]] = set()
         self.starts = 0
         self._stopping = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None  # the one running
+        self._heard = 0.0  # time.monotonic() of its last line (0: none yet)
 
     # --- what the serving process tells it ------------------------------------------------------
 
@@ -294,7 +342,7 @@ class IndexProcess:
 
     def _seed(self, resync: bool) -> Seed:
         return Seed(
-            config=self.config,
+            config=index_config(self.config),
             log_level=logging.getLogger().getEffectiveLevel(),
             log_json=self.log_json,
             orgs=list(self.orgs.modules().values()),
@@ -316,6 +364,7 @@ class IndexProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 limit=READ_LIMIT,
+                env=index_environment(),
             )
         except OSError as e:
             self.commands.detach()
@@ -323,10 +372,13 @@ class IndexProcess:
             return None
         assert proc.stdin is not None and proc.stdout is not None
         self.starts += 1
+        self._proc, self._heard = proc, 0.0
         self.commands.open(proc.stdin, seed)
         log.info("index process started (pid %d, nice +%d)", proc.pid, NICENESS)
+        watchdog = asyncio.ensure_future(self._watch_silence(proc))
         try:
             while line := await proc.stdout.readline():
+                self._heard = time.monotonic()
                 self._take(line)
         except (ValueError, ConnectionError) as e:  # a line past the limit; a reset pipe
             log.warning("reading from the index process failed: %s; it is stopped", e)
@@ -336,8 +388,35 @@ class IndexProcess:
                 proc.kill()
             raise
         finally:
+            watchdog.cancel()
+            self._proc = None
             self.commands.detach()
         return await proc.wait()
+
+    def _stalled(self, pending: int) -> None:
+        """The index process left `pending` bytes of commands unread (stopped, or hung): killed."""
+        if self._proc is not None and self._proc.returncode is None:
+            log.warning(
+                "the index process (pid %d) does not read what it is sent (%d MiB waiting); killing it",
+                self._proc.pid,
+                pending >> 20,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
+    async def _watch_silence(self, proc: asyncio.subprocess.Process) -> None:
+        """Kill `proc` when it says nothing for SILENCE_SECONDS (it reports every HEARTBEAT_SECONDS)."""
+        started = time.monotonic()
+        while proc.returncode is None:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            last, limit = (self._heard, SILENCE_SECONDS) if self._heard else (started, STARTUP_SECONDS)
+            if time.monotonic() - last > limit and proc.returncode is None and not self._stopping.is_set():
+                log.warning(
+                    "the index process (pid %d) sent nothing for %.0f s (stopped or hung); killing it", proc.pid, limit
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                return
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,6 +472,7 @@ class ReportFeed:
         self.out = out
         self._written = False
         self._status: Status | None = None
+        self._sent = time.monotonic()  # the last report: one at least every HEARTBEAT_SECONDS
         assert index.changes is not None, "browse_services records the index process's changes from its start"
         self.changes: ChangeLog = index.changes
         if resync:
@@ -425,9 +505,10 @@ class ReportFeed:
             reports.append(Written())
         index = self.index
         status = Status(index.complete, index.queue_depth(), asdict(index.stats))
-        if status != self._status or reports:
-            self._status = status
+        if status != self._status or reports or time.monotonic() - self._sent >= HEARTBEAT_SECONDS:
+            self._status = status  # unchanged, it is the heartbeat the serving process watches
             reports.append(status)
         if reports:
+            self._sent = time.monotonic()
             self.out.write(b"".join(encode_report(report) for report in reports))
             await self.out.drain()

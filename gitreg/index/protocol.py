@@ -183,7 +183,7 @@ def decode_report(line: bytes) -> Report | None:
         kind, payload = next(iter(data.items()))
         decode = _DECODERS.get(kind)
         return decode(payload) if decode is not None else None
-    except (TypeError, KeyError, AttributeError, StopIteration, OverflowError) as e:
+    except (TypeError, KeyError, AttributeError, StopIteration, OverflowError, RecursionError) as e:
         raise ValueError(f"not a report: {type(e).__name__}") from None
 
 

@@ -20,6 +20,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
+from gitreg.core import urls
+
 # Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
 SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires")
 # The key of an access line's fields in the JSON log.
@@ -61,11 +63,11 @@ class AccessEntry(NamedTuple):
         return {
             "remote": self.remote or "-",
             "method": self.method,
-            "path": mask_query(self.raw_path),
+            "path": mask_user_info(mask_query(self.raw_path)),
             "protocol": f"HTTP/{self.http_version[0]}.{self.http_version[1]}",
             "status": self.status,
             "bytes": self.body_length,
-            "referer": self.referer,
+            "referer": mask_user_info(self.referer),
             "user_agent": self.user_agent,
             "duration_seconds": round(self.duration, 6),
         }
@@ -100,9 +102,10 @@ def access_line(entry: AccessEntry) -> str:
     """One combined-log-format line plus the duration in seconds."""
     raw_path, version = entry.raw_path, entry.http_version
     path = mask_query(raw_path) if "?" in raw_path else raw_path
+    path, referer = mask_user_info(path), mask_user_info(entry.referer)
     return (
         f'{entry.remote or "-"} - - [{_clf_time(int(entry.created))}] "{entry.method} {path} '
-        f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{entry.referer or "-"}" '
+        f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{referer or "-"}" '
         f'"{entry.user_agent or "-"}" {entry.duration:.6f}'
     )
 
@@ -268,9 +271,28 @@ _SECRET_IN_TEXT_RE = re.compile(
 )
 
 
+# User info of a URL anywhere in a log line's text (a token is often written as the user name).
+_USERINFO_IN_TEXT_RE = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>[^\s/?#@\\'\"<>]+)@")
+
+
 def mask_text(text: str) -> str:
-    """`text` with the values of sensitive query parameters and Authorization credentials replaced by `***`."""
-    return _SECRET_IN_TEXT_RE.sub(lambda m: (m.group("key") or m.group("scheme")) + "***", text)
+    """`text` with the values of sensitive query parameters, Authorization credentials and URL user
+    info (but an ssh login such as `git@`) replaced by `***`."""
+    text = _SECRET_IN_TEXT_RE.sub(lambda m: (m.group("key") or m.group("scheme")) + "***", text)
+    return mask_user_info(text)
+
+
+def mask_user_info(text: str) -> str:
+    """`text` with the user info of every `scheme://user[:password]@` in it replaced by `***`."""
+    if "@" not in text:
+        return text
+
+    def masked(m: re.Match[str]) -> str:
+        if urls.is_ssh_login(m.group("scheme"), m.group("userinfo")):
+            return m.group(0)
+        return f"{m.group('scheme')}://{urls.masked_userinfo(m.group('userinfo'))}@"
+
+    return _USERINFO_IN_TEXT_RE.sub(masked, text)
 
 
 class SecretFilter(logging.Filter):

@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -37,6 +38,8 @@ _TMP_PREFIX = ".tagpins-"
 COMPACT_MIN_SUPERSEDED = 256
 
 Key = tuple[str, str]  # (repository, tag)
+# How each record written starts: a last line that begins so (or is cut short before) was torn by a crash.
+_RECORD_START = b'{"repository": '
 
 
 class PinNotRecorded(GitregError):
@@ -69,25 +72,45 @@ class TagPins:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return
-        torn = False
+        except OSError as e:  # a directory, unreadable: set aside, pins start again from nothing
+            self._set_aside(type(e).__name__, move=True)
+            return
+        torn = damaged = False
         lines = data.splitlines(keepends=True)
-        for line in lines:
+        for number, line in enumerate(lines, 1):
             try:
                 record = json.loads(line)
                 repository, tag, sha = record["repository"], record["tag"], record["sha"]
                 if not (isinstance(repository, str) and isinstance(tag, str) and isinstance(sha, str)):
                     raise ValueError("bad types")
-            except (ValueError, KeyError, TypeError):
-                torn = True  # a line cut short by a crash: it was never acknowledged
+            except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: `[[[[...` nested deeply
+                if number == len(lines) and not line.endswith(b"\n") and _RECORD_START.startswith(line[:15]):
+                    torn = True  # a line cut short by a crash: it was never acknowledged
+                else:
+                    damaged = True  # not what gitreg writes: the file was damaged, not torn
                 continue
             torn = torn or not line.endswith(b"\n")
             self._set((repository, tag), sha)  # the last record wins: allow_moved_tags re-pins
         self._records = len(lines)
-        if torn:
+        if damaged:
+            self._set_aside("records that are not pins", move=False)
+        elif torn:
             log.warning("ignored an incomplete record in %s (left by a crash)", self.path)
-        if torn or self._records > self._count:
+        if torn or damaged or self._records > self._count:
             self._rewrite(self._snapshot())
             self._records = self._count
+
+    def _set_aside(self, why: str, move: bool) -> None:
+        """Keep a copy of a damaged file as `<name>.damaged` (the pins it still holds are kept), one log line."""
+        aside = self.path.with_name(self.path.name + ".damaged")
+        log.warning("%s could not be read whole (%s); the old file is %s", self.path, why, aside.name)
+        try:
+            if move:
+                os.replace(self.path, aside)
+            else:
+                shutil.copyfile(self.path, aside)
+        except OSError as e:
+            log.warning("could not set %s aside: %s", self.path, e)
 
     def __len__(self) -> int:
         return self._count
