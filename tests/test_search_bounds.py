@@ -14,7 +14,8 @@ TOPICS = ("network", "cluster", "storage", "bucket", "vpc", "subnet", "queue", "
 
 def many_modules(count: int) -> View:
     """`count` modules whose names, descriptions and READMEs share common words (as real ones do)."""
-    entries, readme = [], {}
+    entries: list[IndexEntry] = []
+    readme: dict[str, set[ModuleAddress]] = {}
     version = IndexedVersion("1.0.0", "v1.0.0", "a" * 40)
     for i in range(count):
         topic = TOPICS[i % len(TOPICS)]
