@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import multiprocessing
 import threading
 import time
@@ -47,6 +48,20 @@ HOSTILE_READMES = {
     "readme-image-open": "![a](" * 52_000,
 }
 WORDS = ("network", "cluster", "storage", "bucket", "vpc", "subnet", "queue", "database", "dns", "iam")
+
+
+# Collections of the server's garbage collector: (generation, seconds); a pause of the
+# collector is a pause of the event loop, whatever the request.
+GC_PAUSES: list[tuple[int, float]] = []
+_gc_started = 0.0
+
+
+def _gc_timer(phase: str, info: dict[str, int]) -> None:
+    global _gc_started
+    if phase == "start":
+        _gc_started = time.perf_counter()
+    else:
+        GC_PAUSES.append((info["generation"], time.perf_counter() - _gc_started))
 
 
 def probe(url: str, interval: float, conn: Connection) -> None:
@@ -83,6 +98,7 @@ def scenario(base: str, name: str, urls: list[str], check: bytes | None = None) 
     ours.recv()  # the probe answers
     time.sleep(0.3)  # its first answers: the idle baseline of this scenario
     took, statuses, found = [], set(), 0
+    collections = len(GC_PAUSES)
     for url in urls:
         status, seconds, body = get(base + url)
         took.append(seconds)
@@ -93,9 +109,11 @@ def scenario(base: str, name: str, urls: list[str], check: bytes | None = None) 
     latencies: list[float] = ours.recv()
     child.join()
     note = f" ({found}/{len(urls)} show the note)" if check else ""
+    pauses = [seconds for _, seconds in GC_PAUSES[collections:]]
     print(
         f"{name:44s} {len(urls):4d} {max(took) * 1000:10.0f} {pct(took, 50) * 1000:9.1f}"
         f" {max(latencies) * 1000:11.1f} {pct(latencies, 99) * 1000:9.1f} {len(latencies):7d}"
+        f" {max(pauses, default=0) * 1000:9.1f}"
         f"  {','.join(map(str, sorted(statuses)))}{note}"
     )
 
@@ -173,11 +191,12 @@ def main() -> None:
     if not ready.wait(900):
         raise RuntimeError("the app did not index its modules in time")
     base = f"http://127.0.0.1:{port}"
+    gc.callbacks.append(_gc_timer)
     print(f"# python bench/loop_lag.py --modules {args.modules}; gitreg from {Path(gitreg.__file__).parent}")
     print(f"# {machine()}")
     print(
         f"{'scenario':44s} {'reqs':>4s} {'max req ms':>10s} {'p50 req ms':>9s}"
-        f" {'max /healthz':>11s} {'p99 ms':>9s} {'probes':>7s}  status"
+        f" {'max /healthz':>11s} {'p99 ms':>9s} {'probes':>7s} {'max gc ms':>9s}  status"
     )
     scenario(base, "idle", ["/healthz"])
     note = b"README too large or too complex to show"

@@ -116,6 +116,7 @@ class View:
         # README word -> positions: a common word's set costs a hash per module to make.
         self.readme_memo: OrderedDict[str, set[int]] = OrderedDict()
         self.readme_memo_size = 0
+        self.facet_memo: dict[tuple[object, ...], tuple[list[str], list[str]]] = {}
 
     def remembered(self, key: tuple[object, ...], make: Callable[[], list[IndexEntry]]) -> list[IndexEntry]:
         """The answer for `key` in this generation, made once."""
@@ -126,6 +127,17 @@ class View:
                 self.memo.popitem(last=False)
         else:
             self.memo.move_to_end(key)
+        return found
+
+    def facets(self, key: tuple[object, ...], entries: Callable[[], list[IndexEntry]]) -> tuple[list[str], list[str]]:
+        """Sorted namespaces and systems of `entries()` (the pages' filters), once per key and generation."""
+        found = self.facet_memo.get(key)
+        if found is None:
+            listed = entries()
+            found = sorted({e.address.namespace for e in listed}), sorted({e.address.system for e in listed})
+            if len(self.facet_memo) >= SEARCH_MEMO:
+                self.facet_memo.clear()
+            self.facet_memo[key] = found
         return found
 
     def listed(

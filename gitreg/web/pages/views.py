@@ -64,7 +64,10 @@ async def index_page(request: web.Request) -> web.Response:
         entries = index.search(q, keep, (*memo, catalog.downloads_version), catalog.downloads)
     else:
         entries = _published_order(index.listed(keep, memo, scope))
-    visible = index.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
+    namespaces, systems = index.view().facets(
+        ("ui-all", scope),
+        lambda: index.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope),
+    )
     shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
 
@@ -79,8 +82,8 @@ async def index_page(request: web.Request) -> web.Response:
         q=q,
         namespace=namespace,
         system=system,
-        namespaces=sorted({e.address.namespace for e in visible}),
-        systems=sorted({e.address.system for e in visible}),
+        namespaces=namespaces,
+        systems=systems,
         previous=page_url(max(0, offset - PAGE_SIZE)) if offset > 0 else None,
         next=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < len(entries) else None,
         first=offset + 1,
