@@ -322,3 +322,10 @@ def test_a_huge_config_file_is_refused_without_reading_it_all(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.problems == [f"{path}: larger than 4 MiB; not a config file"]
+
+
+def test_trusted_proxies_are_ip_addresses_or_networks():
+    assert parse_config({"server": {"trusted_proxies": ["127.0.0.1", "10.0.0.0/8", "::1"]}}, {}).server.trusted_proxies
+    assert problems({"server": {"trusted_proxies": ["10.0.0.0/8", "proxy.example"]}}) == [
+        "server.trusted_proxies[1]: 'proxy.example' is not an IP address or CIDR network like 10.0.0.0/8"
+    ]

@@ -18,6 +18,7 @@ import pytest
 
 from gitreg.index.details import MAX_TF_BYTES
 from gitreg.web.keys import DETAILS
+from gitreg.web.pages.views import READMES
 from tests.conftest import indexed, make_config
 from tests.support.repos import GitRepo
 
@@ -185,3 +186,46 @@ async def test_the_app_cleanup_stops_its_parse_workers(aiohttp_client, tmp_path:
         assert os.getsid(pid) == os.getsid(0) and os.getpgid(pid) == pid
     await client.close()
     assert not any(alive(pid) for pid in pids)
+
+
+async def test_a_hostile_readme_page_view_never_blocks_healthz_and_shows_a_note(make_client, tmp_path: Path):
+    # 256 KB of `![` took 10.9 s to render on the event loop, on every view of the page.
+    repo = GitRepo(tmp_path / "repos", "readme-bang")
+    repo.commit(
+        {
+            "README.md": "![" * 128_000,
+            "main.tf": 'variable "name" {}\n',
+            "modules/inner/README.md": "![a](" * 52_000,
+            "modules/inner/main.tf": 'variable "inner" {}\n',
+        }
+    )
+    repo.tag("v1.0.0")
+    client = await make_client(make_config([rule(repo.url)], storage={"path": str(tmp_path / "state")}))
+    client.app[DETAILS].parse_seconds = 1.0  # the description's parse of the same README: cut short
+    await indexed(client)
+    readmes = client.app[READMES]
+    readmes.seconds = 1.0  # the default (3 s) would make this test slower
+    page = asyncio.ensure_future(client.get("/modules/acme/vpc/aws"))
+    latencies = await healthz_latencies(client, page)
+    assert latencies and max(latencies) < SLOWEST_HEALTHZ, latencies
+    resp = await page
+    text = await resp.text()
+    assert resp.status == 200 and text.count("README too large or too complex to show") == 2
+    assert 'variable "inner"' not in text and "inner" in text  # the rest of the page is there
+    # Remembered per commit: the next view costs no render.
+    renders = readmes.renders
+    started = time.perf_counter()
+    again = await client.get("/modules/acme/vpc/aws/1.0.0")
+    assert "README too large or too complex to show" in await again.text()
+    assert readmes.renders == renders and time.perf_counter() - started < SLOWEST_HEALTHZ
+
+
+async def test_an_ordinary_readme_is_rendered_once_per_commit(make_client, tmp_path: Path):
+    repo = GitRepo(tmp_path / "repos", "plain")
+    repo.commit({"README.md": "# vpc\n\nA *VPC* module. [guide](docs/guide.md)\n", "main.tf": 'variable "n" {}\n'})
+    repo.tag("v1.0.0")
+    client = await indexed(await make_client(make_config([rule(repo.url)], storage={"path": str(tmp_path / "state")})))
+    for _ in range(3):
+        text = await (await client.get("/modules/acme/vpc/aws")).text()
+        assert "<em>VPC</em>" in text
+    assert client.app[READMES].renders == 1

@@ -40,6 +40,9 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     public_url: str | None = None
+    # Addresses (IPs or CIDRs) of TLS-terminating proxies whose X-Forwarded-Proto and
+    # X-Forwarded-Host are believed (the pages' same-origin check); from anyone else they are ignored.
+    trusted_proxies: tuple[str, ...] = ()
     # A connection with no complete request (headers) for this long is closed: the header-read
     # timeout of a new connection and the keep-alive idle timeout between requests, in one timer.
     idle_timeout_seconds: float = 15.0

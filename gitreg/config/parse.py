@@ -7,6 +7,7 @@ Every problem is collected (not just the first) and named by its key path, e.g.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -330,6 +331,7 @@ def _parse_server(s: TableReader) -> ServerConfig:
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
+        trusted_proxies=s.str_list("trusted_proxies"),
         idle_timeout_seconds=s.number(
             "idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0, maximum=MAX_TIMEOUT
         ),
@@ -339,6 +341,11 @@ def _parse_server(s: TableReader) -> ServerConfig:
         if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
+    for i, proxy in enumerate(server.trusted_proxies):
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            s.error(f"trusted_proxies[{i}]", f"{proxy!r} is not an IP address or CIDR network like 10.0.0.0/8")
     if (server.tls_cert is None) != (server.tls_key is None) and not (
         s.problems_for("tls_cert") or s.problems_for("tls_key")
     ):

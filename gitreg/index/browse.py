@@ -37,6 +37,10 @@ class BrowseService:
         """Listed modules for which `keep` holds, in list order (see View.listed)."""
         return self.index.view().listed(keep, memo_key, namespaces)
 
+    def facets(self, key: tuple[object, ...], entries: Callable[[], list[IndexEntry]]) -> tuple[list[str], list[str]]:
+        """Sorted namespaces and systems of `entries()` (the pages' filters), once per key and index generation."""
+        return self.index.view().facets(key, entries)
+
     def search(self, query: str, keep: Callable[[IndexEntry], bool], memo_key: tuple[object, ...]) -> list[IndexEntry]:
         """Matching modules, best first; ties go to the most downloaded."""
         catalog = self.catalog

@@ -3,7 +3,8 @@
 - `views`: the pages' handlers (module list, one module) and `add_ui`, which registers them.
 - `session`: logging in with a registry token, the signed session cookie, the page guard.
 - `render`: the Jinja2 environment, HTML error pages, security headers, template helpers.
-- `readme`: READMEs rendered to safe HTML (markdown-it-py, raw HTML off, safe links only).
+- `readme`: READMEs rendered to safe HTML (markdown-it-py, raw HTML off, safe links only), for the
+  pages in parse worker processes within a budget, remembered per commit (`Readmes`).
 - `templates/` (Jinja2, autoescape on) and `static/` (one stylesheet, one script; no inline script).
 
 May import `gitreg.web` (keys, auth, signing) and everything below it; nothing imports the

@@ -11,6 +11,7 @@ only ever a path on this site.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
@@ -51,6 +52,8 @@ class Sessions:
 
 
 SESSIONS = web.AppKey("ui_sessions", Sessions)
+# What a page behind a session answers depends on who asks: no shared cache may keep it.
+_PRIVATE_HEADERS = {"Cache-Control": "private, no-store", "Vary": "Cookie"}
 
 
 def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | None]:
@@ -72,29 +75,89 @@ def guarded(handler: Handler) -> Handler:
 
     async def page(request: web.Request) -> web.StreamResponse:
         logged_in, scope = _scope_from_cookie(request)
-        request[LOGGED_IN] = logged_in and request.app[CONFIG].auth.enabled
-        if not logged_in:
-            target = request.path_qs if request.method == "GET" else "/"
-            raise web.HTTPFound("/login?" + urlencode({"next": target}))
-        request[SCOPE_KEY] = scope
-        return await handler(request)
+        private = request.app[CONFIG].auth.enabled
+        request[LOGGED_IN] = logged_in and private
+        try:
+            if not logged_in:
+                target = request.path_qs if request.method == "GET" else "/"
+                raise web.HTTPFound("/login?" + urlencode({"next": target}))
+            request[SCOPE_KEY] = scope
+            response = await handler(request)
+        except web.HTTPException as e:
+            if private:
+                e.headers.update(_PRIVATE_HEADERS)
+            raise
+        if private:
+            response.headers.update(_PRIVATE_HEADERS)
+        return response
 
     page.__doc__ = handler.__doc__
     return page
 
 
+def _origin(scheme: str, netloc: str) -> str:
+    """`scheme://host[:port]`, lowercased, without the scheme's default port (as browsers send Origin)."""
+    scheme, netloc = scheme.lower(), netloc.lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme)
+    if default and netloc.endswith(default):
+        netloc = netloc[: -len(default)]
+    return f"{scheme}://{netloc}"
+
+
+def _from_trusted_proxy(request: web.Request) -> bool:
+    """The connection comes from an address in `[server] trusted_proxies`."""
+    proxies = request.app[CONFIG].server.trusted_proxies
+    if not proxies or not request.remote:
+        return False
+    try:
+        peer = ipaddress.ip_address(request.remote)
+    except ValueError:
+        return False  # a Unix socket: no address to trust
+    return any(peer in ipaddress.ip_network(p, strict=False) for p in proxies)
+
+
+def browser_origin(request: web.Request) -> str:
+    """The origin the browser sent this request to: this connection's, or, from a trusted
+    proxy, its `X-Forwarded-Proto`/`X-Forwarded-Host` (a TLS-terminating proxy talks http to us)."""
+    scheme, host = request.scheme, request.host
+    if _from_trusted_proxy(request):
+        # A chain of proxies appends: the first value is what the browser used.
+        scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
+        host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
+    return _origin(scheme, host)
+
+
 def same_origin(request: web.Request) -> bool:
-    """A form POST from our own pages: Origin (or Referer) names this host (CSRF defence)."""
+    """A form POST from our own pages: Origin (or Referer) names this registry (CSRF defence).
+
+    This registry is `[server] public_url`'s origin when set, and the origin the browser sent
+    the request to (`browser_origin`): a browser sets Origin itself, so a page elsewhere
+    cannot claim either.
+    """
     origin = request.headers.get("Origin") or request.headers.get("Referer")
     if not origin or origin == "null":
         return False
     parts = urlsplit(origin)
-    return parts.scheme == request.scheme and parts.netloc == request.host
+    ours = {browser_origin(request)}
+    public = request.app[CONFIG].server.public_url
+    if public:
+        ours.add(_origin(*urlsplit(public)[:2]))
+    return _origin(parts.scheme, parts.netloc) in ours
 
 
 def _next_target(value: str) -> str:
-    """Only a path on this site (never `//evil.example` or a URL): an open redirect otherwise."""
-    return value if value.startswith("/") and not value.startswith("//") and "\\" not in value else "/"
+    """Only a path on this site, else `/` (an open redirect otherwise).
+
+    Browsers drop TABs and newlines from a URL and read a backslash as a slash, so
+    `/<TAB>/evil.example` or `/\\evil.example` would be `//evil.example`: a path starting with
+    one slash, not two, with no backslash and no unprintable character, and no scheme or host.
+    """
+    if not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    if not value.isprintable():
+        return "/"  # TAB, CR, LF and every other control or separator character
+    parts = urlsplit(value)
+    return "/" if parts.scheme or parts.netloc else value
 
 
 def _cross_site(request: web.Request, what: str) -> web.Response:
@@ -139,7 +202,7 @@ async def login(request: web.Request) -> web.Response:
         path="/",
         httponly=True,
         samesite="Strict",
-        secure=request.secure,
+        secure=browser_origin(request).startswith("https:"),
     )
     raise response
 

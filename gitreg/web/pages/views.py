@@ -12,7 +12,9 @@ script (a copy button) is a static file and the pages work without it.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,11 +26,13 @@ from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import BROWSE, CONFIG
-from gitreg.web.pages.readme import render_readme
+from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import HERE, not_found, render, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
 
 PAGE_SIZE = 20
+# READMEs rendered off the event loop, remembered per commit (readme.py).
+READMES = web.AppKey("ui_readmes", Readmes)
 
 
 def _published_order(entries: list[IndexEntry]) -> list[IndexEntry]:
@@ -56,7 +60,10 @@ async def index_page(request: web.Request) -> web.Response:
 
     memo = ("ui", namespace, system, scope)
     entries = browse.search(q, keep, memo) if q else _published_order(browse.listed(keep, memo, scope))
-    visible = browse.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope)
+    namespaces, systems = browse.facets(
+        ("ui-all", scope),
+        lambda: browse.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope),
+    )
     shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
 
@@ -71,8 +78,8 @@ async def index_page(request: web.Request) -> web.Response:
         q=q,
         namespace=namespace,
         system=system,
-        namespaces=sorted({e.address.namespace for e in visible}),
-        systems=sorted({e.address.system for e in visible}),
+        namespaces=namespaces,
+        systems=systems,
         previous=page_url(max(0, offset - PAGE_SIZE)) if offset > 0 else None,
         next=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < len(entries) else None,
         first=offset + 1,
@@ -118,17 +125,24 @@ async def _stored_details(
         return render(request, "error.html", status=e.status, heading="Details unavailable", message=e.message)
 
 
-def _with_readmes(parts: list[dict[str, Any]], entry: IndexEntry, version: IndexedVersion) -> list[dict[str, Any]]:
+async def _with_readmes(
+    request: web.Request, parts: list[dict[str, Any]], entry: IndexEntry, version: IndexedVersion
+) -> list[dict[str, Any]]:
     """Submodules or examples, each with its README as HTML (relative links from its own folder)."""
-    return [
-        {
-            **s,
-            "readme_html": render_readme(
-                s.get("readme", ""), entry.source, version.tag, f"{entry.path}/{s.get('path', '')}".strip("/")
-            ),
-        }
-        for s in parts
-    ]
+    readmes = request.app[READMES]
+    shown = await asyncio.gather(
+        *(
+            readmes.html(
+                s.get("readme", ""),
+                entry.source,
+                version.tag,
+                f"{entry.path}/{s.get('path', '')}".strip("/"),
+                version.sha,
+            )
+            for s in parts
+        )
+    )
+    return [{**s, "readme_html": html} for s, html in zip(parts, shown, strict=True)]
 
 
 async def module_page(request: web.Request) -> web.Response:
@@ -143,6 +157,8 @@ async def module_page(request: web.Request) -> web.Response:
     details, pending = found
     root = details.root if details else {}
     address = entry.address
+    readmes = request.app[READMES]
+    readme = await readmes.html(root.get("readme", ""), entry.source, version.tag, entry.path, version.sha)
     return render(
         request,
         "module.html",
@@ -151,10 +167,10 @@ async def module_page(request: web.Request) -> web.Response:
         latest=entry.latest,
         versions=entry.versions,
         snippet=snippet(request, entry, version),
-        readme=render_readme(root.get("readme", ""), entry.source, version.tag, entry.path) if details else "",
+        readme=readme,
         root=root,
-        submodules=_with_readmes(details.submodules if details else [], entry, version),
-        examples=_with_readmes(details.examples if details else [], entry, version),
+        submodules=await _with_readmes(request, details.submodules if details else [], entry, version),
+        examples=await _with_readmes(request, details.examples if details else [], entry, version),
         downloads=request.app[BROWSE].downloads(address),
         systems=request.app[BROWSE].systems(address),
         published_at=(details.published_at if details else "")
@@ -171,6 +187,8 @@ def add_ui(app: web.Application) -> None:
     if not config.ui.enabled:
         return
     app[SESSIONS] = Sessions(config.auth.signing_key or secrets.token_hex(32))
+    app[READMES] = Readmes()
+    app.cleanup_ctx.append(_readme_workers)
     app.router.add_get("/", guarded(index_page), name="ui-index")
     app.router.add_get("/modules/{namespace}/{name}/{system}", guarded(module_page), name="ui-module")
     app.router.add_get("/modules/{namespace}/{name}/{system}/{version}", guarded(module_page), name="ui-version")
@@ -178,6 +196,12 @@ def add_ui(app: web.Application) -> None:
     app.router.add_post("/login", login, name="ui-login")
     app.router.add_post("/logout", logout, name="ui-logout")
     app.router.add_static("/static/", HERE / "static", name="ui-static", append_version=True)
+
+
+async def _readme_workers(app: web.Application) -> AsyncIterator[None]:
+    """The README workers live as long as the app (started on first use, killed at cleanup)."""
+    yield
+    await app[READMES].close()
 
 
 def is_page(request: web.Request) -> bool:
