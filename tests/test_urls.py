@@ -10,6 +10,7 @@ a source link never carries user info, and nothing raises.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -118,14 +119,20 @@ def test_webhook_spellings_of_one_repository_have_one_identity(a, b):
     port=st.none() | ports,
     path=paths,
 )
-def test_mask_never_shows_user_info_but_an_ssh_login_and_changes_nothing_else(scheme, user, password, host, port, path):
+def test_mask_never_shows_user_info_but_a_plain_login_name_and_changes_nothing_else(
+    scheme, user, password, host, port, path
+):
     hostport = f"{host}:{port}" if port else host
     url = f"{scheme}://{user}:{password}@{hostport}/{path}.git"
     masked = urls.mask(url)
     assert password not in masked
     assert masked == f"{scheme}://***:***@{hostport}/{path}.git"
-    # A token is often the user name (`https://ghp_x@host/...`): only an ssh login name stays.
-    shown = user if scheme in ("ssh", "git+ssh") else "***"
+    # A token is often the user name (`https://ghp_x@host/...`): only a plain login name stays (at
+    # most 32 characters, no Git host's token prefix).
+    login = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", user) and not re.match(
+        r"(?i)gh[pousr]_|github_pat_|gl[a-z]{2,6}-", user
+    )
+    shown = user if login else "***"
     assert urls.mask(f"{scheme}://{user}@{hostport}/{path}") == f"{scheme}://{shown}@{hostport}/{path}"
     assert urls.mask(f"{scheme}://Ghp_{user}@{hostport}/{path}") == f"{scheme}://***@{hostport}/{path}"
 

@@ -103,7 +103,7 @@ def _check_placeholders(r: TableReader, key: str, template: str, allowed: tuple[
 
 
 def _check_url(r: TableReader, key: str, url: str, protocols: tuple[str, ...], template: bool) -> None:
-    """A repository URL must be a transport we allow, and carry no password nor user info but an ssh login."""
+    """A repository URL must be a transport we allow, and carry no password nor a token as its user name."""
     if template:
         _check_placeholders(r, key, url, PLACEHOLDERS)
     # Placeholders are filled from grammar-checked segments: check the URL's shape with a stand-in.
@@ -118,7 +118,7 @@ def _check_url(r: TableReader, key: str, url: str, protocols: tuple[str, ...], t
     if found.password is not None:
         r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
     elif not urls.has_plain_user(found):  # a token written as the user name is a password too
-        r.error(key, "must not contain user info (only an ssh login such as git@); put a token in [[credentials]]")
+        r.error(key, "must not contain user info but a login name (git@, bot@); put a token in [[credentials]]")
     if found.query or found.fragment:
         r.error(key, "must not contain a query string or fragment")
 

@@ -191,9 +191,11 @@ def host_label(url: str) -> str:
 
 
 _MASK_RE = re.compile(r"(?<=://).*@", re.DOTALL)
-# A login name as ssh takes it (POSIX: lowercase, at most 32 characters), e.g. `git`: over ssh the
-# user name says whose keys to check and is no secret; anything else in user info may be a token.
-_PLAIN_SSH_USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+# A login name (at most 32 characters, e.g. `git`, `bot`): it says whose keys or credential to use
+# and is no secret. Anything else in user info may be a token: longer, or with a Git host's token
+# prefix (GitHub `ghp_`/`gho_`/`ghu_`/`ghs_`/`ghr_`/`github_pat_`, GitLab `gl...-`).
+_PLAIN_USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_TOKEN_PREFIX_RE = re.compile(r"(gh[pousr]_|github_pat_|gl[a-z]{2,6}-)", re.IGNORECASE)
 MASKED = "***"
 
 
@@ -205,8 +207,11 @@ def has_plain_user(found: GitUrl) -> bool:
 
 
 def is_ssh_login(scheme: str, userinfo: str) -> bool:
-    """Whether `userinfo` before a `scheme://` URL's `@` is an ssh login name, shown in logs (else masked)."""
-    return scheme.lower() in _SSH_SCHEMES and _PLAIN_SSH_USER_RE.fullmatch(userinfo) is not None
+    """Whether `userinfo` before a `scheme://` URL's `@` is a plain login name (`git`, `bot`): shown in
+    logs and kept in download locations. A token written as the user name (longer, or with a Git
+    host's token prefix) is not: it is masked, refused by `gitreg check` and never handed out."""
+    del scheme  # a login name is no secret over any transport; a token is one over every transport
+    return _PLAIN_USER_RE.fullmatch(userinfo) is not None and _TOKEN_PREFIX_RE.match(userinfo) is None
 
 
 def mask(url: str) -> str:
