@@ -206,7 +206,6 @@ async def test_an_ssh_clone_url_whose_host_starts_with_a_dash_is_never_handed_to
         "-oProxyCommand=x@host:acme/vpc.git",
         "host:-oProxyCommand=x",
         "https://-host/acme/vpc.git",
-        "https://host/-acme/vpc.git",
     ],
 )
 def test_a_host_user_or_path_starting_with_a_dash_is_not_a_git_url(url):

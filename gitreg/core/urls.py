@@ -131,9 +131,9 @@ def _parse_url(url: str, scheme: str) -> GitUrl | str:
         port = int(port_text)
     if _BAD_HOST_RE.search(host) or (not host and scheme != "file"):
         return "not a valid URL: no usable host"
-    if host.startswith("-") or (user or "").startswith("-") or parts.path.lstrip("/").startswith("-"):
-        # ssh (and git's other helpers) would read `-oProxyCommand=...` as an option: never.
-        return "not a valid URL: a host, user or path starting with '-'"
+    if host.startswith("-") or (user or "").startswith("-"):
+        # ssh would read `-oProxyCommand=...` as an option: never. (A URL's path starts with `/`.)
+        return "not a valid URL: a host or user starting with '-'"
     return GitUrl(
         scheme,
         host.lower(),
