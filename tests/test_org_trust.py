@@ -203,7 +203,7 @@ async def test_an_ssh_clone_url_whose_host_starts_with_a_dash_is_never_handed_to
     [
         "ssh://-oProxyCommand=x/acme/vpc.git",
         "ssh://-oProxyCommand=x@host/acme/vpc.git",
-        "-oProxyCommand=x@host:acme/vpc.git",
+        "-oProxyCommand@host:acme/vpc.git",
         "host:-oProxyCommand=x",
         "https://-host/acme/vpc.git",
     ],
@@ -346,3 +346,24 @@ def test_clone_hosts_must_be_host_names():
         parse_config({"orgs": [{**base, "clone_hosts": ["https://git.example.com"]}]}, {})
     config = parse_config({"orgs": [{**base, "clone_hosts": ["Git.Example.com"]}]}, {})
     assert config.orgs[0].clone_hosts == ("git.example.com",)
+
+
+async def test_an_orgs_json_from_before_owners_still_loads_and_gains_them(make_client, github, git_http, tmp_path):
+    module_repo(tmp_path, "terraform-aws-vpc")
+    github.add("terraform-aws-vpc")
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")}, org={"refresh_seconds": 3600})
+    client = await make_client(config)
+    await until(client.app[ORGS].complete)
+    await client.close()
+    stored = tmp_path / "state" / "orgs.json"
+    data = json.loads(stored.read_text())
+    del data["owners"]  # as gitreg wrote it before #22
+    stored.write_text(json.dumps(data))
+
+    github.mode = "down"
+    client = await make_client(config)
+    assert client.app[ORGS].complete()
+    assert await versions_of(client) == ["1.1.0", "1.0.0"]
+    await client.app[ORGS].flush()
+    owners = json.loads(stored.read_text())["owners"]
+    assert [(o["address"], o["full_name"]) for o in owners] == [("acme/vpc/aws", "acme-infra/terraform-aws-vpc")]

@@ -379,8 +379,7 @@ class OrgCatalog:
             self._resolved.pop(address, None)
         changes = _diff(old, new, pushed_hint)
         if changes or announce or self._owners.dirty:
-            self._owners.dirty = False
-            self._store.changed()
+            self._store.changed()  # (the owners' flag is cleared by the write)
             if changes or announce:
                 self._notify(changes)
 

@@ -111,8 +111,9 @@ class OrgStore:
             return decode(data, self._orgs)
 
     def loaded(self) -> None:
-        """What was just read and taken is what the file holds: nothing to write."""
-        self._dirty = False
+        """What was just read and taken is what the file holds: nothing to write (unless owners were
+        settled that it lacks: a file older than `owners`)."""
+        self._dirty = self.owners is not None and self.owners.dirty
 
     async def flush(self) -> None:
         """Write orgs.json if the listing changed since the last write (off the event loop)."""
@@ -123,6 +124,8 @@ class OrgStore:
                 return
             text = encode(self._orgs, self.owners.to_json() if self.owners is not None else None)
             self._dirty = False
+            if self.owners is not None:
+                self.owners.dirty = False
             try:
                 await asyncio.get_running_loop().run_in_executor(
                     self.executor, write_atomically, self.path, text, _TMP_PREFIX
