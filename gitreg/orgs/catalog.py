@@ -274,7 +274,7 @@ class OrgCatalog:
             dropped = _confirmed_gone(s.records, event, record)
             if record is not None and not _owns(s, record.full_name):
                 # Moved out of the org (as the API says): its record, by id, leaves the listing.
-                dropped = tuple(key for key, rec in s.records.items() if rec.id == record.id)
+                dropped = tuple(key for key, rec in s.records.items() if record.id and rec.id == record.id)
                 record = None
             if s.lock.locked():
                 s.journal.append((dropped, record))

@@ -253,11 +253,8 @@ async def _once(
         )
     try:
         return await handle(request, body)
-    except web.HTTPException:
-        raise
-    except Exception as e:
-        if not isinstance(e, GitregError) or e.status >= 500:
-            deliveries.forget(key)  # our failure, not the delivery's: a redelivery is tried again
+    except BaseException:
+        deliveries.forget(key)  # not acted upon (malformed, or our failure): a redelivery is tried again
         raise
 
 
