@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -38,21 +39,26 @@ def pointed_at(payload: dict[str, Any], url: str) -> dict[str, Any]:
     return payload
 
 
-def github_headers(body: bytes, event: str = "push", secret: str = GITHUB_SECRET) -> dict[str, str]:
+def github_headers(
+    body: bytes, event: str = "push", secret: str = GITHUB_SECRET, delivery: str | None = None
+) -> dict[str, str]:
+    """What GitHub sends: a new delivery GUID per event (the same one only on a redelivery)."""
     signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return {
         "X-GitHub-Event": event,
-        "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
         "X-Hub-Signature-256": signature,
         "Content-Type": "application/json",
         "User-Agent": "GitHub-Hookshot/044aadd",
     }
 
 
-def gitlab_headers(event: str = "Tag Push Hook", token: str = GITLAB_TOKEN) -> dict[str, str]:
+def gitlab_headers(event: str = "Tag Push Hook", token: str = GITLAB_TOKEN, uuid_: str | None = None) -> dict[str, str]:
+    """What GitLab sends: a new X-Gitlab-Event-UUID per event."""
     return {
         "X-Gitlab-Event": event,
         "X-Gitlab-Token": token,
+        "X-Gitlab-Event-UUID": uuid_ or str(uuid.uuid4()),
         "Content-Type": "application/json",
         "User-Agent": "GitLab/17.5.0",
     }

@@ -194,6 +194,8 @@ class OrgConfig:
     download: str = "git"
     refresh_seconds: float = 600.0
     include_archived: bool = False
+    # Hosts besides the API's own whose clone URLs the API may name (lowercased host names).
+    clone_hosts: tuple[str, ...] = ()
 
     @property
     def pattern(self) -> re.Pattern[str]:

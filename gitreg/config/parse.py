@@ -57,6 +57,8 @@ from gitreg.core.names import NAME_RE, SYSTEM_RE
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is a few KiB; refuse to read /dev/zero whole
 _GITHUB_OWNER_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", re.ASCII)
 _GITLAB_SEGMENT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}", re.ASCII)
+# A DNS name or IPv4 address: no scheme, user, port or path, and never starting with `-`.
+_CLONE_HOST_RE = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?", re.ASCII)
 
 
 def _validate_redis(c: TableReader, cache: CacheConfig) -> None:
@@ -255,6 +257,10 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
     )
     include_archived = r.bool("include_archived", False)
+    clone_hosts = tuple(h.lower() for h in r.str_list("clone_hosts"))
+    for h in clone_hosts:
+        if not _CLONE_HOST_RE.fullmatch(h):
+            r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
         return None
@@ -270,6 +276,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         download=download,
         refresh_seconds=refresh,
         include_archived=include_archived,
+        clone_hosts=clone_hosts,
     )
 
 

@@ -32,8 +32,10 @@ _URL_RE = re.compile(r"(?P<scheme>[A-Za-z0-9][A-Za-z0-9+.-]*)://(?P<rest>.*)", r
 _HELPER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9+.-]*::")
 # scp-like: `[user@]host:path` with a DNS name or IPv4 address for host. Stricter than git
 # (which hands any host to ssh): what we accept must rebuild into a clean ssh:// URL, and a
-# host starting with `-` would be an option to ssh.
-_SCP_RE = re.compile(r"(?:(?P<user>[A-Za-z0-9._~+-]+)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<path>.*)", re.DOTALL)
+# host (or user) starting with `-` would be an option to ssh.
+_SCP_RE = re.compile(
+    r"(?:(?P<user>[A-Za-z0-9._~+][A-Za-z0-9._~+-]*)@)?(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<path>.*)", re.DOTALL
+)
 # Characters no host, user or path of a usable Git URL contains (git and curl would see
 # something other than what Python's urlsplit, which drops tabs and newlines, sees).
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -92,8 +94,8 @@ def parse_or_reason(url: str) -> GitUrl | str:
         return NOT_A_GIT_URL  # a local path
     m = _SCP_RE.fullmatch(url)
     path = m.group("path") if m is not None else ""
-    if m is None or path.startswith(("//", ":")) or _CONTROL_RE.search(path):
-        return NOT_A_GIT_URL
+    if m is None or path.startswith(("//", ":", "-")) or _CONTROL_RE.search(path):
+        return NOT_A_GIT_URL  # (a path starting with `-` would be an option to the remote git)
     host = m.group("host").lower()
     user = m.group("user")
     netloc = f"{user}@{m.group('host')}" if user is not None else m.group("host")
@@ -129,6 +131,9 @@ def _parse_url(url: str, scheme: str) -> GitUrl | str:
         port = int(port_text)
     if _BAD_HOST_RE.search(host) or (not host and scheme != "file"):
         return "not a valid URL: no usable host"
+    if host.startswith("-") or (user or "").startswith("-"):
+        # ssh would read `-oProxyCommand=...` as an option: never. (A URL's path starts with `/`.)
+        return "not a valid URL: a host or user starting with '-'"
     return GitUrl(
         scheme,
         host.lower(),

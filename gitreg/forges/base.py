@@ -164,6 +164,7 @@ class OrgStats:
     rate_remaining: int | None = None
     modules: int = 0
     repositories: int = 0
+    conflicts: int = 0  # repositories not served: another repository holds their address (orgs.owners)
     last_success: float | None = None  # wall-clock time of the last complete listing
 
     def failed(self, reason: str) -> None:
@@ -196,6 +197,7 @@ class ForgeClient:
         self.stats = stats or OrgStats()
         api = urlsplit(org.api_url)
         self._origin = (api.scheme, (api.hostname or "").lower(), api.port)
+        self._api_path = api.path.rstrip("/") + "/"  # the token goes only to URLs under api_url's path
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
 
@@ -259,7 +261,9 @@ class ForgeClient:
                 raise ForgeError("bad_json", f"{self.org.label}: X-Next-Page {page[:20]!r} is not a page number")
             target = str(URL(url, encoded=True).update_query(page=page))
         parts = urlsplit(target)
-        if (parts.scheme, (parts.hostname or "").lower(), parts.port) != self._origin:
+        if (parts.scheme, (parts.hostname or "").lower(), parts.port) != self._origin or not _under(
+            parts.path, self._api_path
+        ):
             # The token goes with every request: never follow a link to another host.
             raise ForgeError(
                 "error", f"{self.org.label}: the API's next-page link leaves {self.org.api_url}; not followed"
@@ -377,6 +381,13 @@ class ForgeClient:
         return None  # a plain 403: the token may not read this
 
 
+def _under(path: str, prefix: str) -> bool:
+    """True when `path` is under `prefix` (ending in `/`), with no dot segment (plain or encoded)."""
+    if any(seg.lower().replace("%2e", ".") in (".", "..") for seg in path.split("/")):
+        return False
+    return (path.rstrip("/") + "/").startswith(prefix)
+
+
 def _path(url: str) -> str:
     return urlsplit(url).path[:200]
 
@@ -433,15 +444,18 @@ class TagEvent:
 
 @dataclass(frozen=True)
 class RepositoryEvent:
-    """A repository webhook, provider-neutral: what to drop and what to (re)load."""
+    """A repository webhook, provider-neutral: which repository to read again from the API.
+
+    It carries names only, never a record: what a payload says a repository is (its clone URL,
+    archived or not, gone or not) is a hint; the host's API answers it (orgs.OrgCatalog.apply).
+    """
 
     provider: str
     action: str
     full_name: str  # the repository's name now (owner/name, or GitLab's path_with_namespace)
     old_full_name: str | None = None  # before a rename or transfer
-    record: RepoRecord | None = None  # GitHub: the payload's repository object
-    project_id: str | None = None  # GitLab: fetched from the API (system hooks carry no URLs)
-    removed: bool = False  # the repository is gone (deleted, destroyed)
+    project_id: str | None = None  # GitLab: the project's id (what is fetched from the API)
+    removed: bool = False  # the payload says the repository is gone (deleted, destroyed): the API decides
 
 
 def json_payload(body: bytes, content_type: str) -> Mapping[str, Any]:

@@ -4,7 +4,8 @@ Listing: "List organization repositories" (`GET /orgs/{org}/repos`), or, when th
 user account, `GET /users/{user}/repos`; rate limits in `X-RateLimit-*`. Webhooks: a tag is
 a `push` of `refs/tags/...` or a `create`/`delete` with `ref_type: tag`; an organization's
 `repository` event (created, deleted, renamed, archived, unarchived, transferred, edited)
-carries the repository object itself. Deliveries are signed: `X-Hub-Signature-256:
+names a repository, which is then read again through `GET /repos/{owner}/{repo}` (the
+payload's own repository object is never taken as data). Deliveries are signed: `X-Hub-Signature-256:
 sha256=<hex HMAC-SHA256 of the raw body with [webhooks] github_secret>`.
 """
 
@@ -94,6 +95,21 @@ class GitHubClient(ForgeClient):
         self.is_user = False
         return found
 
+    async def repository(self, key: str) -> RepoRecord | None:
+        """One repository by full name (`GET /repos/{owner}/{repo}`); None when GitHub says it does not exist.
+
+        (A renamed or transferred repository's old name answers a redirect: a ForgeError, so the
+        caller enumerates again rather than take the old name as gone.)
+        """
+        owner, slash, name = key.partition("/")
+        if not slash or not owner or not name or "/" in name:
+            return None
+        try:
+            data, _ = await self.get_json(f"{self.org.api_url}/repos/{quote(owner, safe='')}/{quote(name, safe='')}")
+        except ForgeNotFound:
+            return None
+        return record(data)
+
 
 def owns(group: str, full_name: str) -> bool:
     """True when `full_name` (owner/name) is a repository of the organization or user `group`."""
@@ -150,7 +166,7 @@ def repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
         if isinstance(login, str) and login:
             old = f"{login}/{rec.name}"
     removed = action == "deleted"
-    return RepositoryEvent("github", action, rec.full_name, old, None if removed else rec, removed=removed)
+    return RepositoryEvent("github", action, rec.full_name, old, removed=removed)
 
 
 HOST = Host(

@@ -4,8 +4,9 @@ Listing: "List a group's projects" with its subgroups (`GET /groups/{path}/proje
 limits in `RateLimit-*`. Webhooks: a tag is a `Tag Push Hook` (or a `Push Hook`, or a system
 hook's `tag_push`) of `refs/tags/...`; a system hook's (or group hook's) project event
 (`project_create`, `project_destroy`, `project_rename`, `project_transfer`,
-`project_update`) names the project but carries no clone URL, so the project is fetched
-through the API. Deliveries carry `X-Gitlab-Token: <[webhooks] gitlab_token>` as it is.
+`project_update`) names the project, which is then read again through the API
+(`GET /projects/:id`, or by its path): the payload is a hint, never data. Deliveries
+carry `X-Gitlab-Token: <[webhooks] gitlab_token>` as it is.
 """
 
 from __future__ import annotations

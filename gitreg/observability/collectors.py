@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import urlsplit
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -174,7 +176,8 @@ class CacheCollector(Collector):
 
 class OrgCollector(Collector):
     """Reads the org catalog's per-org counters at scrape time; the label is the org as configured
-    (`provider:group`), so there are as many label values as `[[orgs]]` entries."""
+    (`provider:group`, with `@<api host>` when two orgs share it), so there are as many label
+    values as `[[orgs]]` entries."""
 
     def __init__(self, watched: Watched) -> None:
         self._watched = watched
@@ -204,10 +207,18 @@ class OrgCollector(Collector):
             "Seconds since the org was last listed successfully (+Inf: never).",
             labels=["org"],
         )
+        conflicts = GaugeMetricFamily(
+            "gitreg_org_address_conflicts",
+            "Repositories of the org not served because another repository holds their module address.",
+            labels=["org"],
+        )
         now = time.time()
+        listed = orgs.stats() if orgs is not None else []
+        shared = Counter(org.label for org, _ in listed)
         # The families are exposed without orgs too (no samples): dashboards and alerts can be set up first.
-        for org, stats in orgs.stats() if orgs is not None else ():
-            label = org.label[:100]
+        for org, stats in listed:
+            # Two orgs of one provider:group on different hosts (GitHub and a GHE) keep apart by host.
+            label = (org.label if shared[org.label] == 1 else f"{org.label}@{urlsplit(org.api_url).netloc}")[:100]
             calls.add_metric([label], stats.calls)
             for reason, count in sorted(stats.failures.items()):
                 failures.add_metric([label, reason], count)
@@ -216,7 +227,8 @@ class OrgCollector(Collector):
             modules.add_metric([label], stats.modules)
             repositories.add_metric([label], stats.repositories)
             age.add_metric([label], now - stats.last_success if stats.last_success is not None else float("inf"))
-        yield from (calls, failures, remaining, modules, repositories, age)
+            conflicts.add_metric([label], stats.conflicts)
+        yield from (calls, failures, remaining, modules, repositories, age, conflicts)
 
 
 class PoolCollector(Collector):

@@ -38,8 +38,9 @@ from gitreg.orgs.model import (
     patch,
     timestamp,
 )
+from gitreg.orgs.owners import Owners
 from gitreg.orgs.refresh import OrgRefresher
-from gitreg.orgs.store import OrgStore
+from gitreg.orgs.store import OrgStore, read_owners
 from gitreg.storage.files import collector_paused
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,13 @@ class OrgCatalog:
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._identities: dict[str, set[str]] | None = None  # built on the first webhook after a change
         self._resolved: dict[ModuleAddress, tuple[OrgRepo, ResolvedModule]] = {}
-        self._shadowed: dict[int, dict[str, str]] = {}  # org index -> full_name -> why (a clash across orgs)
-        self._clashes_logged: set[tuple[ModuleAddress, str]] = set()
+        self._shadowed: dict[int, dict[str, str]] = {}  # org index -> full_name -> why (an address conflict)
+        self._clashes_logged: set[tuple[ModuleAddress, str, str]] = set()
         # Told each change of the listing, on the event loop (a failing listener is logged, the rest still run).
         self.on_change: Signal[[OrgChanges]] = Signal(failures=(log, "an org listing subscriber failed"))
-        self._store = OrgStore(path, executor, self._orgs)  # path None: not persisted (gitreg check --probe)
+        self._owners = Owners(self._orgs)
+        # path None: not persisted (gitreg check --probe)
+        self._store = OrgStore(path, executor, self._orgs, self._owners)
         self._refresher = OrgRefresher(self._orgs, self)
 
     # ---- reading (requests) -----------------------------------------------------------
@@ -166,7 +169,7 @@ class OrgCatalog:
         out = []
         for s in self._orgs:
             ignored = {**s.ignored, **self._shadowed.get(s.index, {})}
-            modules = tuple(repo for address, repo in sorted(s.modules.items()) if repo.full_name not in ignored)
+            modules = tuple(repo for _, repo in sorted(s.modules.items()))
             out.append(
                 OrgReport(
                     org=s.config,
@@ -215,6 +218,10 @@ class OrgCatalog:
         self._store.loaded()
         return len(found)
 
+    async def load_owners(self, path: Path) -> None:
+        """Who holds each address, from the orgs.json at `path`, read only (`gitreg check --probe`)."""
+        self._owners.load(await asyncio.get_running_loop().run_in_executor(None, read_owners, path))
+
     async def lifetime(self) -> AsyncIterator[None]:
         """Load orgs.json, open an API session, enumerate in the background; stop and write at shutdown."""
         if not self._orgs:
@@ -234,7 +241,14 @@ class OrgCatalog:
     # ---- changing -----------------------------------------------------------------------
 
     async def apply(self, event: RepositoryEvent) -> int:
-        """Apply a repository webhook to every org it concerns; how many orgs it concerned."""
+        """A repository webhook, as a hint: read that repository again from each concerned org's API
+        and apply what the API says; how many orgs it concerned.
+
+        The payload never sets a record: a repository the API returns is taken as the API
+        describes it (wherever the payload said it was, or that it was deleted); only the API's
+        404 for the repository the event names removes it. What one read cannot settle (an old
+        name after a rename or transfer) is left to an enumeration, asked for at once.
+        """
         concerned = 0
         for s in self._orgs:
             if s.config.provider != event.provider:
@@ -244,23 +258,30 @@ class OrgCatalog:
             if not (now_here or before_here):
                 continue
             concerned += 1
-            if s.records is None:
+            if s.records is None or s.client is None:
                 self.refresh_soon(s.index)  # no listing to patch: the first enumeration will see it
                 continue
-            record: RepoRecord | None = None
-            if now_here and not event.removed:
-                fetched, record = await self._described(s, event)
-                if not fetched:
-                    continue
+            fetched, record = await self._described(s, event)
+            if not fetched:
+                continue
+            dropped = _confirmed_gone(s.records, event, record)
             if record is not None and not _owns(s, record.full_name):
+                # Moved out of the org (as the API says): its record, by id, leaves the listing.
+                dropped = tuple(key for key, rec in s.records.items() if record.id and rec.id == record.id)
                 record = None
-            dropped = tuple(name for name in (event.old_full_name, event.full_name) if name is not None)
             if s.lock.locked():
                 s.journal.append((dropped, record))
             records = dict(s.records)
             patch(records, dropped, record)
+            if before_here and event.old_full_name and event.old_full_name.lower() in records:
+                self.refresh_soon(s.index)  # whether the old name is gone is the listing's to say
             log.info(
-                "org %s: %s webhook: %s %s", s.config.label, event.provider, event.action[:40], event.full_name[:200]
+                "org %s: %s webhook %s %s: the API %s",
+                s.config.label,
+                event.provider,
+                event.action[:40],
+                event.full_name[:200],
+                f"lists {record.full_name[:200]}" if record is not None else "does not list it here",
             )
             self.take_listing(s, records, None)
         if concerned:
@@ -268,21 +289,20 @@ class OrgCatalog:
         return concerned
 
     async def _described(self, s: OrgState, event: RepositoryEvent) -> tuple[bool, RepoRecord | None]:
-        """The repository `event` names, as its payload or the API describes it now.
+        """The repository `event` names, as the API describes it now (one call): None when it says 404.
 
         (False, None) when the API did not answer in time: then the org is enumerated again.
         """
-        if event.record is not None or s.client is None:
-            return True, event.record
+        assert s.client is not None
         try:
-            # Within GitLab's webhook timeout (10 s); past it, the next enumeration will do.
+            # Within the hosts' webhook timeouts (10 s); past it, the next enumeration will do.
             found = await asyncio.wait_for(
                 s.client.repository(event.project_id or event.full_name), WEBHOOK_FETCH_SECONDS
             )
         except (TimeoutError, ForgeError) as e:
             why = e.message if isinstance(e, ForgeError) else "no answer in time"
             log.warning(
-                "org %s: webhook for %s: cannot fetch the project (%s); enumerating again",
+                "org %s: webhook for %s: cannot read the repository from the API (%s); enumerating again",
                 s.config.label,
                 event.full_name[:200],
                 why,
@@ -302,55 +322,94 @@ class OrgCatalog:
         """A page of org `s`'s first listing (not the last): its modules join the listing at once."""
         if s.records is not None:  # a webhook's listing, or orgs.json, came first
             return
-        modules, _ = evaluate(s.config, s.index, page, self.config.git.protocols)
-        for address, repo in modules.items():
-            s.modules.setdefault(address, repo)  # the last page's evaluation settles any clash
+        claims, _ = evaluate(s.config, s.index, page, self.config.git.protocols)
+        s.claims = [*s.claims, *claims]  # the last page's evaluation replaces them all
         self._rebuild()
 
     def take_listing(self, s: OrgState, records: dict[str, RepoRecord], since: float | None) -> None:
         """Take a new listing for org `s`, rebuild the combined listing, tell subscribers."""
         first = s.records is None
         s.records = records
-        s.modules, s.ignored = evaluate(s.config, s.index, records.values(), self.config.git.protocols)
+        s.claims, s.ignored = evaluate(s.config, s.index, records.values(), self.config.git.protocols)
         s.stats.repositories = len(records)
         recent: set[ModuleAddress] = set()
         if since is not None:
             # GitLab moves its timestamps at most every few minutes per project: a push soon
             # after the one we last saw leaves the marker as it was. Look again at those.
-            for address, repo in s.modules.items():
+            for repo in s.claims:
                 rec = records.get(repo.full_name.lower())
                 marker = timestamp(repo.pushed_at) if rec is not None and rec.pushed_throttle else None
                 if marker is not None and rec is not None and since - marker < rec.pushed_throttle:
-                    recent.add(address)
+                    recent.add(repo.address)
         self._rebuild(frozenset(recent), announce=first and self.complete())
 
     def _rebuild(self, pushed_hint: frozenset[ModuleAddress] = frozenset(), announce: bool = False) -> None:
-        """Combine the orgs' modules into the listing; tell subscribers what changed (and, with
-        `announce`, that every org is listed now, even when its last page changed nothing)."""
+        """Combine the orgs' claims into the listing, each address served by its owner; tell subscribers
+        what changed (and, with `announce`, that every org is listed now, even when its last page
+        changed nothing)."""
         old = self._listing
-        new: dict[ModuleAddress, OrgRepo] = {}
-        shadowed: dict[int, dict[str, str]] = {}
-        for s in self._orgs:  # config order: the earlier org wins a clash
-            for address, repo in s.modules.items():
-                winner = new.get(address)
-                if winner is None:
-                    new[address] = repo
-                    continue
-                why = f"{address} is already served by {winner.full_name} of {self.config.orgs[winner.org].label}"
-                shadowed.setdefault(s.index, {})[repo.full_name] = why
-                if (address, repo.full_name) not in self._clashes_logged:
-                    self._clashes_logged.add((address, repo.full_name))
-                    log.warning("org %s: %s is not served: %s", s.config.label, repo.full_name[:200], why)
-        self._install(new)
-        self._shadowed = shadowed
+        claims: dict[ModuleAddress, list[OrgRepo]] = {}
         for s in self._orgs:
-            s.stats.modules = sum(1 for repo in new.values() if repo.org == s.index)
+            for repo in s.claims:
+                claims.setdefault(repo.address, []).append(repo)
+        new: dict[ModuleAddress, OrgRepo] = {}
+        conflicts: dict[int, dict[str, str]] = {}
+        for address, repos in claims.items():
+            owner = self._owners.settle(address, repos, self._first_claim)
+            if owner is not None:
+                new[address] = owner
+            for repo in repos:
+                if repo is not owner:
+                    conflicts.setdefault(repo.org, {})[repo.full_name] = self._conflict(repo, owner)
+        self._owners.forget_gone(claims.keys())
+        self._install(new)
+        self._shadowed = conflicts
+        for s in self._orgs:
+            s.modules = {a: r for a, r in new.items() if r.org == s.index}
+            s.stats.modules = len(s.modules)
+            s.stats.conflicts = len(conflicts.get(s.index, ()))
         for address in old.keys() - new.keys():
             self._resolved.pop(address, None)
         changes = _diff(old, new, pushed_hint)
-        if changes or announce:
-            self._store.changed()
-            self.on_change.emit(changes)
+        if changes or announce or self._owners.dirty:
+            self._store.changed()  # (the owners' flag is cleared by the write)
+            if changes or announce:
+                self.on_change.emit(changes)
+
+    def _first_claim(self, repos: list[OrgRepo]) -> OrgRepo:
+        """Of claims to an address nobody holds yet: the earlier org's, then the oldest repository's
+        (the lowest id: created first), never the first by name (`aaa-...` sorts before anyone)."""
+
+        def age(repo: OrgRepo) -> tuple[int, int, str]:
+            records = self._orgs[repo.org].records or {}
+            rec = records.get(repo.full_name.lower())
+            rid = int(rec.id) if rec is not None and rec.id.isdigit() and len(rec.id) < 30 else 1 << 100
+            return repo.org, rid, repo.full_name.lower()
+
+        return min(repos, key=age)
+
+    def _conflict(self, repo: OrgRepo, owner: OrgRepo | None) -> str:
+        """Why `repo` does not serve its address (its owner holds it); logged once per pair."""
+        if owner is None:
+            held = self._owners.holder(repo.address)
+            holder = f"{held[1]} of {self.config.orgs[held[0]].label}" if held else "another repository"
+            why = f"conflict: {repo.address} is held by {holder}, whose org is not listed yet"
+        else:
+            why = (
+                f"conflict: {repo.address} is held by {owner.full_name} of {self.config.orgs[owner.org].label}; "
+                "an address keeps its first owner until that repository is gone"
+            )
+        key = (repo.address, repo.full_name, owner.full_name if owner is not None else "")
+        if key not in self._clashes_logged:
+            self._clashes_logged.add(key)
+            log.warning(
+                "org %s: %s claims %s, not served: %s",
+                self.config.orgs[repo.org].label,
+                repo.full_name[:200],
+                repo.address,
+                why,
+            )
+        return why
 
     def _install(self, new: dict[ModuleAddress, OrgRepo]) -> None:
         self._listing = new
@@ -376,6 +435,21 @@ class OrgCatalog:
                 if s.records is None:
                     s.records = {}  # listed by the serving process: nothing to wait for here
         self._install(new)
+
+
+def _confirmed_gone(
+    records: Mapping[str, RepoRecord], event: RepositoryEvent, found: RepoRecord | None
+) -> tuple[str, ...]:
+    """The listed names the API's answer about `event`'s repository removes.
+
+    Found: none by name (patch() drops the record of the same id, its old name). Not found
+    (404): what the event asked about, by project id when it was asked by id, else by name.
+    """
+    if found is not None:
+        return ()
+    if event.project_id is not None:
+        return tuple(key for key, rec in records.items() if rec.id == event.project_id)
+    return (event.full_name.lower(),) if event.full_name.lower() in records else ()
 
 
 def _owns(s: OrgState, full_name: str) -> bool:

@@ -1,7 +1,8 @@
 """What an org listing is made of: its repositories that are modules, changes, reports, per-org state.
 
 `evaluate` is the one rule that turns a host's repository records into modules (name pattern,
-archived, topic, allowed transport, one repository per address); everything else here is data.
+archived, topic, clone URLs on the API's own Git host over an allowed transport); which of
+several claims to one address is served is the catalog's (its first owner keeps it).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlsplit
 
-from gitreg.config.model import KNOWN_PROTOCOLS, OrgConfig
+from gitreg.config.model import OrgConfig
 from gitreg.core.errors import UpstreamUnavailable
 from gitreg.core.names import ModuleAddress
-from gitreg.core.urls import mask, transport
+from gitreg.core.urls import mask, parse
 from gitreg.forges.base import ForgeClient, OrgStats, RepoRecord
 
 # Reasons a repository is not a module, as `report()` and `gitreg check --probe` show them.
@@ -88,7 +90,8 @@ class OrgState:
     stats: OrgStats = field(default_factory=OrgStats)
     client: ForgeClient | None = None
     records: dict[str, RepoRecord] | None = None  # full_name.lower() -> record; None: no listing yet
-    modules: dict[ModuleAddress, OrgRepo] = field(default_factory=dict)
+    claims: list[OrgRepo] = field(default_factory=list)  # every repository that is a module, by the rule
+    modules: dict[ModuleAddress, OrgRepo] = field(default_factory=dict)  # the addresses this org owns
     ignored: dict[str, str] = field(default_factory=dict)
     enumerated_at: float | None = None
     loaded: bool = False
@@ -102,15 +105,49 @@ class OrgState:
     attempted: asyncio.Event = field(default_factory=asyncio.Event)  # a first enumeration ended (either way)
 
 
+def git_hosts(org: OrgConfig) -> frozenset[str]:
+    """The hosts whose clone URLs org `org`'s API may name: its own Git host, and `clone_hosts`.
+
+    The API's Git host is `api_url`'s host, and without a leading `api.` too (api.github.com
+    serves github.com; GitLab and GitHub Enterprise Server serve the API on the Git host).
+    """
+    api = (urlsplit(org.api_url).hostname or "").lower()
+    return frozenset({api, api.removeprefix("api."), *org.clone_hosts} - {""})
+
+
+def link(url: str) -> str:
+    """`url` when it is an http(s) URL with a host (a page link may be followed); else ""."""
+    found = parse(url)
+    return url if found is not None and found.scheme in ("http", "https") and found.host else ""
+
+
+def unusable(url: str, hosts: frozenset[str], allowed: Iterable[str], what: str) -> str | None:
+    """Why the clone URL `url` from an org's API is not used (host, transport), or None when it is fine."""
+    found = parse(url)
+    shown = mask(url)[:200]
+    if found is None:
+        return f"its {what} clone URL {shown!r} is not a Git URL gitreg accepts"
+    if found.host not in hosts:
+        where = ", ".join(sorted(hosts))
+        return f"its {what} clone URL {shown!r} is not on the API's Git host ({where}; see clone_hosts)"
+    if found.transport not in allowed:
+        return f"its {what} clone URL {shown!r} uses a transport [git] protocols does not allow"
+    return None
+
+
 def evaluate(
     org: OrgConfig, index: int, records: Iterable[RepoRecord], protocols: tuple[str, ...]
-) -> tuple[dict[ModuleAddress, OrgRepo], dict[str, str]]:
-    """Which repositories are modules (address -> OrgRepo) and which are ignored (full_name -> why)."""
-    modules: dict[ModuleAddress, OrgRepo] = {}
+) -> tuple[list[OrgRepo], dict[str, str]]:
+    """Which repositories claim a module address, and which are ignored (full_name -> why).
+
+    Several may claim one address: which of them serves it (its owner) is the catalog's call.
+    """
+    claims: list[OrgRepo] = []
     ignored: dict[str, str] = {}
     pattern = org.pattern
     topic = org.topic.casefold() if org.topic else None
-    for rec in sorted(records, key=lambda r: r.full_name.lower()):  # sorted: a clash resolves the same way every time
+    hosts = git_hosts(org)
+    for rec in records:
         m = pattern.match(rec.name)
         if m is None:
             ignored[rec.full_name] = NAME_MISMATCH.format(pattern=org.repository_pattern)
@@ -121,42 +158,41 @@ def evaluate(
         if topic is not None and topic not in {t.casefold() for t in rec.topics}:
             ignored[rec.full_name] = NO_TOPIC.format(topic=org.topic)
             continue
-        scheme = transport(rec.https_url)
-        if scheme not in protocols or rec.https_url.startswith("-"):
-            ignored[rec.full_name] = (
-                f"its clone URL {mask(rec.https_url)[:200]!r} uses a transport [git] protocols does not allow"
-            )
-            continue
         clone_url = rec.ssh_url if org.clone == "ssh" and rec.ssh_url else rec.https_url
-        # (The https URL's transport is known already: parsing a URL is most of this loop's time.)
-        clone_scheme = scheme if clone_url == rec.https_url else transport(clone_url)
-        if clone_scheme not in KNOWN_PROTOCOLS or clone_url.startswith("-"):
-            clone_url = rec.https_url
-        address = ModuleAddress(org.namespace, m.group("name"), m.group("system"))
-        if address in modules:
-            ignored[rec.full_name] = f"{address} is already served by {modules[address].full_name}"
+        why = unusable(rec.https_url, hosts, protocols, "https")
+        if why is None and clone_url != rec.https_url:
+            why = unusable(clone_url, hosts, ("ssh",), "ssh")
+        if why is not None:
+            ignored[rec.full_name] = why
             continue
-        modules[address] = OrgRepo(
-            address=address,
-            repository=rec.https_url,
-            clone_url=clone_url,
-            web_url=rec.web_url,
-            description=rec.description,
-            topics=rec.topics,
-            archived=rec.archived,
-            pushed_at=rec.pushed_at,
-            full_name=rec.full_name,
-            org=index,
+        claims.append(
+            OrgRepo(
+                address=ModuleAddress(org.namespace, m.group("name"), m.group("system")),
+                repository=rec.https_url,
+                clone_url=clone_url,
+                web_url=link(rec.web_url),
+                description=rec.description,
+                topics=rec.topics,
+                archived=rec.archived,
+                pushed_at=rec.pushed_at,
+                full_name=rec.full_name,
+                org=index,
+            )
         )
-    return modules, ignored
+    return claims, ignored
 
 
 def patch(records: dict[str, RepoRecord], dropped: tuple[str, ...], record: RepoRecord | None) -> None:
-    """Drop repositories by full name, then add `record` (a webhook's change to a listing)."""
+    """Drop repositories by full name, then put `record` in (a webhook's change to a listing, as the API
+    described the repository): under its name now, its old name (the same id) dropped."""
     for name in dropped:
         records.pop(name.lower(), None)
     if record is not None:
-        records[record.full_name.lower()] = record
+        key = record.full_name.lower()
+        if record.id:
+            for old in [k for k, rec in records.items() if rec.id == record.id and k != key]:
+                del records[old]
+        records[key] = record
 
 
 def timestamp(text: str) -> float | None:

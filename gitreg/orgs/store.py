@@ -1,11 +1,13 @@
 """orgs.json: the org listings as last enumerated, so a restart serves them before the API answers.
 
-The document (format 1): `{"format": 1, "orgs": [{"provider", "api_url", "group",
-"enumerated_at", "repositories": [RepoRecord.to_json(), ...]}, ...]}`, one entry per org that
-has a listing. Written whole and atomically (`.orgs-*.tmp` renamed over it) off the event
-loop, only when the listing changed since the last write; read at start, where a damaged file
-is set aside as `orgs.json.damaged` and the listings start empty. The file mechanics are kept
-apart from the document (`encode`/`decode`) so that they can move to one shared state-file helper.
+The document (format 1): `{"format": 1, "owners": [{"address", "provider", "api_url",
+"group", "full_name"}, ...], "orgs": [{"provider", "api_url", "group", "enumerated_at",
+"repositories": [RepoRecord.to_json(), ...]}, ...]}`, one entry per org that has a listing
+(`owners`, who holds each address, orgs.owners, is optional: older files lack it). Written
+whole and atomically (`.orgs-*.tmp` renamed over it) off the event loop, only when the
+listing changed since the last write; read at start, where a damaged file is set aside as
+`orgs.json.damaged` and the listings start empty. The file mechanics are kept apart from the
+document (`encode`/`decode`) so that they can move to one shared state-file helper.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from gitreg.forges.base import RepoRecord
 from gitreg.orgs.model import OrgState
+from gitreg.orgs.owners import Owners
 from gitreg.storage.files import collector_paused, json_document, remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
@@ -34,8 +37,8 @@ _TMP_PREFIX = ".orgs-"  # temp files of write_atomically (`.orgs-*.tmp`)
 Loaded = tuple[OrgState, list[RepoRecord], float | None]
 
 
-def encode(orgs: Iterable[OrgState]) -> str:
-    """The orgs.json document of the orgs that have a listing."""
+def encode(orgs: Iterable[OrgState], owners: list[dict[str, Any]] | None = None) -> str:
+    """The orgs.json document of the orgs that have a listing (and who owns each address: orgs.owners)."""
     entries = [
         json_document(
             {
@@ -50,7 +53,8 @@ def encode(orgs: Iterable[OrgState]) -> str:
         for s in orgs
         if s.records is not None
     ]
-    return json_document({"format": FORMAT}, "orgs", entries)
+    head: dict[str, Any] = {"format": FORMAT} if owners is None else {"format": FORMAT, "owners": owners}
+    return json_document(head, "orgs", entries)
 
 
 def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
@@ -81,8 +85,11 @@ def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
 class OrgStore:
     """orgs.json for a catalog's orgs: read once at start, written when changed (event loop only)."""
 
-    def __init__(self, path: Path | None, executor: Executor | None, orgs: Sequence[OrgState]) -> None:
+    def __init__(
+        self, path: Path | None, executor: Executor | None, orgs: Sequence[OrgState], owners: Owners | None = None
+    ) -> None:
         self.path = path  # None: not persisted (gitreg check --probe)
+        self.owners = owners  # who holds each address: written with the listings, read back first
         self.executor = executor
         self._orgs = orgs
         self._dirty = False
@@ -99,11 +106,14 @@ class OrgStore:
             return []
         data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, self.path)
         with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
+            if self.owners is not None and isinstance(data, dict) and data.get("format") == FORMAT:
+                self.owners.load(data.get("owners"))  # (a file without `owners` predates them: none held)
             return decode(data, self._orgs)
 
     def loaded(self) -> None:
-        """What was just read and taken is what the file holds: nothing to write."""
-        self._dirty = False
+        """What was just read and taken is what the file holds: nothing to write (unless owners were
+        settled that it lacks: a file older than `owners`)."""
+        self._dirty = self.owners is not None and self.owners.dirty
 
     async def flush(self) -> None:
         """Write orgs.json if the listing changed since the last write (off the event loop)."""
@@ -112,8 +122,10 @@ class OrgStore:
         async with self._write_lock:
             if not self._dirty:
                 return
-            text = encode(self._orgs)
+            text = encode(self._orgs, self.owners.to_json() if self.owners is not None else None)
             self._dirty = False
+            if self.owners is not None:
+                self.owners.dirty = False
             try:
                 await asyncio.get_running_loop().run_in_executor(
                     self.executor, write_atomically, self.path, text, _TMP_PREFIX
@@ -134,6 +146,16 @@ class OrgStore:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.flush()
+
+
+def read_owners(path: Path) -> Any:
+    """orgs.json's `owners` list, read only (blocking; nothing is set aside): None when there is none."""
+    try:
+        with collector_paused():
+            data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
 def _read_json(path: Path) -> Any:

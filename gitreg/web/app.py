@@ -53,7 +53,7 @@ from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
-from gitreg.web.api.webhooks import webhook_routes
+from gitreg.web.api.webhooks import DELIVERIES, Deliveries, webhook_routes
 from gitreg.web.auth import TokenChecker
 from gitreg.web.keys import (
     ARCHIVES,
@@ -432,6 +432,7 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
+    app[DELIVERIES] = Deliveries()
     add_ui(app)
     app.on_shutdown.append(_stopping)
     return app

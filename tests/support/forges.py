@@ -102,16 +102,23 @@ class FakeForge:
         subgroup: str = "",
         repo: str | None = None,
         pushed: float | None = None,
+        key: str | None = None,
+        rid: int | None = None,
     ) -> dict[str, Any]:
-        """List repository `name`, cloned from the git server's `<repo or name>.git`; its API object."""
+        """List repository `name`, cloned from the git server's `<repo or name>.git`; its API object.
+
+        `key`: how this fake names it (default `name`: two subgroups may hold one name); `rid`:
+        its id (default the next one: a repository transferred in from elsewhere is older).
+        """
         now = time.time() if pushed is None else pushed
         clone = self.git.url(f"{repo or name}.git")
+        rid = next(_IDS) if rid is None else rid
         with self._lock:
             if self.provider == "github":
-                obj = self._github_object(next(_IDS), name, clone, topics, archived, description, now)
+                obj = self._github_object(rid, name, clone, topics, archived, description, now)
             else:
-                obj = self._gitlab_object(next(_IDS), name, clone, topics, archived, description, now, subgroup)
-            self._repos[name] = obj
+                obj = self._gitlab_object(rid, name, clone, topics, archived, description, now, subgroup)
+            self._repos[key or name] = obj
             return json.loads(json.dumps(obj))
 
     def remove(self, name: str) -> dict[str, Any]:
@@ -143,6 +150,13 @@ class FakeForge:
                 )
             self._repos[new] = obj
             return json.loads(json.dumps(obj))
+
+    def update(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Change fields of a repository's API object as the host would describe it (archived, a
+        hostile clone_url...); its new API object."""
+        with self._lock:
+            self._repos[name].update(fields)
+            return json.loads(json.dumps(self._repos[name]))
 
     def touch(self, name: str, when: float | None = None) -> None:
         """A push: move the repository's push marker (GitHub pushed_at; GitLab updated_at)."""
@@ -473,6 +487,15 @@ class FakeForge:
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
         return await self._page(request, self._sorted())
 
+    async def _github_repository(self, request: web.Request) -> web.Response:
+        # "Get a repository": GET /repos/{owner}/{repo}, 404 when it does not exist (or is not visible).
+        full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
+        with self._lock:
+            for obj in self._repos.values():
+                if obj["full_name"].lower() == full:
+                    return web.json_response(obj)
+        return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
+
     async def _gitlab_group_projects(self, request: web.Request) -> web.Response:
         # The group's full path arrives URL-encoded (`platform%2Fterraform`): read it raw.
         raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/groups/").removesuffix("/projects")
@@ -501,6 +524,7 @@ class FakeForge:
             app.router.add_get("/organizations/{id}/repos", self._github_org_repos_by_id)
             app.router.add_get("/users/{user}/repos", self._github_user_repos)
             app.router.add_get("/user/{id}/repos", self._github_org_repos_by_id_user)
+            app.router.add_get("/repos/{owner}/{repo}", self._github_repository)
         else:
             app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)

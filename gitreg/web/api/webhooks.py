@@ -12,7 +12,13 @@ the tag cache and refreshed in the background, so the next `terraform init` is f
 Org mode (`[[orgs]]`): a GitHub organization webhook's `repository` event (created, deleted,
 renamed, archived, unarchived, transferred, edited) and a GitLab system hook's (or group
 hook's) project event (`project_create`, `project_destroy`, `project_rename`,
-`project_transfer`, `project_update`) change the org listing at once (orgs.OrgCatalog.apply).
+`project_transfer`, `project_update`) make gitreg read that repository again from the org's
+API at once (orgs.OrgCatalog.apply).
+
+Webhooks are hints, never data: a repository event makes gitreg read that one repository again
+from the org's API, and a delivery received already (GitHub `X-GitHub-Delivery`, GitLab
+`Idempotency-Key` or `X-Gitlab-Event-UUID`, else a digest of the body) within two hours is
+answered 202 `duplicate` and does nothing.
 
 These endpoints are not behind the registry's bearer tokens: the shared secret is their
 authentication. Without a configured secret an endpoint does not exist (404).
@@ -20,8 +26,11 @@ authentication. Without a configured secret an endpoint does not exist (404).
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Iterable
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from aiohttp import web
 
@@ -42,6 +51,16 @@ webhook_routes = web.RouteTableDef()
 GITHUB_PATH = "/webhooks/github"
 GITLAB_PATH = "/webhooks/gitlab"
 PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
+# A delivery already received within this long is a replay: answered, and nothing is done.
+DELIVERY_MEMORY_SECONDS = 2 * 3600.0
+# At most this many deliveries are remembered (about 150 bytes each): the oldest go first.
+MAX_DELIVERIES = 100_000
+# What names a delivery: GitHub's GUID (the same on a redelivery), GitLab's idempotency key (the
+# same on its retries), else its event UUID; without one, a digest of the body.
+DELIVERY_HEADERS = {
+    "github": ("X-GitHub-Delivery",),
+    "gitlab": ("Idempotency-Key", "X-Gitlab-Event-UUID"),
+}
 # GitHub caps payloads at 25 MB, but a tag event is a few kilobytes; 1 MiB leaves room for a
 # push with many commits and still bounds what an unauthenticated caller can make us read.
 MAX_BODY_BYTES = 1024 * 1024
@@ -63,6 +82,44 @@ class PayloadTooLarge(GitregError):
     """The body is larger than MAX_BODY_BYTES."""
 
     status = 413
+
+
+class Deliveries:
+    """The deliveries received lately (bounded, event loop only), so that a replay does nothing.
+
+    Only authenticated deliveries are remembered: a caller without the secret cannot fill it.
+    """
+
+    def __init__(self, seconds: float = DELIVERY_MEMORY_SECONDS, limit: int = MAX_DELIVERIES) -> None:
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._seconds = seconds
+        self._limit = limit
+
+    @staticmethod
+    def key(provider: str, headers: Mapping[str, str], body: bytes) -> str:
+        """What names the delivery: the host's delivery header, else a digest of the body."""
+        for name in DELIVERY_HEADERS[provider]:
+            value = headers.get(name, "").strip()
+            if value:
+                return f"{provider}:{name.lower()}:{value[:200]}"
+        return f"{provider}:sha256:{hashlib.sha256(body).hexdigest()}"
+
+    def first(self, key: str) -> bool:
+        """True (and remembered) when `key` was not received within the memory; False for a replay."""
+        now = time.monotonic()
+        while self._seen and (len(self._seen) >= self._limit or next(iter(self._seen.values())) < now - self._seconds):
+            self._seen.popitem(last=False)
+        if key in self._seen:
+            return False
+        self._seen[key] = now
+        return True
+
+    def forget(self, key: str) -> None:
+        """The delivery failed on our side: a redelivery of it is tried again."""
+        self._seen.pop(key, None)
+
+
+DELIVERIES = web.AppKey("webhook_deliveries", Deliveries)
 
 
 def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
@@ -159,7 +216,10 @@ def _ignored(request: web.Request, provider: str, why: str) -> web.Response:
 
 
 async def _authenticated_body(request: web.Request, provider: str, secret: str | None) -> bytes:
-    """The body of a delivery whose secret checks out; counts and raises otherwise."""
+    """The body of a delivery whose secret checks out; counts and raises otherwise.
+
+    (A replay is told apart after this: only authenticated deliveries are remembered.)
+    """
     metrics = request.app[METRICS]
     forge = HOSTS[provider]
     if secret is None:
@@ -179,10 +239,33 @@ async def _authenticated_body(request: web.Request, provider: str, secret: str |
     return body
 
 
+async def _once(
+    request: web.Request, provider: str, body: bytes, handle: Callable[[web.Request, bytes], Awaitable[web.Response]]
+) -> web.Response:
+    """Handle an authenticated delivery once: a replay within DELIVERY_MEMORY_SECONDS does nothing."""
+    deliveries = request.app[DELIVERIES]
+    key = Deliveries.key(provider, request.headers, body)
+    if not deliveries.first(key):
+        request.app[METRICS].webhook(provider, "duplicate")
+        log.info("%s webhook: delivery %s was received already; ignored", provider, key.rsplit(":", 1)[-1][:80])
+        return web.json_response(
+            {"result": "duplicate", "note": "this delivery was received already; nothing was done again"}, status=202
+        )
+    try:
+        return await handle(request, body)
+    except BaseException:
+        deliveries.forget(key)  # not acted upon (malformed, or our failure): a redelivery is tried again
+        raise
+
+
 @webhook_routes.post(GITHUB_PATH)
 async def github(request: web.Request) -> web.Response:
     """A GitHub webhook delivery (content type application/json or form-encoded)."""
     body = await _authenticated_body(request, "github", request.app[CONFIG].webhooks.github_secret)
+    return await _once(request, "github", body, _github)
+
+
+async def _github(request: web.Request, body: bytes) -> web.Response:
     event = request.headers.get(github_host.EVENT_HEADER, "")
     try:
         payload = json_payload(body, request.content_type)
@@ -209,6 +292,10 @@ async def github(request: web.Request) -> web.Response:
 async def gitlab(request: web.Request) -> web.Response:
     """A GitLab webhook delivery (project hook or system hook)."""
     body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)
+    return await _once(request, "gitlab", body, _gitlab)
+
+
+async def _gitlab(request: web.Request, body: bytes) -> web.Response:
     event = request.headers.get(gitlab_host.EVENT_HEADER, "")
     try:
         payload = json_payload(body, request.content_type)
