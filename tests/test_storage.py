@@ -416,3 +416,31 @@ async def test_a_state_file_is_written_only_when_changed_and_a_damaged_one_is_se
     ) == 1
     assert file.read() is None  # set aside: the next start finds no file, and logs nothing
     assert len(caplog.records) == 1
+
+
+async def test_a_state_file_flush_cancelled_during_its_write_still_leaves_the_file_written(tmp_path):
+    # Shutdown cancels the flush loop; a write already on its way must land, and the last flush
+    # must not find the file marked written while it is not (orgs.json was missing after a restart).
+    from gitreg.storage.state import StateFile
+
+    count = {"n": 0}
+
+    def snapshot():
+        data = {"format": 1, "n": count["n"]}
+
+        def encode() -> str:
+            time.sleep(0.3)  # a large document: the write takes a while
+            return json.dumps(data)
+
+        return encode
+
+    state = StateFile(tmp_path / "state.json", 1, ".state-", snapshot, unreadable="starting empty")
+    count["n"] = 1
+    state.mark_dirty()
+    flush = asyncio.ensure_future(state.flush())
+    await asyncio.sleep(0.05)
+    flush.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flush
+    await state.flush()
+    assert json.loads((tmp_path / "state.json").read_text()) == {"format": 1, "n": 1}

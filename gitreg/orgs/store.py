@@ -141,9 +141,8 @@ class OrgStore:
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        """At shutdown: stop pending flushes, then write what changed."""
-        for task in list(self._tasks):
-            task.cancel()
+        """At shutdown: let pending flushes finish (a flush cancelled in the middle of its write
+        would leave the listing marked written when it may not be), then write what changed."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.flush()
 

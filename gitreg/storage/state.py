@@ -121,8 +121,16 @@ class StateFile:
                 return None
             encode = self._snapshot()
             self.dirty = False
+            # Shielded: cancelled in the middle (shutdown stops the flush loop), the write still
+            # finishes before the cancellation goes on, so the last flush never finds the file
+            # marked written while an older text is still on its way to disk.
+            write = asyncio.ensure_future(run_file_work(self.executor, self._write, encode))
             try:
-                text = await run_file_work(self.executor, self._write, encode)
+                text = await asyncio.shield(write)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await write
+                raise
             except OSError as e:
                 self.dirty = True  # try again at the next flush
                 log.warning("could not write %s: %s", self.path, e)
