@@ -191,6 +191,9 @@ class OrgConfig:
     download: str = "git"
     refresh_seconds: float = 600.0
     include_archived: bool = False
+    # A listing with more repositories fails (the last good one stays): a runaway or hostile API
+    # cannot grow the listing, orgs.json and the index without bound.
+    max_repositories: int = 10_000
 
     @property
     def pattern(self) -> re.Pattern[str]:

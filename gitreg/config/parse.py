@@ -252,6 +252,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
     )
     include_archived = r.bool("include_archived", False)
+    max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
         return None
@@ -267,6 +268,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         download=download,
         refresh_seconds=refresh,
         include_archived=include_archived,
+        max_repositories=max_repositories,
     )
 
 

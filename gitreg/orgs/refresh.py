@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 # After a failed enumeration the next try comes sooner than refresh_seconds: 15 s, doubling.
 FAILURE_RETRY_SECONDS = 15.0
+# However far ahead a host puts its rate limit's reset, the org is tried again within this.
+MAX_BACKOFF_SECONDS = 3600.0
 _JITTER = 0.1
 
 
@@ -138,11 +140,13 @@ class OrgRefresher:
 
 
 def _failed(s: OrgState, e: ForgeError) -> None:
-    """An enumeration of `s` failed: remember why; its last listing stays."""
+    """An enumeration of `s` failed: remember why (logged once while it fails the same way); its last listing stays."""
+    again = s.error == e.message
     s.error = e.message
     s.failures += 1
     kept = f"keeping the last listing ({len(s.records)} repositories)" if s.records is not None else "no listing yet"
-    log.warning("org %s: listing failed: %s; %s", s.config.label, e.message, kept)
+    level = logging.DEBUG if again else logging.WARNING
+    log.log(level, "org %s: listing failed: %s; %s", s.config.label, e.message, kept)
 
 
 def _next_delay(s: OrgState, ok: bool) -> float:
@@ -151,5 +155,15 @@ def _next_delay(s: OrgState, ok: bool) -> float:
     delay = refresh if ok else min(refresh, FAILURE_RETRY_SECONDS * 2 ** min(s.failures - 1, 10))
     client = s.client
     if not ok and client is not None and s.stats.rate_remaining == 0 and client.reset_at:
-        delay = max(delay, client.reset_at - time.time())  # never ask again before the quota resets
-    return delay * random.uniform(1 - _JITTER, 1 + _JITTER)  # orgs sharing a host do not fire together
+        reset = client.reset_at - time.time()  # never ask again before the quota resets...
+        if reset > MAX_BACKOFF_SECONDS:  # ...unless the host names a reset past any real one
+            log.warning(
+                "org %s: the API's rate limit resets in %.0f s; trying again in %.0f s instead",
+                s.config.label,
+                reset,
+                MAX_BACKOFF_SECONDS,
+            )
+            reset = MAX_BACKOFF_SECONDS
+        delay = max(delay, reset)
+    delay *= random.uniform(1 - _JITTER, 1 + _JITTER)  # orgs sharing a host do not fire together
+    return delay if ok else min(delay, MAX_BACKOFF_SECONDS)
