@@ -136,7 +136,7 @@ class OrgRefresher:
             except Exception:
                 log.exception("org %s: enumeration failed", s.config.label)
                 ok = False
-            delay = _next_delay(s, ok)
+            delay = next_delay(s, ok)
 
 
 def _failed(s: OrgState, e: ForgeError) -> None:
@@ -149,7 +149,7 @@ def _failed(s: OrgState, e: ForgeError) -> None:
     log.log(level, "org %s: listing failed: %s; %s", s.config.label, e.message, kept)
 
 
-def _next_delay(s: OrgState, ok: bool) -> float:
+def next_delay(s: OrgState, ok: bool) -> float:
     """Seconds until org `s`'s next enumeration, after one that succeeded (`ok`) or failed."""
     refresh = s.config.refresh_seconds
     delay = refresh if ok else min(refresh, FAILURE_RETRY_SECONDS * 2 ** min(s.failures - 1, 10))
