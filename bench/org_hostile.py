@@ -125,7 +125,7 @@ def report(name: str, figures: dict[str, float], extra: str = "") -> None:
 
 def scenario_listing(root: Path, name: str, repos: int, padding: int) -> None:
     fake, api_url = start_fake(repos, padding)
-    work = workdir(f"org-hostile-{name}-")
+    work = workdir(f"org-hostile-{name.split()[0]}-")
     try:
         server = start_gitreg(
             ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root)))], work / "log", root=root

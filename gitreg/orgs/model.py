@@ -105,6 +105,10 @@ class OrgState:
     attempted: asyncio.Event = field(default_factory=asyncio.Event)  # a first enumeration ended (either way)
 
 
+# What evaluate() finds: the modules (address -> OrgRepo), and the repositories ignored (full_name -> why).
+Evaluated = tuple[dict[ModuleAddress, OrgRepo], dict[str, str]]
+
+
 def evaluate(
     org: OrgConfig, index: int, records: Iterable[RepoRecord], protocols: tuple[str, ...]
 ) -> tuple[dict[ModuleAddress, OrgRepo], dict[str, str]]:

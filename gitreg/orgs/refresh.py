@@ -21,7 +21,7 @@ import aiohttp
 
 from gitreg.forges.base import ForgeError, RepoRecord
 from gitreg.forges.hosts import client_for
-from gitreg.orgs.model import OrgState, patch
+from gitreg.orgs.model import Evaluated, OrgState, patch
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,13 @@ _JITTER = 0.1
 class Listings(Protocol):
     """What enumerations feed (orgs.catalog.OrgCatalog)."""
 
-    def take_listing(self, s: OrgState, records: dict[str, RepoRecord], since: float | None) -> None:
+    def take_listing(
+        self, s: OrgState, records: dict[str, RepoRecord], since: float | None, evaluated: Evaluated | None = None
+    ) -> None:
         """A new listing for org `s`; `since`: when the one it replaces was enumerated."""
+
+    async def evaluated(self, s: OrgState, records: dict[str, RepoRecord]) -> Evaluated:
+        """Which of `records` are modules, and which are ignored and why (orgs.model.evaluate), off the loop."""
 
     def take_page(self, s: OrgState, page: list[RepoRecord]) -> None:
         """A page of org `s`'s first listing, before its last page."""
@@ -72,26 +77,29 @@ class OrgRefresher:
             # (an org of thousands of repositories takes many pages, seconds each on a busy host).
             # Nothing is dropped before the last page; later listings apply whole.
             early = (lambda page: self._listings.take_page(s, page)) if s.records is None else None
-            try:
-                records = await s.client.list_repositories(early)
-            except ForgeError as e:
-                _failed(s, e)
-                return False
+            try:  # (first listing: a request waiting for it wakes once it is taken, or failed)
+                try:
+                    records = await s.client.list_repositories(early)
+                except ForgeError as e:
+                    _failed(s, e)
+                    return False
+                since = s.enumerated_at
+                s.enumerated_at = time.time()
+                s.stats.last_success = s.enumerated_at
+                s.error, s.failures, s.loaded = None, 0, False
+                if not records and s.records:
+                    was = len(s.records)
+                    log.warning("org %s: the API now lists no repositories at all (it listed %d)", s.config.label, was)
+                listing = {r.full_name.lower(): r for r in records}
+                evaluated: Evaluated | None = await self._listings.evaluated(s, listing)  # (off the loop)
+                for dropped, record in s.journal:
+                    patch(listing, dropped, record)
+                if s.journal:
+                    evaluated = None  # webhooks changed it meanwhile: evaluated again, with their changes
+                s.journal.clear()
+                self._listings.take_listing(s, listing, since, evaluated)
             finally:
                 s.attempted.set()
-            since = s.enumerated_at
-            s.enumerated_at = time.time()
-            s.stats.last_success = s.enumerated_at
-            s.error, s.failures, s.loaded = None, 0, False
-            if not records and s.records:
-                log.warning(
-                    "org %s: the API now lists no repositories at all (it listed %d)", s.config.label, len(s.records)
-                )
-            listing = {r.full_name.lower(): r for r in records}
-            for dropped, record in s.journal:
-                patch(listing, dropped, record)
-            s.journal.clear()
-            self._listings.take_listing(s, listing, since)
         log.info("org %s: %d repositories, %d modules", s.config.label, len(records), len(s.modules))
         await self._listings.flush()
         return True
