@@ -196,6 +196,9 @@ class OrgConfig:
     include_archived: bool = False
     # Hosts besides the API's own whose clone URLs the API may name (lowercased host names).
     clone_hosts: tuple[str, ...] = ()
+    # A listing with more repositories fails (the last good one stays): a runaway or hostile API
+    # cannot grow the listing, orgs.json and the index without bound.
+    max_repositories: int = 10_000
 
     @property
     def pattern(self) -> re.Pattern[str]:

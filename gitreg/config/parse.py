@@ -261,6 +261,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
     for h in clone_hosts:
         if not _CLONE_HOST_RE.fullmatch(h):
             r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
+    max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
         return None
@@ -277,6 +278,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         refresh_seconds=refresh,
         include_archived=include_archived,
         clone_hosts=clone_hosts,
+        max_repositories=max_repositories,
     )
 
 

@@ -14,6 +14,7 @@ signatures, and describes itself in one `Host`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -30,13 +31,19 @@ from yarl import URL
 from gitreg import __version__
 from gitreg.config.model import OrgConfig
 from gitreg.core.errors import GitregError
+from gitreg.core.urls import GitUrl, mask, parse
 
 log = logging.getLogger(__name__)
 
 PER_PAGE = 100
 API_TIMEOUT_SECONDS = 30.0
-# A page of 100 repositories is a few hundred kilobytes; this bounds what a broken host can make us read.
-MAX_PAGE_BYTES = 32 * 1024 * 1024
+# A page of 100 repositories is a few hundred kilobytes; this bounds what a broken or hostile host
+# can make us read and parse (a 29 MB page once cost 12 s of event loop and 460 MiB).
+MAX_PAGE_BYTES = 8 * 1024 * 1024
+# A body larger than this is parsed on an executor thread, not on the event loop.
+PARSE_ON_LOOP_BYTES = 64 * 1024
+# A page's items become records this many at a time, with a yield to the event loop between slices.
+RECORD_SLICE = 200
 # 2,000 pages of 100: far beyond any real org; stops a `next` link that goes round in circles.
 MAX_PAGES = 2000
 # A transient failure (5xx, reset connection, timeout) is tried again after these pauses, then given up.
@@ -195,9 +202,10 @@ class ForgeClient:
         self.org = org
         self.session = session
         self.stats = stats or OrgStats()
-        api = urlsplit(org.api_url)
-        self._origin = (api.scheme, (api.hostname or "").lower(), api.port)
-        self._api_path = api.path.rstrip("/") + "/"  # the token goes only to URLs under api_url's path
+        api = parse(org.api_url)
+        # Where the token may go: the API's scheme, host, port, and paths under its own.
+        self._origin = _origin(api) if api is not None else None
+        self._api_path = api.path.rstrip("/") if api is not None else ""
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
 
@@ -224,51 +232,83 @@ class ForgeClient:
     async def _pages(
         self, url: str, record: Callable[[Any], RepoRecord | None], on_page: OnPage | None = None
     ) -> list[RepoRecord]:
-        """Follow `next` links from `url`, turning each item into a record (malformed ones skipped)."""
+        """Follow `next` links from `url`, turning each item into a record (malformed ones skipped).
+
+        A page's items are taken in slices, with a yield to the event loop between them, and
+        past the org's `max_repositories` the listing fails (the caller keeps what it had).
+        """
         found: dict[str, RepoRecord] = {}
         seen: set[str] = set()
         next_url: str | None = url
         while next_url is not None:
             if next_url in seen or len(seen) >= MAX_PAGES:
-                raise ForgeError(
+                raise self._failure(
                     "error", f"{self.org.label}: the API's page links go round in circles or past {MAX_PAGES} pages"
                 )
             seen.add(next_url)
             data, headers = await self.get_json(next_url)
             if not isinstance(data, list):
-                raise ForgeError("bad_json", f"{self.org.label}: the API answered a page that is not a JSON list")
-            page = [rec for rec in map(record, data) if rec is not None]
-            for rec in page:
-                # An item that moved between pages while we read them is counted once.
-                found[rec.full_name.lower()] = rec
-            next_url = self._next_page(next_url, headers)
+                raise self._failure("bad_json", f"{self.org.label}: the API answered a page that is not a JSON list")
+            following = self._next_page(next_url, headers)
+            for start in range(0, len(data), RECORD_SLICE):
+                page = [rec for rec in map(record, data[start : start + RECORD_SLICE]) if rec is not None]
+                for rec in page:
+                    # An item that moved between pages while we read them is counted once.
+                    found[rec.full_name.lower()] = rec
+                if len(found) > self.org.max_repositories:
+                    raise self._failure(
+                        "too_many",
+                        f"{self.org.label}: the API lists more than max_repositories = "
+                        f"{self.org.max_repositories} repositories; not taken (raise the org's max_repositories)",
+                    )
+                if following is not None and on_page is not None:
+                    on_page(page)  # (not the last page: its records come back with all the others)
+                await asyncio.sleep(0)
+            next_url = following
             if next_url is not None:
-                if on_page is not None:
-                    on_page(page)  # (not the last: its records come back with all the others)
                 await self._respect_remaining()
         return list(found.values())
+
+    def _failure(self, reason: str, message: str) -> ForgeError:
+        """A counted API failure, to raise."""
+        self.stats.failed(reason)
+        return ForgeError(reason, message)
 
     def _next_page(self, url: str, headers: Mapping[str, str]) -> str | None:
         link = headers.get("Link", "")
         m = _LINK_NEXT_RE.search(link)
         if m:
-            target = str(URL(url).join(URL(m.group(1), encoded=True)))
+            target = m.group(1)
+            if "\\" not in target:  # (a backslash is refused below, never resolved by guess)
+                with contextlib.suppress(ValueError):  # not a URL: refused below, as not under api_url
+                    target = str(URL(url).join(URL(target, encoded=True)))
         else:
             page = headers.get("X-Next-Page", "").strip()
             if not page:
                 return None
             if not page.isdigit():
-                raise ForgeError("bad_json", f"{self.org.label}: X-Next-Page {page[:20]!r} is not a page number")
+                raise self._failure("bad_json", f"{self.org.label}: X-Next-Page {page[:20]!r} is not a page number")
             target = str(URL(url, encoded=True).update_query(page=page))
-        parts = urlsplit(target)
-        if (parts.scheme, (parts.hostname or "").lower(), parts.port) != self._origin or not _under(
-            parts.path, self._api_path
-        ):
-            # The token goes with every request: never follow a link to another host.
-            raise ForgeError(
-                "error", f"{self.org.label}: the API's next-page link leaves {self.org.api_url}; not followed"
+        if not self._under_api(target):
+            # The token goes with every request: only to the API itself, under its path.
+            raise self._failure(
+                "error",
+                f"{self.org.label}: the API's next-page link {mask(target)[:200]!r} is not under "
+                f"{self.org.api_url}; not followed",
             )
         return target
+
+    def _under_api(self, target: str) -> bool:
+        """True when `target` is under api_url: same scheme, host, port and path prefix, no user info."""
+        if "\\" in target or self._origin is None:
+            return False
+        found = parse(target)
+        if found is None or found.user is not None or found.is_scp or _origin(found) != self._origin:
+            return False
+        path = found.path
+        if any(seg in (".", "..") or seg.lower() in ("%2e", "%2e%2e", ".%2e", "%2e.") for seg in path.split("/")):
+            return False
+        return path == self._api_path or path.startswith(self._api_path + "/")
 
     async def _respect_remaining(self) -> None:
         """Before the next page: when the quota is spent, wait for its reset (within budget)."""
@@ -327,7 +367,7 @@ class ForgeClient:
                     await self._wait_for_rate_limit(wait)
                     continue
                 if status < 500:
-                    return self._decode(url, status, body), headers
+                    return await self._decode(url, status, body), headers
                 reason, message = "error", f"{self.org.label}: the API answered HTTP {status}"
             self.stats.failed(reason)
             if transient >= len(RETRY_DELAYS):
@@ -343,9 +383,30 @@ class ForgeClient:
             allow_redirects=False,
             timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_SECONDS),
         ) as resp:
-            return resp.status, resp.headers, await _read_bounded(resp)
+            if resp.status != 200:
+                return resp.status, resp.headers, b""
+            return resp.status, resp.headers, await self._read_bounded(resp, url)
 
-    def _decode(self, url: str, status: int, body: bytes) -> Any:
+    async def _read_bounded(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
+        """The body, read a chunk at a time; a counted ForgeError as soon as it passes MAX_PAGE_BYTES."""
+        limit = MAX_PAGE_BYTES
+        size = resp.content_length or 0
+        chunks: list[bytes] = []
+        if size <= limit:
+            size = 0
+            async for chunk in resp.content.iter_chunked(256 * 1024):
+                size += len(chunk)
+                if size > limit:
+                    break
+                chunks.append(chunk)
+        if size > limit:
+            raise self._failure(
+                "too_large",
+                f"{self.org.label}: the API's answer to {mask(url)[:200]!r} is larger than {limit} bytes; not read",
+            )
+        return b"".join(chunks)
+
+    async def _decode(self, url: str, status: int, body: bytes) -> Any:
         """The JSON of a 200 answer; ForgeError (counted) for anything else."""
         if status == 404:
             self.stats.failed("not_found")
@@ -360,7 +421,9 @@ class ForgeClient:
             self.stats.failed("error")
             raise ForgeError("error", f"{self.org.label}: the API answered HTTP {status} for {_path(url)}")
         try:
-            return json.loads(body)
+            if len(body) <= PARSE_ON_LOOP_BYTES:
+                return json.loads(body)
+            return await asyncio.get_running_loop().run_in_executor(None, json.loads, body)  # megabytes: off the loop
         except (ValueError, RecursionError):
             self.stats.failed("bad_json")
             raise ForgeError("bad_json", f"{self.org.label}: the API answered something that is not JSON") from None
@@ -379,13 +442,6 @@ class ForgeClient:
         if status == 429:
             return 60.0  # no hint: GitHub's documented minimum for secondary limits
         return None  # a plain 403: the token may not read this
-
-
-def _under(path: str, prefix: str) -> bool:
-    """True when `path` is under `prefix` (ending in `/`), with no dot segment (plain or encoded)."""
-    if any(seg.lower().replace("%2e", ".") in (".", "..") for seg in path.split("/")):
-        return False
-    return (path.rstrip("/") + "/").startswith(prefix)
 
 
 def _path(url: str) -> str:
@@ -411,18 +467,9 @@ def _int_header(headers: Mapping[str, str], name: str) -> int | None:
     return int(value) if value.isdigit() and len(value) <= 15 else None
 
 
-async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:
-    """The body, or aiohttp.ClientPayloadError past MAX_PAGE_BYTES (a failure like a broken connection)."""
-    if resp.content_length is not None and resp.content_length > MAX_PAGE_BYTES:
-        raise aiohttp.ClientPayloadError(f"more than {MAX_PAGE_BYTES} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(256 * 1024):
-        size += len(chunk)
-        if size > MAX_PAGE_BYTES:
-            raise aiohttp.ClientPayloadError(f"more than {MAX_PAGE_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _origin(url: GitUrl) -> tuple[str, str, int]:
+    """(scheme, host, port) of a parsed URL, the port spelled out."""
+    return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
 
 
 # ---- webhooks ---------------------------------------------------------------------------

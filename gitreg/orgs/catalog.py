@@ -29,6 +29,7 @@ from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
 from gitreg.forges.hosts import host
 from gitreg.orgs.model import (
+    Evaluated,
     OrgChanges,
     OrgListingPending,
     OrgRepo,
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 FIRST_LISTING_WAIT = 8.0
 # How long a GitLab webhook waits for the one project it names (GitLab gives up after 10 s).
 WEBHOOK_FETCH_SECONDS = 8.0
+# At start, orgs.json gets this long to load before the port opens (a usual file loads well
+# within it, so the first requests find the listing); a larger one goes on loading behind.
+LOAD_BEFORE_SERVING = 0.3
 
 
 class OrgCatalog:
@@ -73,6 +77,7 @@ class OrgCatalog:
         # path None: not persisted (gitreg check --probe)
         self._store = OrgStore(path, executor, self._orgs, self._owners)
         self._refresher = OrgRefresher(self._orgs, self)
+        self._loading: asyncio.Task[int] | None = None  # orgs.json being read, after the port opened
 
     # ---- reading (requests) -----------------------------------------------------------
 
@@ -121,15 +126,21 @@ class OrgCatalog:
     async def wait_listed(self, namespace: str, timeout: float = FIRST_LISTING_WAIT) -> None:
         """Return once every org of `namespace` has a listing; 503 (OrgListingPending) when one has none.
 
-        Only before an org's first enumeration has ended does this wait (at most `timeout`).
+        Only while orgs.json is read at start, or before an org's first enumeration has ended,
+        does this wait (at most `timeout` in all).
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self._loading is not None and not self._loading.done():  # orgs.json is still being read
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._loading), timeout)
         pending = [s for s in self._namespaces.get(namespace, ()) if s.records is None]
         if not pending:
             return
         waiting = [s.attempted.wait() for s in pending if not s.attempted.is_set()]
         if waiting:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waiting), timeout)
+                await asyncio.wait_for(asyncio.gather(*waiting), max(0.0, deadline - loop.time()))
         pending = [s for s in pending if s.records is None]
         if pending:
             errors = "; ".join(s.error for s in pending if s.error) or "the first listing is still being fetched"
@@ -209,12 +220,17 @@ class OrgCatalog:
     async def load(self) -> int:
         """Read orgs.json (off the loop): the listings of orgs still configured; how many were loaded."""
         found = await self._store.read()
+        loop = asyncio.get_running_loop()
+        evaluated = []
+        for s, records, enumerated_at in found:  # on a thread: 230,000 repositories take seconds
+            listing = await loop.run_in_executor(self._store.executor, _by_name, records)
+            evaluated.append((s, listing, enumerated_at, await self.evaluated(s, listing)))
         with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
-            for s, records, enumerated_at in found:
+            for s, listing, enumerated_at, result in evaluated:  # (no await from here: taken all at once)
                 s.enumerated_at = enumerated_at
                 s.stats.last_success = enumerated_at
                 s.loaded = True
-                self.take_listing(s, {r.full_name.lower(): r for r in records}, None)
+                self.take_listing(s, listing, None, result)
         self._store.loaded()
         return len(found)
 
@@ -223,20 +239,39 @@ class OrgCatalog:
         self._owners.load(await asyncio.get_running_loop().run_in_executor(None, read_owners, path))
 
     async def lifetime(self) -> AsyncIterator[None]:
-        """Load orgs.json, open an API session, enumerate in the background; stop and write at shutdown."""
+        """Load orgs.json, open an API session, enumerate in the background; stop and write at shutdown.
+
+        orgs.json is read in the background; past LOAD_BEFORE_SERVING the port opens whatever its
+        size: requests for org modules wait for it (wait_listed), and enumerations start once it is read.
+        """
         if not self._orgs:
             yield
             return
+        self._loading = loading = asyncio.ensure_future(self._load_logged())
+        running = asyncio.ensure_future(self._run_after(loading))
+        await asyncio.wait({loading}, timeout=LOAD_BEFORE_SERVING)
+        try:
+            yield
+        finally:
+            for task in (running, loading):
+                task.cancel()
+            await asyncio.gather(running, loading, return_exceptions=True)
+            await self._store.close()
+
+    async def _load_logged(self) -> int:
         loaded = await self.load()
         if loaded:
             log.info(
                 "org listings loaded from %s: %d module(s) from %d org(s)", self._store.path, len(self._listing), loaded
             )
-        try:
-            async with self._refresher.running():
-                yield
-        finally:
-            await self._store.close()
+        return loaded
+
+    async def _run_after(self, loading: asyncio.Task[int]) -> None:
+        """Enumerate in the background once orgs.json is read (its listings decide when each org is due)."""
+        with contextlib.suppress(Exception):  # (a failed load was logged by the task; enumerate anyway)
+            await asyncio.shield(loading)
+        async with self._refresher.running():
+            await asyncio.Event().wait()  # until cancelled at shutdown
 
     # ---- changing -----------------------------------------------------------------------
 
@@ -319,18 +354,57 @@ class OrgCatalog:
         return pushed
 
     def take_page(self, s: OrgState, page: list[RepoRecord]) -> None:
-        """A page of org `s`'s first listing (not the last): its modules join the listing at once."""
+        """A slice of org `s`'s first listing (not the last page): its modules join the listing at once.
+
+        Incremental, in the page's size: the address map is copied (a C-speed dict copy), never
+        rebuilt from every org's modules, so a first listing of 300 pages stays linear.
+        """
         if s.records is not None:  # a webhook's listing, or orgs.json, came first
             return
         claims, _ = evaluate(s.config, s.index, page, self.config.git.protocols)
         s.claims = [*s.claims, *claims]  # the last page's evaluation replaces them all
-        self._rebuild()
+        added: dict[ModuleAddress, OrgRepo] = {}
+        for repo in claims:
+            address = repo.address
+            if address in self._listing or address in added:
+                continue  # a second claim: the rebuild after the last page settles it (its owner)
+            holder = self._owners.holder(address)
+            if holder is not None and (holder[0], holder[1].lower()) != (repo.org, repo.full_name.lower()):
+                continue  # held by another repository (of an org maybe not listed yet)
+            added[address] = repo
+        if not added:
+            return
+        new = dict(self._listing)
+        new.update(added)
+        self._listing = new
+        for address, repo in added.items():
+            self._by_repository.setdefault(repo.repository, set()).add(address)
+            s.modules[address] = repo
+        self._identities = None
+        s.stats.modules += len(added)
+        self._store.changed()
+        self.on_change.emit(OrgChanges(added=frozenset(added), pushed=frozenset(added)))
 
-    def take_listing(self, s: OrgState, records: dict[str, RepoRecord], since: float | None) -> None:
-        """Take a new listing for org `s`, rebuild the combined listing, tell subscribers."""
+    async def evaluated(self, s: OrgState, records: dict[str, RepoRecord]) -> Evaluated:
+        """`evaluate()` of org `s`'s `records` on a thread (30,000 repositories: over half a second)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._store.executor, evaluate, s.config, s.index, list(records.values()), self.config.git.protocols
+        )
+
+    def take_listing(
+        self,
+        s: OrgState,
+        records: dict[str, RepoRecord],
+        since: float | None,
+        evaluated: Evaluated | None = None,
+    ) -> None:
+        """Take a new listing for org `s`, rebuild the combined listing, tell subscribers.
+
+        `evaluated`: `evaluate()` of these records, done already (off the loop).
+        """
         first = s.records is None
         s.records = records
-        s.claims, s.ignored = evaluate(s.config, s.index, records.values(), self.config.git.protocols)
+        s.claims, s.ignored = evaluated or evaluate(s.config, s.index, records.values(), self.config.git.protocols)
         s.stats.repositories = len(records)
         recent: set[ModuleAddress] = set()
         if since is not None:
@@ -450,6 +524,11 @@ def _confirmed_gone(
     if event.project_id is not None:
         return tuple(key for key, rec in records.items() if rec.id == event.project_id)
     return (event.full_name.lower(),) if event.full_name.lower() in records else ()
+
+
+def _by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:
+    """A listing's records by lowercased full name (how OrgState.records holds them)."""
+    return {r.full_name.lower(): r for r in records}
 
 
 def _owns(s: OrgState, full_name: str) -> bool:

@@ -135,6 +135,10 @@ def unusable(url: str, hosts: frozenset[str], allowed: Iterable[str], what: str)
     return None
 
 
+# What evaluate() finds: the repositories claiming an address, and those ignored (full_name -> why).
+Evaluated = tuple[list[OrgRepo], dict[str, str]]
+
+
 def evaluate(
     org: OrgConfig, index: int, records: Iterable[RepoRecord], protocols: tuple[str, ...]
 ) -> tuple[list[OrgRepo], dict[str, str]]:

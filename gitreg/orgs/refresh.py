@@ -21,20 +21,27 @@ import aiohttp
 
 from gitreg.forges.base import ForgeError, RepoRecord
 from gitreg.forges.hosts import client_for
-from gitreg.orgs.model import OrgState, patch
+from gitreg.orgs.model import Evaluated, OrgState, patch
 
 log = logging.getLogger(__name__)
 
 # After a failed enumeration the next try comes sooner than refresh_seconds: 15 s, doubling.
 FAILURE_RETRY_SECONDS = 15.0
+# However far ahead a host puts its rate limit's reset, the org is tried again within this.
+MAX_BACKOFF_SECONDS = 3600.0
 _JITTER = 0.1
 
 
 class Listings(Protocol):
     """What enumerations feed (orgs.catalog.OrgCatalog)."""
 
-    def take_listing(self, s: OrgState, records: dict[str, RepoRecord], since: float | None) -> None:
+    def take_listing(
+        self, s: OrgState, records: dict[str, RepoRecord], since: float | None, evaluated: Evaluated | None = None
+    ) -> None:
         """A new listing for org `s`; `since`: when the one it replaces was enumerated."""
+
+    async def evaluated(self, s: OrgState, records: dict[str, RepoRecord]) -> Evaluated:
+        """Which of `records` are modules, and which are ignored and why (orgs.model.evaluate), off the loop."""
 
     def take_page(self, s: OrgState, page: list[RepoRecord]) -> None:
         """A page of org `s`'s first listing, before its last page."""
@@ -70,26 +77,29 @@ class OrgRefresher:
             # (an org of thousands of repositories takes many pages, seconds each on a busy host).
             # Nothing is dropped before the last page; later listings apply whole.
             early = (lambda page: self._listings.take_page(s, page)) if s.records is None else None
-            try:
-                records = await s.client.list_repositories(early)
-            except ForgeError as e:
-                _failed(s, e)
-                return False
+            try:  # (first listing: a request waiting for it wakes once it is taken, or failed)
+                try:
+                    records = await s.client.list_repositories(early)
+                except ForgeError as e:
+                    _failed(s, e)
+                    return False
+                since = s.enumerated_at
+                s.enumerated_at = time.time()
+                s.stats.last_success = s.enumerated_at
+                s.error, s.failures, s.loaded = None, 0, False
+                if not records and s.records:
+                    was = len(s.records)
+                    log.warning("org %s: the API now lists no repositories at all (it listed %d)", s.config.label, was)
+                listing = {r.full_name.lower(): r for r in records}
+                evaluated: Evaluated | None = await self._listings.evaluated(s, listing)  # (off the loop)
+                for dropped, record in s.journal:
+                    patch(listing, dropped, record)
+                if s.journal:
+                    evaluated = None  # webhooks changed it meanwhile: evaluated again, with their changes
+                s.journal.clear()
+                self._listings.take_listing(s, listing, since, evaluated)
             finally:
                 s.attempted.set()
-            since = s.enumerated_at
-            s.enumerated_at = time.time()
-            s.stats.last_success = s.enumerated_at
-            s.error, s.failures, s.loaded = None, 0, False
-            if not records and s.records:
-                log.warning(
-                    "org %s: the API now lists no repositories at all (it listed %d)", s.config.label, len(s.records)
-                )
-            listing = {r.full_name.lower(): r for r in records}
-            for dropped, record in s.journal:
-                patch(listing, dropped, record)
-            s.journal.clear()
-            self._listings.take_listing(s, listing, since)
         log.info("org %s: %d repositories, %d modules", s.config.label, len(records), len(s.modules))
         await self._listings.flush()
         return True
@@ -134,22 +144,34 @@ class OrgRefresher:
             except Exception:
                 log.exception("org %s: enumeration failed", s.config.label)
                 ok = False
-            delay = _next_delay(s, ok)
+            delay = next_delay(s, ok)
 
 
 def _failed(s: OrgState, e: ForgeError) -> None:
-    """An enumeration of `s` failed: remember why; its last listing stays."""
+    """An enumeration of `s` failed: remember why (logged once while it fails the same way); its last listing stays."""
+    again = s.error == e.message
     s.error = e.message
     s.failures += 1
     kept = f"keeping the last listing ({len(s.records)} repositories)" if s.records is not None else "no listing yet"
-    log.warning("org %s: listing failed: %s; %s", s.config.label, e.message, kept)
+    level = logging.DEBUG if again else logging.WARNING
+    log.log(level, "org %s: listing failed: %s; %s", s.config.label, e.message, kept)
 
 
-def _next_delay(s: OrgState, ok: bool) -> float:
+def next_delay(s: OrgState, ok: bool) -> float:
     """Seconds until org `s`'s next enumeration, after one that succeeded (`ok`) or failed."""
     refresh = s.config.refresh_seconds
     delay = refresh if ok else min(refresh, FAILURE_RETRY_SECONDS * 2 ** min(s.failures - 1, 10))
     client = s.client
     if not ok and client is not None and s.stats.rate_remaining == 0 and client.reset_at:
-        delay = max(delay, client.reset_at - time.time())  # never ask again before the quota resets
-    return delay * random.uniform(1 - _JITTER, 1 + _JITTER)  # orgs sharing a host do not fire together
+        reset = client.reset_at - time.time()  # never ask again before the quota resets...
+        if reset > MAX_BACKOFF_SECONDS:  # ...unless the host names a reset past any real one
+            log.warning(
+                "org %s: the API's rate limit resets in %.0f s; trying again in %.0f s instead",
+                s.config.label,
+                reset,
+                MAX_BACKOFF_SECONDS,
+            )
+            reset = MAX_BACKOFF_SECONDS
+        delay = max(delay, reset)
+    delay *= random.uniform(1 - _JITTER, 1 + _JITTER)  # orgs sharing a host do not fire together
+    return delay if ok else min(delay, MAX_BACKOFF_SECONDS)

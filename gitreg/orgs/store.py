@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 FILE_NAME = "orgs.json"
 FORMAT = 1
 _TMP_PREFIX = ".orgs-"  # temp files of write_atomically (`.orgs-*.tmp`)
+
+# How many container levels loads_sliced walks in Python: the document, its `orgs`, an org,
+# its `repositories`; each repository is then one small C call.
+_WALKED_LEVELS = 4
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 # One org's listing read back: its state, its repositories, when it was enumerated.
 Loaded = tuple[OrgState, list[RepoRecord], float | None]
@@ -104,11 +111,13 @@ class OrgStore:
         """The listings in the file (read off the loop), for orgs without one; nothing without a path."""
         if self.path is None:
             return []
-        data = await asyncio.get_running_loop().run_in_executor(self.executor, _read_json, self.path)
-        with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
-            if self.owners is not None and isinstance(data, dict) and data.get("format") == FORMAT:
-                self.owners.load(data.get("owners"))  # (a file without `owners` predates them: none held)
-            return decode(data, self._orgs)
+        # Read and decoded on a thread: 230,000 repositories take seconds, and the port is open meanwhile.
+        owners, listings = await asyncio.get_running_loop().run_in_executor(
+            self.executor, _read_listings, self.path, self._orgs
+        )
+        if self.owners is not None and owners is not None:
+            self.owners.load(owners)  # (a file without `owners` predates them: none held)
+        return listings
 
     def loaded(self) -> None:
         """What was just read and taken is what the file holds: nothing to write (unless owners were
@@ -157,12 +166,21 @@ def read_owners(path: Path) -> Any:
     return data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
+def _read_listings(path: Path, orgs: Sequence[OrgState]) -> tuple[Any, list[Loaded]]:
+    """The file's `owners` (None without them) and its listings, decoded (on a thread: only each
+    org's config and index are read)."""
+    data = _read_json(path)
+    owners = data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
+    with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
+        return owners, decode(data, orgs)
+
+
 def _read_json(path: Path) -> Any:
     """The file's JSON; None when missing; a damaged file is set aside (never fatal)."""
     remove_leftovers(path, _TMP_PREFIX)
     try:
-        with collector_paused():
-            return json.loads(path.read_text(encoding="utf-8"))
+        with collector_paused(), path.open(encoding="utf-8") as f:
+            return loads_sliced("".join(iter(lambda: f.read(1 << 20), "")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as e:
@@ -170,3 +188,53 @@ def _read_json(path: Path) -> Any:
         with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".damaged"))
         return None
+
+
+def loads_sliced(text: str, levels: int = _WALKED_LEVELS) -> Any:
+    """`json.loads(text)`, with the outer `levels` of arrays and objects walked item by item.
+
+    One json.loads of a large orgs.json (80 MiB for 230,000 repositories) is a single C call
+    that holds the GIL, and with it the event loop, for over a second even on a worker thread;
+    item by item, the loop's thread gets the GIL back between items (as json_document does
+    for writing). ValueError (json.JSONDecodeError) for text that is not one JSON document.
+    """
+    value, end = _walk(text, _SPACE.match(text).end(), levels)  # type: ignore[union-attr]
+    if _SPACE.match(text, end).end() != len(text):  # type: ignore[union-attr]
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _walk(text: str, i: int, levels: int) -> tuple[Any, int]:
+    """The JSON value at `text[i]` and the index after it."""
+    opener = text[i : i + 1]
+    if levels <= 0 or opener not in ("[", "{"):
+        return _DECODER.raw_decode(text, i)
+    closer = "]" if opener == "[" else "}"
+    items: list[Any] = []
+    fields: dict[str, Any] = {}
+    i = _skip(text, i + 1)
+    if text[i : i + 1] == closer:
+        return (items if opener == "[" else fields), i + 1
+    while True:
+        if opener == "{":
+            if text[i : i + 1] != '"':
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+            key, i = _DECODER.raw_decode(text, i)
+            i = _skip(text, i)
+            if text[i : i + 1] != ":":
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+            fields[key], i = _walk(text, _skip(text, i + 1), levels - 1)
+        else:
+            value, i = _walk(text, i, levels - 1)
+            items.append(value)
+        i = _skip(text, i)
+        found = text[i : i + 1]
+        if found == closer:
+            return (items if opener == "[" else fields), i + 1
+        if found != ",":
+            raise json.JSONDecodeError(f"Expecting ',' or '{closer}'", text, i)
+        i = _skip(text, i + 1)
+
+
+def _skip(text: str, i: int) -> int:
+    return _SPACE.match(text, i).end()  # type: ignore[union-attr]

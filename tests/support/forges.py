@@ -74,6 +74,12 @@ class FakeForge:
         self._released = asyncio.Event()
         self.started = 0  # requests received so far, answered or not
         self.org_id = 9919
+        # Hostile hosts: a `next` link to send instead of the real one, a rate-limit reset (epoch
+        # seconds) to announce instead of the real one, and bytes of extra fields per repository
+        # object (a real GitHub object carries ~6 KB of *_url fields; this makes pages of megabytes).
+        self.next_link: str | None = None
+        self.reset_at: int | None = None
+        self.item_padding = 0
         self._rate_limited = 0  # how many of the next listing requests answer "rate limited"
         self._rate_seconds = 1
         self._remaining = 5000
@@ -350,7 +356,7 @@ class FakeForge:
         )
 
     def _rate_headers(self, remaining: int) -> dict[str, str]:
-        reset = int(time.time()) + self._rate_seconds
+        reset = self.reset_at if self.reset_at is not None else int(time.time()) + self._rate_seconds
         if self.provider == "github":
             return {
                 "X-RateLimit-Limit": "5000",
@@ -417,6 +423,8 @@ class FakeForge:
         page = max(1, int(request.query.get("page", "1")))
         pages = max(1, -(-len(items) // per_page))
         chunk = items[(page - 1) * per_page : page * per_page]
+        if self.item_padding:
+            chunk = [{**item, "custom_properties": {"padding": "x" * self.item_padding}} for item in chunk]
         headers: dict[str, str] = {}
         if self.provider == "github":
             # GitHub's links name the org by id, not by the login the client asked for.
@@ -439,6 +447,8 @@ class FakeForge:
                 ]
             if links:
                 headers["Link"] = ", ".join(links)
+            if self.next_link is not None and page < pages:
+                headers["Link"] = f'<{self.next_link}>; rel="next"'
         else:
             query = {k: v for k, v in request.query.items() if k != "page"}
             url = f"{self.base_url}{request.raw_path.partition('?')[0]}"
@@ -461,6 +471,8 @@ class FakeForge:
                     f'<{url}?{urlencode({**query, "page": pages})}>; rel="last"',
                 ]
                 headers["Link"] = ", ".join(links)
+            if self.next_link is not None and page < pages:
+                headers["Link"] = f'<{self.next_link}>; rel="next"'
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.hold_page is not None and page >= self.hold_page:
@@ -528,7 +540,12 @@ class FakeForge:
         else:
             app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
+        # Another service on the API's host, outside its path (where a hostile `next` link may point).
+        app.router.add_get("/elsewhere/{tail:.*}", self._elsewhere)
         return app
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        return web.json_response([])
 
     async def _github_org_repos_by_id_user(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["id"] != str(self.org_id):

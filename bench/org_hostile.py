@@ -1,0 +1,215 @@
+"""Benchmark: a big, long or hostile org listing, and the serving loop meanwhile (issue 22).
+
+A real `gitreg serve` (`[index] enabled = false`: only the serving process, whose loop is what a
+`terraform init` waits on) lists one GitHub org from the fake API of the tests
+(tests/support/forges.py), run in a child process of its own so that its JSON work does not
+share this process's interpreter with the probe. A loop-lag probe asks `/healthz` every 10 ms
+and reports the slowest answer and the 99th percentile (a blocked loop shows as a slow answer).
+
+- `page`: one API page of 29 MB (100 repositories padded with 290 KB of extra fields each).
+- `pages`: a first listing of 300 pages (30,000 repositories, 100 a page).
+- `restart`: a start with an orgs.json of 230,000 modules (the API down): the seconds until the
+  port answers, then the probe while the file loads.
+
+    python bench/org_hostile.py [--root PATH] [--only page,pages,restart] [--restart-modules N]
+
+`--root` runs the gitreg of another checkout (e.g. `git worktree add /tmp/before <commit>`) to
+measure before/after. Target: no `/healthz` answer over 50 ms; the port open within 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from multiprocessing import Process, Queue
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from _common import ROOT, Server, machine, pct, rss_kib, start_gitreg, workdir, write_config
+
+GROUP, NAMESPACE, API_TOKEN = "acme-infra", "acme", "bench-api-token-4567"
+PAGE_BYTES = 29 * 1024 * 1024
+CLONE_BASE = "http://127.0.0.1:9/"  # nothing listens there: no git call is made with the index off
+
+
+class _NoGit:
+    """What FakeForge asks of its git server: a clone URL (none is ever cloned here)."""
+
+    def url(self, repo: str) -> str:
+        return CLONE_BASE + repo
+
+
+def _serve_fake(repos: int, padding: int, down: bool, out: Queue[str]) -> None:
+    """In a child process: a fake GitHub API listing `repos` repositories, until killed."""
+    from tests.support.forges import FakeForge
+
+    async def run() -> None:
+        fake = FakeForge("github", _NoGit(), GROUP, token=API_TOKEN)  # type: ignore[arg-type]  # only .url()
+        for i in range(repos):
+            fake.add(f"terraform-aws-m{i:06d}", description=f"module {i}")
+        fake.item_padding = padding
+        fake.mode = "down" if down else "ok"
+        await fake.start()
+        out.put(fake.base_url)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+def start_fake(repos: int, padding: int = 0, down: bool = False) -> tuple[Process, str]:
+    out: Queue[str] = Queue()
+    proc = Process(target=_serve_fake, args=(repos, padding, down, out), daemon=True)
+    proc.start()
+    return proc, out.get(timeout=300)
+
+
+def config_text(api_url: str, storage: Path, root: Path) -> str:
+    # 300 pages are 30,000 repositories: past the default max_repositories where there is one.
+    has_limit = "OrgConfig.max_repositories" in (root / "gitreg/config/parse.py").read_text()
+    limit = "max_repositories = 1000000" if has_limit else ""
+    return f"""
+[index]
+enabled = false
+
+[storage]
+path = "{storage}"
+
+[git]
+protocols = ["http", "https"]
+
+[[orgs]]
+provider = "github"
+api_url = "{api_url}"
+group = "{GROUP}"
+namespace = "{NAMESPACE}"
+token = "{API_TOKEN}"
+refresh_seconds = 3600
+{limit}
+"""
+
+
+async def probe(url: str, until: Any, settle: float = 1.0, limit: float = 600.0) -> dict[str, float]:
+    """Ask `url` every 10 ms until `until()` is true (then `settle` s more); answer times in ms."""
+    times: list[float] = []
+    done_at: float | None = None
+    deadline = time.perf_counter() + limit
+    async with aiohttp.ClientSession() as session:
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            async with session.get(url) as resp:
+                await resp.read()
+            times.append((time.perf_counter() - t) * 1000)
+            if done_at is None and until():
+                done_at = time.perf_counter()
+            if done_at is not None and time.perf_counter() - done_at >= settle:
+                break
+            await asyncio.sleep(0.01)
+    return {"n": len(times), "p50": pct(times, 50), "p99": pct(times, 99), "max": max(times)}
+
+
+def logged(server: Server, *needles: str) -> Any:
+    return lambda: any(n in server.log.read_text() for n in needles)
+
+
+def report(name: str, figures: dict[str, float], extra: str = "") -> None:
+    print(
+        f"  {name:<34} /healthz: {figures['n']:>5.0f} answers, p50 {figures['p50']:7.1f} ms, "
+        f"p99 {figures['p99']:7.1f} ms, max {figures['max']:8.1f} ms{extra}"
+    )
+
+
+def scenario_listing(root: Path, name: str, repos: int, padding: int) -> None:
+    fake, api_url = start_fake(repos, padding)
+    work = workdir(f"org-hostile-{name.split()[0]}-")
+    try:
+        server = start_gitreg(
+            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root)))], work / "log", root=root
+        )
+        rss_before = rss_kib(server.proc.pid)
+        try:
+            figures = asyncio.run(probe(server.url + "/healthz", logged(server, "repositories,", "listing failed")))
+            rss_after = rss_kib(server.proc.pid)
+            outcome = [line for line in server.log.read_text().splitlines() if "org github" in line][-1:]
+        finally:
+            server.stop()
+    finally:
+        fake.kill()
+    report(name, figures, f", RSS {rss_before / 1024:.0f} -> {rss_after / 1024:.0f} MiB")
+    for line in outcome:
+        print(f"    gitreg: ...{line[-150:]}")
+
+
+def write_orgs_json(path: Path, api_url: str, modules: int) -> None:
+    """An orgs.json of `modules` repositories of the org, listed just now (so not due at start)."""
+
+    def record(i: int) -> str:
+        return json.dumps(
+            {
+                "id": str(i),
+                "name": f"terraform-aws-m{i:06d}",
+                "full_name": f"{GROUP}/terraform-aws-m{i:06d}",
+                "https_url": f"{CLONE_BASE}m{i:06d}.git",
+                "ssh_url": "",
+                "web_url": f"https://github.example/{GROUP}/terraform-aws-m{i:06d}",
+                "description": f"module {i}",
+                "topics": ["terraform"],
+                "archived": False,
+                "pushed_at": "2026-01-01T00:00:00Z",
+                "pushed_throttle": 0,
+            }
+        )
+
+    head = json.dumps({"provider": "github", "api_url": api_url, "group": GROUP, "enumerated_at": time.time()})
+    with path.open("w") as f:
+        f.write('{"format": 1, "orgs": [' + head[:-1] + ', "repositories": [')
+        f.write(",".join(record(i) for i in range(modules)))
+        f.write("]}]}")
+
+
+def scenario_restart(root: Path, modules: int) -> None:
+    fake, api_url = start_fake(0, down=True)
+    work = workdir("org-hostile-restart-")
+    try:
+        write_orgs_json(work / "orgs.json", api_url, modules)
+        size = (work / "orgs.json").stat().st_size
+        server = start_gitreg(
+            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root)))], work / "log", root=root
+        )
+        try:
+            figures = asyncio.run(probe(server.url + "/healthz", logged(server, "org listings loaded")))
+            rss = rss_kib(server.proc.pid)
+        finally:
+            server.stop()
+    finally:
+        fake.kill()
+    took = server.startup_seconds
+    print(f"  restart, orgs.json of {modules:,} modules ({size / 2**20:.0f} MiB): port open after {took:.2f} s")
+    report("while it loads", figures, f", RSS then {rss / 1024:.0f} MiB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=ROOT, help="the source tree whose gitreg runs")
+    parser.add_argument("--only", default="page,pages,restart")
+    parser.add_argument("--restart-modules", type=int, default=230_000)
+    parser.add_argument("--pages", type=int, default=300)
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    print(f"org listings against the serving loop ({machine()}); gitreg from {args.root}")
+    if "page" in only:
+        scenario_listing(args.root, "one API page of 29 MB", 100, PAGE_BYTES // 100)
+    if "pages" in only:
+        scenario_listing(args.root, f"first listing of {args.pages} pages", args.pages * 100, 0)
+    if "restart" in only:
+        scenario_restart(args.root, 0)  # the baseline: the same start with an empty listing
+        scenario_restart(args.root, args.restart_modules)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
