@@ -252,7 +252,7 @@ async def test_pagination_links_outside_the_api_path_never_get_the_token(git_htt
         async with aiohttp.ClientSession() as session:
             catalog.open(session)
             assert not await catalog.enumerate(0)
-        assert "leaves" in (catalog.report()[0].error or "")
+        assert "not followed" in (catalog.report()[0].error or "")
         assert seen == [("/api/v3/orgs/acme-infra/repos", f"Bearer {API_TOKEN}")]
     finally:
         await runner.cleanup()
