@@ -53,7 +53,7 @@ from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
-from gitreg.web.api.webhooks import DELIVERIES, Deliveries, webhook_routes
+from gitreg.web.api.webhooks import webhook_routes
 from gitreg.web.auth import TokenChecker
 from gitreg.web.keys import (
     ARCHIVES,
@@ -228,7 +228,7 @@ async def _registry(app: web.Application) -> AsyncIterator[None]:
     cache, shared, catalog = app[CACHE], app[SHARED], app[CATALOG]
     resolver = app[_RESOLVER]
     app[REGISTRY] = Registry(app[CONFIG], resolver, cache, app[_PINS], shared, catalog, app[ARCHIVES])
-    publisher = app[PUBLISHER] = Publisher(cache, shared, app[ORGS])
+    publisher = app[PUBLISHER] = Publisher(app[CONFIG], cache, shared, app[ORGS])
     shared.on_invalidate.connect(publisher.changed_elsewhere)
     shared.on_reconnect.connect(publisher.reconnected)
     yield
@@ -432,7 +432,6 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
-    app[DELIVERIES] = Deliveries()
     add_ui(app)
     app.on_shutdown.append(_stopping)
     return app

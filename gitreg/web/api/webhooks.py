@@ -26,23 +26,21 @@ authentication. Without a configured secret an endpoint does not exist (404).
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from gitreg.config.model import PLACEHOLDERS, Config
-from gitreg.config.rules import fill_template, is_template
+from gitreg.config.rules import fill_template
 from gitreg.core import urls
 from gitreg.core.errors import GitregError
 from gitreg.forges import github as github_host
 from gitreg.forges import gitlab as gitlab_host
 from gitreg.forges.base import MalformedPayload, RepositoryEvent, TagEvent, json_payload
 from gitreg.forges.hosts import HOSTS
-from gitreg.web.keys import CACHE, CONFIG, METRICS, ORGS, PUBLISHER
+from gitreg.registry.publish import Deliveries
+from gitreg.web.keys import CONFIG, METRICS, PUBLISHER
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +49,6 @@ webhook_routes = web.RouteTableDef()
 GITHUB_PATH = "/webhooks/github"
 GITLAB_PATH = "/webhooks/gitlab"
 PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
-# A delivery already received within this long is a replay: answered, and nothing is done.
-DELIVERY_MEMORY_SECONDS = 2 * 3600.0
-# At most this many deliveries are remembered (about 150 bytes each): the oldest go first.
-MAX_DELIVERIES = 100_000
-# What names a delivery: GitHub's GUID (the same on a redelivery), GitLab's idempotency key (the
-# same on its retries), else its event UUID; without one, a digest of the body.
-DELIVERY_HEADERS = {
-    "github": ("X-GitHub-Delivery",),
-    "gitlab": ("Idempotency-Key", "X-Gitlab-Event-UUID"),
-}
 # GitHub caps payloads at 25 MB, but a tag event is a few kilobytes; 1 MiB leaves room for a
 # push with many commits and still bounds what an unauthenticated caller can make us read.
 MAX_BODY_BYTES = 1024 * 1024
@@ -84,80 +72,6 @@ class PayloadTooLarge(GitregError):
     status = 413
 
 
-class Deliveries:
-    """The deliveries received lately (bounded, event loop only), so that a replay does nothing.
-
-    Only authenticated deliveries are remembered: a caller without the secret cannot fill it.
-    """
-
-    def __init__(self, seconds: float = DELIVERY_MEMORY_SECONDS, limit: int = MAX_DELIVERIES) -> None:
-        self._seen: OrderedDict[str, float] = OrderedDict()
-        self._seconds = seconds
-        self._limit = limit
-
-    @staticmethod
-    def key(provider: str, headers: Mapping[str, str], body: bytes) -> str:
-        """What names the delivery: the host's delivery header, else a digest of the body."""
-        for name in DELIVERY_HEADERS[provider]:
-            value = headers.get(name, "").strip()
-            if value:
-                return f"{provider}:{name.lower()}:{value[:200]}"
-        return f"{provider}:sha256:{hashlib.sha256(body).hexdigest()}"
-
-    def first(self, key: str) -> bool:
-        """True (and remembered) when `key` was not received within the memory; False for a replay."""
-        now = time.monotonic()
-        while self._seen and (len(self._seen) >= self._limit or next(iter(self._seen.values())) < now - self._seconds):
-            self._seen.popitem(last=False)
-        if key in self._seen:
-            return False
-        self._seen[key] = now
-        return True
-
-    def forget(self, key: str) -> None:
-        """The delivery failed on our side: a redelivery of it is tried again."""
-        self._seen.pop(key, None)
-
-
-DELIVERIES = web.AppKey("webhook_deliveries", Deliveries)
-
-
-def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
-    """identity -> the repository URLs (cache keys) it stands for.
-
-    From explicit rules (their `repository`, and their `clone_url`, which names the same
-    repository for clients) and from every repository a wildcard rule has resolved: those
-    are the cache's keys.
-    """
-    index: dict[str, set[str]] = {}
-
-    def add(url: str | None, key: str) -> None:
-        if url is None or is_template(url):
-            return
-        identity = urls.identity(url)
-        if identity is not None:
-            index.setdefault(identity, set()).add(key)
-
-    for rule in config.modules:
-        if not is_template(rule.repository):
-            add(rule.repository, rule.repository)
-            add(rule.clone_url, rule.repository)
-    for key in cached:
-        add(key, key)
-    return index
-
-
-def matching_repositories(config: Config, cached: Iterable[str], addresses: Iterable[str]) -> list[str]:
-    """The configured repositories (cache keys) that any of `addresses` (repository URLs) names."""
-    index = configured_repositories(config, cached)
-    found: dict[str, None] = {}
-    for url in addresses:
-        identity = urls.identity(url)
-        for key in sorted(index.get(identity, ())) if identity is not None else ():
-            found[key] = None
-    return list(found)
-
-
 async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The raw body (signatures are over the exact bytes), refusing more than `limit` bytes."""
     if request.content_length is not None and request.content_length > limit:
@@ -174,11 +88,8 @@ async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
 
 async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.Response:
     """Invalidate and refresh every configured repository the event names."""
-    cache = request.app[CACHE]
-    orgs = request.app[ORGS]
-    keys = matching_repositories(request.app[CONFIG], cache.keys(), event.urls)
-    # Org repositories, by their https, clone and web URLs (the payload may name any of them).
-    keys += [key for key in orgs.repositories_named(event.urls, urls.identity) if key not in keys]
+    publisher = request.app[PUBLISHER]
+    keys = publisher.repositories_named(event.urls)
     shown = urls.mask(event.urls[0])[:200]
     if not keys:
         request.app[METRICS].webhook(provider, "unknown_repository")
@@ -190,7 +101,7 @@ async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.
             },
             status=202,
         )
-    await request.app[PUBLISHER].repositories_changed(keys)
+    await publisher.repositories_changed(keys)
     request.app[METRICS].webhook(provider, "refreshed")
     log.info("%s webhook: %s on %s: refreshing %d repository(ies)", provider, event.ref[:200], shown, len(keys))
     return web.json_response({"result": "refreshing", "repositories": len(keys), "ref": event.ref[:200]})
@@ -198,7 +109,7 @@ async def _refresh(request: web.Request, provider: str, event: TagEvent) -> web.
 
 async def _apply_repository_event(request: web.Request, event: RepositoryEvent) -> web.Response:
     """A repository was created, deleted, renamed, transferred or (un)archived: update the org listings now."""
-    concerned = await request.app[ORGS].apply(event)
+    concerned = await request.app[PUBLISHER].repository_event(event)
     shown = event.full_name[:200]
     if not concerned:
         request.app[METRICS].webhook(event.provider, "unknown_org")
@@ -243,7 +154,7 @@ async def _once(
     request: web.Request, provider: str, body: bytes, handle: Callable[[web.Request, bytes], Awaitable[web.Response]]
 ) -> web.Response:
     """Handle an authenticated delivery once: a replay within DELIVERY_MEMORY_SECONDS does nothing."""
-    deliveries = request.app[DELIVERIES]
+    deliveries = request.app[PUBLISHER].deliveries
     key = Deliveries.key(provider, request.headers, body)
     if not deliveries.first(key):
         request.app[METRICS].webhook(provider, "duplicate")
