@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import TypeVar
 
-from gitreg.core.errors import GitregError
+from gitreg.core.errors import DISK_FULL, DiskFull, GitregError, disk_full
 from gitreg.core.urls import mask
 from gitreg.storage.files import remove_leftovers, run_file_work, write_atomically
 
@@ -202,8 +202,8 @@ class TagPins:
             self._kick()  # a record left over by a failed write is tried again now
             try:
                 await asyncio.shield(written)
-            except PinNotRecorded as e:
-                raise PinNotRecorded(e.message) from None  # one instance per waiter
+            except (PinNotRecorded, DiskFull) as e:
+                raise type(e)(e.message) from None  # one instance per waiter
 
     async def _flush(self) -> None:
         """The one writer: appends pending records in order, one fsync per batch; compacts when due."""
@@ -223,7 +223,9 @@ class TagPins:
                     if self._unwritten.get(key) is done:
                         self._unwritten[key] = self._batch
                 done.set_exception(
-                    PinNotRecorded(
+                    disk_full(self.path.parent, "the commit of this version")
+                    if e.errno in DISK_FULL
+                    else PinNotRecorded(
                         f"gitreg could not record the commit of this version in its storage ({e.strerror or e}); "
                         "check [storage] path on the registry server"
                     )
