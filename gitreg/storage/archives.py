@@ -41,7 +41,7 @@ from gitreg.core.errors import (
     disk_full,
 )
 from gitreg.core.flight import InFlight, Remembered
-from gitreg.core.urls import host_label, mask
+from gitreg.core.urls import mask, origin_label
 from gitreg.git.mirror import MirrorGit, NoSuchTree
 from gitreg.git.pool import GitPool
 from gitreg.storage.budget import mib
@@ -368,7 +368,7 @@ class ArchiveStore:
 
     async def _build_into(self, tmp: Path, mirror: Path, key: ContentKey) -> None:
         try:
-            await self.pool.run(self.builder.build, mirror, key, tmp, self.max_bytes, host=host_label(key.repository))
+            await self.pool.run(self.builder.build, mirror, key, tmp, self.max_bytes, host=origin_label(key.repository))
         except (DiskFull, OSError) as e:
             if isinstance(e, OSError) and e.errno not in DISK_FULL:
                 raise

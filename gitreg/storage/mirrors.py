@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from gitreg.core.errors import DISK_FULL, DiskFull, GitregError, StorageFull, disk_full
 from gitreg.core.flight import InFlight, Remembered
-from gitreg.core.urls import host_label, mask
+from gitreg.core.urls import mask, origin_label
 from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool
 from gitreg.storage.budget import StorageBudget, mib
@@ -167,7 +167,7 @@ class MirrorStore:
         A full disk is a DiskFull naming the storage path, whether git or gitreg met it.
         """
         try:
-            return await self.pool.run(fn, *args, host=host_label(url))
+            return await self.pool.run(fn, *args, host=origin_label(url))
         except DiskFull:
             raise disk_full(self.root.parent, f"the mirror of {mask(url)}") from None
         except OSError as e:
