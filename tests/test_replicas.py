@@ -271,6 +271,32 @@ def test_a_moved_tag_is_pinned_to_the_same_commit_on_every_replica(tmp_path, red
         stop_all(replicas)
 
 
+def test_the_first_served_commit_is_the_same_on_every_replica_whatever_redis_lost(tmp_path, redis_server, git_server):
+    repo = public_repo(tmp_path)
+    first = repo.head()
+    url = git_server.url("public.git")
+    a, b = replicas = start_replicas(tmp_path, redis_server, url, count=2, rule='ref = "commit"')
+    try:
+        assert download_location(a.url).endswith(f"?ref={first}")  # a pins v1.0.0 (disk and Redis)
+        redis_server.kill()  # ...which restarts empty (no persistence), and meanwhile the tag moves
+        wait_for(lambda: redis_state(b.url) == "down", 5, "b reports redis down")
+        repo.commit({"main.tf": "# moved\n"})
+        moved = repo.tag("v1.0.0")
+        # b never served v1.0.0 and Redis is gone: b pins the tag where it is now, later than a did.
+        assert download_location(b.url).endswith(f"?ref={moved}")
+        redis_server.start()
+        for replica in replicas:
+            wait_for(lambda r=replica: redis_state(r.url) == "up", 10, f"{replica.url} reconnected")
+        # Both publish their pins again; the earlier one (a's) wins on both, and stays after a restart.
+        wait_for(lambda: download_location(b.url).endswith(f"?ref={first}"), 5, "b serves the earlier pin")
+        assert download_location(a.url).endswith(f"?ref={first}")
+        b.stop()
+        b.start()
+        assert download_location(b.url).endswith(f"?ref={first}")
+    finally:
+        stop_all(replicas)
+
+
 def _log_text(replica: GitregProcess) -> bytes:
     return "".join(replica.log).encode()
 

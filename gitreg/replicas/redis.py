@@ -13,8 +13,9 @@ Redis round trip, and uses Redis only where replicas must agree:
   upstream call), within a second;
 - download counts: counted in memory per request, added to a Redis hash (`HINCRBY`) every
   second, read back every few seconds;
-- moved-tag records: the first commit a tag was served at is set once (`HSETNX`), so every
-  replica pins the same commit;
+- moved-tag records: the first commit a tag was served at, and when; the earliest pin wins,
+  so every replica pins the same commit, and each replica's pins on disk are published again
+  at every (re)connect (see `pinning`);
 - the index: one replica holds a lease (`SET NX PX`, renewed) and indexes; it publishes the
   index it wrote, the others load it instead of indexing themselves.
 
@@ -53,6 +54,7 @@ from gitreg.replicas.connection import (
     quietly,
     replica_name,
 )
+from gitreg.replicas.pinning import Entries, SharedPins
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,8 @@ class RedisShared:
         self._store_script = self.client.register_script(_STORE)
         self._release_script = self.client.register_script(_RELEASE)
         self._renew_script = self.client.register_script(_RENEW)
+        self.pins = SharedPins(self.client, self._key("pins"), self.channel, self._message)
+        self.on_pin = self.pins.on_pin  # an earlier pin than this replica's
         self._up = False
         self._ever_up = False
         self._since = clock()
@@ -270,6 +274,7 @@ class RedisShared:
         await self.client.ping()
         await self._lease()
         self._mark_up()
+        await self.pins.republish()
         if self._leading:
             await self._publish_index()
         else:
@@ -350,6 +355,8 @@ class RedisShared:
             self._spawn(self._read_index())
         elif kind == "downloads" and sender != self.replica:
             self._totals_stale = True
+        elif kind == "pin":
+            self.pins.adopt(message.get("value"), message.get("repository"), message.get("tag"))
 
     # --- tag lists ----------------------------------------------------------------------------------
 
@@ -456,22 +463,15 @@ class RedisShared:
 
     # --- moved-tag records --------------------------------------------------------------------------
 
-    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
-        """The commit every replica pins `tag` at: the first one recorded (HSETNX), or `sha` to follow a moved tag."""
-        if not self._up:
-            return sha
-        field = json.dumps([repository, tag], ensure_ascii=False)
-        pipe = self.client.pipeline(transaction=True)
-        if allow_moved:
-            pipe.hset(self._key("pins"), field, sha)
-        else:
-            pipe.hsetnx(self._key("pins"), field, sha)
-        pipe.hget(self._key("pins"), field)
-        try:
-            _, winner = await self._call(pipe.execute())
-        except RedisDown:
-            return sha
-        return winner.decode() if isinstance(winner, bytes) else sha
+    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool, at: float) -> tuple[str, float]:
+        """The commit every replica pins `tag` at, and when (see `pinning`)."""
+        return await self.pins.pin(self._call if self._up else None, repository, tag, sha, allow_moved, at)
+
+    def share_pins(self, source: Entries, allow_moved: bool) -> None:
+        """Publish `source`'s pins at every (re)connect; with allow_moved_tags pins follow the tags instead."""
+        self.pins.share(source, allow_moved)
+        if self._up:  # connected before the pins were read: publish them now
+            self._spawn(self.pins.republish_quietly(lambda e: describe(e, self.config.redis_url)))
 
     # --- the index ----------------------------------------------------------------------------------
 

@@ -231,6 +231,9 @@ async def _registry(app: web.Application) -> AsyncIterator[None]:
     publisher = app[PUBLISHER] = Publisher(cache, shared, app[ORGS])
     shared.on_invalidate.connect(publisher.changed_elsewhere)
     shared.on_reconnect.connect(publisher.reconnected)
+    # The pins on disk are the truth: published again at every (re)connect, an earlier one adopted.
+    shared.on_pin.connect(app[_PINS].adopt)
+    shared.share_pins(app[_PINS].entries, app[CONFIG].git.allow_moved_tags)
     yield
 
 
