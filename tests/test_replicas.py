@@ -450,6 +450,59 @@ def test_two_workers_answer_on_one_port_and_a_webhook_reaches_both(tmp_path, red
         server.stop()
 
 
+def stored_bytes(root: Path) -> int:
+    """Bytes of every mirror and archive under `root`, the workers' directories included."""
+    return sum(
+        f.stat().st_size for f in root.rglob("*") if f.is_file() and ("mirrors" in f.parts or "archives" in f.parts)
+    )
+
+
+def test_workers_on_one_storage_path_build_archives_without_races_and_within_the_bound(
+    tmp_path, redis_server, git_server
+):
+    import os
+    import random
+    import threading
+
+    repo = GitRepo(tmp_path / "repos", "public")
+    for i in range(6):  # each version its own 200 KB of incompressible text: archives to evict
+        repo.commit({"main.tf": f"# v{i}\n", "blob.txt": os.urandom(100_000).hex()})
+        repo.tag(f"v1.{i}.0")
+    max_bytes = 3_000_000
+    config = write_config(tmp_path, "workers", git_server.url("public.git"), rule='download = "archive"')
+    config.write_text(config.read_text().replace("[storage]\n", f"[storage]\nmax_bytes = {max_bytes}\n"))
+    server = GitregProcess("--config", str(config), "--workers", "2", env={"TEST_REDIS_URL": redis_server.url}).start()
+    failures: list[str] = []
+    answered = 0
+
+    def load(seed: int) -> None:
+        nonlocal answered
+        order = [f"1.{i}.0" for i in range(6)] * 3
+        random.Random(seed).shuffle(order)
+        for version in order:
+            path = f"/v1/modules/{ADDRESS}/{version}/archive.tar.gz"
+            try:
+                with urllib.request.urlopen(server.url + path, timeout=30) as resp:
+                    resp.read()
+                answered += 1
+            except Exception as e:  # noqa: BLE001 - every failure is what this test counts
+                failures.append(f"{path}: {e}")
+
+    try:
+        threads = [threading.Thread(target=load, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert failures == []
+        assert answered == 8 * 18
+        storage = tmp_path / "storage-workers"
+        assert (storage / "workers" / "1" / "mirrors").is_dir()  # worker 1 keeps its own files
+        assert stored_bytes(storage) <= max_bytes
+    finally:
+        server.stop()
+
+
 def test_several_workers_with_the_memory_backend_refuse_to_start(tmp_path):
     config = write_config(tmp_path, "memory", "https://git.example.com/x.git", backend="memory")
     result = run_gitreg("serve", "--config", str(config), "--workers", "2")
