@@ -572,6 +572,31 @@ def test_the_redis_password_never_appears_in_logs_metrics_or_readiness(tmp_path,
         redis.stop()
 
 
+def test_values_planted_in_redis_that_gitreg_never_writes_are_ignored_and_redis_stays_up(
+    tmp_path, redis_server, git_server
+):
+    import hashlib
+
+    import redis
+
+    public_repo(tmp_path)
+    url = git_server.url("public.git")
+    client = redis.Redis.from_url(redis_server.url)
+    # A tag list whose commit is not a commit id (an option for git, say), and counts that are not counts.
+    planted = json.dumps({"px": 3_600_000, "tags": {"v9.9.9": "--upload-pack=touch /tmp/pwned"}})
+    client.set("gitreg:tags:" + hashlib.sha256(url.encode()).hexdigest()[:40], planted, px=3_600_000)
+    client.hset("gitreg:downloads", mapping={ADDRESS: "many", "demo/other/null": "-5"})
+    [a] = start_replicas(tmp_path, redis_server, url, count=1)
+    try:
+        assert versions(a.url) == ["1.0.0"]  # from git, not the planted list
+        time.sleep(2.5)  # the counts are read every 2 s: a bad one used to mark Redis down
+        assert redis_state(a.url) == "up"
+        assert metric(a.url, "gitreg_redis_up") == 1
+        assert "download counts that are not counts" in "".join(a.log)
+    finally:
+        a.stop()
+
+
 def test_a_replica_stopped_in_the_middle_of_a_git_call_releases_its_lock_for_the_others(
     tmp_path, redis_server, git_server
 ):

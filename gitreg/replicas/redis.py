@@ -41,7 +41,7 @@ from typing import Any
 
 from gitreg.config.model import CacheConfig
 from gitreg.core import urls
-from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable, failure_kind
+from gitreg.core.errors import GitregError, failure_kind
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
@@ -55,6 +55,7 @@ from gitreg.replicas.connection import (
     replica_name,
 )
 from gitreg.replicas.pinning import Entries, SharedPins
+from gitreg.replicas.values import download_totals, tag_list
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,6 @@ DOWNLOADS_READ_SECONDS = 2.0
 LEASE_SECONDS, LEASE_RENEW_SECONDS = 10.0, 3.0
 # A waiter whose pub/sub message got lost (a reconnect) looks again after this long.
 WAIT_CHECK_SECONDS = 1.0
-_ERRORS: dict[str, type[GitregError]] = {
-    "not_found": ModuleNotFound,
-    "timeout": UpstreamTimeout,
-    "error": UpstreamUnavailable,
-}
 
 # Store a fetched list (or error) only if this replica still holds the lock: an invalidation
 # that arrived meanwhile deleted the lock, and its (older) answer must not be shared.
@@ -158,6 +154,8 @@ class RedisShared:
         self._received_index: str | None = None
         # Counters for /metrics and the benchmarks.
         self.errors = 0
+        self.bad_values = 0  # values in Redis that gitreg would never write (download counts), ignored
+        self._bad_logged = False
         self.tag_loads = {"shared": 0, "led": 0, "waited": 0, "local": 0}
 
     # --- state ------------------------------------------------------------------------------------
@@ -405,14 +403,10 @@ class RedisShared:
         raw, pttl = await self._call(pipe.execute())
         if raw is None:
             return None
-        try:
-            data = json.loads(raw)
-            px = int(data["px"])
-            if "error" in data:
-                raise _ERRORS.get(str(data["error"]), UpstreamUnavailable)(str(data["message"]))
-            tags = {str(k): str(v) for k, v in data["tags"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError):
+        stored = tag_list(raw)
+        if stored is None:
             return None  # not ours, or damaged: fetch again
+        px, tags = stored
         age = max(0.0, (px - pttl) / 1000) if pttl > 0 else 0.0
         return TagList(tags, age=age)
 
@@ -566,7 +560,12 @@ class RedisShared:
         self._totals_stale = False
         self._next_totals = self._clock() + DOWNLOADS_READ_SECONDS
         raw = await self.client.hgetall(self._key("downloads"))
-        totals = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+        totals, bad = download_totals(raw)
+        if bad:  # not what gitreg writes: ignored, never "Redis is down"
+            self.bad_values += bad
+            if not self._bad_logged:
+                self._bad_logged = True
+                log.warning("redis at %s: ignored %d download counts that are not counts", self.shown_url, bad)
         if totals != self._totals:
             self._totals = totals
             self.on_downloads.emit()
