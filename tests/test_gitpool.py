@@ -367,3 +367,45 @@ def test_pool_sizes_have_documented_defaults_and_are_checked():
         "git.max_per_host: must be at most [git] max_concurrency (4), not 5",
         "git.max_queue: must be between 1 and 100000, not 0",
     ]
+
+
+async def test_a_stalling_git_service_does_not_delay_another_on_the_same_machine(
+    make_client, stalling, healthy, tmp_path
+):
+    # Both on 127.0.0.1, on two ports: two Git services, two shares of the pool.
+    tagged_repo(tmp_path / "healthy", "other", "v1.0.0")
+    config = make_config(
+        [
+            {"namespace": "stall", "repository": stalling.url("{name}.git")},
+            {"namespace": "demo", "name": "other", "system": "null", "repository": healthy.url("other.git")},
+        ],
+        git={"timeout_seconds": 5},
+    )
+    client = await make_client(config)
+    pool = client.app[GIT_POOL]
+    stalled = [asyncio.ensure_future(client.get(VERSIONS.format(f"stall/m{i}/null"))) for i in range(40)]
+    await eventually(
+        lambda: pool.running_per_host().get("127.0.0.1") == 6 and sum(pool.queue_depth().values()) == 34,
+        "6 stalled calls running and 34 waiting",
+    )
+    started = time.monotonic()
+    resp = await client.get(VERSIONS.format("demo/other/null"))
+    elapsed = time.monotonic() - started
+    assert resp.status == 200, await resp.text()
+    # Behind the other port's share it waited for the 5 s timeout or more (3 s in the probe).
+    assert elapsed < 2.5, elapsed
+    await drain(stalled)
+
+
+def test_a_git_service_is_its_host_and_port_whatever_the_url_says_around_them():
+    from gitreg.core.urls import origin_host, origin_label
+
+    assert origin_label("https://git.example.com/a.git") == "git.example.com:443"
+    assert origin_label("https://bot@Git.Example.com:443/b.git") == "git.example.com:443"
+    assert origin_label("http://git.example.com:8080/a.git") == "git.example.com:8080"
+    assert origin_label("git@git.example.com:a/b.git") == "git.example.com:22"
+    assert origin_label("ssh://git@[::1]:2222/a.git") == "[::1]:2222"
+    assert origin_label("file:///srv/a.git") == "local"
+    assert origin_label("not a url") == "unknown"
+    hosts = [origin_host(o) for o in ("[::1]:2222", "git.example.com:22", "local")]
+    assert hosts == ["::1", "git.example.com", "local"]

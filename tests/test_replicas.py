@@ -271,6 +271,32 @@ def test_a_moved_tag_is_pinned_to_the_same_commit_on_every_replica(tmp_path, red
         stop_all(replicas)
 
 
+def test_the_first_served_commit_is_the_same_on_every_replica_whatever_redis_lost(tmp_path, redis_server, git_server):
+    repo = public_repo(tmp_path)
+    first = repo.head()
+    url = git_server.url("public.git")
+    a, b = replicas = start_replicas(tmp_path, redis_server, url, count=2, rule='ref = "commit"')
+    try:
+        assert download_location(a.url).endswith(f"?ref={first}")  # a pins v1.0.0 (disk and Redis)
+        redis_server.kill()  # ...which restarts empty (no persistence), and meanwhile the tag moves
+        wait_for(lambda: redis_state(b.url) == "down", 5, "b reports redis down")
+        repo.commit({"main.tf": "# moved\n"})
+        moved = repo.tag("v1.0.0")
+        # b never served v1.0.0 and Redis is gone: b pins the tag where it is now, later than a did.
+        assert download_location(b.url).endswith(f"?ref={moved}")
+        redis_server.start()
+        for replica in replicas:
+            wait_for(lambda r=replica: redis_state(r.url) == "up", 10, f"{replica.url} reconnected")
+        # Both publish their pins again; the earlier one (a's) wins on both, and stays after a restart.
+        wait_for(lambda: download_location(b.url).endswith(f"?ref={first}"), 5, "b serves the earlier pin")
+        assert download_location(a.url).endswith(f"?ref={first}")
+        b.stop()
+        b.start()
+        assert download_location(b.url).endswith(f"?ref={first}")
+    finally:
+        stop_all(replicas)
+
+
 def _log_text(replica: GitregProcess) -> bytes:
     return "".join(replica.log).encode()
 
@@ -424,6 +450,59 @@ def test_two_workers_answer_on_one_port_and_a_webhook_reaches_both(tmp_path, red
         server.stop()
 
 
+def stored_bytes(root: Path) -> int:
+    """Bytes of every mirror and archive under `root`, the workers' directories included."""
+    return sum(
+        f.stat().st_size for f in root.rglob("*") if f.is_file() and ("mirrors" in f.parts or "archives" in f.parts)
+    )
+
+
+def test_workers_on_one_storage_path_build_archives_without_races_and_within_the_bound(
+    tmp_path, redis_server, git_server
+):
+    import os
+    import random
+    import threading
+
+    repo = GitRepo(tmp_path / "repos", "public")
+    for i in range(6):  # each version its own 200 KB of incompressible text: archives to evict
+        repo.commit({"main.tf": f"# v{i}\n", "blob.txt": os.urandom(100_000).hex()})
+        repo.tag(f"v1.{i}.0")
+    max_bytes = 3_000_000
+    config = write_config(tmp_path, "workers", git_server.url("public.git"), rule='download = "archive"')
+    config.write_text(config.read_text().replace("[storage]\n", f"[storage]\nmax_bytes = {max_bytes}\n"))
+    server = GitregProcess("--config", str(config), "--workers", "2", env={"TEST_REDIS_URL": redis_server.url}).start()
+    failures: list[str] = []
+    answered = 0
+
+    def load(seed: int) -> None:
+        nonlocal answered
+        order = [f"1.{i}.0" for i in range(6)] * 3
+        random.Random(seed).shuffle(order)
+        for version in order:
+            path = f"/v1/modules/{ADDRESS}/{version}/archive.tar.gz"
+            try:
+                with urllib.request.urlopen(server.url + path, timeout=30) as resp:
+                    resp.read()
+                answered += 1
+            except Exception as e:  # noqa: BLE001 - every failure is what this test counts
+                failures.append(f"{path}: {e}")
+
+    try:
+        threads = [threading.Thread(target=load, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert failures == []
+        assert answered == 8 * 18
+        storage = tmp_path / "storage-workers"
+        assert (storage / "workers" / "1" / "mirrors").is_dir()  # worker 1 keeps its own files
+        assert stored_bytes(storage) <= max_bytes
+    finally:
+        server.stop()
+
+
 def test_several_workers_with_the_memory_backend_refuse_to_start(tmp_path):
     config = write_config(tmp_path, "memory", "https://git.example.com/x.git", backend="memory")
     result = run_gitreg("serve", "--config", str(config), "--workers", "2")
@@ -491,6 +570,31 @@ def test_the_redis_password_never_appears_in_logs_metrics_or_readiness(tmp_path,
             assert password not in text
     finally:
         redis.stop()
+
+
+def test_values_planted_in_redis_that_gitreg_never_writes_are_ignored_and_redis_stays_up(
+    tmp_path, redis_server, git_server
+):
+    import hashlib
+
+    import redis
+
+    public_repo(tmp_path)
+    url = git_server.url("public.git")
+    client = redis.Redis.from_url(redis_server.url)
+    # A tag list whose commit is not a commit id (an option for git, say), and counts that are not counts.
+    planted = json.dumps({"px": 3_600_000, "tags": {"v9.9.9": "--upload-pack=touch /tmp/pwned"}})
+    client.set("gitreg:tags:" + hashlib.sha256(url.encode()).hexdigest()[:40], planted, px=3_600_000)
+    client.hset("gitreg:downloads", mapping={ADDRESS: "many", "demo/other/null": "-5"})
+    [a] = start_replicas(tmp_path, redis_server, url, count=1)
+    try:
+        assert versions(a.url) == ["1.0.0"]  # from git, not the planted list
+        time.sleep(2.5)  # the counts are read every 2 s: a bad one used to mark Redis down
+        assert redis_state(a.url) == "up"
+        assert metric(a.url, "gitreg_redis_up") == 1
+        assert "download counts that are not counts" in "".join(a.log)
+    finally:
+        a.stop()
 
 
 def test_a_replica_stopped_in_the_middle_of_a_git_call_releases_its_lock_for_the_others(

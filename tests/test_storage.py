@@ -334,6 +334,22 @@ async def test_the_pin_record_does_not_grow_forever_while_serving(tmp_path):
     assert again.commits("file:///r.git") == {f"{599:040x}", "f" * 40}
 
 
+async def test_a_pin_keeps_its_time_across_restarts_and_only_an_earlier_pin_replaces_it(tmp_path):
+    from gitreg.storage.pins import TagPins
+
+    path = tmp_path / "tagpins.jsonl"
+    pins = TagPins(path)
+    await pins.pin("file:///r.git", "v1.0.0", "b" * 40, allow_moved=False, follows_tag=False, at=200.0)
+    assert not pins.adopt("file:///r.git", "v1.0.0", "c" * 40, 300.0)  # later: ours stays
+    assert not pins.adopt("file:///r.git", "v2.0.0", "c" * 40, 1.0)  # never served here: asked when it is
+    assert pins.adopt("file:///r.git", "v1.0.0", "a" * 40, 100.0)  # earlier: taken, and written
+    await pins.close()
+    again = TagPins(path)
+    assert again.entries() == [("file:///r.git", "v1.0.0", "a" * 40, 100.0)]
+    # A tie goes to the smaller commit id, so every replica ends on the same one.
+    assert not again.adopt("file:///r.git", "v1.0.0", "d" * 40, 100.0)
+
+
 @pytest.mark.slow
 def test_a_stalled_pin_write_does_not_freeze_the_server(tmp_path):
     repo = GitRepo(tmp_path / "repos", "hello")

@@ -6,6 +6,13 @@ kernel spreads connections across them, with no accept lock and no shared listen
 Each worker is a whole gitreg (its own event loop, tag cache, git processes); they agree
 through Redis (`[cache] backend = "redis"`), which is why memory refuses N > 1.
 
+Each worker is also a replica on disk: worker 0 keeps `[storage] path` itself (what one
+process kept there before stays in use), worker n > 0 keeps `<path>/workers/<n>`, and each
+gets `[storage] max_bytes / N`. Workers sharing one directory raced (a mirror renamed into
+place by two of them, "Directory not empty"; one evicting what another was reading) and each
+counted only its own bytes against the whole bound. Apart, nothing is shared but Redis, as
+between replicas, and the bound holds for the N of them together.
+
 The parent only supervises: SIGTERM or SIGINT is forwarded to every worker and the parent
 exits when they have; a worker that dies on its own stops the others (exit 1), so the
 service manager (systemd, Kubernetes) restarts the whole, rather than serving at reduced
@@ -58,7 +65,7 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
         for number in range(workers):
             pid = os.fork()
             if pid == 0:
-                _worker(number, config, serve, previous, reserved)
+                _worker(number, worker_config(config, number, workers), serve, previous, reserved)
             group.children[pid] = number
             if group.stopping:  # a signal arrived while forking: the new worker gets it too
                 _signal(pid, signal.SIGTERM)
@@ -68,6 +75,13 @@ def run_workers(config: Config, workers: int, serve: Callable[[Config], None]) -
         reserved.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def worker_config(config: Config, number: int, workers: int) -> Config:
+    """Worker `number`'s config: its own storage directory and its share of `[storage] max_bytes`."""
+    path = config.storage.path if number == 0 else os.path.join(config.storage.path, "workers", str(number))
+    storage = dataclasses.replace(config.storage, path=path, max_bytes=max(1, config.storage.max_bytes // workers))
+    return dataclasses.replace(config, storage=storage)
 
 
 class _Workers:
@@ -120,6 +134,7 @@ def _worker(
     reserved.close()
     code = 1
     try:
+        os.makedirs(config.storage.path, exist_ok=True)
         serve(config)
         code = 0
     except SystemExit as e:

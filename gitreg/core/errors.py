@@ -77,6 +77,24 @@ class StorageFull(GitregError):
     status = 507
 
 
+class DiskFull(GitregError):
+    """The disk under `[storage] path` is full (ENOSPC) or over quota (EDQUOT).
+
+    507 like StorageFull, but passing: never remembered as a key's answer, so serving
+    recovers by itself once space is freed. Build it with `disk_full`, which names the path.
+    """
+
+    status = 507
+
+
+def disk_full(path: object, what: str) -> DiskFull:
+    """The error for `what` gitreg could not write under the storage path `path` (a full disk)."""
+    return DiskFull(
+        f"[storage] path {path} is full (no space left on device): gitreg could not write {what}; "
+        "it serves again by itself once space is freed on the registry server"
+    )
+
+
 def failure_kind(e: GitregError) -> str:
     """How a failed git call is counted and shared: `not_found`, `timeout` or `error`."""
     if isinstance(e, ModuleNotFound):
@@ -97,3 +115,5 @@ class ConfigError(Exception):
 # The errno of an OSError that means "out of file descriptors, processes or memory": the
 # server is overloaded (an Overloaded, 503), not broken. EAGAIN is fork() at RLIMIT_NPROC.
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOBUFS})
+# The errno of an OSError that means "the disk is full": a DiskFull (507), not a bug.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -9,6 +9,7 @@ host labels and `git::` download locations agree on what a URL is:
 - `identity(url)`: `host/path` without user, port or `.git`, for webhook matching;
 - `web_url(url)`: the repository's https page, never with user info, for `source` links;
 - `host_label(url)`: the host alone, for metric labels;
+- `origin_label(url)`: `host:port`, one Git service, for the git pool's per-host share;
 - `mask(url)`: the URL with its user info (but an ssh login) masked as `***`, for logs and messages;
 - `as_go_getter(url)`: the `git::` address go-getter (Terraform, OpenTofu) understands.
 
@@ -193,6 +194,29 @@ def host_label(url: str) -> str:
     if found.scheme == "file":
         return "local"
     return found.host or "unknown"
+
+
+# The port a transport uses when the URL names none: `https://h` and `https://h:443` are one service.
+_DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
+
+
+def origin_label(url: str) -> str:
+    """The Git service a repository URL reaches, `host:port` (the transport's port when none is
+    written), for the git pool's share per host: two services on one machine (two ports) are two
+    shares, so one that stalls does not hold the other's. `local` for file://."""
+    found = parse(url)
+    if found is None or (found.scheme != "file" and not found.host):
+        return "unknown"
+    if found.scheme == "file":
+        return "local"
+    host = f"[{found.host}]" if ":" in found.host else found.host
+    return f"{host}:{found.port or _DEFAULT_PORTS.get(found.transport, 0)}"
+
+
+def origin_host(origin: str) -> str:
+    """The host of an `origin_label` (as `host_label` gives it), for metric labels."""
+    head, sep, _ = origin.rpartition(":")
+    return head.strip("[]") if sep and head else origin
 
 
 _MASK_RE = re.compile(r"(?<=://).*@", re.DOTALL)

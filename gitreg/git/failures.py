@@ -15,7 +15,7 @@ import re
 from typing import NamedTuple
 from urllib.parse import urljoin, urlsplit
 
-from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
+from gitreg.core.errors import DiskFull, GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable
 from gitreg.core.urls import mask
 from gitreg.git.runner import GitRun, GitRunner
 
@@ -49,6 +49,8 @@ _NOT_GIT = re.compile(
 # sending an empty or cut-short body); a network failure says more (curl's reason, "RPC failed").
 _CUT_SHORT = re.compile(r"remote end hung up unexpectedly|could not read from remote repository", re.IGNORECASE)
 _CURL_FAILED = re.compile(r"RPC failed|unable to access|curl \d+|early EOF", re.IGNORECASE)
+# gitreg's own disk, not the host: git could not write what it fetched ("unpack-objects failed" follows).
+DISK_FULL_TEXT = re.compile(r"no space left on device|disk quota exceeded", re.IGNORECASE)
 _STATUS_LINE = re.compile(r"HTTP/[\d.]+ (\d{3})\b", re.IGNORECASE)
 _REDIRECTED = re.compile(r"returned error: 3\d\d\b")
 # What a smart-HTTP host answers to git's two requests (anything else made git fall back to
@@ -144,6 +146,9 @@ def _classify(runner: GitRunner, url: str, stderr: str, status: int | str | None
         return _timeout(runner, shown)
     detail = runner.scrub(last_line(stderr))
     log.warning("git %s failed (exit %s): %s", shown, status, detail)
+    if DISK_FULL_TEXT.search(stderr):
+        # The caller that knows where git wrote names the path (storage.mirrors: disk_full).
+        return DiskFull(f"git could not write what it fetched from {shown}: no space left on gitreg's disk")
     if _AUTH_FAILED.search(stderr):
         if runner.credential_for(url) is None:
             return UpstreamUnavailable(

@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Callable, Collection
 from typing import BinaryIO, TypeVar, cast
 
-from gitreg.core.errors import UpstreamTimeout, UpstreamUnavailable
-from gitreg.git.failures import last_line
+from gitreg.core.errors import DiskFull, UpstreamTimeout, UpstreamUnavailable
+from gitreg.git.failures import DISK_FULL_TEXT, last_line
 from gitreg.git.remote import SHA_RE, GitAdapter
 from gitreg.git.runner import MAX_OUTPUT_BYTES, GitRun
 
@@ -44,6 +44,8 @@ class MirrorGit:
         """Run git on gitreg's own repository at `path` (no Git host involved): exit status and stdout."""
         run, out = self.adapter.runner.output(["git", *args], "", cwd=path, timeout=timeout, stdin=stdin)
         _raise_if_killed(run, f"git {args[0]}")
+        if run.proc.returncode != 0 and DISK_FULL_TEXT.search(run.error_text):
+            raise DiskFull(f"git {args[0]} could not write to gitreg's disk: no space left on device")
         return run.proc.returncode, out.decode("utf-8", "replace")
 
     def _checked(self, path: str, args: list[str], lines: list[str] | None = None) -> str:

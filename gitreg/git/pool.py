@@ -9,7 +9,9 @@ Here a job waits in a queue until a slot is free under four limits, then runs in
 executor (exactly `[git] max_concurrency` threads, so the executor itself never queues):
 
 - at most `max_concurrency` jobs run at once;
-- at most `max_per_host` of them for one host (a stalling host holds only its share);
+- at most `max_per_host` of them for one host (a stalling host holds only its share); a host
+  is an origin, `host:port` (`core.urls.origin_label`): two Git services on one machine, on
+  two ports, have a share each;
 - BROWSE and BACKGROUND jobs together at most `max_concurrency - install_reserve` (install
   work always finds a slot that browsing cannot take), BACKGROUND jobs alone at most
   `background_slots` (half the pool);
@@ -42,6 +44,7 @@ from enum import IntEnum
 from typing import Any, TypeVar
 
 from gitreg.core.errors import Overloaded, UpstreamUnavailable
+from gitreg.core.urls import origin_host
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -209,7 +212,7 @@ class GitPool:
         priority: Priority | None = None,
         waiters: Waiters | None = None,
     ) -> T:
-        """Run `fn(*args)` in a thread once a slot for `host` is free; its result.
+        """Run `fn(*args)` in a thread once a slot for `host` (an `origin_label`) is free; its result.
 
         `priority` defaults to the current context's (GIT_PRIORITY); with `waiters` the job
         runs at their best priority instead, raised or lowered as they come and go.
@@ -275,8 +278,12 @@ class GitPool:
         return {p: self._running[p] for p in Priority}
 
     def running_per_host(self) -> dict[str, int]:
-        """Jobs running now, by host."""
-        return dict(self._running_hosts)
+        """Jobs running now, by host (the origins' hosts, as metric labels name them)."""
+        hosts: dict[str, int] = {}
+        for origin, count in self._running_hosts.items():
+            host = origin_host(origin)
+            hosts[host] = hosts.get(host, 0) + count
+        return hosts
 
     # -- scheduling -------------------------------------------------------------------------
 

@@ -519,7 +519,7 @@ class DetailsService:
         self._cache[(resolved.repository, resolved.rule.path, tagged.tag, tagged.sha)] = details
 
     async def _build(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
-        from gitreg.core.urls import host_label
+        from gitreg.core.urls import origin_label
         from gitreg.git.pool import Priority, git_priority  # here: see read_commit
 
         self.workers.warm()  # a worker starts while git works
@@ -530,7 +530,7 @@ class DetailsService:
             async with self.mirrors.snapshot(resolved.repository, tagged.tag, tagged.sha, archives) as mirror:
                 self.builds += 1
                 tree = await self.pool.run(
-                    read_commit, self.git, str(mirror), resolved, tagged, host=host_label(resolved.repository)
+                    read_commit, self.git, str(mirror), resolved, tagged, host=origin_label(resolved.repository)
                 )
         return await self._parse(tree)
 

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import re
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -201,10 +202,10 @@ class Registry:
     async def _served_sha(self, resolved: ResolvedModule, found: TaggedVersion) -> str:
         """The commit to serve for a tag: the first one it was served at, unless allow_moved_tags (see TagPins)."""
         allow = self.config.git.allow_moved_tags
-        sha = found.sha
+        sha, at = found.sha, None
         if self.pins.pinned(resolved.repository, found.tag) is None:
             # First time here: the commit another replica pinned wins (Redis); a warm download asks nobody.
-            sha = await self.shared.pin(resolved.repository, found.tag, sha, allow)
+            sha, at = await self.shared.pin(resolved.repository, found.tag, sha, allow, time.time())
         rule = resolved.rule
         return await self.pins.pin(
             resolved.repository,
@@ -212,6 +213,7 @@ class Registry:
             sha,
             allow_moved=allow,
             follows_tag=rule.download == "git" and rule.ref == "tag",
+            at=at,
         )
 
 

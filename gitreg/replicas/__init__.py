@@ -7,6 +7,9 @@
   process, the services' defaults).
 - `redis`: `RedisShared`, replicas sharing Redis; an optimisation of local truth, never a
   dependency (its docstring tells how).
+- `pinning`: `SharedPins`, moved-tag records in Redis: the earliest pin wins on every replica,
+  each replica's pins on disk published again at every (re)connect.
+- `values`: what is read back from Redis, checked (only values gitreg itself writes).
 - `connection`: talking to Redis (fail-fast client, masked error texts, `check_redis` for
   `gitreg check`).
 - `factory`: `make_shared`, the one place that picks a backend from the config.

@@ -25,6 +25,7 @@ class SharedState(Protocol):
     on_reconnect: Signal[[]]  # the store is back: invalidations may have been missed
     on_downloads: Signal[[]]  # the shared download counts changed
     on_index: Signal[[str]]  # another replica published its index.json text (see follow_index)
+    on_pin: Signal[[str, str, str, float]]  # (repository, tag, commit, when): an earlier pin than this one's
 
     @property
     def is_shared(self) -> bool:
@@ -62,8 +63,14 @@ class SharedState(Protocol):
         """Tell the other replicas these repositories changed."""
         ...
 
-    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
-        """The commit to pin `tag` at when this replica has no record of it (`sha`, or the first recorded)."""
+    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool, at: float) -> tuple[str, float]:
+        """The commit to pin `tag` at, and when it was first pinned, when this replica has no record
+        of it: (`sha`, `at`), or the earliest pin another replica recorded."""
+        ...
+
+    def share_pins(self, source: Callable[[], list[tuple[str, str, str, float]]], allow_moved: bool) -> None:
+        """Where this replica's pins on disk are read (`TagPins.entries`), to publish them again
+        whenever the shared store (re)connects: it may have lost them."""
         ...
 
     def leading(self) -> bool:

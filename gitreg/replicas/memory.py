@@ -5,7 +5,7 @@ Also what the index process and the services' defaults hold: there is nobody to 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -30,6 +30,7 @@ class MemoryShared:
         self.on_reconnect: Signal[[]] = Signal()
         self.on_downloads: Signal[[]] = Signal()
         self.on_index: Signal[[str]] = Signal()
+        self.on_pin: Signal[[str, str, str, float]] = Signal()
 
     async def start(self) -> None:
         """Nothing to connect to."""
@@ -44,9 +45,12 @@ class MemoryShared:
     async def invalidate(self, keys: list[str]) -> None:
         """Nobody else to tell."""
 
-    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
-        """No other replica's record: `sha`."""
-        return sha
+    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool, at: float) -> tuple[str, float]:
+        """No other replica's record: (`sha`, `at`)."""
+        return sha, at
+
+    def share_pins(self, source: Callable[[], list[tuple[str, str, str, float]]], allow_moved: bool) -> None:
+        """Nobody to share them with."""
 
     def leading(self) -> bool:
         """Alone, this replica always builds the index."""

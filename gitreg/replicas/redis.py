@@ -13,8 +13,9 @@ Redis round trip, and uses Redis only where replicas must agree:
   upstream call), within a second;
 - download counts: counted in memory per request, added to a Redis hash (`HINCRBY`) every
   second, read back every few seconds;
-- moved-tag records: the first commit a tag was served at is set once (`HSETNX`), so every
-  replica pins the same commit;
+- moved-tag records: the first commit a tag was served at, and when; the earliest pin wins,
+  so every replica pins the same commit, and each replica's pins on disk are published again
+  at every (re)connect (see `pinning`);
 - the index: one replica holds a lease (`SET NX PX`, renewed) and indexes; it publishes the
   index it wrote, the others load it instead of indexing themselves.
 
@@ -40,7 +41,7 @@ from typing import Any
 
 from gitreg.config.model import CacheConfig
 from gitreg.core import urls
-from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamTimeout, UpstreamUnavailable, failure_kind
+from gitreg.core.errors import GitregError, failure_kind
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
@@ -53,6 +54,8 @@ from gitreg.replicas.connection import (
     quietly,
     replica_name,
 )
+from gitreg.replicas.pinning import Entries, SharedPins
+from gitreg.replicas.values import download_totals, tag_list
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,6 @@ DOWNLOADS_READ_SECONDS = 2.0
 LEASE_SECONDS, LEASE_RENEW_SECONDS = 10.0, 3.0
 # A waiter whose pub/sub message got lost (a reconnect) looks again after this long.
 WAIT_CHECK_SECONDS = 1.0
-_ERRORS: dict[str, type[GitregError]] = {
-    "not_found": ModuleNotFound,
-    "timeout": UpstreamTimeout,
-    "error": UpstreamUnavailable,
-}
 
 # Store a fetched list (or error) only if this replica still holds the lock: an invalidation
 # that arrived meanwhile deleted the lock, and its (older) answer must not be shared.
@@ -127,6 +125,8 @@ class RedisShared:
         self._store_script = self.client.register_script(_STORE)
         self._release_script = self.client.register_script(_RELEASE)
         self._renew_script = self.client.register_script(_RENEW)
+        self.pins = SharedPins(self.client, self._key("pins"), self.channel, self._message)
+        self.on_pin = self.pins.on_pin  # an earlier pin than this replica's
         self._up = False
         self._ever_up = False
         self._since = clock()
@@ -154,6 +154,8 @@ class RedisShared:
         self._received_index: str | None = None
         # Counters for /metrics and the benchmarks.
         self.errors = 0
+        self.bad_values = 0  # values in Redis that gitreg would never write (download counts), ignored
+        self._bad_logged = False
         self.tag_loads = {"shared": 0, "led": 0, "waited": 0, "local": 0}
 
     # --- state ------------------------------------------------------------------------------------
@@ -270,6 +272,7 @@ class RedisShared:
         await self.client.ping()
         await self._lease()
         self._mark_up()
+        await self.pins.republish()
         if self._leading:
             await self._publish_index()
         else:
@@ -350,6 +353,8 @@ class RedisShared:
             self._spawn(self._read_index())
         elif kind == "downloads" and sender != self.replica:
             self._totals_stale = True
+        elif kind == "pin":
+            self.pins.adopt(message.get("value"), message.get("repository"), message.get("tag"))
 
     # --- tag lists ----------------------------------------------------------------------------------
 
@@ -398,14 +403,10 @@ class RedisShared:
         raw, pttl = await self._call(pipe.execute())
         if raw is None:
             return None
-        try:
-            data = json.loads(raw)
-            px = int(data["px"])
-            if "error" in data:
-                raise _ERRORS.get(str(data["error"]), UpstreamUnavailable)(str(data["message"]))
-            tags = {str(k): str(v) for k, v in data["tags"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError):
+        stored = tag_list(raw)
+        if stored is None:
             return None  # not ours, or damaged: fetch again
+        px, tags = stored
         age = max(0.0, (px - pttl) / 1000) if pttl > 0 else 0.0
         return TagList(tags, age=age)
 
@@ -456,22 +457,15 @@ class RedisShared:
 
     # --- moved-tag records --------------------------------------------------------------------------
 
-    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool) -> str:
-        """The commit every replica pins `tag` at: the first one recorded (HSETNX), or `sha` to follow a moved tag."""
-        if not self._up:
-            return sha
-        field = json.dumps([repository, tag], ensure_ascii=False)
-        pipe = self.client.pipeline(transaction=True)
-        if allow_moved:
-            pipe.hset(self._key("pins"), field, sha)
-        else:
-            pipe.hsetnx(self._key("pins"), field, sha)
-        pipe.hget(self._key("pins"), field)
-        try:
-            _, winner = await self._call(pipe.execute())
-        except RedisDown:
-            return sha
-        return winner.decode() if isinstance(winner, bytes) else sha
+    async def pin(self, repository: str, tag: str, sha: str, allow_moved: bool, at: float) -> tuple[str, float]:
+        """The commit every replica pins `tag` at, and when (see `pinning`)."""
+        return await self.pins.pin(self._call if self._up else None, repository, tag, sha, allow_moved, at)
+
+    def share_pins(self, source: Entries, allow_moved: bool) -> None:
+        """Publish `source`'s pins at every (re)connect; with allow_moved_tags pins follow the tags instead."""
+        self.pins.share(source, allow_moved)
+        if self._up:  # connected before the pins were read: publish them now
+            self._spawn(self.pins.republish_quietly(lambda e: describe(e, self.config.redis_url)))
 
     # --- the index ----------------------------------------------------------------------------------
 
@@ -566,7 +560,12 @@ class RedisShared:
         self._totals_stale = False
         self._next_totals = self._clock() + DOWNLOADS_READ_SECONDS
         raw = await self.client.hgetall(self._key("downloads"))
-        totals = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+        totals, bad = download_totals(raw)
+        if bad:  # not what gitreg writes: ignored, never "Redis is down"
+            self.bad_values += bad
+            if not self._bad_logged:
+                self._bad_logged = True
+                log.warning("redis at %s: ignored %d download counts that are not counts", self.shown_url, bad)
         if totals != self._totals:
             self._totals = totals
             self.on_downloads.emit()

@@ -32,13 +32,16 @@ from typing import BinaryIO, TypeVar, cast
 
 from gitreg.core.content import ContentKey
 from gitreg.core.errors import (
+    DISK_FULL,
+    DiskFull,
     GitregError,
     StorageFull,
     UpstreamUnavailable,
     VersionNotFound,
+    disk_full,
 )
 from gitreg.core.flight import InFlight, Remembered
-from gitreg.core.urls import host_label, mask
+from gitreg.core.urls import mask, origin_label
 from gitreg.git.mirror import MirrorGit, NoSuchTree
 from gitreg.git.pool import GitPool
 from gitreg.storage.budget import mib
@@ -365,7 +368,12 @@ class ArchiveStore:
 
     async def _build_into(self, tmp: Path, mirror: Path, key: ContentKey) -> None:
         try:
-            await self.pool.run(self.builder.build, mirror, key, tmp, self.max_bytes, host=host_label(key.repository))
+            await self.pool.run(self.builder.build, mirror, key, tmp, self.max_bytes, host=origin_label(key.repository))
+        except (DiskFull, OSError) as e:
+            if isinstance(e, OSError) and e.errno not in DISK_FULL:
+                raise
+            # Not remembered like StorageFull below: the build succeeds once space is freed.
+            raise disk_full(self.root.parent, f"the archive of {mask(key.repository)} at {key.sha[:12]}") from None
         except StorageFull as e:
             # Too large for the bound: a key's bytes never change, so neither does this answer.
             self._refused.remember(key, e)

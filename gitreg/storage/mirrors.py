@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from gitreg.core.errors import GitregError, StorageFull
+from gitreg.core.errors import DISK_FULL, DiskFull, GitregError, StorageFull, disk_full
 from gitreg.core.flight import InFlight, Remembered
-from gitreg.core.urls import host_label, mask
+from gitreg.core.urls import mask, origin_label
 from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool
 from gitreg.storage.budget import StorageBudget, mib
@@ -162,8 +162,18 @@ class MirrorStore:
         return await run_file_work(self.files, fn, *args)
 
     async def _git(self, url: str, fn: Callable[..., T], *args: object) -> T:
-        """Blocking git work for `url`'s mirror: through the git pool, under `url`'s host limit."""
-        return await self.pool.run(fn, *args, host=host_label(url))
+        """Blocking git work for `url`'s mirror: through the git pool, under `url`'s host limit.
+
+        A full disk is a DiskFull naming the storage path, whether git or gitreg met it.
+        """
+        try:
+            return await self.pool.run(fn, *args, host=origin_label(url))
+        except DiskFull:
+            raise disk_full(self.root.parent, f"the mirror of {mask(url)}") from None
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            raise disk_full(self.root.parent, f"the mirror of {mask(url)}") from None
 
     @contextlib.asynccontextmanager
     async def hold(self, url: str) -> AsyncIterator[Path]:
@@ -277,6 +287,8 @@ class MirrorStore:
         remembered for error_retry_seconds."""
         try:
             await self._git(url, self.git.fetch_tags, str(path), url, tag)
+        except DiskFull:
+            raise  # not remembered: serving recovers as soon as space is freed
         except GitregError as e:
             self._failures.remember(url, e)
             raise

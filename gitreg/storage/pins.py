@@ -11,6 +11,11 @@ A crash can at worst leave a torn last line, which is ignored when the file is r
 every pin that was acknowledged survives and nothing half-written is ever believed. The file
 is compacted (superseded and torn records dropped, written to a temporary file and renamed
 into place) when it is loaded and whenever superseded records outnumber the live ones.
+
+Each record carries the time its commit was first pinned (`at`, seconds since the epoch; 0 in
+records from before it was kept): with Redis, the pins on disk are the truth, and when two
+replicas pinned one tag at different commits the earlier pin wins on both (`adopt`; see
+`replicas.redis`).
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import TypeVar
 
-from gitreg.core.errors import GitregError
+from gitreg.core.errors import DISK_FULL, DiskFull, GitregError, disk_full
 from gitreg.core.urls import mask
 from gitreg.storage.files import remove_leftovers, run_file_work, write_atomically
 
@@ -55,6 +61,7 @@ class TagPins:
         self.path = path
         self.executor = executor
         self._repos: dict[str, dict[str, str]] = {}  # repository -> tag -> pinned commit
+        self._at: dict[Key, float] = {}  # when each pin was first made (0: before this was kept)
         self._count = 0
         self._records = 0  # lines in the file, live or superseded
         self._warned: set[tuple[str, str, str]] = set()
@@ -81,7 +88,10 @@ class TagPins:
             try:
                 record = json.loads(line)
                 repository, tag, sha = record["repository"], record["tag"], record["sha"]
+                at = record.get("at", 0.0)
                 if not (isinstance(repository, str) and isinstance(tag, str) and isinstance(sha, str)):
+                    raise ValueError("bad types")
+                if not isinstance(at, int | float) or isinstance(at, bool):
                     raise ValueError("bad types")
             except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: `[[[[...` nested deeply
                 if number == len(lines) and not line.endswith(b"\n") and _RECORD_START.startswith(line[:15]):
@@ -90,7 +100,7 @@ class TagPins:
                     damaged = True  # not what gitreg writes: the file was damaged, not torn
                 continue
             torn = torn or not line.endswith(b"\n")
-            self._set((repository, tag), sha)  # the last record wins: allow_moved_tags re-pins
+            self._set((repository, tag), sha, float(at))  # the last record wins: allow_moved_tags re-pins
         self._records = len(lines)
         if damaged:
             self._set_aside("records that are not pins", move=False)
@@ -115,11 +125,38 @@ class TagPins:
     def __len__(self) -> int:
         return self._count
 
-    def _set(self, key: Key, sha: str) -> None:
+    def _set(self, key: Key, sha: str, at: float) -> None:
         tags = self._repos.setdefault(key[0], {})
         if key[1] not in tags:
             self._count += 1
         tags[key[1]] = sha
+        self._at[key] = at
+
+    def entries(self) -> list[tuple[str, str, str, float]]:
+        """Every pin: (repository, tag, commit, when first pinned), for Redis to learn them again."""
+        return [(r, t, sha, self._at.get((r, t), 0.0)) for r, tags in self._repos.items() for t, sha in tags.items()]
+
+    def adopt(self, repository: str, tag: str, sha: str, at: float) -> bool:
+        """Another replica pinned `tag` at `sha` at time `at`: take it when it is the earlier pin.
+
+        The earlier pin (then the smaller commit id, for a tie) wins, so replicas that pinned one
+        tag at two commits (Redis lost its record meanwhile) end on the same one. A tag this
+        replica never served is left alone: its first request asks Redis. True when it changed.
+        """
+        key = (repository, tag)
+        mine = self.pinned(repository, tag)
+        if mine is None or mine == sha or (self._at.get(key, 0.0), mine) <= (at, sha):
+            return False
+        log.warning(
+            "tag %r of %s: another replica pinned it earlier at commit %s; serving that instead of %s",
+            tag,
+            mask(repository),
+            sha[:12],
+            mine[:12],
+        )
+        self._set(key, sha, at)
+        self._write(key, sha)
+        return True
 
     def pinned(self, repository: str, tag: str) -> str | None:
         """The commit `tag` is pinned at here, or None when this process has no record of it."""
@@ -132,19 +169,22 @@ class TagPins:
     def _snapshot(self) -> list[tuple[str, dict[str, str]]]:
         return [(repository, dict(tags)) for repository, tags in self._repos.items()]
 
-    async def pin(self, repository: str, tag: str, sha: str, *, allow_moved: bool, follows_tag: bool) -> str:
+    async def pin(
+        self, repository: str, tag: str, sha: str, *, allow_moved: bool, follows_tag: bool, at: float | None = None
+    ) -> str:
         """The commit to serve for `tag`, which points at `sha` now; pins it if new and reports a move.
 
         A tag seen for the first time is pinned at `sha`. When it later points elsewhere, the
         first commit keeps being served, unless `allow_moved` (the new commit is served and
         becomes the pin). `follows_tag` (`ref = "tag"` with `download = "git"`): clients resolve
         the tag themselves, so the pin only serves to notice the move; the answer does not wait
-        for the record to reach the disk.
+        for the record to reach the disk. `at`: when the pin was first made (another replica's
+        time, through Redis), now by default.
         """
         key = (repository, tag)
         first = self._repos.get(repository, {}).get(tag)
         if first is None:
-            self._set(key, sha)
+            self._set(key, sha, time.time() if at is None else at)
             self._write(key, sha)
             if not follows_tag:
                 await self._durable(key)
@@ -171,7 +211,7 @@ class TagPins:
                     outcome,
                 )
             if allow_moved:
-                self._set(key, sha)
+                self._set(key, sha, time.time())
                 self._write(key, sha)
                 if not follows_tag:
                     await self._durable(key)
@@ -184,7 +224,7 @@ class TagPins:
 
     def _write(self, key: Key, sha: str) -> None:
         """Queue a record for the writer."""
-        line = json.dumps({"repository": key[0], "tag": key[1], "sha": sha}, ensure_ascii=False) + "\n"
+        line = self._record(key[0], key[1], sha)
         self._pending.append((key, line))
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
@@ -202,8 +242,8 @@ class TagPins:
             self._kick()  # a record left over by a failed write is tried again now
             try:
                 await asyncio.shield(written)
-            except PinNotRecorded as e:
-                raise PinNotRecorded(e.message) from None  # one instance per waiter
+            except (PinNotRecorded, DiskFull) as e:
+                raise type(e)(e.message) from None  # one instance per waiter
 
     async def _flush(self) -> None:
         """The one writer: appends pending records in order, one fsync per batch; compacts when due."""
@@ -223,7 +263,9 @@ class TagPins:
                     if self._unwritten.get(key) is done:
                         self._unwritten[key] = self._batch
                 done.set_exception(
-                    PinNotRecorded(
+                    disk_full(self.path.parent, "the commit of this version")
+                    if e.errno in DISK_FULL
+                    else PinNotRecorded(
                         f"gitreg could not record the commit of this version in its storage ({e.strerror or e}); "
                         "check [storage] path on the registry server"
                     )
@@ -257,12 +299,13 @@ class TagPins:
 
     def _rewrite(self, pins: list[tuple[str, dict[str, str]]]) -> None:
         """Replace the record with its live records, atomically and durably."""
-        text = "".join(
-            json.dumps({"repository": repository, "tag": tag, "sha": sha}, ensure_ascii=False) + "\n"
-            for repository, tags in pins
-            for tag, sha in tags.items()
-        )
+        text = "".join(self._record(repository, tag, sha) for repository, tags in pins for tag, sha in tags.items())
         write_atomically(self.path, text.encode("utf-8", "surrogateescape"), _TMP_PREFIX)
+
+    def _record(self, repository: str, tag: str, sha: str) -> str:
+        """One line of the file (its keys in this order: a torn line is recognised by its start)."""
+        at = self._at.get((repository, tag), 0.0)
+        return json.dumps({"repository": repository, "tag": tag, "sha": sha, "at": at}, ensure_ascii=False) + "\n"
 
     async def close(self) -> None:
         """Write what is pending (shutdown)."""

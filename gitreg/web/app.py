@@ -23,7 +23,7 @@ from aiohttp import web
 from gitreg.config.model import Config
 from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
-from gitreg.core.urls import host_label as git_host
+from gitreg.core.urls import origin_label
 from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
@@ -184,7 +184,7 @@ async def _tags(app: web.Application) -> AsyncIterator[None]:
     ls_remote = app[METRICS].instrument_ls_remote(app[GIT].ls_remote_tags)
 
     async def load(url: str, waiters: Waiters) -> TagList:
-        return await pool.run(ls_remote, url, host=git_host(url), waiters=waiters)
+        return await pool.run(ls_remote, url, host=origin_label(url), waiters=waiters)
 
     # With Redis, a miss asks the other replicas' shared list first (one git call across all of them).
     cache = app[CACHE] = TagCache(
@@ -231,6 +231,9 @@ async def _registry(app: web.Application) -> AsyncIterator[None]:
     publisher = app[PUBLISHER] = Publisher(app[CONFIG], cache, shared, app[ORGS])
     shared.on_invalidate.connect(publisher.changed_elsewhere)
     shared.on_reconnect.connect(publisher.reconnected)
+    # The pins on disk are the truth: published again at every (re)connect, an earlier one adopted.
+    shared.on_pin.connect(app[_PINS].adopt)
+    shared.share_pins(app[_PINS].entries, app[CONFIG].git.allow_moved_tags)
     yield
 
 

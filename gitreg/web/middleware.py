@@ -12,13 +12,13 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gitreg.core.errors import OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized
+from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
 from gitreg.web.errors import error_response
-from gitreg.web.keys import AUTH, SIGNER
+from gitreg.web.keys import AUTH, CONFIG, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
 from gitreg.web.pages.views import is_page
 
@@ -74,6 +74,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except asyncio.CancelledError:
         raise
     except OSError as e:
+        if e.errno in DISK_FULL:  # a write no storage class turned into a DiskFull itself
+            full = disk_full(request.app[CONFIG].storage.path, "what this request needed")
+            log.warning("%s %s: %s", request.method, request.path, full.message)
+            return error_response(full.status, full.message)
         if e.errno not in OUT_OF_RESOURCES:
             log.exception("unhandled error on %s %s", request.method, request.path)
             return error_response(500, "internal error in gitreg; the server log has details")
