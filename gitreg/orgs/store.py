@@ -135,10 +135,18 @@ class OrgStore:
             self._dirty = False
             if self.owners is not None:
                 self.owners.dirty = False
+            # Shielded: cancelled in the middle (shutdown stops the enumeration that flushes), the
+            # write still finishes before the cancellation goes on, so close()'s last flush never
+            # finds the listing marked written while the file is not.
+            write = asyncio.get_running_loop().run_in_executor(
+                self.executor, write_atomically, self.path, text, _TMP_PREFIX
+            )
             try:
-                await asyncio.get_running_loop().run_in_executor(
-                    self.executor, write_atomically, self.path, text, _TMP_PREFIX
-                )
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await write
+                raise
             except OSError as e:
                 self._dirty = True
                 log.warning("could not write %s: %s", self.path, e)
