@@ -75,6 +75,13 @@ class SharedOwners:
         message = self._message("owner", address=address, value=value)
         return [address, holder, repr(since), self.channel, replaces, message]
 
+    async def republish_quietly(self, describe: Callable[[BaseException], str]) -> None:
+        """republish(), a failure logged: the next (re)connect publishes them again."""
+        try:
+            await self.republish()
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not share this replica's org module owners through redis: %s", describe(e))
+
     async def republish(self) -> None:
         """Tell Redis this replica's owners again (it may have restarted empty), then adopt every owner
         it holds that is earlier than this replica's (or of an address this replica holds not yet)."""

@@ -468,7 +468,7 @@ class RedisShared:
         """Publish `source`'s owners at every (re)connect, and learn those Redis holds (see `owning`)."""
         self.owners.share(source)
         if self._up:  # connected before the owners were read: publish them now
-            self._spawn(self._quiet_call(self.owners.republish()))
+            self._spawn(self.owners.republish_quietly(lambda e: describe(e, self.config.redis_url)))
 
     def publish_owner(self, address: str, holder: str, since: float, replaces: str) -> None:
         """Record a new owner in the background (Redis down: the next (re)connect publishes it)."""
