@@ -74,6 +74,9 @@ class OrgCatalog:
         # Told each change of the listing, on the event loop (a failing listener is logged, the rest still run).
         self.on_change: Signal[[OrgChanges]] = Signal(failures=(log, "an org listing subscriber failed"))
         self._owners = Owners(self._orgs)
+        self._settling = False  # a rebuild for owners adopted from other replicas is scheduled
+        # orgs.json was read: its owners are known (to publish them to the other replicas).
+        self.on_loaded: Signal[[]] = Signal(failures=(log, "an org listing subscriber failed"))
         # path None: not persisted (gitreg check --probe)
         self._store = OrgStore(path, executor, self._orgs, self._owners)
         self._refresher = OrgRefresher(self._orgs, self)
@@ -232,7 +235,24 @@ class OrgCatalog:
                 s.loaded = True
                 self.take_listing(s, listing, None, result)
         self._store.loaded()
+        self.on_loaded.emit()
         return len(found)
+
+    @property
+    def owners(self) -> Owners:
+        """Who holds each address (the application shares them between replicas)."""
+        return self._owners
+
+    def adopt_owner(self, address: str, holder: str, since: float) -> None:
+        """An owner another replica recorded: when it holds an address here now, the listing is
+        rebuilt (once for a burst: a reconnect reads every owner)."""
+        if self._owners.adopt(address, holder, since) and not self._settling:
+            self._settling = True
+            asyncio.get_running_loop().call_soon(self._settle_adopted)
+
+    def _settle_adopted(self) -> None:
+        self._settling = False
+        self._rebuild()
 
     async def load_owners(self, path: Path) -> None:
         """Who holds each address, from the orgs.json at `path`, read only (`gitreg check --probe`)."""

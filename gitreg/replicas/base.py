@@ -26,6 +26,7 @@ class SharedState(Protocol):
     on_downloads: Signal[[]]  # the shared download counts changed
     on_index: Signal[[str]]  # another replica published its index.json text (see follow_index)
     on_pin: Signal[[str, str, str, float]]  # (repository, tag, commit, when): an earlier pin than this one's
+    on_owner: Signal[[str, str, float]]  # (address, holder, first held): an org module owner another replica recorded
 
     @property
     def is_shared(self) -> bool:
@@ -71,6 +72,16 @@ class SharedState(Protocol):
     def share_pins(self, source: Callable[[], list[tuple[str, str, str, float]]], allow_moved: bool) -> None:
         """Where this replica's pins on disk are read (`TagPins.entries`), to publish them again
         whenever the shared store (re)connects: it may have lost them."""
+        ...
+
+    def share_owners(self, source: Callable[[], list[tuple[str, str, float]]]) -> None:
+        """Where this replica's org module owners are read (address, holder, first held), to publish them
+        again whenever the shared store (re)connects, and then learn every owner it holds."""
+        ...
+
+    def publish_owner(self, address: str, holder: str, since: float, replaces: str) -> None:
+        """Record that `holder` first held `address` at `since` (replacing the record of `replaces`, a
+        holder found gone, if any), in the background; an earlier owner comes back through on_owner."""
         ...
 
     def leading(self) -> bool:

@@ -31,6 +31,7 @@ class MemoryShared:
         self.on_downloads: Signal[[]] = Signal()
         self.on_index: Signal[[str]] = Signal()
         self.on_pin: Signal[[str, str, str, float]] = Signal()
+        self.on_owner: Signal[[str, str, float]] = Signal()
 
     async def start(self) -> None:
         """Nothing to connect to."""
@@ -51,6 +52,12 @@ class MemoryShared:
 
     def share_pins(self, source: Callable[[], list[tuple[str, str, str, float]]], allow_moved: bool) -> None:
         """Nobody to share them with."""
+
+    def share_owners(self, source: Callable[[], list[tuple[str, str, float]]]) -> None:
+        """Nobody to share them with."""
+
+    def publish_owner(self, address: str, holder: str, since: float, replaces: str) -> None:
+        """Nobody to tell: this replica's own owners decide."""
 
     def leading(self) -> bool:
         """Alone, this replica always builds the index."""

@@ -15,7 +15,7 @@ Redis round trip, and uses Redis only where replicas must agree:
   second, read back every few seconds;
 - moved-tag records: the first commit a tag was served at, and when; the earliest pin wins,
   so every replica pins the same commit, and each replica's pins on disk are published again
-  at every (re)connect (see `pinning`);
+  at every (re)connect (see `pinning`); org module owners the same way (see `owning`);
 - the index: one replica holds a lease (`SET NX PX`, renewed) and indexes; it publishes the
   index it wrote, the others load it instead of indexing themselves.
 
@@ -54,6 +54,7 @@ from gitreg.replicas.connection import (
     quietly,
     replica_name,
 )
+from gitreg.replicas.owning import OwnerEntries, SharedOwners
 from gitreg.replicas.pinning import Entries, SharedPins
 from gitreg.replicas.values import download_totals, tag_list
 
@@ -93,6 +94,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_GIVE_UP = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 class RedisShared:
@@ -127,6 +129,8 @@ class RedisShared:
         self._renew_script = self.client.register_script(_RENEW)
         self.pins = SharedPins(self.client, self._key("pins"), self.channel, self._message)
         self.on_pin = self.pins.on_pin  # an earlier pin than this replica's
+        self.owners = SharedOwners(self.client, self._key("owners"), self.channel, self._message)
+        self.on_owner = self.owners.on_owner  # an owner recorded in Redis
         self._up = False
         self._ever_up = False
         self._since = clock()
@@ -145,11 +149,9 @@ class RedisShared:
         self._totals_stale = True
         self._next_totals = 0.0
         self._next_lease = 0.0
-        # An index.json this replica wrote while it could not publish it (Redis unreachable, not
-        # connected yet): published when it is the leader and connected, then dropped.
+        # An index.json written while Redis was unreachable: published once leading and connected.
         self._unpublished: str | None = None
-        # The leader's index read before the application was ready for it (follow_index): the
-        # connection comes up while the application is still starting.
+        # The leader's index read before the application was ready for it (follow_index).
         self._following = False
         self._received_index: str | None = None
         # Counters for /metrics and the benchmarks.
@@ -242,16 +244,8 @@ class RedisShared:
                     self._held.pop(lock, None)
                 await asyncio.wait_for(self._flush_downloads(), OP_TIMEOUT_SECONDS)
                 if self._leading:
-                    await asyncio.wait_for(
-                        self.client.eval(
-                            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
-                            "return 0",
-                            1,
-                            self._key("index-lease"),
-                            self.replica,
-                        ),
-                        OP_TIMEOUT_SECONDS,
-                    )
+                    lease = self.client.eval(_GIVE_UP, 1, self._key("index-lease"), self.replica)
+                    await asyncio.wait_for(lease, OP_TIMEOUT_SECONDS)
             except Exception as e:  # noqa: BLE001 - shutting down: the lease expires by itself
                 log.info("redis at shutdown: %s", describe(e, self.config.redis_url))
         self._close_pubsub()
@@ -273,6 +267,7 @@ class RedisShared:
         await self._lease()
         self._mark_up()
         await self.pins.republish()
+        await self.owners.republish()
         if self._leading:
             await self._publish_index()
         else:
@@ -355,6 +350,8 @@ class RedisShared:
             self._totals_stale = True
         elif kind == "pin":
             self.pins.adopt(message.get("value"), message.get("repository"), message.get("tag"))
+        elif kind == "owner":
+            self.owners.adopt(message.get("address"), message.get("value"))
 
     # --- tag lists ----------------------------------------------------------------------------------
 
@@ -466,6 +463,17 @@ class RedisShared:
         self.pins.share(source, allow_moved)
         if self._up:  # connected before the pins were read: publish them now
             self._spawn(self.pins.republish_quietly(lambda e: describe(e, self.config.redis_url)))
+
+    def share_owners(self, source: OwnerEntries) -> None:
+        """Publish `source`'s owners at every (re)connect, and learn those Redis holds (see `owning`)."""
+        self.owners.share(source)
+        if self._up:  # connected before the owners were read: publish them now
+            self._spawn(self.owners.republish_quietly(lambda e: describe(e, self.config.redis_url)))
+
+    def publish_owner(self, address: str, holder: str, since: float, replaces: str) -> None:
+        """Record a new owner in the background (Redis down: the next (re)connect publishes it)."""
+        if self._up:
+            self._spawn(self._quiet_call(self.owners.publish(address, holder, since, replaces)))
 
     # --- the index ----------------------------------------------------------------------------------
 

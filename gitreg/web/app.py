@@ -200,6 +200,11 @@ async def _orgs(app: web.Application) -> AsyncIterator[None]:
     orgs = app[ORGS] = OrgCatalog(app[CONFIG], _storage(app) / ORGS_FILE)
     if app[ROLE] is Role.INDEX:  # the serving process enumerates, and tells it of each change
         orgs.follow(app[SEED].orgs, (), app[SEED].orgs_complete)
+    else:  # with Redis, owners are shared like pins: the earliest holder on any replica wins
+        shared = app[SHARED]
+        orgs.owners.on_held.connect(shared.publish_owner)
+        shared.on_owner.connect(orgs.adopt_owner)
+        orgs.on_loaded.connect(lambda: shared.share_owners(orgs.owners.entries))
     app[METRICS].watch_orgs(orgs)
     yield
 
