@@ -258,6 +258,8 @@ class ModuleIndex:
 
     def take_status(self, complete: bool, queued: int, stats: Mapping[str, float]) -> None:
         """The index process's progress (serving process): /readyz and /metrics show it."""
+        if complete and not self._complete:  # the entries it sent one by one, all here
+            keep_long_lived()
         self._complete = complete
         self._remote_queued = queued
         for name, value in stats.items():
