@@ -40,6 +40,7 @@ from gitreg.config.parse import parse_config
 from gitreg.core.names import ModuleAddress
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.index.search import readme_words
+from gitreg.storage.files import keep_long_lived
 from gitreg.web.app import create_app
 from gitreg.web.keys import DETAILS, INDEX
 
@@ -157,6 +158,7 @@ def serve(config: Any, port: int, ready: threading.Event, stop: threading.Event,
         await app[INDEX].settled(600)
         app[INDEX].take(synthetic_entries(modules))
         app[INDEX].view().listed(lambda e: True)  # the view of 10,000 modules is built once, before measuring
+        keep_long_lived()  # as after index.json's load or an adopted index (the entries are put in directly)
         ready.set()
         await asyncio.to_thread(stop.wait)
         await runner.cleanup()

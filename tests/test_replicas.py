@@ -597,6 +597,25 @@ def test_values_planted_in_redis_that_gitreg_never_writes_are_ignored_and_redis_
         a.stop()
 
 
+def test_values_planted_in_redis_are_counted_in_metrics(tmp_path, redis_server, git_server):
+    import hashlib
+
+    import redis
+
+    public_repo(tmp_path)
+    url = git_server.url("public.git")
+    client = redis.Redis.from_url(redis_server.url)
+    planted = json.dumps({"px": 3_600_000, "tags": {"v9.9.9": "not-a-commit"}})
+    client.set("gitreg:tags:" + hashlib.sha256(url.encode()).hexdigest()[:40], planted, px=3_600_000)
+    client.hset("gitreg:downloads", mapping={ADDRESS: "many"})
+    [a] = start_replicas(tmp_path, redis_server, url, count=1)
+    try:
+        assert versions(a.url) == ["1.0.0"]  # the planted tag list: read, ignored, counted
+        wait_for(lambda: metric(a.url, "gitreg_redis_bad_values_total") >= 2, 10, "the tag list and the count counted")
+    finally:
+        a.stop()
+
+
 def test_a_replica_stopped_in_the_middle_of_a_git_call_releases_its_lock_for_the_others(
     tmp_path, redis_server, git_server
 ):

@@ -49,7 +49,7 @@ from gitreg.index.persist import (
     parse_index,
 )
 from gitreg.index.search import View
-from gitreg.storage.files import collector_paused, run_file_work
+from gitreg.storage.files import collector_paused, keep_long_lived, run_file_work
 from gitreg.storage.state import StateFile
 
 log = logging.getLogger(__name__)
@@ -227,6 +227,7 @@ class ModuleIndex:
             if document is not None:
                 self._replace(document)
                 log.info("loaded %d indexed module(s) from %s", len(self._entries), self.path)
+        keep_long_lived()
 
     def adopt(self, text: str) -> None:
         """Replace the index with the one another replica built (its index.json text); kept on disk here too."""
@@ -235,6 +236,7 @@ class ModuleIndex:
         if document is None:
             return
         self._replace(document)
+        keep_long_lived()
         self.stats.last_pass = time.time()
         self._changed()
 
@@ -256,6 +258,8 @@ class ModuleIndex:
 
     def take_status(self, complete: bool, queued: int, stats: Mapping[str, float]) -> None:
         """The index process's progress (serving process): /readyz and /metrics show it."""
+        if complete and not self._complete:  # the entries it sent one by one, all here
+            keep_long_lived()
         self._complete = complete
         self._remote_queued = queued
         for name, value in stats.items():

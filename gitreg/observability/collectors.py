@@ -281,6 +281,12 @@ def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily 
         "gitreg_index_leader", "1 while this replica builds the index (holds the lease, or Redis is down).", labels=[]
     )
     errors = CounterMetricFamily("gitreg_redis_errors", "Redis commands or connections that failed.", labels=[])
+    bad = CounterMetricFamily(
+        "gitreg_redis_bad_values",
+        "Values read from Redis that gitreg never writes (a tag list with a non-commit id, a download "
+        "count that is not a count), ignored; counted at each read.",
+        labels=[],
+    )
     loads = CounterMetricFamily(
         "gitreg_shared_tag_loads",
         "Tag cache misses by how they were answered: shared (Redis had it), led (this replica "
@@ -292,9 +298,10 @@ def _shared_metrics(shared: SharedState | None) -> Iterator[CounterMetricFamily 
         up.add_metric([], 1 if shared.up else 0)
         leader.add_metric([], 1 if shared.leading() else 0)
         errors.add_metric([], shared.errors)
+        bad.add_metric([], shared.bad_values)
         for result, count in shared.tag_loads.items():
             loads.add_metric([result], count)
-    yield from (up, leader, errors, loads)
+    yield from (up, leader, errors, bad, loads)
 
 
 class ArchiveCollector(Collector):

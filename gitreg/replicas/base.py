@@ -44,6 +44,11 @@ class SharedState(Protocol):
         ...
 
     @property
+    def bad_values(self) -> int:
+        """Values read from the shared store that gitreg never writes, ignored (for /metrics)."""
+        ...
+
+    @property
     def tag_loads(self) -> Mapping[str, int]:
         """Tag cache misses by how they were answered: shared, led, waited, local (for /metrics)."""
         ...

@@ -22,6 +22,7 @@ class MemoryShared:
     is_shared = False
     up = False  # no shared store to reach
     errors = 0
+    bad_values = 0
     tag_loads = _NO_LOADS
 
     def __init__(self) -> None:

@@ -156,7 +156,7 @@ class RedisShared:
         self._received_index: str | None = None
         # Counters for /metrics and the benchmarks.
         self.errors = 0
-        self.bad_values = 0  # values in Redis that gitreg would never write (download counts), ignored
+        self.bad_values = 0  # values read from Redis that gitreg never writes (tag lists, counts), ignored
         self._bad_logged = False
         self.tag_loads = {"shared": 0, "led": 0, "waited": 0, "local": 0}
 
@@ -402,6 +402,7 @@ class RedisShared:
             return None
         stored = tag_list(raw)
         if stored is None:
+            self.bad_values += 1
             return None  # not ours, or damaged: fetch again
         px, tags = stored
         age = max(0.0, (px - pttl) / 1000) if pttl > 0 else 0.0

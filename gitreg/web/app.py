@@ -49,6 +49,7 @@ from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
+from gitreg.storage.files import keep_long_lived
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes
@@ -389,6 +390,7 @@ async def _storage_scan(app: web.Application) -> AsyncIterator[None]:
 
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
     """Last cleanup context: ready once everything before it started; first to go at shutdown."""
+    keep_long_lived()  # index.json, orgs.json and the catalog, loaded: out of the collector's walks
     app[LIFECYCLE].up(app[INDEX], app[SHARED])
     yield
     app[LIFECYCLE].down()
