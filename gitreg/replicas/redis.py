@@ -8,9 +8,8 @@ Redis round trip, and uses Redis only where replicas must agree:
   short lock (`SET NX PX`) and runs `git ls-remote`, stores the list (for the rest of the TTL)
   and publishes that it did; the others wait for that message (pub/sub), then read the list.
   So a repository costs one upstream call per `[cache] ttl_seconds` however many replicas ask;
-- invalidations: a webhook to any replica deletes the shared list and publishes the
-  repositories; every replica expires its own entry and refreshes it (through the lock: one
-  upstream call), within a second;
+- invalidations: a webhook to any replica deletes the shared list and publishes the repositories;
+  every replica expires its own entry and refreshes it (through the lock: one upstream call) within a second;
 - download counts: counted in memory per request, added to a Redis hash (`HINCRBY`) every
   second, read back every few seconds;
 - moved-tag records: the first commit a tag was served at, and when; the earliest pin wins,
