@@ -335,6 +335,14 @@ class ForgeClient:
         reset = _int_header(headers, f"{self.RATE_HEADERS}Reset")
         return _int_header(headers, f"{self.RATE_HEADERS}Remaining"), float(reset) if reset is not None else None
 
+    async def get_record(self, url: str, record: Callable[[Any], RepoRecord | None]) -> RepoRecord | None:
+        """One repository's record from the API (`record` reads the host's JSON); None on a 404."""
+        try:
+            data, _ = await self.get_json(url)
+        except ForgeNotFound:
+            return None
+        return record(data)
+
     async def get_json(self, url: str) -> tuple[Any, Mapping[str, str]]:
         """GET `url` (an API URL), with retries of transient failures and rate-limit waits."""
         transient = 0

@@ -104,11 +104,7 @@ class GitHubClient(ForgeClient):
         owner, slash, name = key.partition("/")
         if not slash or not owner or not name or "/" in name:
             return None
-        try:
-            data, _ = await self.get_json(f"{self.org.api_url}/repos/{quote(owner, safe='')}/{quote(name, safe='')}")
-        except ForgeNotFound:
-            return None
-        return record(data)
+        return await self.get_record(f"{self.org.api_url}/repos/{quote(owner, safe='')}/{quote(name, safe='')}", record)
 
 
 def owns(group: str, full_name: str) -> bool:

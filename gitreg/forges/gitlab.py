@@ -20,7 +20,6 @@ from gitreg.forges.base import (
     PER_PAGE,
     USER_AGENT,
     ForgeClient,
-    ForgeNotFound,
     Host,
     MalformedPayload,
     OnPage,
@@ -80,11 +79,7 @@ class GitLabClient(ForgeClient):
 
     async def repository(self, key: str) -> RepoRecord | None:
         """One project by id or full path; None when GitLab says it does not exist."""
-        try:
-            data, _ = await self.get_json(f"{self.org.api_url}/projects/{quote(key, safe='')}")
-        except ForgeNotFound:
-            return None
-        return record(data)
+        return await self.get_record(f"{self.org.api_url}/projects/{quote(key, safe='')}", record)
 
 
 def owns(group: str, full_name: str) -> bool:
