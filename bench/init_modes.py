@@ -1,6 +1,6 @@
 """`terraform init` of 20 modules with realistic history, by every way of getting them (issue 25).
 
-    python bench/init_modes.py [--modules 20] [--commits 300] [--rounds 5] [--quick]
+    python bench/init_modes.py [--modules 20] [--commits 300] [--rounds 7] [--quick]
 
 One run, the same 20 repositories (each `--commits` commits, a tag every 30, served over smart
 HTTP by `git http-backend`), one root module per way of sourcing them, `terraform init` from an
@@ -122,7 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modules", type=int, default=20)
     parser.add_argument("--commits", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="3 modules, 40 commits, 1 round")
     args = parser.parse_args()
     if args.quick:
@@ -157,7 +157,7 @@ def main() -> None:
         for r in range(args.rounds):
             for way in WAYS[r % len(WAYS) :] + WAYS[: r % len(WAYS)]:
                 times[way].append(init_seconds(terraform, roots[way], env))
-        installed = sum(1 for _ in (roots["git-shallow"] / ".terraform" / "modules").iterdir())
+        installed = sum(1 for p in (roots["git-shallow"] / ".terraform" / "modules").iterdir() if p.is_dir())
         # What each git way cloned: the tag alone, or the whole history.
         shallow = {way: (roots[way] / ".terraform/modules" / names[0] / ".git/shallow").exists() for way in WAYS[2:]}
         if shallow != {"git-shallow": True, "git-full": False, "direct": False}:
@@ -169,13 +169,15 @@ def main() -> None:
     print(
         f"# {args.modules} modules, {args.commits} commits each ({pack / 1024:.0f} KiB of git objects each), tag {tag}"
     )
-    print(f"# terraform init from an empty .terraform, {args.rounds} rounds interleaved, medians ({installed} entries)")
-    floor = median(times["local"])
-    print("| way | median s | min s | max s | vs local |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(f"# terraform init from an empty .terraform, {args.rounds} rounds, {installed} modules, medians")
+    # Ratios round by round (the ways of one round ran within seconds of each other), then medians.
+    print("| way | median s | min s | max s | vs local | vs direct |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for way in WAYS:
-        m = median(times[way])
-        print(f"| {way} | {m:.2f} | {min(times[way]):.2f} | {max(times[way]):.2f} | {m / floor:.2f}x |")
+        t = times[way]
+        vs_local = median([a / b for a, b in zip(t, times["local"], strict=True)])
+        vs_direct = median([a / b for a, b in zip(t, times["direct"], strict=True)])
+        print(f"| {way} | {median(t):.2f} | {min(t):.2f} | {max(t):.2f} | {vs_local:.2f}x | {vs_direct:.2f}x |")
     shutil.rmtree(work, ignore_errors=True)
 
 
