@@ -174,6 +174,10 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
     manifest = json.loads((work / ".terraform/modules/modules.json").read_text())
     net_dir = work / next(m["Dir"] for m in manifest["Modules"] if m["Key"] == "net")
     assert 'value = "net-1.4.0"' in (net_dir / "main.tf").read_text()
+    # A shallow clone of the tag (`depth=1`): its one commit, not the repository's history.
+    package = work / ".terraform/modules/net"
+    commits = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=package, capture_output=True, text=True)
+    assert (package / ".git/shallow").exists() and commits.stdout.strip() == "1", commits
 
 
 # What `terraform init` (and apply) leave in a working directory: never part of an example.

@@ -23,6 +23,7 @@ from gitreg.web.keys import (
     REGISTRY,
     SIGNER,
 )
+from gitreg.web.origin import base_url
 
 routes = web.RouteTableDef()
 
@@ -96,7 +97,12 @@ def _location_json(location: str) -> str:
 
 
 async def _archive_location(request: web.Request, key: ContentKey, relative: str) -> str:
-    """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies."""
+    """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies.
+
+    Absolute (`public_url`, else the origin the client reached us at): Terraform resolves a
+    relative location, but Checkov, Trivy and other readers of the registry protocol do not.
+    Only a `Host` that is not a `host[:port]` (and no `public_url`) leaves it relative.
+    """
     digest = await request.app[REGISTRY].archive_checksum(key)
     config = request.app[CONFIG]
     path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
@@ -104,9 +110,8 @@ async def _archive_location(request: web.Request, key: ContentKey, relative: str
     if digest is not None:
         params.append(f"checksum=sha256:{digest}")
     query = "?" + "&".join(params) if params else ""
-    if config.server.public_url:
-        return f"{config.server.public_url}{path}{query}"
-    return f"{relative}{query}"
+    base = base_url(request)
+    return f"{base}{path}{query}" if base else f"{relative}{query}"
 
 
 class HeldFileResponse(web.FileResponse):

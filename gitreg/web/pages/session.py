@@ -11,7 +11,6 @@ only ever a path on this site.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
@@ -19,6 +18,7 @@ from aiohttp.typedefs import Handler
 
 from gitreg.web.auth import SCOPE_KEY, token_id
 from gitreg.web.keys import AUTH, CONFIG
+from gitreg.web.origin import origin, public_origin, request_origin
 from gitreg.web.pages.render import LOGGED_IN, render
 from gitreg.web.signing import ExpiringSigner, SignatureError
 
@@ -95,54 +95,19 @@ def guarded(handler: Handler) -> Handler:
     return page
 
 
-def _origin(scheme: str, netloc: str) -> str:
-    """`scheme://host[:port]`, lowercased, without the scheme's default port (as browsers send Origin)."""
-    scheme, netloc = scheme.lower(), netloc.lower()
-    default = {"http": ":80", "https": ":443"}.get(scheme)
-    if default and netloc.endswith(default):
-        netloc = netloc[: -len(default)]
-    return f"{scheme}://{netloc}"
-
-
-def _from_trusted_proxy(request: web.Request) -> bool:
-    """The connection comes from an address in `[server] trusted_proxies`."""
-    proxies = request.app[CONFIG].server.trusted_proxies
-    if not proxies or not request.remote:
-        return False
-    try:
-        peer = ipaddress.ip_address(request.remote)
-    except ValueError:
-        return False  # a Unix socket: no address to trust
-    return any(peer in ipaddress.ip_network(p, strict=False) for p in proxies)
-
-
-def browser_origin(request: web.Request) -> str:
-    """The origin the browser sent this request to: this connection's, or, from a trusted
-    proxy, its `X-Forwarded-Proto`/`X-Forwarded-Host` (a TLS-terminating proxy talks http to us)."""
-    scheme, host = request.scheme, request.host
-    if _from_trusted_proxy(request):
-        # A chain of proxies appends: the first value is what the browser used.
-        scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
-        host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
-    return _origin(scheme, host)
-
-
 def same_origin(request: web.Request) -> bool:
     """A form POST from our own pages: Origin (or Referer) names this registry (CSRF defence).
 
     This registry is `[server] public_url`'s origin when set, and the origin the browser sent
-    the request to (`browser_origin`): a browser sets Origin itself, so a page elsewhere
+    the request to (`request_origin`): a browser sets Origin itself, so a page elsewhere
     cannot claim either.
     """
-    origin = request.headers.get("Origin") or request.headers.get("Referer")
-    if not origin or origin == "null":
+    sent = request.headers.get("Origin") or request.headers.get("Referer")
+    if not sent or sent == "null":
         return False
-    parts = urlsplit(origin)
-    ours = {browser_origin(request)}
-    public = request.app[CONFIG].server.public_url
-    if public:
-        ours.add(_origin(*urlsplit(public)[:2]))
-    return _origin(parts.scheme, parts.netloc) in ours
+    parts = urlsplit(sent)
+    ours = {request_origin(request), public_origin(request)} - {None}
+    return origin(parts.scheme, parts.netloc) in ours
 
 
 def _next_target(value: str) -> str:
@@ -202,7 +167,7 @@ async def login(request: web.Request) -> web.Response:
         path="/",
         httponly=True,
         samesite="Strict",
-        secure=browser_origin(request).startswith("https:"),
+        secure=(request_origin(request) or request.scheme).startswith("https"),
     )
     raise response
 
