@@ -1,6 +1,7 @@
 """The module browser: server-rendered HTML pages over the index, for people (the JSON API is `web.api`).
 
-- `views`: the pages' handlers (module list, one module) and `add_ui`, which registers them.
+- `views`: the module page's handler and `add_ui`, which registers every page.
+- `listing`: the pages that list modules (`/` with search, filters, sort and page numbers; one name's systems).
 - `session`: logging in with a registry token, the signed session cookie, the page guard.
 - `render`: the Jinja2 environment, HTML error pages, security headers, template helpers.
 - `readme`: READMEs rendered to safe HTML (markdown-it-py, raw HTML off, safe links only), for the
