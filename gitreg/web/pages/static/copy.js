@@ -1,6 +1,7 @@
 // Progressive enhancement; every page works without it (the CSP allows only this file).
 // - A copy button for each ready-to-paste block (`data-copy` names the element to copy).
-// - The section bar marks the section shown (`aria-current`), which CSS shows by `:target`.
+// - The section bar marks the section shown (`aria-current`), which CSS shows by `:target`;
+//   a submodule or example the URL names is opened.
 "use strict";
 
 function copyButtons() {
@@ -31,6 +32,7 @@ function currentSection() {
   if (!tabs.length) return;
   const mark = () => {
     const target = location.hash ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
+    if (target instanceof HTMLDetailsElement) target.open = true;  // a submodule or example named in the URL
     const panel = target ? target.closest(".panel") : null;
     const shown = panel ? panel.id : "readme";
     for (const tab of tabs) {
