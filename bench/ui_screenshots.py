@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.gitreg_process import GitregProcess  # noqa: E402
-from tests.support.browser import chromium_driver  # noqa: E402
-from tests.support.realistic import labels_module, write_vpc_module  # noqa: E402
-from tests.support.repos import GitRepo  # noqa: E402
+from tests.gitreg_process import GitregProcess
+from tests.support.browser import chromium_driver
+from tests.support.realistic import labels_module, write_vpc_module
+from tests.support.repos import GitRepo
 
 HOST = "registry.example.com"
 # (file name, viewport width, height, device scale, the page's fragment)

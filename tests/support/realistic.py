@@ -50,9 +50,11 @@ VPC_INPUTS: list[tuple[str, str, str | None, str]] = [
     ),
     (
         "dhcp_options",
-        "object({\n    domain_name          = optional(string)\n    domain_name_servers  = optional(list(string), "
-        '["AmazonProvidedDNS"])\n    ntp_servers          = optional(list(string), [])\n'
-        "    netbios_name_servers = optional(list(string), [])\n    netbios_node_type    = optional(number)\n  })",
+        (
+            "object({\n    domain_name          = optional(string)\n    domain_name_servers  = optional(list(string), "
+            '["AmazonProvidedDNS"])\n    ntp_servers          = optional(list(string), [])\n'
+            "    netbios_name_servers = optional(list(string), [])\n    netbios_node_type    = optional(number)\n  })"
+        ),
         "{}",
         "DHCP options of the VPC: a domain name, name servers, NTP servers and NetBIOS settings.",
     ),
@@ -141,12 +143,17 @@ def terraform_docs(name: str, inputs: list[tuple[str, str, str | None, str]], ou
     """The part of a README terraform-docs writes: its markers, anchors and tables, as it writes them."""
     lines = ["<!-- BEGIN_TF_DOCS -->", "## Requirements", "", "| Name | Version |", "|------|---------|"]
     lines += ['| <a name="requirement_aws"></a> [aws](#requirement\\_aws) | >= 5.30 |', "", "## Inputs", ""]
-    lines += ["| Name | Description | Type | Default | Required |", "|------|-------------|------|---------|:--------:|"]
+    lines += [
+        "| Name | Description | Type | Default | Required |",
+        "|------|-------------|------|---------|:--------:|",
+    ]
     for n, t, d, desc in inputs:
         shown_type = t.replace("\n", "<br>").replace("|", "\\|")
         default = "n/a" if d is None else f"`{d}`"
         required = "yes" if d is None else "no"
-        lines.append(f'| <a name="input_{n}"></a> [{n}](#input\\_{n}) | {desc} | `{shown_type}` | {default} | {required} |')
+        lines.append(
+            f'| <a name="input_{n}"></a> [{n}](#input\\_{n}) | {desc} | `{shown_type}` | {default} | {required} |'
+        )
     lines += ["", "## Outputs", "", "| Name | Description |", "|------|-------------|"]
     lines += [f'| <a name="output_{n}"></a> [{n}](#output\\_{n}) | {desc} |' for n, desc in outputs]
     return "\n".join([*lines, "<!-- END_TF_DOCS -->", ""])
@@ -178,7 +185,7 @@ def write_vpc_module(repo: GitRepo, host: str, extra_inputs: int = 0) -> None:
         name = f"input_{i:03d}" + ("_with_a_very_long_unbroken_name_that_goes_on_and_on" if long else "")
         default = None if i % 3 == 0 else ('"' + "x" * 300 + '"' if long else f'"value-{i}"')
         inputs.append((name, "string", default, "A" + "b" * 200 if long else f"Setting number {i}."))
-    files = {
+    files: dict[str, str | None] = {
         "README.md": vpc_readme(host),
         "main.tf": MAIN_TF.replace("{host}", host),
         "variables.tf": "".join(variable(*v) for v in inputs),
@@ -205,6 +212,11 @@ def write_vpc_module(repo: GitRepo, host: str, extra_inputs: int = 0) -> None:
 def labels_module(root: Path) -> GitRepo:
     """A small module the VPC module depends on (through this registry)."""
     repo = GitRepo(root, "terraform-null-labels")
-    repo.commit({"README.md": "# Labels\n\nConsistent names and tags.\n", "main.tf": variable("name", "string", None, "A name.")})
+    repo.commit(
+        {
+            "README.md": "# Labels\n\nConsistent names and tags.\n",
+            "main.tf": variable("name", "string", None, "A name."),
+        }
+    )
     repo.tag("v1.2.0")
     return repo

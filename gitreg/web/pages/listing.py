@@ -135,7 +135,11 @@ async def name_page(request: web.Request) -> web.Response:
     """`/modules/{namespace}/{name}`: the systems that namespace/name is listed for, or the 404 page."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
     scope = request.get(SCOPE_KEY)
-    if not NAME_RE.fullmatch(namespace) or not NAME_RE.fullmatch(name) or (scope is not None and namespace not in scope):
+    if (
+        not NAME_RE.fullmatch(namespace)
+        or not NAME_RE.fullmatch(name)
+        or (scope is not None and namespace not in scope)
+    ):
         return not_found(request, f"No module {namespace[:80]}/{name[:80]} is listed by this registry.")
     browse = request.app[BROWSE]
     entries = browse.listed(lambda e: e.address.name == name, ("ui-name", namespace, name), [namespace])

@@ -6,6 +6,7 @@ a version constraint, a ready-to-paste `module` block). Nothing here reads git o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -119,10 +120,8 @@ def fold(text: str, width: int = FOLD_WIDTH) -> Folded:
         return Folded(text, text, False)
     full = text
     if text[:1] in "[{":
-        try:
+        with contextlib.suppress(ValueError):  # not JSON (a type): shown as written
             full = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-        except ValueError:
-            pass
     first = text.split("\n", 1)[0]
     short = first[: width - 1] + "…" if len(first) > width else first + " …"
     return Folded(short, full, True)

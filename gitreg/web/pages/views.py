@@ -26,8 +26,8 @@ from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import BROWSE, CONFIG
-from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
+from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import HERE, not_found, render, served_address, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
 
