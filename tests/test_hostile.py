@@ -78,7 +78,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "webhooks"
 # every run explores afresh, and nothing is written into the checkout.
 EXAMPLES = 300
 TAG_EXAMPLES = 300  # the tag-name property is pure: no request, no git
-UI_PAGE = re.compile(r"/modules(/[^/]+){3,4}")  # ui.py's module and version pages
+UI_PAGE = re.compile(r"/modules(/.*)?", re.DOTALL)  # the pages: every path under /modules is one (pages/views.py)
 SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -31,6 +31,7 @@ def chromium_driver(width: int = 1280, height: int = 900):  # type: ignore[no-un
         _missing("chromium / chromedriver")
     options = webdriver.ChromeOptions()
     options.binary_location = binary  # type: ignore[assignment]
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, CSP refusals among them
     for arg in (
         "--headless=new",
         "--no-sandbox",

@@ -6,13 +6,17 @@ a version constraint, a ready-to-paste `module` block). Nothing here reads git o
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import jinja2
 from aiohttp import web
 
+from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.keys import CONFIG
 
@@ -29,6 +33,8 @@ SECURITY_HEADERS = {
 }
 # Whether the page's visitor has a session (the header then offers to log out); set by the guard.
 LOGGED_IN = web.RequestKey("ui_logged_in", bool)
+# A type or default longer than this (or on several lines) is shown folded, in a <details>.
+FOLD_WIDTH = 60
 
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -80,12 +86,45 @@ def constraint(version: IndexedVersion) -> str:
     return f"~> {major}.{minor}" if major != "0" else f"~> 0.{minor}.{patch}"
 
 
-def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion) -> str:
-    """A `module` block ready to paste."""
-    label = entry.address.name.replace("-", "_")
-    if not label[0].isalpha():
+def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion, path: str = "") -> str:
+    """A `module` block ready to paste: the full address (`host/ns/name/system[//path]`) and a `version` line.
+
+    `path` is a submodule's or an example's directory: its label is the directory's last part.
+    """
+    label = re.sub(r"[^A-Za-z0-9_]", "_", path.rsplit("/", 1)[-1] if path else entry.address.name)
+    if not label[:1].isalpha():
         label = f"m_{label}"
-    return (
-        f'module "{label}" {{\n  source  = "{registry_host(request)}/{entry.address}"\n'
-        f'  version = "{constraint(version)}"\n}}\n'
-    )
+    source = f"{registry_host(request)}/{entry.address}" + (f"//{path}" if path else "")
+    return f'module "{label}" {{\n  source  = "{source}"\n  version = "{constraint(version)}"\n}}\n'
+
+
+def served_address(request: web.Request, source: str) -> ModuleAddress | None:
+    """The module a dependency's `source` names on this registry (`host/ns/name/system[//path]`), else None."""
+    parts = source.split("//", 1)[0].split("/")
+    if len(parts) != 4 or parts[0].lower() not in {registry_host(request).lower(), request.host.lower()}:
+        return None
+    return address_from_text("/".join(parts[1:]))
+
+
+class Folded(NamedTuple):
+    """A type or default as a page shows it: in full when short, else a one-line summary that opens."""
+
+    short: str
+    full: str
+    long: bool
+
+
+def fold(text: str, width: int = FOLD_WIDTH) -> Folded:
+    """`text` for a page: a long or multi-line value (a JSON default is indented) gets a summary line."""
+    if len(text) <= width and "\n" not in text:
+        return Folded(text, text, False)
+    full = text
+    if text[:1] in "[{":
+        with contextlib.suppress(ValueError):  # not JSON (a type): shown as written
+            full = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    first = text.split("\n", 1)[0]
+    short = first[: width - 1] + "…" if len(first) > width else first + " …"
+    return Folded(short, full, True)
+
+
+_templates.globals["fold"] = fold
