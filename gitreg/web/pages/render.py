@@ -19,6 +19,7 @@ from aiohttp import web
 from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.keys import CONFIG
+from gitreg.web.origin import base_url
 
 HERE = Path(__file__).parent
 # Applied to every page and static file: nothing inline, nothing from elsewhere, no framing.
@@ -70,11 +71,12 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
 
 
 def registry_host(request: web.Request) -> str:
-    """The host clients put in `source`: `[server] public_url`'s, else the one the browser is on."""
-    public = request.app[CONFIG].server.public_url
-    if public:
-        return urlsplit(public).netloc
-    return request.host
+    """The host clients put in `source`: `[server] public_url`'s, else the one the browser is on.
+
+    The browser's `Host` (or a trusted proxy's) counts only when it is a `host[:port]` (web/origin.py).
+    """
+    base = base_url(request)
+    return urlsplit(base).netloc if base else "registry.example.com"
 
 
 def constraint(version: IndexedVersion) -> str:
@@ -101,7 +103,7 @@ def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion, pa
 def served_address(request: web.Request, source: str) -> ModuleAddress | None:
     """The module a dependency's `source` names on this registry (`host/ns/name/system[//path]`), else None."""
     parts = source.split("//", 1)[0].split("/")
-    if len(parts) != 4 or parts[0].lower() not in {registry_host(request).lower(), request.host.lower()}:
+    if len(parts) != 4 or parts[0].lower() != registry_host(request).lower():
         return None
     return address_from_text("/".join(parts[1:]))
 
