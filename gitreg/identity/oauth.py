@@ -162,13 +162,17 @@ class LoginFlows:
         """What a page sign-in's state carries: where to go after, and the digest of the browser's nonce cookie."""
         return {"page": {"next": target, "nonce": hashlib.sha256(nonce.encode()).hexdigest()}}
 
-    async def callback(self, state: str, code: str) -> tuple[dict[str, Any], str, HostGrant]:
-        """(the flow's state, the username, the host's grant) for the host's callback; LoginRefused else."""
+    def open_state(self, state: str) -> dict[str, Any]:
+        """The flow a state gitreg made carries; LoginRefused when it is not one (or is too old)."""
         flow = self._states.open_json(state, "state")
         if flow is None:
             raise LoginRefused(
-                "invalid_request", "the login's state is not one gitreg made, or it is older than ten minutes"
+                "invalid_request", "the login's state is not one gitreg made, or is older than 10 minutes"
             )
+        return flow
+
+    async def exchange(self, flow: dict[str, Any], code: str) -> tuple[ForgeAuthConfig, str, HostGrant]:
+        """(the host, the username, the host's grant) for the host's `code`; LoginRefused else."""
         forge = self.forge(flow.get("forge"))
         if forge is None or not code or len(code) > 2048:
             raise LoginRefused("invalid_request", "the host's answer has no code, or names a host not configured")
@@ -179,7 +183,7 @@ class LoginFlows:
             if e.reason == "refused":
                 raise LoginRefused("access_denied", e.message, 401) from None
             raise Overloaded(e.message, retry_after=30) from None
-        return flow, username, grant
+        return forge, username, grant
 
     def terraform_code(self, flow: dict[str, Any], username: str, grant: HostGrant) -> str:
         """Terraform's localhost URL with a one-time code for this login, and Terraform's own state."""

@@ -83,14 +83,13 @@ async def callback(request: web.Request) -> web.StreamResponse:
     if "error" in request.query:  # the person declined on the host's page
         return _refused(LoginRefused("access_denied", "the Git host did not grant access (declined on its page?)", 401))
     try:
-        flow, username, grant = await flows.callback(request.query.get("state", ""), request.query.get("code", ""))
-        if "tf" in flow:
+        flow = flows.open_state(request.query.get("state", ""))
+        page = "tf" not in flow
+        if page and not flows.page_nonce_matches(flow, request.cookies.get(NONCE_COOKIE)):
+            raise LoginRefused("invalid_request", "this sign-in was started in another browser; start it again")
+        forge, username, grant = await flows.exchange(flow, request.query.get("code", ""))
+        if not page:
             raise web.HTTPFound(flows.terraform_code(flow, username, grant), headers=_NO_STORE)
-        if not flows.page_nonce_matches(flow, request.cookies.get(NONCE_COOKIE)):
-            raise LoginRefused("invalid_request", "this sign-in was started in another browser; start it again", 400)
-        forge = flows.forge(flow["forge"])
-        if forge is None:
-            raise LoginRefused("invalid_request", "the sign-in's host is no longer configured")
         return await signed_in(request, flows, forge, username, grant, str(flow["page"]["next"]), str(flow["callback"]))
     except GitregError as e:  # LoginRefused, or the host unreachable (503)
         return _refused(e)
