@@ -238,7 +238,15 @@ def test_a_login_on_one_replica_works_on_another_and_a_revocation_reaches_it_wit
     assert listed.returncode == 0 and "alice" in listed.stdout  # B's CLI sees A's tokens through Redis
 
 
-def test_sign_in_with_gitlab_in_a_real_browser_then_sign_out(tmp_path, gitlab):
+def test_sign_in_with_gitlab_in_a_real_browser_then_sign_out(tmp_path):
+    # The host on another site than gitreg's 127.0.0.1, as in real life: its consent page -> gitreg's
+    # callback is a cross-site redirect chain, after which a SameSite=Strict cookie is withheld.
+    with FakeOAuthHost("gitlab", host="localhost").in_thread() as gitlab:
+        signed_in_through(tmp_path, gitlab)
+
+
+def signed_in_through(tmp_path: Path, gitlab: FakeOAuthHost) -> None:
+    """Sign in through the host's consent, land signed in (the Strict cookie sent), sign out."""
     from selenium.webdriver.common.by import By
 
     from tests.support.browser import chromium_driver

@@ -68,6 +68,9 @@ class FakeOAuthHost:
     token_seconds: float = 7200.0
     # GitHub: expiring user tokens (a GitHub App's) or not (an OAuth App's).
     github_expiring: bool = False
+    # The host name in its URLs: "localhost" puts it on another site than a gitreg on 127.0.0.1
+    # (SameSite compares sites: scheme and host, not ports).
+    host: str = "127.0.0.1"
     base_url: str = ""
     refreshes: int = 0
     exchanges: int = 0
@@ -226,7 +229,7 @@ class FakeOAuthHost:
         async def start() -> None:
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
-            self.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            self.base_url = f"http://{self.host}:{runner.addresses[0][1]}"
 
         def run() -> None:
             asyncio.set_event_loop(loop)
