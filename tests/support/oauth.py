@@ -144,9 +144,10 @@ class FakeOAuthHost:
     async def _approve(self, request: web.Request) -> web.Response:
         form = await request.post()
         code = secrets.token_hex(16)
+        redirect_uri = str(form["redirect_uri"])
         with self._lock:
-            self._codes[code] = _Code(self.approver, str(form["redirect_uri"]), str(form["code_challenge"]))
-        target = f"{form['redirect_uri']}?{urlencode({'code': code, 'state': str(form['state'])})}"
+            self._codes[code] = _Code(self.approver, redirect_uri, str(form["code_challenge"]))
+        target = f"{redirect_uri}?{urlencode({'code': code, 'state': str(form['state'])})}"
         raise web.HTTPFound(target)
 
     def _new_grant(self, username: str) -> Grant:
