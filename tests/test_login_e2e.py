@@ -248,8 +248,9 @@ def test_sign_in_with_gitlab_in_a_real_browser_then_sign_out(tmp_path):
 def signed_in_through(tmp_path: Path, gitlab: FakeOAuthHost) -> None:
     """Sign in through the host's consent, land signed in (the Strict cookie sent), sign out."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
-    from tests.support.browser import chromium_driver
+    from tests.support.browser import axe_violations, chromium_driver
 
     repo = module_repo(tmp_path / "repos")
     config = write_config(tmp_path, gitlab, repo, tls=False)
@@ -257,22 +258,28 @@ def signed_in_through(tmp_path: Path, gitlab: FakeOAuthHost) -> None:
     with GitregProcess("--config", str(config)) as server:
         server.wait_indexed()
         driver = chromium_driver()
+        wait = WebDriverWait(driver, 10)
+
+        def path_is(path: str) -> Any:
+            return lambda d: (
+                urlsplit(d.current_url).path == path and d.execute_script("return document.readyState") == "complete"
+            )
+
         try:
             driver.get(server.url + "/")
-            assert "/login" in driver.current_url
+            wait.until(path_is("/login"))
+            assert axe_violations(driver) == [], "the login page with its sign-in button"
             driver.find_element(By.LINK_TEXT, "Sign in with GitLab").click()
-            assert "Authorize gitreg to read as bob" in driver.page_source
+            wait.until(lambda d: "Authorize gitreg to read as bob" in d.page_source)
             driver.find_element(By.ID, "approve").click()
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and urlsplit(driver.current_url).path != "/":
-                time.sleep(0.1)
             # Landed on the index, the SameSite=Strict session cookie sent: signed in, not sent back to /login.
+            wait.until(lambda d: "Signed in as bob" in d.find_element(By.TAG_NAME, "header").text)
             assert urlsplit(driver.current_url).path == "/", driver.current_url
-            assert "Signed in as bob" in driver.find_element(By.TAG_NAME, "header").text
             assert "demo/hello/null" in driver.page_source
+            assert axe_violations(driver) == [], "the index, signed in"
             driver.find_element(By.CSS_SELECTOR, ".logout button").click()
-            assert "/login" in driver.current_url
+            wait.until(path_is("/login"))
             driver.get(server.url + "/")
-            assert "/login" in driver.current_url  # signed out
+            wait.until(path_is("/login"))  # signed out
         finally:
             driver.quit()
