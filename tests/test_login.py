@@ -292,8 +292,13 @@ async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
     assert gitlab.refreshes == 1 and len(gitlab.grants) == 2
     assert gitlab.grants[1].access not in (tmp_path / "state" / FILE_NAME).read_text()
+    await asyncio.sleep(1.6)  # the new host token is due in turn, and the host is down: 503, never a 401
+    gitlab.down = True
+    resp = await client.get("/v1/modules/demo/hello/null/versions", headers=headers)
+    assert resp.status == 503 and resp.headers["Retry-After"] == "30"
+    assert gitlab.base_url.split("://")[1] in (await resp.json())["errors"][0]  # names the host
+    gitlab.down = False
     gitlab.revoke("alice")  # the person revokes gitreg's application on the host
-    await asyncio.sleep(1.6)
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 401
     assert gitlab.refreshes == 2
     (record,) = issued_file(tmp_path)

@@ -73,6 +73,7 @@ class FakeOAuthHost:
     host: str = "127.0.0.1"
     base_url: str = ""
     refreshes: int = 0
+    down: bool = False  # every request answers 503, as a host in maintenance does
     exchanges: int = 0
     grants: list[Grant] = field(default_factory=list)
     _codes: dict[str, _Code] = field(default_factory=dict)
@@ -211,9 +212,16 @@ class FakeOAuthHost:
             return web.json_response({"id": self.users[grant.username], "username": grant.username, "state": "active"})
         return web.json_response({"login": grant.username, "id": self.users[grant.username], "type": "User"})
 
+    @web.middleware
+    async def _maintenance(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.down:
+            return web.Response(status=503, text="<html><body>503 Service Unavailable</body></html>")
+        response: web.StreamResponse = await handler(request)
+        return response
+
     def app(self) -> web.Application:
         """The aiohttp application: the host's OAuth pages and `/user`."""
-        app = web.Application()
+        app = web.Application(middlewares=[self._maintenance])
         app.router.add_get(self.authorize_path, self._authorize_page)
         app.router.add_post(self.authorize_path, self._approve)
         app.router.add_post("/oauth/token" if self.provider == "gitlab" else "/login/oauth/access_token", self._token)
