@@ -149,6 +149,7 @@ class IssuedTokens:
         self._records: dict[str, IssuedRecord] = {}  # by digest
         self._checked: dict[str, float] = {}  # digest -> when Redis was last asked
         self._locks: dict[str, asyncio.Lock] = {}
+        self._grants: dict[str, tuple[str, HostGrant]] = {}  # digest -> (sealed text, its grant)
         self._used_codes: dict[str, float] = {}  # code id -> until
         self._file = StateFile(path, _FORMAT, ".issued-", self._snapshot, unreadable="issued tokens are lost")
         self._seen_mtime: int | None = None
@@ -270,6 +271,18 @@ class IssuedTokens:
         return self._sealer.seal(json.dumps(plain).encode(), digest)
 
     def _unseal(self, record: IssuedRecord) -> HostGrant | None:
+        """The host grant of `record`, decrypted once per version of the record (not per request)."""
+        held = self._grants.get(record.digest)
+        if held is not None and held[0] == record.host:
+            return held[1]
+        grant = self._decrypt(record)
+        if grant is not None:
+            if len(self._grants) > 10_000:
+                self._grants.clear()
+            self._grants[record.digest] = (record.host, grant)
+        return grant
+
+    def _decrypt(self, record: IssuedRecord) -> HostGrant | None:
         plain = self._sealer.open(record.host, record.digest)
         try:
             data = json.loads(plain) if plain is not None else None
