@@ -1,4 +1,4 @@
-"""Command line: `gitreg serve` and `gitreg check`. Returns exit codes; logging is set up here only."""
+"""Command line: `gitreg serve`, `gitreg check` and `gitreg tokens`. Returns exit codes; logging is set up here only."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gitreg import __version__
+from gitreg.cli import tokens
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
 from gitreg.config.rules import shadowed_rules
@@ -80,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
         "through whichever rule serves it (wildcard rules too)",
     )
+    tokens.add_parser(sub, common)
     return parser
 
 
@@ -472,4 +474,6 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_CONFIG
     if args.command == "check":
         return _check(config, args.probe, flag_rules=len(args.module))
+    if args.command == "tokens":
+        return tokens.run(config, args)
     return _serve(config, args.workers)

@@ -29,7 +29,7 @@ from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import HERE, not_found, render, served_address, snippet
-from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
+from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
 
 # READMEs rendered off the event loop, remembered per commit (readme.py).
 READMES = web.AppKey("ui_readmes", Readmes)
@@ -162,6 +162,7 @@ def add_ui(app: web.Application) -> None:
     app.router.add_get("/modules/{namespace}/{name}/{system}/{version}", guarded(module_page), name="ui-version")
     app.router.add_get("/login", login_form, name="ui-login-form")
     app.router.add_post("/login", login, name="ui-login")
+    app.router.add_get("/login/with/{forge}", sign_in, name="ui-signin")
     app.router.add_post("/logout", logout, name="ui-logout")
     app.router.add_static("/static/", HERE / "static", name="ui-static", append_version=True)
     app.router.add_get("/favicon.ico", _favicon, name="ui-favicon")
