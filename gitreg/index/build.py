@@ -249,7 +249,9 @@ class IndexBuilder:
         """A worker is done with `address` (indexed or not): the pass may be over, the index idle."""
         work = self._work
         work.active.discard(address)
-        if work.passing is not None:
+        # A module listed with its versions but waiting in `later` for its details is not indexed
+        # yet: the pass (and `complete`) ends only once its details are in too.
+        if work.passing is not None and address not in work.later:
             work.passing.discard(address)
             if not work.passing:
                 self._pass_end()
