@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -285,3 +286,27 @@ def test_a_port_in_use_is_a_listen_error(tmp_path):
         port = taken.getsockname()[1]
         result = run_gitreg("serve", "--port", str(port), "--module", "demo/x/null=file:///x.git", cwd=tmp_path)
     assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+@pytest.mark.slow
+def test_a_port_in_use_fails_at_once_with_one_line_before_touching_the_storage(tmp_path):
+    repo = tagged_repo(tmp_path)
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state"}"\n\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+    )
+    with GitregProcess("--config", str(config), cwd=tmp_path) as first:
+        first.wait_indexed()
+        port = first.url.rsplit(":", 1)[1]
+        before = len(first.log)
+        started = time.monotonic()
+        result = run_gitreg("serve", "--config", str(config), "--port", port, cwd=tmp_path)
+        elapsed = time.monotonic() - started
+        assert fetch_json(f"{first.url}/readyz")[0] == 200  # the first instance carries on
+    assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")
+    # One line: it did not load the other instance's storage nor start an index process first.
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert elapsed < 5, elapsed  # loosely: "within a second" on a quiet machine
+    assert first.proc.returncode == 0
+    assert not [line for line in first.log[before:] if "index process" in line], first.log[before:]

@@ -207,7 +207,7 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
     from gitreg.index.process import serve_role
     from gitreg.observability.logs import AccessLogger
     from gitreg.web.app import create_app
-    from gitreg.web.listener import Listener, loop_exception
+    from gitreg.web.listener import Listener, ListeningSocket, loop_exception
 
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exception)
@@ -225,16 +225,19 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
         # timeout (slow or silent clients) and the keep-alive idle timeout in one.
         keepalive_timeout=idle,
     )
-    await runner.setup()
+    # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
+    listening = ListeningSocket(config.server.host, config.server.port, ssl_context, idle, reuse_port=reuse_port)
     try:
-        # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
-        site = Listener(
-            runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle, reuse_port=reuse_port
-        )
-        try:
-            await site.start()
-        except OSError as e:
-            raise _ListenError(e) from None
+        await listening.open()  # before the setup reads storage: a port in use is said at once
+    except OSError as e:
+        raise _ListenError(e) from None
+    try:
+        await runner.setup()
+    except BaseException:
+        listening.close()
+        raise
+    try:
+        await Listener(runner, listening).start()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
