@@ -114,6 +114,17 @@ def test_check_probe_exits_1_when_a_repository_cannot_be_listed(tmp_path):
     assert "ERROR: repository" in result.stdout and "does not exist upstream" in result.stdout
 
 
+def test_check_probe_exits_1_for_a_configured_module_without_a_semver_tag(tmp_path):
+    repo = GitRepo(tmp_path, "untagged")
+    repo.commit({"main.tf": "#\n"})
+    repo.tag("latest")
+    for probe in (["--probe"], ["--probe", "demo/untagged/null"]):
+        result = run_gitreg("check", *probe, "--module", f"demo/untagged/null={repo.url}", cwd=tmp_path)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "ERROR: no SemVer tag yet: nothing to serve (push a tag like v1.0.0)" in result.stdout
+        assert "skipped tag 'latest':" in result.stdout
+
+
 def test_bad_module_flag_is_a_config_error(tmp_path):
     result = run_gitreg("serve", "--module", "demo/hello=file:///x", cwd=tmp_path)
     assert result.returncode == 2

@@ -403,10 +403,11 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
         if latest is not None:
             print(f"  latest: {latest.canonical} (tag {latest.tag}, commit {latest.sha[:12]})")
     else:
-        print("  versions: none (push a tag like " + f"{tag_prefix}v1.0.0)")
+        # Nothing to serve: `terraform init` of it would fail, so the probe does (exit 1).
+        print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
-    return True
+    return bool(found.versions)
 
 
 def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
@@ -424,25 +425,27 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
             failed = True
             print(f"  ERROR: {report.error}")
             continue
-        print(f"  {report.found} repositories found, {len(report.modules)} module(s), {len(report.ignored)} ignored")
+        lines, ignored = [], list(report.ignored)
         for repo in report.modules:
-            print(f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})")
             try:
                 tags = adapter.ls_remote_tags(repo.repository)
             except GitregError as e:
                 failed = True
-                print(f"    ERROR: {e.message}")
+                lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
+                lines += [f"    ERROR: {e.message}"]
                 continue
             found = select_versions(tags.tags, "")
-            if not found.versions:
-                print("    not listed: no SemVer tag (push a tag like v1.0.0)")
+            if not found.versions:  # not served until it has one; not an error of the org's
+                ignored.append((repo.full_name, "no SemVer tag (push a tag like v1.0.0)"))
                 continue
             shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (
                 ", ..." if len(found.versions) > 10 else ""
             )
-            print(f"    versions ({len(found.versions)}): {shown}")
-        for full_name, reason in report.ignored:
-            print(f"  ignored {full_name}: {reason}")
+            lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
+            lines += [f"    versions ({len(found.versions)}): {shown}"]
+        modules = len(report.modules) - (len(ignored) - len(report.ignored))
+        print(f"  {report.found} repositories found, {modules} module(s), {len(ignored)} ignored")
+        print("\n".join([*lines, *(f"  ignored {full_name}: {reason}" for full_name, reason in ignored)]))
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
