@@ -11,7 +11,7 @@ import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gitreg import __version__
@@ -68,6 +68,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help='N worker processes on one port (needs [cache] backend = "redis" when N > 1)',
     )
+
+    demo = sub.add_parser(
+        "demo",
+        help="build a tagged demo module, serve it and print the `terraform init` that installs it",
+        description="Build a tagged demo repository (demo/hello/null), serve it and print the exact "
+        "`terraform init` command that installs it and the module browser's URL. Ctrl-C stops it and "
+        "removes what it made (unless --dir). Uses no config file and not your [storage] path.",
+    )
+    demo.add_argument("--dir", metavar="DIR", help="build the demo in DIR and keep it (default: a temporary directory)")
+    demo.add_argument(
+        "--no-serve", action="store_true", help="with --dir: build the demo there, print how to serve it, and exit"
+    )
+    demo.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    demo.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0: any free port)")
+    demo.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
     check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
     common(check)
@@ -200,8 +215,16 @@ def _serve(config: Config, workers: int = 1) -> int:
     return EXIT_OK
 
 
-async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_port: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything."""
+async def _run_server(
+    config: Config,
+    ssl_context: ssl.SSLContext | None,
+    reuse_port: bool = False,
+    on_serving: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything.
+
+    `on_serving` is called with the first URL served, once requests are answered (`gitreg demo`).
+    """
     from aiohttp import web
 
     from gitreg.index.process import serve_role
@@ -257,10 +280,59 @@ async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_
             log.info(
                 "org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs)
             )
+        if on_serving is not None:
+            host, port = runner.addresses[0][0], runner.addresses[0][1]
+            on_serving(f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}")
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
     finally:
         await runner.cleanup()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """`gitreg demo`: build the demo, serve it until Ctrl-C, say what to run and what stays behind."""
+    from gitreg.cli.demo import ADDRESS, DemoError, prepare
+    from gitreg.config.model import ServerConfig, StorageConfig
+
+    problem = None if 0 <= args.port <= 65535 else f"--port: must be between 0 and 65535, not {args.port}"
+    if args.no_serve and args.dir is None:
+        problem = "--no-serve needs --dir (a temporary demo would be removed at once)"
+    demo = None
+    try:
+        demo = prepare(args.dir, Config().git) if problem is None else None
+    except DemoError as e:
+        problem = str(e)
+    if demo is None:
+        print(f"gitreg: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.no_serve:
+        print(f"gitreg demo: built {ADDRESS} in {demo.repository}; serve it with:\n\n  gitreg serve --module {ADDRESS}={demo.url}")
+        return EXIT_OK
+    config = dataclasses.replace(
+        Config(),
+        server=ServerConfig(host=args.host, port=args.port),
+        storage=StorageConfig(path=str(demo.storage)),
+        modules=(module_rule_from_flag(f"{ADDRESS}={demo.url}"),),
+    )
+
+    def serving(url: str) -> None:
+        print(
+            f"gitreg demo: serving {ADDRESS} (tags v1.0.0, v1.1.0, v1.2.0, v2.0.0-rc.1) from {demo.url}\n\n"
+            f"In another shell, install it with Terraform (or OpenTofu: tofu init):\n\n"
+            f"  {demo.point_terraform_at(url)}\n\n"
+            f"The module browser: {url}/\n"
+            "Press Ctrl-C to stop.",
+            flush=True,
+        )
+
+    try:
+        asyncio.run(_run_server(config, None, on_serving=serving))
+    except _ListenError as e:
+        print(f"gitreg: cannot listen on {args.host}:{args.port}: {e.strerror} (try --port 0)", file=sys.stderr)
+        return EXIT_CONFIG
+    finally:
+        print(f"gitreg demo: stopped; {demo.leftovers()}", flush=True)
+    return EXIT_OK
 
 
 def _rule_labels(config: Config, flag_rules: int) -> list[str]:
@@ -469,6 +541,8 @@ def _main(argv: Sequence[str] | None) -> int:
     configure_logging(
         getattr(logging, args.log_level.upper()), getattr(args, "log_format", "text"), args.command == "serve"
     )
+    if args.command == "demo":
+        return _demo(args)
     try:
         config = resolve_config(args, os.environ)
     except ConfigError as e:
