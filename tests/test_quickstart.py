@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import urllib.request
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitreg_process import GitregProcess, run_gitreg
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
 from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
 
 CLIENTS = terraform_clients()
@@ -64,3 +65,31 @@ def test_gitreg_demo_never_replaces_a_directory_it_did_not_make(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"gitreg: {tmp_path / 'mine'} exists and is not a gitreg demo directory; choose another --dir\n"
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me\n"
+
+
+OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "ALL_PROXY": "http://127.0.0.1:9"}
+
+
+def test_the_starter_config_passes_check_once_its_variable_is_set_without_network(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)  # (CI services set one)
+    starter = ROOT / "examples/gitreg.toml"
+    result = run_gitreg("check", "--config", str(starter), env={"GITHUB_TOKEN": "github_pat_x", **OFFLINE}, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("config OK: 1 module rule(s), 1 credential(s), 1 org(s) from ")
+    assert result.stderr == ""
+    unset = run_gitreg("check", "--config", str(starter), env=OFFLINE, cwd=tmp_path)
+    assert unset.returncode == 2
+    assert "orgs[0].token: environment variable GITHUB_TOKEN is not set" in unset.stderr
+
+
+def test_the_example_config_copied_as_is_says_which_variable_is_unset_and_where(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITLAB_TOKEN", raising=False)  # as a newcomer runs it
+    shutil.copy(ROOT / "config.example.toml", tmp_path / "gitreg.toml")
+    result = run_gitreg("check", cwd=tmp_path)  # ./gitreg.toml
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "gitreg: invalid configuration (gitreg.toml):",
+        "  credentials[0].password: environment variable GITLAB_TOKEN is not set",
+        "  (a ${VAR} is read from gitreg's environment: export GITLAB_TOKEN=... before running gitreg, "
+        "or write the value in gitreg.toml)",
+    ]

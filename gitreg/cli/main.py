@@ -7,11 +7,12 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gitreg import __version__
@@ -98,11 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> Config:
-    """The config from --config, $GITREG_CONFIG or ./gitreg.toml (or none), plus --module rules."""
-    path = args.config or env.get("GITREG_CONFIG") or None
+def config_path(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The config file: --config, else $GITREG_CONFIG, else ./gitreg.toml when there is one."""
+    path: str | None = args.config or env.get("GITREG_CONFIG") or None
     if path is None and Path("gitreg.toml").is_file():
         path = "gitreg.toml"
+    return path
+
+
+def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
+    """The config from --config, $GITREG_CONFIG or ./gitreg.toml (or none), plus --module rules."""
+    path = config_path(args, env)
     config = load_config(path, env) if path is not None else Config()
     problems: list[str] = []
     extra = []
@@ -521,6 +528,23 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
+def _report_config_error(error: ConfigError, path: str | None) -> None:
+    """Every problem on stderr, under the file's name; what to do about `${VAR}`s that are not set."""
+    print(f"gitreg: invalid configuration{f' ({path})' if path else ''}:", file=sys.stderr)
+    for problem in error.problems:
+        print(f"  {problem}", file=sys.stderr)
+    unset = sorted({m.group(1) for p in error.problems if (m := _UNSET_RE.search(p))})
+    if unset:
+        print(
+            f"  (a ${{VAR}} is read from gitreg's environment: export {'=..., '.join(unset)}=... before running "
+            f"gitreg, or write the value{'s' if len(unset) > 1 else ''} in {path or 'the file'})",
+            file=sys.stderr,
+        )
+
+
+_UNSET_RE = re.compile(r"environment variable (\w+) is not set")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `gitreg` and `python -m gitreg`; returns the exit code."""
     try:
@@ -546,9 +570,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         config = resolve_config(args, os.environ)
     except ConfigError as e:
-        print("gitreg: invalid configuration:", file=sys.stderr)
-        for problem in e.problems:
-            print(f"  {problem}", file=sys.stderr)
+        _report_config_error(e, config_path(args, os.environ))
         return EXIT_CONFIG
     if args.command == "check":
         return _check(config, args.probe, flag_rules=len(args.module))
