@@ -40,9 +40,7 @@ def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(client, 
         assert f"The module browser: {demo.url}/" in printed
         env = clean_env(tmp_path / "home")
         env["PATH"] = f"{terraform_on_path(client, tmp_path / 'bin')}:{env['PATH']}"
-        result = subprocess.run(
-            ["bash", "-c", command.group(1)], env=env, capture_output=True, text=True, timeout=180
-        )
+        result = subprocess.run(["bash", "-c", command.group(1)], env=env, capture_output=True, text=True, timeout=180)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
         with urllib.request.urlopen(f"{demo.url}/", timeout=10) as page:  # the page it names answers
@@ -63,7 +61,10 @@ def test_gitreg_demo_never_replaces_a_directory_it_did_not_make(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("keep me\n")
     result = run_gitreg("demo", "--dir", str(tmp_path / "mine"), "--no-serve", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == f"gitreg: {tmp_path / 'mine'} exists and is not a gitreg demo directory; choose another --dir\n"
+    assert (
+        result.stderr
+        == f"gitreg: {tmp_path / 'mine'} exists and is not a gitreg demo directory; choose another --dir\n"
+    )
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me\n"
 
 
@@ -73,7 +74,9 @@ OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:
 def test_the_starter_config_passes_check_once_its_variable_is_set_without_network(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)  # (CI services set one)
     starter = ROOT / "examples/gitreg.toml"
-    result = run_gitreg("check", "--config", str(starter), env={"GITHUB_TOKEN": "github_pat_x", **OFFLINE}, cwd=tmp_path)
+    result = run_gitreg(
+        "check", "--config", str(starter), env={"GITHUB_TOKEN": "github_pat_x", **OFFLINE}, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("config OK: 1 module rule(s), 1 credential(s), 1 org(s) from ")
     assert result.stderr == ""
@@ -90,6 +93,8 @@ def test_the_example_config_copied_as_is_says_which_variable_is_unset_and_where(
     assert result.stderr.splitlines() == [
         "gitreg: invalid configuration (gitreg.toml):",
         "  credentials[0].password: environment variable GITLAB_TOKEN is not set",
-        "  (a ${VAR} is read from gitreg's environment: export GITLAB_TOKEN=... before running gitreg, "
-        "or write the value in gitreg.toml)",
+        (
+            "  (a ${VAR} is read from gitreg's environment: export GITLAB_TOKEN=... before running gitreg, "
+            "or write the value in gitreg.toml)"
+        ),
     ]

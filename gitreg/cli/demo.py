@@ -93,7 +93,9 @@ class Demo:
         """What stopping leaves behind (and removes a temporary demo)."""
         if self.temporary:
             shutil.rmtree(self.directory, ignore_errors=True)
-            return f"removed {self.directory} (the demo repository, gitreg's storage, the Terraform files); nothing else"
+            return (
+                f"removed {self.directory} (the demo repository, gitreg's storage, the Terraform files); nothing else"
+            )
         return f"left {self.directory} (the demo repository, gitreg's storage, the Terraform files): rm -r it when done"
 
 
@@ -132,7 +134,9 @@ def history() -> bytes:
 
     for i, version in enumerate(VERSIONS):
         when = f"{1767225600 + i * 86400} +0000"  # 2026-01-01, a day apart: the same commits everywhere
-        out.append(f"commit refs/heads/main\nmark :{i + 1}\ncommitter gitreg-demo <demo@gitreg.invalid> {when}\n".encode())
+        out.append(
+            f"commit refs/heads/main\nmark :{i + 1}\ncommitter gitreg-demo <demo@gitreg.invalid> {when}\n".encode()
+        )
         data(f"hello {version}")
         out.append(b"M 644 inline README.md\n")
         data(MODULE_README)

@@ -8,14 +8,14 @@ import dataclasses
 import logging
 import os
 import re
-import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gitreg import __version__
+from gitreg.cli.server import ListenError, run_server
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
 from gitreg.config.rules import shadowed_rules
@@ -70,6 +70,23 @@ def _parser() -> argparse.ArgumentParser:
         help='N worker processes on one port (needs [cache] backend = "redis" when N > 1)',
     )
 
+    _add_demo(sub)
+
+    check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
+    common(check)
+    check.add_argument(
+        "--probe",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="NAMESPACE/NAME/SYSTEM",
+        help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
+        "through whichever rule serves it (wildcard rules too)",
+    )
+    return parser
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser(
         "demo",
         help="build a tagged demo module, serve it and print the `terraform init` that installs it",
@@ -84,19 +101,6 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     demo.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0: any free port)")
     demo.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-
-    check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
-    common(check)
-    check.add_argument(
-        "--probe",
-        nargs="?",
-        const=True,
-        default=None,
-        metavar="NAMESPACE/NAME/SYSTEM",
-        help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
-        "through whichever rule serves it (wildcard rules too)",
-    )
-    return parser
 
 
 def config_path(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -146,17 +150,6 @@ def _refuse_nothing_to_serve(config: Config) -> bool:
         file=sys.stderr,
     )
     return True
-
-
-class _ListenError(Exception):
-    """The listening socket could not be opened (address in use, no such address, permission)."""
-
-    def __init__(self, error: OSError) -> None:
-        # asyncio rewords bind errors ("error while attempting to bind on address ..."): the plain
-        # reason from errno; a resolver error (negative errno) keeps its own text.
-        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
-        super().__init__(reason)
-        self.strerror = reason
 
 
 def prepare_storage(path: str) -> str | None:
@@ -210,9 +203,9 @@ def _serve(config: Config, workers: int = 1) -> int:
         if workers > 1:
             from gitreg.cli.workers import run_workers
 
-            return run_workers(config, workers, lambda cfg: asyncio.run(_run_server(cfg, ssl_context, reuse_port=True)))
-        asyncio.run(_run_server(config, ssl_context))
-    except _ListenError as e:
+            return run_workers(config, workers, lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True)))
+        asyncio.run(run_server(config, ssl_context))
+    except ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return EXIT_CONFIG
     except OSError as e:  # the app's start-up (storage, executor) failed after the checks above
@@ -220,80 +213,6 @@ def _serve(config: Config, workers: int = 1) -> int:
         print(f"gitreg: cannot start: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_CONFIG
     return EXIT_OK
-
-
-async def _run_server(
-    config: Config,
-    ssl_context: ssl.SSLContext | None,
-    reuse_port: bool = False,
-    on_serving: Callable[[str], None] | None = None,
-) -> None:
-    """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything.
-
-    `on_serving` is called with the first URL served, once requests are answered (`gitreg demo`).
-    """
-    from aiohttp import web
-
-    from gitreg.index.process import serve_role
-    from gitreg.observability.logs import AccessLogger
-    from gitreg.web.app import create_app
-    from gitreg.web.listener import Listener, ListeningSocket, loop_exception
-
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(loop_exception)
-    idle = config.server.idle_timeout_seconds
-    runner = web.AppRunner(
-        create_app(config, role=serve_role(config)),
-        handle_signals=False,
-        access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
-        shutdown_timeout=10,
-        # A client that hangs up cancels its handler, so git work it queued is dropped before
-        # it starts (gitpool) instead of running for nobody. aiohttp's default keeps it running.
-        handler_cancellation=True,
-        # aiohttp starts this timer when a connection opens and again after each response; when
-        # it fires with no complete request received, the connection is closed: a header-read
-        # timeout (slow or silent clients) and the keep-alive idle timeout in one.
-        keepalive_timeout=idle,
-    )
-    # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
-    listening = ListeningSocket(config.server.host, config.server.port, ssl_context, idle, reuse_port=reuse_port)
-    try:
-        await listening.open()  # before the setup reads storage: a port in use is said at once
-    except OSError as e:
-        raise _ListenError(e) from None
-    try:
-        await runner.setup()
-    except BaseException:
-        listening.close()
-        raise
-    try:
-        await Listener(runner, listening).start()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        scheme = "https" if ssl_context else "http"
-        for address in runner.addresses:
-            host, port = address[0], address[1]
-            shown = f"[{host}]" if ":" in host else host
-            log.info(
-                "gitreg %s serving %d module rule(s) on %s://%s:%d",
-                __version__,
-                len(config.modules),
-                scheme,
-                shown,
-                port,
-            )
-        if config.orgs:
-            log.info(
-                "org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs)
-            )
-        if on_serving is not None:
-            host, port = runner.addresses[0][0], runner.addresses[0][1]
-            on_serving(f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}")
-        await stop.wait()
-        log.info("shutting down: finishing in-flight requests")
-    finally:
-        await runner.cleanup()
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -313,7 +232,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"gitreg: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     if args.no_serve:
-        print(f"gitreg demo: built {ADDRESS} in {demo.repository}; serve it with:\n\n  gitreg serve --module {ADDRESS}={demo.url}")
+        print(f"gitreg demo: built {ADDRESS} in {demo.repository}; serve it with:\n")
+        print(f"  gitreg serve --module {ADDRESS}={demo.url}")
         return EXIT_OK
     config = dataclasses.replace(
         Config(),
@@ -333,8 +253,8 @@ def _demo(args: argparse.Namespace) -> int:
         )
 
     try:
-        asyncio.run(_run_server(config, None, on_serving=serving))
-    except _ListenError as e:
+        asyncio.run(run_server(config, None, on_serving=serving))
+    except ListenError as e:
         print(f"gitreg: cannot listen on {args.host}:{args.port}: {e.strerror} (try --port 0)", file=sys.stderr)
         return EXIT_CONFIG
     finally:
