@@ -188,7 +188,7 @@ async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client,
     await client.get("/v1/modules/acme/vnet/aws/versions")  # the cache fetches: no SemVer tag any more
     await indexed(client)
     assert names(await get_json(client, "/v1/modules")) == []
-    await assert_error(await client.get("/v1/modules/acme/vnet/aws"), 404, "not listed")
+    await assert_error(await client.get("/v1/modules/acme/vnet/aws"), 404, "no SemVer tag yet")
 
 
 async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_runs(make_client, git_http, tmp_path):
