@@ -64,7 +64,8 @@ def test_an_org_repository_without_a_semver_tag_is_not_asked_again_after_a_resta
         fake.add("terraform-aws-vpc")
         fake.add("terraform-aws-empty")
         config = write_config(tmp_path, fake, git_http)
-        rule = f'[[modules]]\nnamespace = "demo"\nname = "rule"\nsystem = "null"\nrepository = "{git_http.url("rule.git")}"\n'
+        rule = '[[modules]]\nnamespace = "demo"\nname = "rule"\nsystem = "null"\n'
+        rule += f'repository = "{git_http.url("rule.git")}"\n'
         config.write_text(config.read_text() + rule)
         with GitregProcess("--config", str(config), env=env) as first:
             first.wait_indexed()
