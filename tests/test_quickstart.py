@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 import shutil
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gitreg.cli.main import main
 from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
 from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
 
@@ -98,3 +101,40 @@ def test_the_example_config_copied_as_is_says_which_variable_is_unset_and_where(
             "or write the value in gitreg.toml)"
         ),
     ]
+
+
+def _readme_section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index(f"\n## {title}\n")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+def help_of(*args: str) -> str:
+    """What `gitreg ARGS --help` prints (in-process: argparse prints it and exits 0)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
+        main([*args, "--help"])
+    assert exited.value.code == 0
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("command", ["serve", "check", "demo"])
+def test_the_readme_synopsis_names_exactly_the_flags_of_each_commands_help(command):
+    synopsis = re.search(rf"^gitreg {command} (.*)$", _readme_section("Command line"), re.MULTILINE)
+    assert synopsis, f"the README's Command line section has no `gitreg {command}` line"
+    help_text = help_of(command)
+    usage = help_text[: help_text.index("\n\n")]
+    in_help = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help"}
+    assert set(re.findall(r"\[(--[a-z-]+)", synopsis.group(1))) == in_help, (synopsis.group(0), usage)
+
+
+def test_the_readme_and_help_list_the_same_exit_codes_for_the_same_commands():
+    table = re.findall(r"^\| (\d) \| (.*) \|$", _readme_section("Command line"), re.MULTILINE)
+    for args in ([], ["serve"], ["check"], ["demo"]):
+        help_text = help_of(*args)
+        listed = re.findall(r"^  (\d)  (.*(?:\n     .*)*)", help_text.split("exit codes:\n", 1)[1], re.MULTILINE)
+        assert [code for code, _ in listed] == [code for code, _ in table], args
+        for (code, said), (_, row) in zip(listed, table, strict=True):
+            words = {"serve", "check", "demo", "--probe", "--workers", "redis"}
+            named = {w for w in words if w in said.replace("\n", " ")}
+            assert named == {w for w in words if w in row}, (code, said, row)

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gitreg import __version__
 from gitreg.cli.server import ListenError, run_server
@@ -32,11 +33,21 @@ log = logging.getLogger("gitreg")
 EXIT_OK = 0
 EXIT_PROBE_FAILED = 1
 EXIT_CONFIG = 2
+# `gitreg --help`'s summary of the README's exit-code table (tests/test_quickstart.py compares them).
+EXIT_CODES = """exit codes:
+  0  check: the config is valid (with --probe: every repository was listed); serve, demo: stopped by SIGTERM/SIGINT
+  1  check --probe: a repository could not be listed or a configured module has no SemVer tag;
+     check with [cache] backend = "redis": Redis does not answer; serve --workers N: a worker died
+  2  the config is invalid or unreadable, or serve or demo cannot start (a port in use, a storage path
+     that is not a directory...): one line per problem on stderr"""
+_WITH_EXIT_CODES: dict[str, Any] = {"epilog": EXIT_CODES, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gitreg", description="A Terraform/OpenTofu module registry served from Git tags."
+        prog="gitreg",
+        description="A Terraform/OpenTofu module registry served from Git tags.",
+        **_WITH_EXIT_CODES,
     )
     parser.add_argument("--version", action="version", version=f"gitreg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -52,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
-    serve = sub.add_parser("serve", help="run the registry server")
+    serve = sub.add_parser("serve", help="run the registry server", **_WITH_EXIT_CODES)
     common(serve)
     serve.add_argument("--host", help="listen address (overrides [server] host)")
     serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
@@ -72,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_demo(sub)
 
-    check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
+    check = sub.add_parser(
+        "check", help="validate the config; exit 0, or print every problem and exit 2", **_WITH_EXIT_CODES
+    )
     common(check)
     check.add_argument(
         "--probe",
@@ -90,9 +103,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser(
         "demo",
         help="build a tagged demo module, serve it and print the `terraform init` that installs it",
-        description="Build a tagged demo repository (demo/hello/null), serve it and print the exact "
-        "`terraform init` command that installs it and the module browser's URL. Ctrl-C stops it and "
-        "removes what it made (unless --dir). Uses no config file and not your [storage] path.",
+        description="Build a tagged demo repository (demo/hello/null), serve it and print the exact\n"
+        "`terraform init` command that installs it and the module browser's URL. Ctrl-C stops it\n"
+        "and removes what it made (unless --dir). Uses no config file and not your [storage] path.",
+        **_WITH_EXIT_CODES,
     )
     demo.add_argument("--dir", metavar="DIR", help="build the demo in DIR and keep it (default: a temporary directory)")
     demo.add_argument(
