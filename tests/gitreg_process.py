@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -105,3 +106,12 @@ def run_gitreg(
         text=True,
         timeout=120,
     )
+
+
+def run_gitreg_on_a_taken_port(*args: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run `python -m gitreg ARGS --port P` while another socket listens on 127.0.0.1:P; (result, P)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        return run_gitreg(*args, "--port", str(port), cwd=cwd), port

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg, run_gitreg_on_a_taken_port
 from tests.support.repos import GitRepo
 
 
@@ -289,13 +289,7 @@ def test_a_storage_path_that_is_a_file_is_named_as_such_not_as_a_listen_error(tm
 
 @pytest.mark.slow
 def test_a_port_in_use_is_a_listen_error(tmp_path):
-    import socket
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = run_gitreg("serve", "--port", str(port), "--module", "demo/x/null=file:///x.git", cwd=tmp_path)
+    result, port = run_gitreg_on_a_taken_port("serve", "--module", "demo/x/null=file:///x.git", cwd=tmp_path)
     assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")
 
 

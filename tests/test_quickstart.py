@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitreg.cli.main import main
-from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg, run_gitreg_on_a_taken_port
 from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
 
 CLIENTS = terraform_clients()
@@ -138,3 +138,13 @@ def test_the_readme_and_help_list_the_same_exit_codes_for_the_same_commands():
             words = {"serve", "check", "demo", "--probe", "--workers", "redis"}
             named = {w for w in words if w in said.replace("\n", " ")}
             assert named == {w for w in words if w in row}, (code, said, row)
+
+
+@pytest.mark.slow
+def test_gitreg_demo_on_a_port_in_use_says_so_in_one_line_and_leaves_nothing(tmp_path):
+    result, port = run_gitreg_on_a_taken_port("demo", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use (try --port 0)\n"
+    removed = re.search(r"gitreg demo: stopped; removed (\S+) \(", result.stdout)
+    assert removed, result.stdout
+    assert not Path(removed.group(1)).exists()

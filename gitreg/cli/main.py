@@ -160,7 +160,8 @@ def _refuse_nothing_to_serve(config: Config) -> bool:
     if module_sources(config):
         return False
     print(
-        "gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
+        "gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL "
+        "(examples/gitreg.toml is a starting point; `gitreg demo` serves a demo module)",
         file=sys.stderr,
     )
     return True
