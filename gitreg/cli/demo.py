@@ -89,8 +89,8 @@ class Demo:
         self.cli_config.write_text(CLI_CONFIG % (HOST, server_url.rstrip("/")))
         return f"cd {self.root_module} && TF_CLI_CONFIG_FILE={self.cli_config} terraform init"
 
-    def leftovers(self) -> str:
-        """What stopping leaves behind (and removes a temporary demo)."""
+    def clean_up(self) -> str:
+        """Remove a temporary demo; what stopping left behind, as a sentence."""
         if self.temporary:
             shutil.rmtree(self.directory, ignore_errors=True)
             return (

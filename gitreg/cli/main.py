@@ -273,7 +273,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"gitreg: cannot listen on {args.host}:{args.port}: {e.strerror} (try --port 0)", file=sys.stderr)
         return EXIT_CONFIG
     finally:
-        print(f"gitreg demo: stopped; {demo.leftovers()}", flush=True)
+        print(f"gitreg demo: stopped; {demo.clean_up()}", flush=True)
     return EXIT_OK
 
 
