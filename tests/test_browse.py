@@ -269,7 +269,7 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
             make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}])
         )
     )
-    await assert_error(await client.get("/v1/modules/demo/empty/null"), 404, "not listed")
+    await assert_error(await client.get("/v1/modules/demo/empty/null"), 404, "no SemVer tag yet")
     await assert_error(
         await client.get("/v1/modules/demo/empty/null/download", allow_redirects=False), 404, "no versions"
     )

@@ -718,11 +718,12 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
     assert result.returncode == 0, out + result.stderr
     assert "1 org(s)" in out
     assert f"org gitlab:platform/terraform ({fake.api_url}) -> namespace acme" in out
-    assert "4 repositories found, 2 module(s), 2 ignored" in out
+    assert "4 repositories found, 1 module(s), 3 ignored" in out
     assert "module acme/vpc/aws <- platform/terraform/terraform-aws-vpc" in out
     assert "versions (2): 1.2.0, 1.0.0" in out
-    assert "module acme/empty/aws <- platform/terraform/sandbox/terraform-aws-empty" in out
-    assert "not listed: no SemVer tag" in out
+    # A repository without a SemVer tag is ignored with the reason (not an error: exit 0 above).
+    assert "module acme/empty/aws" not in out
+    assert "ignored platform/terraform/sandbox/terraform-aws-empty: no SemVer tag" in out
     assert "ignored platform/terraform/terraform-aws-legacy: archived" in out
     assert "ignored platform/terraform/handbook: name does not match repository_pattern" in out
     assert API_TOKEN not in out + result.stderr

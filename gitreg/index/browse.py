@@ -78,6 +78,10 @@ class BrowseService:
         """True once the index has seen every listable module (else the lists say they may grow)."""
         return self.index.complete
 
+    def untagged(self, address: ModuleAddress) -> bool:
+        """True when `address` is served but not listed for want of a SemVer tag."""
+        return self.index.untagged(address) is not None
+
     def find(self, address: ModuleAddress) -> IndexEntry | None:
         """The indexed module at `address`, or None when it is not listed."""
         return self.index.get(address)
@@ -90,6 +94,10 @@ class BrowseService:
         """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more)."""
         entry = self.index.get(address)
         self.registry.resolve(address)  # 404 when nothing serves it (any more)
+        if entry is None and self.untagged(address):
+            raise ModuleNotFound(
+                f"module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0"
+            )
         if entry is None:
             raise ModuleNotFound(
                 f"module {address} is not listed by this registry (yet): a module is listed once it has a SemVer "

@@ -46,7 +46,13 @@ def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | 
         return not_found(request, "There is no such module: the address is not a registry module address.")
     entry = request.app[BROWSE].find(address)
     scope = request.get(SCOPE_KEY)
-    if entry is None or (scope is not None and address.namespace not in scope):
+    if scope is not None and address.namespace not in scope:
+        entry = None
+    elif entry is None and request.app[BROWSE].untagged(address):
+        return not_found(
+            request, f"Module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0."
+        )
+    if entry is None:
         return not_found(request, f"No module {address} is listed by this registry.")
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
