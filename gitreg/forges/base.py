@@ -208,6 +208,9 @@ class ForgeClient:
         self._api_path = api.path.rstrip("/") if api is not None else ""
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
+        # A person's or job's own token (identity/): sent as `Authorization: Bearer`, which every
+        # host takes for personal, project, group and OAuth tokens alike.
+        self.as_user = False
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
@@ -228,6 +231,36 @@ class ForgeClient:
         describe the repository never needs this).
         """
         return None
+
+    async def username(self) -> str | None:
+        """Whom the client's token belongs to (`GET /user`); None when the host refuses the token (401/403)."""
+        raise NotImplementedError
+
+    async def can_read(self, full_name: str) -> bool:
+        """True when the client's token can read the repository `full_name` (200); False on a 404, 401 or 403."""
+        try:
+            return await self.repository(full_name) is not None
+        except ForgeError as e:
+            if e.reason == "unauthorized":
+                return False
+            raise
+
+    async def member_repositories(self) -> list[RepoRecord]:
+        """The repositories the client's token is a member of, all pages (one listing, not a call per repository)."""
+        raise NotImplementedError
+
+    async def _username(self, url: str, key: str) -> str | None:
+        """The `key` field of the user object at `url`; None when the host refuses the token."""
+        try:
+            data, _ = await self.get_json(url)
+        except ForgeError as e:
+            if e.reason == "unauthorized":
+                return None
+            raise
+        name = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(name, str) or not name:
+            raise self._failure("bad_json", f"{self.org.label}: the API's user object has no {key}")
+        return name[:255]
 
     async def _pages(
         self, url: str, record: Callable[[Any], RepoRecord | None], on_page: OnPage | None = None

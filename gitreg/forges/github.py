@@ -95,6 +95,18 @@ class GitHubClient(ForgeClient):
         self.is_user = False
         return found
 
+    async def username(self) -> str | None:
+        """`GET /user`'s `login`; None when GitHub refuses the token (revoked, expired, unknown)."""
+        return await self._username(f"{self.org.api_url}/user", "login")
+
+    async def member_repositories(self) -> list[RepoRecord]:
+        """`GET /user/repos`: the repositories the token's user owns, collaborates on or sees as an org member."""
+        url = (
+            f"{self.org.api_url}/user/repos?per_page={PER_PAGE}&affiliation=owner,collaborator,organization_member"
+            "&sort=created&direction=asc"
+        )
+        return await self._pages(url, record)
+
     async def repository(self, key: str) -> RepoRecord | None:
         """One repository by full name (`GET /repos/{owner}/{repo}`); None when GitHub says it does not exist.
 

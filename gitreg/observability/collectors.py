@@ -92,6 +92,29 @@ class RequestCounter(Collector):
         yield family
 
 
+class CredentialCounter(Collector):
+    """`gitreg_requests_by_credential_total{kind}`: requests by the kind of credential that opened them.
+
+    Kinds only (static, forge, login, oidc, none), never a person: a username is unbounded.
+    """
+
+    KINDS = ("static", "forge", "login", "oidc", "none")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.KINDS, 0)
+        self.created = time.time()
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gitreg_requests_by_credential",
+            "HTTP requests answered, by the kind of credential the caller presented (none: no credential checked).",
+            labels=["kind"],
+        )
+        for kind, count in self.counts.items():
+            family.add_metric([kind], count, created=self.created)
+        yield family
+
+
 class RequestLatency(Collector):
     """`gitreg_http_request_duration_seconds{route}`, as a prometheus Histogram would expose it."""
 

@@ -27,6 +27,7 @@ from gitreg.observability.collectors import (
     LATENCY_BUCKETS,
     MAX_HOSTS,
     CacheCollector,
+    CredentialCounter,
     Latency,
     OrgCollector,
     PoolCollector,
@@ -35,6 +36,7 @@ from gitreg.observability.collectors import (
     RequestStats,
     Watched,
 )
+from gitreg.observability.logs import CREDENTIAL_KEY
 
 if TYPE_CHECKING:
     from gitreg.git.pool import GitPool
@@ -105,6 +107,8 @@ class Metrics:
         self.requests = RequestCounter(self._request_stats)
         self.latency = RequestLatency(self._request_stats)
         self.registry.register(self.requests)
+        self.credentials = CredentialCounter()
+        self.registry.register(self.credentials)
         self.registry.register(self.latency)
         self.git_calls = Counter(
             "gitreg_upstream_git_calls",
@@ -242,6 +246,7 @@ def metrics_middleware(metrics: Metrics) -> Middleware:
         finally:
             method = request.method if request.method in METHODS else OTHER_METHOD
             metrics.observe_request(route_label(request), method, status, time.perf_counter() - started)
+            metrics.credentials.counts[request.get(CREDENTIAL_KEY, "none")] += 1
 
     return middleware
 

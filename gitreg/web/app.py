@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from gitreg.config.model import Config
@@ -28,6 +29,8 @@ from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
 from gitreg.git.runner import GitRunner
+from gitreg.identity.service import Identities
+from gitreg.identity.static import TokenChecker
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.model import ChangeLog, OrgInfo
@@ -55,7 +58,6 @@ from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
 from gitreg.web.api.webhooks import webhook_routes
-from gitreg.web.auth import TokenChecker
 from gitreg.web.keys import (
     ARCHIVES,
     AUTH,
@@ -67,9 +69,11 @@ from gitreg.web.keys import (
     DETAILS,
     GIT,
     GIT_POOL,
+    IDENTITIES,
     INDEX,
     INDEX_PROCESS,
     LIFECYCLE,
+    LOGIN_TOKENS,
     METRICS,
     MIRRORS,
     ORGS,
@@ -227,6 +231,22 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
         return
     async for _ in catalog.lifetime():
         yield
+
+
+async def _identities(app: web.Application) -> AsyncIterator[None]:
+    """Who a bearer token is and what it may read; its HTTP session (to the Git hosts and CI issuers)
+    is opened on first use and closed here."""
+    sessions: list[aiohttp.ClientSession] = []
+
+    def session() -> aiohttp.ClientSession:
+        if not sessions:
+            sessions.append(aiohttp.ClientSession(auto_decompress=True, trust_env=False))
+        return sessions[0]
+
+    app[IDENTITIES] = Identities(app[CONFIG], app[_RESOLVER], app[SHARED], session, app.get(LOGIN_TOKENS))
+    yield
+    for opened in sessions:
+        await opened.close()
 
 
 async def _registry(app: web.Application) -> AsyncIterator[None]:
@@ -428,7 +448,7 @@ def create_app(
     app[LIFECYCLE] = Lifecycle()
     # Dependency order; each closes (after `yield`) before those it was built with.
     contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
-    contexts += [_mirrors_and_archives, _catalog, _registry]
+    contexts += [_mirrors_and_archives, _catalog, _identities, _registry]
     if role is not Role.INDEX:  # the serving process enumerates the orgs
         contexts.append(_org_listings)
     contexts += [_details, _index]

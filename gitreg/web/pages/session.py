@@ -17,7 +17,9 @@ from urllib.parse import urlencode, urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gitreg.web.auth import SCOPE_KEY, token_id
+from gitreg.identity.model import Principal
+from gitreg.identity.static import static_principal
+from gitreg.web.auth import admit, token_id
 from gitreg.web.keys import AUTH, CONFIG
 from gitreg.web.pages.render import LOGGED_IN, render
 from gitreg.web.signing import ExpiringSigner, SignatureError
@@ -56,32 +58,31 @@ SESSIONS = web.AppKey("ui_sessions", Sessions)
 _PRIVATE_HEADERS = {"Cache-Control": "private, no-store", "Vary": "Cookie"}
 
 
-def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | None]:
-    """(logged in, namespaces) for a page request; (True, None) when the registry is open."""
+def _principal_from_cookie(request: web.Request) -> tuple[bool, Principal | None]:
+    """(logged in, principal) for a page request; (True, None) when the registry is open."""
     config = request.app[CONFIG]
     if not config.auth.enabled:
         return True, None
     found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
     if found is None:
-        return False, frozenset()
-    for token in config.auth.tokens:
-        if token_id(token) == found:  # not a secret: the signed cookie's MAC was checked above
-            return True, frozenset(token.namespaces) if token.namespaces is not None else None
-    return False, frozenset()  # the token was removed from the config since
+        return False, None
+    # Not a secret: the signed cookie's MAC was checked above. None: removed from the config since.
+    token = request.app[AUTH].by_id(found)
+    return (True, static_principal(token)) if token is not None else (False, None)
 
 
 def guarded(handler: Handler) -> Handler:
     """`handler` behind the session: the visitor's scope from the cookie, a redirect to /login without one."""
 
     async def page(request: web.Request) -> web.StreamResponse:
-        logged_in, scope = _scope_from_cookie(request)
+        logged_in, principal = _principal_from_cookie(request)
         private = request.app[CONFIG].auth.enabled
         request[LOGGED_IN] = logged_in and private
         try:
             if not logged_in:
                 target = request.path_qs if request.method == "GET" else "/"
                 raise web.HTTPFound("/login?" + urlencode({"next": target}))
-            request[SCOPE_KEY] = scope
+            await admit(request, principal)
             response = await handler(request)
         except web.HTTPException as e:
             if private:

@@ -24,7 +24,7 @@ from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import NAME_RE, SYSTEM_RE, check_version, parse_address
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
-from gitreg.web.auth import SCOPE_KEY
+from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import HERE, not_found, render, snippet
@@ -49,20 +49,23 @@ async def index_page(request: web.Request) -> web.Response:
     offset_text = request.query.get("offset", "0")
     offset = int(offset_text) if offset_text.isascii() and offset_text.isdigit() and len(offset_text) < 9 else 0
     browse = request.app[BROWSE]
-    scope = request.get(SCOPE_KEY)
+    seen = await visibility(request)
 
     def keep(e: IndexEntry) -> bool:
         return (
-            (scope is None or e.address.namespace in scope)
-            and (not namespace or e.address.namespace == namespace)
+            (not namespace or e.address.namespace == namespace)
             and (not system or e.address.system == system)
+            and seen.allows(e.address.namespace, e.repository)
         )
 
-    memo = ("ui", namespace, system, scope)
-    entries = browse.search(q, keep, memo) if q else _published_order(browse.listed(keep, memo, scope))
+    memo = ("ui", namespace, system, seen)
+    entries = browse.search(q, keep, memo) if q else _published_order(browse.listed(keep, memo, seen.namespaces))
+
+    def visible(e: IndexEntry) -> bool:
+        return seen.allows(e.address.namespace, e.repository)
+
     namespaces, systems = browse.facets(
-        ("ui-all", scope),
-        lambda: browse.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope),
+        ("ui-all", seen), lambda: browse.listed(visible, ("ui-all", seen), seen.namespaces)
     )
     shown = entries[offset : offset + PAGE_SIZE]
     params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
@@ -88,7 +91,7 @@ async def index_page(request: web.Request) -> web.Response:
     )
 
 
-def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
+async def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
     """The module and version a module page shows, or the 404 page saying which part is missing."""
     m = request.match_info
     try:
@@ -98,8 +101,7 @@ def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | 
     except GitregError:
         return not_found(request, "There is no such module: the address is not a registry module address.")
     entry = request.app[BROWSE].find(address)
-    scope = request.get(SCOPE_KEY)
-    if entry is None or (scope is not None and address.namespace not in scope):
+    if entry is None or not (await visibility(request)).allows(address.namespace, entry.repository):
         return not_found(request, f"No module {address} is listed by this registry.")
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
@@ -147,7 +149,7 @@ async def _with_readmes(
 
 async def module_page(request: web.Request) -> web.Response:
     """One module at its latest version, or at `{version}`."""
-    shown = _shown_version(request)
+    shown = await _shown_version(request)
     if isinstance(shown, web.Response):
         return shown
     entry, version = shown
