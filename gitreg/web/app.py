@@ -243,7 +243,8 @@ async def _identities(app: web.Application) -> AsyncIterator[None]:
             sessions.append(aiohttp.ClientSession(auto_decompress=True, trust_env=False))
         return sessions[0]
 
-    app[IDENTITIES] = Identities(app[CONFIG], app[_RESOLVER], app[SHARED], session, app.get(LOGIN_TOKENS))
+    config, login = app[CONFIG], app.get(LOGIN_TOKENS)
+    app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], session, login, app[CLOCK])
     yield
     for opened in sessions:
         await opened.close()

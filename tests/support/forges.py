@@ -28,6 +28,9 @@ from aiohttp import web
 from tests.support.githttp import GitHttpServer
 
 _IDS = itertools.count(1296269)
+_USER_IDS = itertools.count(583231)
+# The person a request's token belongs to (None: the org's own token, or none).
+_USER = web.RequestKey("fake_user", str)
 GITHUB_DOCS = "https://docs.github.com/rest/repos/repos#list-organization-repositories"
 
 
@@ -85,6 +88,9 @@ class FakeForge:
         self._remaining = 5000
         self._lock = threading.Lock()
         self._repos: dict[str, dict[str, Any]] = {}  # name -> API object
+        # People (identity tests): their tokens, and which repositories (by this fake's key) each may see.
+        self._users: dict[str, str] = {}  # token -> username
+        self._sees: dict[str, set[str]] = {}  # username -> repository keys
         self._requests: list[ApiRequest] = []
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -261,6 +267,74 @@ class FakeForge:
             "visibility": "private",
         }
 
+    # ---- people: tokens and per-user visibility -----------------------------------------
+
+    def add_user(self, username: str, token: str, sees: tuple[str, ...] = ()) -> None:
+        """A person whose `token` (a PAT: `glpat-...`, `ghp_...`) the API accepts; they see `sees` only."""
+        with self._lock:
+            self._users[token] = username
+            self._sees.setdefault(username, set()).update(sees)
+
+    def grant(self, username: str, *keys: str) -> None:
+        """Add the person to these repositories (by this fake's key)."""
+        with self._lock:
+            self._sees[username].update(keys)
+
+    def revoke(self, username: str, *keys: str) -> None:
+        """Remove the person from these repositories: the API answers 404 for them from now on."""
+        with self._lock:
+            self._sees[username].difference_update(keys)
+
+    def revoke_token(self, token: str) -> None:
+        """The person revoked their token: 401 from now on."""
+        with self._lock:
+            self._users.pop(token, None)
+
+    def _user_of(self, request: web.Request) -> str | None:
+        return request.get(_USER)
+
+    def _visible(self, request: web.Request, key: str) -> bool:
+        user = self._user_of(request)
+        with self._lock:
+            return user is None or key in self._sees.get(user, set())
+
+    async def _user(self, request: web.Request) -> web.Response:
+        # GitLab "Get the current user" / GitHub "Get the authenticated user".
+        user = self._user_of(request)
+        if user is None:
+            body = {"message": "Bad credentials"} if self.provider == "github" else {"message": "401 Unauthorized"}
+            return web.json_response(body, status=401)
+        uid = next(_USER_IDS)
+        if self.provider == "github":
+            return web.json_response(
+                {
+                    "login": user,
+                    "id": uid,
+                    "node_id": f"U_kgDO{uid}",
+                    "type": "User",
+                    "site_admin": False,
+                    "name": user.title(),
+                    "html_url": f"https://github.com/{user}",
+                }
+            )
+        return web.json_response(
+            {
+                "id": uid,
+                "username": user,
+                "name": user.title(),
+                "state": "active",
+                "locked": False,
+                "web_url": f"https://gitlab.example.com/{user}",
+                "bot": False,
+            }
+        )
+
+    async def _member_repos(self, request: web.Request) -> web.Response:
+        # GitLab `GET /projects?membership=true`, GitHub `GET /user/repos`: what the person is a member of.
+        if self._user_of(request) is None:
+            return web.json_response({"message": "401 Unauthorized"}, status=401)
+        return await self._page(request, self._sorted(request))
+
     # ---- webhook payloads (the shapes GitHub and GitLab send) ---------------------------
 
     def github_repository_event(self, action: str, name: str, **changes: Any) -> dict[str, Any]:
@@ -346,6 +420,14 @@ class FakeForge:
             )
 
     def _authorized(self, request: web.Request) -> bool:
+        presented = request.headers.get("PRIVATE-TOKEN") or request.headers.get("Authorization", "").removeprefix(
+            "Bearer "
+        )
+        with self._lock:
+            user = self._users.get(presented)
+        if user is not None:
+            request[_USER] = user
+            return True
         if self.token is None:
             return True
         if self.provider == "github":
@@ -479,33 +561,38 @@ class FakeForge:
             await self._released.wait()
         return web.json_response(chunk, headers=headers)
 
-    def _sorted(self) -> list[dict[str, Any]]:
+    def _sorted(self, request: web.Request | None = None) -> list[dict[str, Any]]:
+        """Every repository by id; for a person's token, only those they see."""
+        user = self._user_of(request) if request is not None else None
         with self._lock:
-            return json.loads(json.dumps(sorted(self._repos.values(), key=lambda r: r["id"])))
+            sees = self._sees.get(user, set()) if user is not None else None
+            found = [obj for key, obj in self._repos.items() if sees is None or key in sees]
+            return json.loads(json.dumps(sorted(found, key=lambda r: r["id"])))
 
     async def _github_org_repos(self, request: web.Request) -> web.Response:
         org = request.match_info["org"]
         if self.user or org.lower() != self.group.lower():
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     async def _github_org_repos_by_id(self, request: web.Request) -> web.Response:
         if request.match_info["id"] != str(self.org_id):
             return web.json_response({"message": "Not Found"}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     async def _github_user_repos(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["user"].lower() != self.group.lower():
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     async def _github_repository(self, request: web.Request) -> web.Response:
         # "Get a repository": GET /repos/{owner}/{repo}, 404 when it does not exist (or is not visible).
         full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
         with self._lock:
-            for obj in self._repos.values():
-                if obj["full_name"].lower() == full:
-                    return web.json_response(obj)
+            found = [(key, obj) for key, obj in self._repos.items() if obj["full_name"].lower() == full]
+        for key, obj in found:
+            if self._visible(request, key):
+                return web.json_response(obj)
         return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
 
     async def _gitlab_group_projects(self, request: web.Request) -> web.Response:
@@ -514,7 +601,7 @@ class FakeForge:
         group = unquote(raw)
         if "/" in raw or group.lower() != self.group.lower():
             return web.json_response({"message": "404 Group Not Found"}, status=404)
-        items = self._sorted()
+        items = self._sorted(request)
         if request.query.get("include_subgroups") != "true":
             items = [p for p in items if p["namespace"]["full_path"] == self.group]
         return await self._page(request, items)
@@ -523,9 +610,10 @@ class FakeForge:
         raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/projects/")
         key = unquote(raw)
         with self._lock:
-            for obj in self._repos.values():
-                if str(obj["id"]) == key or obj["path_with_namespace"] == key:
-                    return web.json_response(obj)
+            found = [(k, o) for k, o in self._repos.items() if key in (str(o["id"]), o["path_with_namespace"])]
+        for name, obj in found:
+            if self._visible(request, name):
+                return web.json_response(obj)
         return web.json_response({"message": "404 Project Not Found"}, status=404)
 
     def app(self) -> web.Application:
@@ -537,9 +625,13 @@ class FakeForge:
             app.router.add_get("/users/{user}/repos", self._github_user_repos)
             app.router.add_get("/user/{id}/repos", self._github_org_repos_by_id_user)
             app.router.add_get("/repos/{owner}/{repo}", self._github_repository)
+            app.router.add_get("/user", self._user)
+            app.router.add_get("/user/repos", self._member_repos)
         else:
             app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
+            app.router.add_get("/api/v4/user", self._user)
+            app.router.add_get("/api/v4/projects", self._member_repos)
         # Another service on the API's host, outside its path (where a hostile `next` link may point).
         app.router.add_get("/elsewhere/{tail:.*}", self._elsewhere)
         return app
@@ -550,7 +642,7 @@ class FakeForge:
     async def _github_org_repos_by_id_user(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["id"] != str(self.org_id):
             return web.json_response({"message": "Not Found"}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     # ---- running ------------------------------------------------------------------------
 
