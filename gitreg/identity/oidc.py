@@ -56,8 +56,15 @@ def unverified_issuer(presented: str) -> str | None:
 class _Issuer:
     """One issuer's signing keys, fetched through its discovery document."""
 
-    def __init__(self, config: OidcConfig, session: Callable[[], aiohttp.ClientSession], stats: OrgStats) -> None:
+    def __init__(
+        self,
+        config: OidcConfig,
+        session: Callable[[], aiohttp.ClientSession],
+        stats: OrgStats,
+        clock: Callable[[], float],
+    ) -> None:
         self.config = config
+        self._clock = clock
         self._session = session
         self._stats = stats
         found = parse(config.issuer)
@@ -77,7 +84,7 @@ class _Issuer:
         if found is not None:
             return found
         running = self._flight.get("jwks")
-        now = time.monotonic()
+        now = self._clock()
         if running is None and (self._fetched_at is None or now - self._fetched_at >= REFRESH_SECONDS):
             self._fetched_at = now
             running = self._flight.start("jwks", self._fetch())
@@ -133,9 +140,14 @@ def _signing_keys(document: Any, host: str) -> dict[str, jwt.PyJWK]:
 class OidcIssuers:
     """The configured issuers; verifies a presented JWT against the one its `iss` names."""
 
-    def __init__(self, entries: tuple[OidcConfig, ...], session: Callable[[], aiohttp.ClientSession]) -> None:
+    def __init__(
+        self,
+        entries: tuple[OidcConfig, ...],
+        session: Callable[[], aiohttp.ClientSession],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.stats = OrgStats()  # requests to the issuers, for /metrics
-        self._issuers = {e.issuer: _Issuer(e, session, self.stats) for e in entries}
+        self._issuers = {e.issuer: _Issuer(e, session, self.stats, clock) for e in entries}
 
     def issuer_of(self, presented: str) -> OidcConfig | None:
         """The configured issuer a JWT-looking token claims to come from (unverified), or None."""

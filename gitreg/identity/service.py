@@ -45,7 +45,7 @@ class Identities:
         self.enabled = config.auth.enabled
         self.static = TokenChecker(config.auth)
         self.login = login
-        self.oidc = OidcIssuers(config.auth.oidc, session)
+        self.oidc = OidcIssuers(config.auth.oidc, session, clock)
         self.forges = tuple(ForgeAccess(f, config.orgs, session, shared, clock) for f in config.auth.forges)
         self._by_url = {f.forge.url: f for f in self.forges}
         self._resolver = resolver
