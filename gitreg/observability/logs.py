@@ -30,7 +30,7 @@ CREDENTIAL_KEY = web.RequestKey[str]("credential")
 # Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
 SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires")
 # Characters a name in the access line's user field may not hold (spaces and quotes would split it).
-_USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+-]")
+_USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
 # The key of an access line's fields in the JSON log.
 HTTP_FIELD = "http"
 # The attribute a batch of access lines rides on: (AccessEntry, line) pairs (read by JsonFormatter).
