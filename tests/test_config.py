@@ -413,16 +413,26 @@ def test_an_auth_forges_api_url_must_be_on_the_hosts_own_host():
         {
             "auth": {
                 "forges": [
-                    {"provider": "gitlab", "url": "https://gitlab.example.com", "api_url": "https://evil.example/api/v4"},
+                    {
+                        "provider": "gitlab",
+                        "url": "https://gitlab.example.com",
+                        "api_url": "https://evil.example/api/v4",
+                    },
                     {"provider": "github", "api_url": "https://api.github.com"},
-                    {"provider": "github", "url": "https://ghe.example.com", "api_url": "https://ghe.example.com/api/v3"},
+                    {
+                        "provider": "github",
+                        "url": "https://ghe.example.com",
+                        "api_url": "https://ghe.example.com/api/v3",
+                    },
                 ]
             }
         }
     )
     assert found == [
-        "auth.forges[0].api_url: 'https://evil.example/api/v4' must be on the host of url "
-        "('https://gitlab.example.com'); people's tokens are sent there"
+        (
+            "auth.forges[0].api_url: 'https://evil.example/api/v4' must be on the host of url "
+            "('https://gitlab.example.com'); people's tokens are sent there"
+        )
     ]
 
 

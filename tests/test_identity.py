@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio
 
 from gitreg.config.parse import parse_config
 from gitreg.web.app import create_app
@@ -78,7 +79,9 @@ def repositories(tmp_path: Path) -> Path:
     root = tmp_path / "repos"
     for name in (NET, DNS):
         repo = GitRepo(root, f"acme/{name}")
-        repo.commit({"main.tf": f'output "name" {{ value = "{name}" }}\n', "README.md": f"# {name}\n\nThe {name} module.\n"})
+        repo.commit(
+            {"main.tf": f'output "name" {{ value = "{name}" }}\n', "README.md": f"# {name}\n\nThe {name} module.\n"}
+        )
         repo.tag("v1.0.0")
     return root
 
@@ -99,7 +102,9 @@ def config_for(forge: FakeForge, tmp_path: Path, **auth: Any) -> Any:
             ],
             "auth": {
                 "tokens": [ADMIN],
-                "forges": [{"provider": forge.provider, "url": forge.base_url, "api_url": forge.api_url, "recheck_seconds": 10}],
+                "forges": [
+                    {"provider": forge.provider, "url": forge.base_url, "api_url": forge.api_url, "recheck_seconds": 10}
+                ],
                 **auth,
             },
         }
@@ -133,7 +138,9 @@ async def test_a_host_token_installs_what_its_user_can_read_and_is_refused_the_r
     assert (await resp.json())["modules"][0]["versions"] == [{"version": "1.0.0"}]
     resp = await site.client.get("/v1/modules/acme/net/aws/1.0.0/download", headers=bearer(site.alice))
     assert resp.status == 200 and "X-Terraform-Get" in resp.headers
-    text = await assert_error(await site.versions(site.alice, "dns"), 403, "alice@127.0.0.1 cannot read acme/terraform-aws-dns")
+    text = await assert_error(
+        await site.versions(site.alice, "dns"), 403, "alice@127.0.0.1 cannot read acme/terraform-aws-dns"
+    )
     assert "acme/dns/aws" in text
     # Bob sees both; a static token still opens everything.
     assert (await site.versions(site.bob, "dns")).status == 200
@@ -154,7 +161,9 @@ async def test_lists_and_search_show_only_what_the_host_lets_the_user_see(site):
 async def test_the_host_is_asked_once_per_identity_and_repository_per_recheck_window(site):
     for _ in range(5):
         assert (await site.versions(site.alice)).status == 200
-        assert (await site.client.get("/v1/modules/acme/net/aws/1.0.0/download", headers=bearer(site.alice))).status == 200
+        assert (
+            await site.client.get("/v1/modules/acme/net/aws/1.0.0/download", headers=bearer(site.alice))
+        ).status == 200
     for _ in range(3):
         await site.listed(site.alice)
     assert site.api_calls("user") == 1
@@ -265,4 +274,49 @@ async def test_a_module_whose_repository_is_on_another_host_is_not_opened_by_a_h
         resp = await client.get("/v1/modules", headers=bearer(ALICE["gitlab"]))
         assert [m["id"] for m in (await resp.json())["modules"]] == ["acme/net/aws/1.0.0"]
         assert len(forge.requests("/api/v4/projects")) >= 1
+        await forge.close()
+
+
+@pytest.mark.slow
+async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path, aiohttp_client, redis_server):
+    with GitHttpServer(repositories(tmp_path)) as git:
+        forge = await FakeForge("gitlab", git, "acme", token=ORG_TOKEN["gitlab"]).start()
+        for name in (NET, DNS):
+            forge.add(name, repo=f"acme/{name}")
+        forge.add_user("alice", ALICE["gitlab"], sees=(NET,))
+        replicas = []
+        for i in range(2):
+            cache = {"backend": "redis", "redis_url": redis_server.url, "redis_prefix": "gitreg-identity-test:"}
+            config = parse_config(
+                {
+                    "git": {"protocols": ["http"]},
+                    "storage": {"path": str(tmp_path / f"replica-{i}")},
+                    "cache": cache,
+                    "orgs": [
+                        {
+                            "provider": "gitlab",
+                            "api_url": forge.api_url,
+                            "group": "acme",
+                            "namespace": "acme",
+                            "token": ORG_TOKEN["gitlab"],
+                        }
+                    ],
+                    "auth": {"forges": [{"provider": "gitlab", "url": forge.base_url, "recheck_seconds": 60}]},
+                }
+            )
+            replicas.append(await aiohttp_client(create_app(config)))
+        forge.reset_counters()
+        for client in replicas:
+            for name, status in (("net", 200), ("dns", 403)):
+                resp = await client.get(f"/v1/modules/acme/{name}/aws/versions", headers=bearer(ALICE["gitlab"]))
+                assert resp.status == status, await resp.text()
+        # Each project asked once across both replicas (the second read Redis); Redis holds no token.
+        assert len(forge.requests("/api/v4/projects/")) == 2
+        store = redis.asyncio.from_url(redis_server.url)
+        keys = await store.keys("gitreg-identity-test:access:*")
+        assert len(keys) == 2 and sorted([await store.get(k) for k in keys]) == [b"0", b"1"]
+        for key in await store.keys("*"):
+            value = await store.type(key) == b"string" and await store.get(key)
+            assert ALICE["gitlab"].encode() not in key + (value or b"")
+        await store.aclose()
         await forge.close()

@@ -109,9 +109,12 @@ def world(tmp_path: Path) -> Iterator[World]:
         for name in (NET, DNS):  # GitHub's clones come from another host (both APIs are on 127.0.0.1)
             github.update(name, clone_url=git.url(f"acme/{name}.git").replace("127.0.0.1", "localhost"))
         with gitlab.in_thread(), github.in_thread(), FakeIssuer().in_thread() as issuer:
-            with GitregProcess("--config", str(_config(tmp_path, gitlab, github, issuer))) as server:
+            server = GitregProcess("--config", str(_config(tmp_path, gitlab, github, issuer))).start()
+            try:
                 server.wait_indexed()
                 yield World(server, gitlab, github, issuer)
+            finally:
+                server.stop()
 
 
 def _init(terraform: TerraformClient, tmp_path: Path, server_url: str, source: str, token: str, name: str):

@@ -176,8 +176,12 @@ async def test_a_jwks_uri_off_the_issuers_host_is_never_fetched(issuer, git, tmp
     assert issuer.counts.get("/oauth/discovery/keys") is None
 
 
-async def test_github_actions_tokens_match_their_claims_and_are_named_by_repository(issuer, git, tmp_path, aiohttp_client):
-    config = oidc_config(issuer, git, tmp_path, claims={"repository_owner": "acme", "job_workflow_ref": "acme/*@refs/heads/main"})
+async def test_github_actions_tokens_match_their_claims_and_are_named_by_repository(
+    issuer, git, tmp_path, aiohttp_client
+):
+    config = oidc_config(
+        issuer, git, tmp_path, claims={"repository_owner": "acme", "job_workflow_ref": "acme/*@refs/heads/main"}
+    )
     client = await aiohttp_client(create_app(config))
     claims = issuer.claims(
         namespace_path=None,

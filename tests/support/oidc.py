@@ -33,7 +33,7 @@ def _b64(data: bytes) -> str:
 
 
 class FakeIssuer:
-    """An OIDC issuer with an RSA key (`rsa`, kid rsa-1), an EC P-256 key (`ec`, kid ec-1) and an unpublished `other`."""
+    """An OIDC issuer: an RSA key (`rsa`, kid rsa-1), an EC P-256 key (`ec`, kid ec-1), an unpublished `other`."""
 
     def __init__(self) -> None:
         self.keys: dict[str, Any] = {
@@ -93,8 +93,10 @@ class FakeIssuer:
         """The key-confusion attack: HS256, keyed with the published RSA key's PEM (which anyone has)."""
         header = {"alg": "HS256", "typ": "JWT", "kid": "rsa-1"}
         signing = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
-        pem = self.keys["rsa"].public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        pem = (
+            self.keys["rsa"]
+            .public_key()
+            .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         )
         return f"{signing}.{_b64(hmac.new(pem, signing.encode(), hashlib.sha256).digest())}"
 
