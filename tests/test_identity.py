@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio
 
 from gitreg.config.parse import parse_config
+from gitreg.observability.logs import AccessEntry, access_line
 from gitreg.web.app import create_app
 from tests.conftest import assert_error, indexed
 from tests.support.forges import FakeForge
@@ -228,6 +229,8 @@ async def test_metrics_count_requests_by_credential_kind_never_by_person(site):
     assert 'gitreg_requests_by_credential_total{kind="forge"} 1.0' in text
     assert 'gitreg_requests_by_credential_total{kind="static"}' in text
     assert "alice" not in text
+    host = f"{site.provider}:127.0.0.1:{site.forge.base_url.rsplit(':', 1)[1]}"
+    assert f'gitreg_identity_api_calls_total{{host="{host}"}} 2.0' in text  # who, then can-read
 
 
 async def test_no_host_token_appears_in_a_log_line_or_an_error_body(site, caplog):
@@ -320,3 +323,19 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
             assert ALICE["gitlab"].encode() not in key + (value or b"")
         await store.aclose()
         await forge.close()
+
+
+async def test_a_hosts_rate_limit_is_waited_out_within_a_few_seconds_as_in_org_mode(site):
+    site.forge.rate_limit_next(1, seconds=1)
+    resp = await site.versions(site.alice)
+    assert resp.status == 200, await resp.text()
+    assert [r.status for r in site.forge.requests("/user")][:2] in ([403, 200], [429, 200])
+
+
+async def test_a_hostile_username_is_shown_with_safe_characters_only(site):
+    token = "glpat-eve-0000000001" if site.provider == "gitlab" else "ghp_eve000001"
+    site.forge.add_user('eve" - [x]\nGET /admin', token, sees=(NET,))
+    text = await assert_error(await site.versions(token, "dns"), 403)
+    assert "eve__-__x__GET_/admin@127.0.0.1 cannot read" in text
+    line = access_line(AccessEntry(0.0, "1.2.3.4", "GET", "/", (1, 1), 200, 0, "", "", 0.1, 'a b"\n[c]'))
+    assert line.startswith("1.2.3.4 - a_b___c_ [")

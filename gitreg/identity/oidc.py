@@ -149,6 +149,11 @@ class OidcIssuers:
         self.stats = OrgStats()  # requests to the issuers, for /metrics
         self._issuers = {e.issuer: _Issuer(e, session, self.stats, clock) for e in entries}
 
+    @property
+    def configured(self) -> bool:
+        """True when any `[[auth.oidc]]` issuer is configured."""
+        return bool(self._issuers)
+
     def issuer_of(self, presented: str) -> OidcConfig | None:
         """The configured issuer a JWT-looking token claims to come from (unverified), or None."""
         if not self._issuers:

@@ -19,6 +19,7 @@ from gitreg.config.model import Config, TokenConfig
 from gitreg.core.errors import Forbidden, IdentityUnavailable, ModuleNotFound, Unauthorized
 from gitreg.core.names import ModuleAddress
 from gitreg.core.secrets import digest
+from gitreg.forges.base import OrgStats
 from gitreg.identity.forge import ForgeAccess
 from gitreg.identity.model import LoginTokens, Principal
 from gitreg.identity.oidc import OidcIssuers
@@ -52,6 +53,11 @@ class Identities:
         for forge in self.forges:  # one membership listing when [[modules]] rules serve repositories there
             hosts = (repository_path(rule.repository) for rule in config.modules)
             forge.rules_here = any(found is not None and found[0] in forge.hosts for found in hosts)
+
+    def api_stats(self) -> list[tuple[str, OrgStats]]:
+        """(host label, counters) of the API calls made for identities, for /metrics."""
+        found = [(forge.forge.label, forge.stats) for forge in self.forges]
+        return [*found, ("oidc", self.oidc.stats)] if self.oidc.configured else found
 
     def static_principal(self, token: TokenConfig) -> Principal:
         """The principal of a configured static token (the pages' token sessions use it)."""

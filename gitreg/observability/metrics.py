@@ -28,6 +28,7 @@ from gitreg.observability.collectors import (
     MAX_HOSTS,
     CacheCollector,
     CredentialCounter,
+    IdentityCollector,
     Latency,
     OrgCollector,
     PoolCollector,
@@ -39,6 +40,7 @@ from gitreg.observability.collectors import (
 from gitreg.observability.logs import CREDENTIAL_KEY
 
 if TYPE_CHECKING:
+    from gitreg.forges.base import OrgStats
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import TagList
     from gitreg.index.store import ModuleIndex
@@ -151,6 +153,10 @@ class Metrics:
     def watch_shared(self, shared: SharedState) -> None:
         """Expose the Redis connection's state (with `[cache] backend = "redis"`; nothing for memory)."""
         self._watched.shared = shared
+
+    def watch_identities(self, source: Callable[[], list[tuple[str, OrgStats]]]) -> None:
+        """Expose the identity API calls (`source()`: (host label, its counters)) at scrape time."""
+        self.registry.register(IdentityCollector(source))
 
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""

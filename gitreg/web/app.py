@@ -244,7 +244,8 @@ async def _identities(app: web.Application) -> AsyncIterator[None]:
         return sessions[0]
 
     config, login = app[CONFIG], app.get(LOGIN_TOKENS)
-    app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], session, login, app[CLOCK])
+    identities = app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], session, login, app[CLOCK])
+    app[METRICS].watch_identities(identities.api_stats)
     yield
     for opened in sessions:
         await opened.close()

@@ -103,6 +103,10 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
             e.headers.update(SECURITY_HEADERS)
             raise
         response = page_error(request, e.status, e.reason)
+    except GitregError as e:  # the Git host that says what a visitor may see cannot answer (503), ...
+        response = page_error(request, e.status, e.message)
+        if isinstance(e, Overloaded):
+            response.headers["Retry-After"] = str(e.retry_after)
     except asyncio.CancelledError:
         raise
     except Exception:
