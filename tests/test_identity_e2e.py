@@ -16,7 +16,6 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -25,7 +24,7 @@ from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 from tests.support.oidc import AUDIENCE, FakeIssuer
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +39,6 @@ class World:
     gitlab: FakeForge
     github: FakeForge
     issuer: FakeIssuer
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
-    ids=lambda c: c.name if c else "no-client",
-)
-def terraform(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()
-    return request.param
 
 
 def _config(tmp_path: Path, gitlab: FakeForge, github: FakeForge, issuer: FakeIssuer) -> Path:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote, urlencode
 
 from aiohttp import web
@@ -49,7 +49,70 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-class FakeForge:
+class FakeServer:
+    """A fake's aiohttp app on 127.0.0.1 (a free port): in the test's event loop (`await start()`) or
+    in a thread with its own loop (`with fake.in_thread():`, for a gitreg subprocess)."""
+
+    _runner: web.AppRunner | None = None
+    base_url = ""
+
+    def app(self) -> web.Application:
+        """The fake's aiohttp application."""
+        raise NotImplementedError
+
+    async def start(self) -> Self:
+        """Serve in the running event loop."""
+        await self.serve()
+        return self
+
+    async def serve(self) -> str:
+        """Listen on a free port of 127.0.0.1; the base URL."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self.base_url
+
+    async def close(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @contextmanager
+    def in_thread(self) -> Iterator[Self]:
+        """Serve from a thread with its own event loop; stopped on leaving."""
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+                failure.append(e)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.close())
+            loop.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        started.wait(10)
+        if failure:
+            raise failure[0]
+        try:
+            yield self
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+
+
+class FakeForge(FakeServer):
     """A fake GitHub (`provider="github"`) or GitLab (`"gitlab"`) API for one org or group."""
 
     def __init__(
@@ -649,47 +712,5 @@ class FakeForge:
     async def start(self) -> FakeForge:
         """Serve on 127.0.0.1 (a free port) in the running event loop."""
         self._loop = asyncio.get_running_loop()
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        await self.serve()
         return self
-
-    async def close(self) -> None:
-        """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    @contextmanager
-    def in_thread(self) -> Iterator[FakeForge]:
-        """Serve from a thread with its own event loop (for a gitreg subprocess); stopped on leaving."""
-        loop = asyncio.new_event_loop()
-        started = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
-                failure.append(e)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(self.close())
-            loop.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        started.wait(10)
-        if failure:
-            raise failure[0]
-        try:
-            yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)

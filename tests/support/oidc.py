@@ -9,21 +9,20 @@ request is counted by path. Runs in the test's loop (`await start()`) or a threa
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 
 import jwt
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from tests.support.forges import FakeServer
 
 AUDIENCE = "https://registry.example.test"
 
@@ -32,7 +31,7 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-class FakeIssuer:
+class FakeIssuer(FakeServer):
     """An OIDC issuer: an RSA key (`rsa`, kid rsa-1), an EC P-256 key (`ec`, kid ec-1), an unpublished `other`."""
 
     def __init__(self) -> None:
@@ -47,7 +46,6 @@ class FakeIssuer:
         self.mode = "ok"  # or "down": 503 for everything
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._runner: web.AppRunner | None = None
         self.issuer = ""
 
     # ---- tokens ------------------------------------------------------------------------------
@@ -144,40 +142,7 @@ class FakeIssuer:
         app.router.add_get("/oauth/discovery/keys", self._keys)
         return app
 
-    async def start(self) -> FakeIssuer:
-        """Serve on 127.0.0.1 (a free port) in the running event loop."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.issuer = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+    async def start(self) -> Self:
+        """Serve on 127.0.0.1 (a free port) in the running event loop; `issuer` is its URL."""
+        self.issuer = await self.serve()
         return self
-
-    async def close(self) -> None:
-        """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    @contextmanager
-    def in_thread(self) -> Iterator[FakeIssuer]:
-        """Serve from a thread with its own event loop (for a gitreg subprocess)."""
-        loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self.start())
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(self.close())
-            loop.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        started.wait(10)
-        try:
-            yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
