@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 import redis.asyncio
 
@@ -205,6 +206,9 @@ async def test_unknown_and_revoked_host_tokens_are_401_with_the_json_shape(site)
 async def test_a_token_of_one_kind_of_host_is_never_sent_to_another(site):
     other = ALICE["github" if site.provider == "gitlab" else "gitlab"]
     await assert_error(await site.versions(other), 401)
+    # A JWT (a CI job's ID token of an issuer not configured here) is no Git host token either.
+    ci_token = jwt.encode({"iss": "https://gitlab.example.com", "aud": "x"}, "k" * 32, algorithm="HS256")
+    await assert_error(await site.versions(ci_token), 401, "issuer")
     assert site.forge.requests() == []  # never handed to a host that did not issue it
 
 

@@ -124,7 +124,7 @@ async def test_every_attack_on_the_id_token_is_a_401_with_the_json_shape(client,
 
 async def test_a_token_claiming_another_issuer_is_not_looked_at_as_oidc(client, issuer):
     token = issuer.sign(issuer.claims(iss="https://evil.example"))
-    await assert_error(await client.get(VPC, headers=bearer(token)), 401, "not valid")
+    await assert_error(await client.get(VPC, headers=bearer(token)), 401, "issuer (iss) this registry does not trust")
 
 
 class Clock:

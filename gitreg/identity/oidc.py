@@ -41,16 +41,15 @@ NAME_CLAIMS = ("project_path", "repository", "sub")
 RETRY_SECONDS = 30
 
 
-def unverified_issuer(presented: str) -> str | None:
-    """The `iss` of a token that looks like a JWT (three parts, a JSON payload), unverified; else None."""
+def unverified_claims(presented: str) -> dict[str, Any] | None:
+    """The claims of a token that looks like a JWT (three parts, a JSON payload), unverified; else None."""
     if presented.count(".") != 2 or len(presented) > MAX_JWT_CHARS:
         return None
     try:
-        claims = jwt.decode(presented, options={"verify_signature": False})
+        claims: dict[str, Any] = jwt.decode(presented, options={"verify_signature": False})
     except jwt.PyJWTError:
         return None
-    issuer = claims.get("iss")
-    return issuer if isinstance(issuer, str) else None
+    return claims
 
 
 class _Issuer:
@@ -155,12 +154,19 @@ class OidcIssuers:
         return bool(self._issuers)
 
     def issuer_of(self, presented: str) -> OidcConfig | None:
-        """The configured issuer a JWT-looking token claims to come from (unverified), or None."""
-        if not self._issuers:
+        """The configured issuer a JWT claims to come from (unverified); None when it is no JWT.
+
+        A JWT of any other issuer is a 401 here: no Git host token is a JWT, so it is never
+        handed to a Git host to try.
+        """
+        claims = unverified_claims(presented)
+        if claims is None:
             return None
-        issuer = unverified_issuer(presented)
-        found = self._issuers.get(issuer) if issuer is not None else None
-        return found.config if found is not None else None
+        issuer = claims.get("iss")
+        found = self._issuers.get(issuer) if isinstance(issuer, str) else None
+        if found is None:
+            raise Unauthorized("the token is a JWT whose issuer (iss) this registry does not trust")
+        return found.config
 
     async def principal(self, presented: str, config: OidcConfig) -> Principal:
         """The `oidc` principal of a token that verifies against `config`; Unauthorized otherwise."""
