@@ -20,8 +20,10 @@ import pytest
 import redis.asyncio
 
 from gitreg.config.parse import parse_config
+from gitreg.identity.model import Principal
 from gitreg.observability.logs import AccessEntry, access_line
 from gitreg.web.app import create_app
+from gitreg.web.keys import LOGIN_TOKENS
 from tests.conftest import assert_error, indexed
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
@@ -212,6 +214,7 @@ async def test_a_token_of_one_kind_of_host_is_never_sent_to_another(site):
     assert site.forge.requests() == []  # never handed to a host that did not issue it
 
 
+@pytest.mark.slow
 async def test_the_host_down_is_a_503_naming_it_once_its_answers_expire_and_static_tokens_keep_working(site):
     assert (await site.versions(site.alice)).status == 200
     site.forge.mode = "down"
@@ -237,6 +240,7 @@ async def test_metrics_count_requests_by_credential_kind_never_by_person(site):
     assert f'gitreg_identity_api_calls_total{{host="{host}"}} 2.0' in text  # who, then can-read
 
 
+@pytest.mark.slow
 async def test_no_host_token_appears_in_a_log_line_or_an_error_body(site, caplog):
     caplog.set_level(logging.DEBUG)
     bodies = []
@@ -252,6 +256,7 @@ async def test_no_host_token_appears_in_a_log_line_or_an_error_body(site, caplog
         assert all(token not in body for body in bodies)
 
 
+@pytest.mark.slow
 async def test_a_module_whose_repository_is_on_another_host_is_not_opened_by_a_host_token(tmp_path, aiohttp_client):
     root = repositories(tmp_path)
     with GitHttpServer(root) as git:
@@ -329,6 +334,7 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
         await forge.close()
 
 
+@pytest.mark.slow
 async def test_a_hosts_rate_limit_is_waited_out_within_a_few_seconds_as_in_org_mode(site):
     site.forge.rate_limit_next(1, seconds=1)
     resp = await site.versions(site.alice)
@@ -343,3 +349,47 @@ async def test_a_hostile_username_is_shown_with_safe_characters_only(site):
     assert "eve__-__x__GET_/admin@127.0.0.1 cannot read" in text
     line = access_line(AccessEntry(0.0, "1.2.3.4", "GET", "/", (1, 1), 200, 0, "", "", 0.1, 'a b"\n[c]'))
     assert line.startswith("1.2.3.4 - a_b___c_ [")
+
+
+class IssuedTokens:
+    """A tiny `LoginTokens` (what `terraform login` issued): one registry token standing for alice's host token."""
+
+    def __init__(self, issued: str, principal: Principal) -> None:
+        self.issued = issued
+        self.found = principal
+        self.asked = 0
+
+    async def principal(self, presented: str) -> Principal | None:
+        self.asked += 1
+        return self.found if presented == self.issued else None
+
+
+async def test_a_terraform_login_token_reads_what_the_host_says_its_person_can(tmp_path, aiohttp_client):
+    with GitHttpServer(repositories(tmp_path)) as git:
+        forge = await FakeForge("gitlab", git, "acme", token=ORG_TOKEN["gitlab"]).start()
+        for name in (NET, DNS):
+            forge.add(name, repo=f"acme/{name}")
+        oauth_token = "gitlab-oauth-access-token-for-alice-0001"  # GitLab OAuth tokens carry no prefix
+        forge.add_user("alice", oauth_token, sees=(NET,))
+        config = config_for(forge, tmp_path)
+        person = Principal("login", "alice@127.0.0.1", forge=config.auth.forges[0], host_token=oauth_token)
+        issued = IssuedTokens("gitreg-issued-registry-token-0001", person)
+        app = create_app(config)
+        app[LOGIN_TOKENS] = issued
+        client = await aiohttp_client(app)
+        headers = bearer(issued.issued)
+        assert (await client.get("/v1/modules/acme/net/aws/versions", headers=headers)).status == 200
+        resp = await client.get("/v1/modules/acme/dns/aws/versions", headers=headers)
+        await assert_error(resp, 403, "alice@127.0.0.1 cannot read acme/terraform-aws-dns")
+        await indexed(client)
+        resp = await client.get("/v1/modules", headers=headers)
+        assert [m["id"] for m in (await resp.json())["modules"]] == ["acme/net/aws/1.0.0"]
+        # The static token is tried first, then the issued ones: a static token never reaches them.
+        assert (await client.get("/v1/modules/acme/dns/aws/versions", headers=bearer(ADMIN))).status == 200
+        assert issued.asked == 3
+        text = await (await client.get("/metrics")).text()
+        assert 'gitreg_requests_by_credential_total{kind="login"} 3.0' in text
+        # The host was asked with the host token the login stands for, never with the issued token.
+        assert all(issued.issued not in str(r.headers) for r in forge.requests())
+        assert any(oauth_token in r.headers.get("Authorization", "") for r in forge.requests("/projects/"))
+        await forge.close()

@@ -159,6 +159,7 @@ async def test_the_keys_are_fetched_once_and_an_unknown_kid_fetches_again_at_mos
     assert (await client.get(VPC, headers=bearer(issuer.sign(issuer.claims(), key="other")))).status == 200
 
 
+@pytest.mark.slow
 async def test_the_issuer_down_is_a_503_naming_it_never_a_401(client, issuer):
     issuer.mode = "down"
     resp = await client.get(VPC, headers=bearer(issuer.sign(issuer.claims())))
