@@ -151,6 +151,24 @@ async def test_a_host_token_installs_what_its_user_can_read_and_is_refused_the_r
     assert (await site.versions(ADMIN, "dns")).status == 200
 
 
+async def test_a_github_app_installation_token_reads_the_repositories_it_was_given(tmp_path, aiohttp_client):
+    with GitHttpServer(repositories(tmp_path)) as git:
+        forge = await FakeForge("github", git, "acme", token=ORG_TOKEN["github"]).start()
+        for name in (NET, DNS):
+            forge.add(name, repo=f"acme/{name}")
+        installation = "ghs_16C7e42F292c6912E7710c838347Ae178B4a"
+        forge.add_user("acme-bot[installation]", installation, sees=(NET,))
+        client = await aiohttp_client(create_app(config_for(forge, tmp_path)))
+        assert (await client.get("/v1/modules/acme/net/aws/versions", headers=bearer(installation))).status == 200
+        resp = await client.get("/v1/modules/acme/dns/aws/versions", headers=bearer(installation))
+        await assert_error(resp, 403, "app:acme@127.0.0.1 cannot read acme/terraform-aws-dns")
+        await indexed(client)
+        resp = await client.get("/v1/modules", headers=bearer(installation))
+        assert [m["id"] for m in (await resp.json())["modules"]] == ["acme/net/aws/1.0.0"]
+        assert forge.requests("/user") == []  # an installation has no user: never asked
+        await forge.close()
+
+
 async def test_lists_and_search_show_only_what_the_host_lets_the_user_see(site):
     assert await site.listed(ADMIN) == ["acme/dns/aws", "acme/net/aws"]
     assert await site.listed(site.alice) == ["acme/net/aws"]

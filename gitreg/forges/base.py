@@ -8,7 +8,8 @@ and tries again; a longer wait fails the listing, and the caller keeps its last 
 
 A host module (`github`, `gitlab`) subclasses `ForgeClient` for its URLs, headers and record
 fields, turns its webhook payloads into `TagEvent`/`RepositoryEvent`, checks its deliveries'
-signatures, and describes itself in one `Host`.
+signatures, and describes itself in one `Host`. The same client, given a person's own token
+(`hosts.user_client`), answers identity/'s questions: `username`, `can_read`, `member_repositories`.
 """
 
 from __future__ import annotations
@@ -208,9 +209,7 @@ class ForgeClient:
         self._api_path = api.path.rstrip("/") if api is not None else ""
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
-        # A person's or job's own token (identity/): sent as `Authorization: Bearer`, which every
-        # host takes for personal, project, group and OAuth tokens alike.
-        self.as_user = False
+        self.as_user = False  # a person's own token (identity/): `Authorization: Bearer`, as hosts take any
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
@@ -225,11 +224,8 @@ class ForgeClient:
         raise NotImplementedError
 
     async def repository(self, key: str) -> RepoRecord | None:
-        """One repository by id or full name, for a webhook that names it without describing it.
-
-        None when the host says it does not exist; by default None too (a host whose webhooks
-        describe the repository never needs this).
-        """
+        """One repository by id or full name (a webhook names it without describing it, or a person's
+        token asks whether it can read it); None when the host says it does not exist, or by default."""
         return None
 
     async def username(self) -> str | None:
@@ -263,7 +259,11 @@ class ForgeClient:
         return name[:255]
 
     async def _pages(
-        self, url: str, record: Callable[[Any], RepoRecord | None], on_page: OnPage | None = None
+        self,
+        url: str,
+        record: Callable[[Any], RepoRecord | None],
+        on_page: OnPage | None = None,
+        items: str | None = None,
     ) -> list[RepoRecord]:
         """Follow `next` links from `url`, turning each item into a record (malformed ones skipped).
 
@@ -280,6 +280,7 @@ class ForgeClient:
                 )
             seen.add(next_url)
             data, headers = await self.get_json(next_url)
+            data = data.get(items) if items is not None and isinstance(data, dict) else data  # {items: [...]}
             if not isinstance(data, list):
                 raise self._failure("bad_json", f"{self.org.label}: the API answered a page that is not a JSON list")
             following = self._next_page(next_url, headers)

@@ -44,7 +44,7 @@ RETRY_SECONDS = 30
 _GITHUB_TOKEN_RE = re.compile(r"(gh[pousr]_|github_pat_)")
 _GITLAB_TOKEN_RE = re.compile(r"gl[a-z]{2,8}-")
 # What a username may hold in the access log: anything else becomes `_` (the host's answer is hostile).
-_NAME_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@+/-]")
+_NAME_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
 
 
 def safe_name(name: str) -> str:

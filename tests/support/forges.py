@@ -367,6 +367,15 @@ class FakeForge(FakeServer):
         if user is None:
             body = {"message": "Bad credentials"} if self.provider == "github" else {"message": "401 Unauthorized"}
             return web.json_response(body, status=401)
+        if self._installation(request):  # an App installation token has no user behind it
+            return web.json_response(
+                {
+                    "message": "Resource not accessible by integration",
+                    "documentation_url": "https://docs.github.com/rest/users/users#get-the-authenticated-user",
+                    "status": "403",
+                },
+                status=403,
+            )
         uid = next(_USER_IDS)
         if self.provider == "github":
             return web.json_response(
@@ -391,6 +400,17 @@ class FakeForge(FakeServer):
                 "bot": False,
             }
         )
+
+    def _installation(self, request: web.Request) -> bool:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        return self.provider == "github" and token.startswith("ghs_")
+
+    async def _installation_repos(self, request: web.Request) -> web.Response:
+        # "List repositories accessible to the app installation": an object holding the page's list.
+        if self._user_of(request) is None or not self._installation(request):
+            return web.json_response({"message": "Bad credentials"}, status=401)
+        found = self._sorted(request)
+        return web.json_response({"total_count": len(found), "repository_selection": "selected", "repositories": found})
 
     async def _member_repos(self, request: web.Request) -> web.Response:
         # GitLab `GET /projects?membership=true`, GitHub `GET /user/repos`: what the person is a member of.
@@ -690,6 +710,7 @@ class FakeForge(FakeServer):
             app.router.add_get("/repos/{owner}/{repo}", self._github_repository)
             app.router.add_get("/user", self._user)
             app.router.add_get("/user/repos", self._member_repos)
+            app.router.add_get("/installation/repositories", self._installation_repos)
         else:
             app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
