@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from gitreg.config.model import Config, TokenConfig
+from gitreg.config.model import Config
 from gitreg.core.errors import Forbidden, IdentityUnavailable, ModuleNotFound, Unauthorized
 from gitreg.core.names import ModuleAddress
 from gitreg.core.secrets import digest
@@ -58,10 +58,6 @@ class Identities:
         """(host label, counters) of the API calls made for identities, for /metrics."""
         found = [(forge.forge.label, forge.stats) for forge in self.forges]
         return [*found, ("oidc", self.oidc.stats)] if self.oidc.configured else found
-
-    def static_principal(self, token: TokenConfig) -> Principal:
-        """The principal of a configured static token (the pages' token sessions use it)."""
-        return static_principal(token)
 
     async def authenticate(self, presented: str | None) -> Principal:
         """The principal `presented` (a bearer token) stands for; Unauthorized when none, IdentityUnavailable
