@@ -27,6 +27,8 @@ from gitreg.observability.collectors import (
     LATENCY_BUCKETS,
     MAX_HOSTS,
     CacheCollector,
+    CredentialCounter,
+    IdentityCollector,
     Latency,
     OrgCollector,
     PoolCollector,
@@ -35,8 +37,10 @@ from gitreg.observability.collectors import (
     RequestStats,
     Watched,
 )
+from gitreg.observability.logs import CREDENTIAL_KEY
 
 if TYPE_CHECKING:
+    from gitreg.forges.base import OrgStats
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import TagList
     from gitreg.index.store import ModuleIndex
@@ -105,6 +109,8 @@ class Metrics:
         self.requests = RequestCounter(self._request_stats)
         self.latency = RequestLatency(self._request_stats)
         self.registry.register(self.requests)
+        self.credentials = CredentialCounter()
+        self.registry.register(self.credentials)
         self.registry.register(self.latency)
         self.git_calls = Counter(
             "gitreg_upstream_git_calls",
@@ -147,6 +153,10 @@ class Metrics:
     def watch_shared(self, shared: SharedState) -> None:
         """Expose the Redis connection's state (with `[cache] backend = "redis"`; nothing for memory)."""
         self._watched.shared = shared
+
+    def watch_identities(self, source: Callable[[], list[tuple[str, OrgStats]]]) -> None:
+        """Expose the identity API calls (`source()`: (host label, its counters)) at scrape time."""
+        self.registry.register(IdentityCollector(source))
 
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""
@@ -242,6 +252,7 @@ def metrics_middleware(metrics: Metrics) -> Middleware:
         finally:
             method = request.method if request.method in METHODS else OTHER_METHOD
             metrics.observe_request(route_label(request), method, status, time.perf_counter() - started)
+            metrics.credentials.counts[request.get(CREDENTIAL_KEY, "none")] += 1
 
     return middleware
 
