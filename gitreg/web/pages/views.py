@@ -26,6 +26,7 @@ from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import BROWSE, CONFIG
+from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import HERE, not_found, render, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
@@ -125,24 +126,29 @@ async def _stored_details(
         return render(request, "error.html", status=e.status, heading="Details unavailable", message=e.message)
 
 
-async def _with_readmes(
-    request: web.Request, parts: list[dict[str, Any]], entry: IndexEntry, version: IndexedVersion
-) -> list[dict[str, Any]]:
-    """Submodules or examples, each with its README as HTML (relative links from its own folder)."""
+def files_url(entry: IndexEntry, version: IndexedVersion) -> str:
+    """The files endpoint of a module version (pages/files.py): where its README's images come from."""
+    return f"/modules/{entry.address}/{version.canonical}/files/"
+
+
+async def _rendered(
+    request: web.Request, part: dict[str, Any], entry: IndexEntry, version: IndexedVersion
+) -> dict[str, Any]:
+    """A module folder's details with its README (`readme_html`) and the descriptions of its inputs and
+    outputs (`description_html`) as sanitized HTML; relative URLs from the folder's own place."""
     readmes = request.app[READMES]
-    shown = await asyncio.gather(
-        *(
-            readmes.html(
-                s.get("readme", ""),
-                entry.source,
-                version.tag,
-                f"{entry.path}/{s.get('path', '')}".strip("/"),
-                version.sha,
-            )
-            for s in parts
-        )
+    base = f"{entry.path}/{part.get('path', '')}".strip("/")
+    links = Links(entry.source, version.tag, base, entry.path.strip("/"), files_url(entry, version))
+    inputs, outputs = part.get("inputs", []), part.get("outputs", [])
+    texts = [str(d.get("description", "")) for d in (*inputs, *outputs)]
+    readme, described = await asyncio.gather(
+        readmes.html(part.get("readme", ""), links, version.sha), readmes.descriptions(texts, links, version.sha)
     )
-    return [{**s, "readme_html": html} for s, html in zip(parts, shown, strict=True)]
+    if described is not None:
+        html = iter(described)
+        inputs = [{**d, "description_html": next(html)} for d in inputs]
+        outputs = [{**d, "description_html": next(html)} for d in outputs]
+    return {**part, "inputs": inputs, "outputs": outputs, "readme_html": readme}
 
 
 async def module_page(request: web.Request) -> web.Response:
@@ -155,10 +161,12 @@ async def module_page(request: web.Request) -> web.Response:
     if isinstance(found, web.Response):
         return found
     details, pending = found
-    root = details.root if details else {}
     address = entry.address
-    readmes = request.app[READMES]
-    readme = await readmes.html(root.get("readme", ""), entry.source, version.tag, entry.path, version.sha)
+    parts = [details.root, *details.submodules, *details.examples] if details else []
+    shown = await asyncio.gather(*(_rendered(request, part, entry, version) for part in parts))
+    root = shown[0] if shown else {}
+    submodules = shown[1 : 1 + len(details.submodules)] if details else []
+    examples = shown[1 + len(submodules) :] if details else []
     return render(
         request,
         "module.html",
@@ -167,10 +175,10 @@ async def module_page(request: web.Request) -> web.Response:
         latest=entry.latest,
         versions=entry.versions,
         snippet=snippet(request, entry, version),
-        readme=readme,
+        readme=root.get("readme_html", ""),
         root=root,
-        submodules=await _with_readmes(request, details.submodules if details else [], entry, version),
-        examples=await _with_readmes(request, details.examples if details else [], entry, version),
+        submodules=submodules,
+        examples=examples,
         downloads=request.app[BROWSE].downloads(address),
         systems=request.app[BROWSE].systems(address),
         published_at=(details.published_at if details else "")
