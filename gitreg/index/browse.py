@@ -14,6 +14,7 @@ from gitreg.core.errors import ModuleNotFound
 from gitreg.core.names import ModuleAddress
 from gitreg.core.versions import TaggedVersion
 from gitreg.index.details import ModuleDetails
+from gitreg.index.files import ModuleFiles
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.index.store import ModuleIndex
 from gitreg.registry.catalog import Catalog
@@ -23,10 +24,11 @@ from gitreg.registry.service import Registry
 class BrowseService:
     """List, search and details of the listed modules, for one application."""
 
-    def __init__(self, index: ModuleIndex, catalog: Catalog, registry: Registry) -> None:
+    def __init__(self, index: ModuleIndex, catalog: Catalog, registry: Registry, files: ModuleFiles) -> None:
         self.index = index
         self.catalog = catalog
         self.registry = registry
+        self.files = files
 
     def listed(
         self,
@@ -85,6 +87,12 @@ class BrowseService:
         serves the module (404 otherwise); a version not read yet raises DetailsPending."""
         self.registry.resolve(entry.address)
         return await self.index.stored_details(entry, shown)
+
+    async def image(self, entry: IndexEntry, shown: IndexedVersion, path: str) -> tuple[bytes, str]:
+        """(bytes, Content-Type) of an image in the module's folder at `shown` (files.ModuleFiles.image),
+        once the registry still serves the module (404 otherwise)."""
+        resolved = self.registry.resolve(entry.address)
+        return await self.files.image(resolved, shown.tagged(), path)
 
     def systems(self, address: ModuleAddress) -> list[str]:
         """The systems listed under `address`'s namespace/name, in list order."""

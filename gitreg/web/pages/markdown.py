@@ -38,16 +38,10 @@ from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
+from gitreg.index.files import image_type
+
 USER_CONTENT = "user-content-"
 SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
-IMAGE_TYPES = {  # extension -> Content-Type: what the files endpoint serves, and nothing else
-    "png": "image/png",
-    "jpg": "image/jpeg",
-    "jpeg": "image/jpeg",
-    "gif": "image/gif",
-    "webp": "image/webp",
-    "svg": "image/svg+xml",
-}
 _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 ALLOWED_TAGS = frozenset(
     {
@@ -157,7 +151,7 @@ def resolve_image(links: Links, url: str) -> str | None:
     target, _ = found
     root = links.root.strip("/")
     inside = target[len(root) + 1 :] if root and target.startswith(f"{root}/") else ("" if root else target)
-    if links.files and inside and inside.rpartition(".")[2].lower() in IMAGE_TYPES:
+    if links.files and inside and image_type(inside) is not None:
         return links.files + quote(inside, safe="/")
     if links.source:
         return repository_file_url(links.source, links.ref, quote(target, safe="/"), raw=True)

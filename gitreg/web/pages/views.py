@@ -23,15 +23,23 @@ from aiohttp import web
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import NAME_RE, SYSTEM_RE, check_version, parse_address
 from gitreg.index.details import ModuleDetails
+from gitreg.index.files import checked_path
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.readme import Readmes
-from gitreg.web.pages.render import HERE, not_found, render, snippet
+from gitreg.web.pages.render import HERE, not_found, page_error, render, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
 
 PAGE_SIZE = 20
+# The files endpoint's answers: a commit's files never change; an SVG can run no script, load
+# nothing and is never read as another type (its own CSP wins over the pages', see middleware).
+FILE_HEADERS = {
+    "Cache-Control": "private, max-age=31536000, immutable",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+    "X-Content-Type-Options": "nosniff",
+}
 # READMEs rendered off the event loop, remembered per commit (readme.py).
 READMES = web.AppKey("ui_readmes", Readmes)
 
@@ -163,10 +171,10 @@ async def module_page(request: web.Request) -> web.Response:
     details, pending = found
     address = entry.address
     parts = [details.root, *details.submodules, *details.examples] if details else []
-    shown = await asyncio.gather(*(_rendered(request, part, entry, version) for part in parts))
-    root = shown[0] if shown else {}
-    submodules = shown[1 : 1 + len(details.submodules)] if details else []
-    examples = shown[1 + len(submodules) :] if details else []
+    rendered = await asyncio.gather(*(_rendered(request, part, entry, version) for part in parts))
+    root = rendered[0] if rendered else {}
+    submodules = rendered[1 : 1 + len(details.submodules)] if details else []
+    examples = rendered[1 + len(submodules) :] if details else []
     return render(
         request,
         "module.html",
@@ -189,6 +197,23 @@ async def module_page(request: web.Request) -> web.Response:
     )
 
 
+async def module_file(request: web.Request) -> web.Response:
+    """An image of the module's folder at that version (a README's diagram), immutable per commit."""
+    shown = _shown_version(request)
+    if isinstance(shown, web.Response):
+        return shown
+    entry, version = shown
+    headers = {**FILE_HEADERS, "ETag": f'"{version.sha}"'}
+    try:
+        checked_path(request.match_info["path"])
+        if request.headers.get("If-None-Match") == headers["ETag"]:
+            return web.Response(status=304, headers=headers)
+        data, content_type = await request.app[BROWSE].image(entry, version, request.match_info["path"])
+    except GitregError as e:
+        return page_error(request, e.status, e.message)
+    return web.Response(body=data, content_type=content_type, headers=headers)
+
+
 def add_ui(app: web.Application) -> None:
     """Register the pages (when `[ui] enabled`), the static files and the session signer."""
     config = app[CONFIG]
@@ -200,6 +225,9 @@ def add_ui(app: web.Application) -> None:
     app.router.add_get("/", guarded(index_page), name="ui-index")
     app.router.add_get("/modules/{namespace}/{name}/{system}", guarded(module_page), name="ui-module")
     app.router.add_get("/modules/{namespace}/{name}/{system}/{version}", guarded(module_page), name="ui-version")
+    app.router.add_get(
+        "/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", guarded(module_file), name="ui-file"
+    )
     app.router.add_get("/login", login_form, name="ui-login-form")
     app.router.add_post("/login", login, name="ui-login")
     app.router.add_post("/logout", logout, name="ui-logout")
