@@ -15,7 +15,7 @@ from gitreg.core.names import ModuleAddress
 from gitreg.core.versions import TaggedVersion
 from gitreg.index.details import ModuleDetails
 from gitreg.index.files import ModuleFiles
-from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.index.model import IndexedVersion, IndexEntry, NotListedYet
 from gitreg.index.store import ModuleIndex
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
@@ -63,15 +63,17 @@ class BrowseService:
         return self.catalog.downloads(address)
 
     def indexed(self, address: ModuleAddress) -> IndexEntry:
-        """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more)."""
+        """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more);
+        503 (Retry-After) when it is served but the index has not listed it yet."""
         entry = self.index.get(address)
         self.registry.resolve(address)  # 404 when nothing serves it (any more)
         if entry is None:
-            raise ModuleNotFound(
-                f"module {address} is not listed by this registry (yet): a module is listed once it has a SemVer "
-                "tag and the index has seen it (a wildcard rule's modules after their first `terraform init`)"
-            )
+            raise self.index.unlisted(address)
         return entry
+
+    def unlisted(self, address: ModuleAddress) -> ModuleNotFound | NotListedYet:
+        """Why `address` is not listed: NotListedYet (503) while it is being indexed, else ModuleNotFound."""
+        return self.index.unlisted(address)
 
     async def details(self, entry: IndexEntry, shown: IndexedVersion) -> tuple[ModuleDetails, list[str]]:
         """The details of one version, and every system its namespace/name is listed for.

@@ -44,8 +44,11 @@ class GitRepo:
             raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr}")
         return result.stdout.strip()
 
-    def commit(self, files: dict[str, str | None], message: str = "change") -> str:
-        """Write (or, for None, delete) files, commit, push main to the bare repo; the commit SHA."""
+    def commit(self, files: dict[str, str | None], message: str = "change", date: str | None = None) -> str:
+        """Write (or, for None, delete) files, commit, push main to the bare repo; the commit SHA.
+
+        `date` (ISO 8601) is the commit's author and committer date, so the date of a lightweight tag on it.
+        """
         for rel, content in files.items():
             path = self.work / rel
             if content is None:
@@ -54,7 +57,13 @@ class GitRepo:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(content)
         self.git("add", "-A")
-        self.git("commit", "--quiet", "--allow-empty", "-m", message)
+        if date is not None:
+            self._env.update(GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
+        try:
+            self.git("commit", "--quiet", "--allow-empty", "-m", message)
+        finally:
+            self._env.pop("GIT_AUTHOR_DATE", None)
+            self._env.pop("GIT_COMMITTER_DATE", None)
         self.git("push", "--quiet", "origin", "main")
         return self.head()
 

@@ -21,10 +21,10 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from gitreg.core.errors import GitregError, ModuleNotFound
-from gitreg.core.names import NAME_RE, SYSTEM_RE, check_version, parse_address
+from gitreg.core.names import NAME_RE, SYSTEM_RE, ModuleAddress, check_version, parse_address
 from gitreg.index.details import ModuleDetails
 from gitreg.index.files import checked_path
-from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
+from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry, NotListedYet
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.markdown import Links
@@ -97,6 +97,21 @@ async def index_page(request: web.Request) -> web.Response:
     )
 
 
+def being_indexed(request: web.Request, address: ModuleAddress, why: NotListedYet) -> web.Response:
+    """The 503 page of a module that is served but not listed yet: it says so, and reloads itself."""
+    response = render(
+        request,
+        "error.html",
+        status=503,
+        heading="Being indexed",
+        message=f"Module {address} is being indexed: its versions are being read from its repository. "
+        "This page reloads in a moment.",
+        refresh=why.retry_after,
+    )
+    response.headers["Retry-After"] = str(why.retry_after)
+    return response
+
+
 def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
     """The module and version a module page shows, or the 404 page saying which part is missing."""
     m = request.match_info
@@ -106,9 +121,15 @@ def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | 
             check_version(m["version"])
     except GitregError:
         return not_found(request, "There is no such module: the address is not a registry module address.")
-    entry = request.app[BROWSE].find(address)
+    browse = request.app[BROWSE]
+    entry = browse.find(address)
     scope = request.get(SCOPE_KEY)
-    if entry is None or (scope is not None and address.namespace not in scope):
+    if scope is not None and address.namespace not in scope:
+        return not_found(request, f"No module {address} is listed by this registry.")
+    if entry is None:
+        why = browse.unlisted(address)
+        if isinstance(why, NotListedYet):
+            return being_indexed(request, address, why)
         return not_found(request, f"No module {address} is listed by this registry.")
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
@@ -191,7 +212,8 @@ async def module_page(request: web.Request) -> web.Response:
         systems=request.app[BROWSE].systems(address),
         published_at=(details.published_at if details else "")
         or (entry.published_at if version == entry.latest else ""),
-        description=(details.description if details and version != entry.latest else entry.description),
+        # The version shown, never another's: the latest's entry only for the latest itself.
+        description=(details.description if details else entry.description if version == entry.latest else ""),
         details_missing=details is None,
         details_pending=pending,
     )
