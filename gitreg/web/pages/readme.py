@@ -38,8 +38,16 @@ def render_request(request: dict[str, Any]) -> str | list[str]:
     README (`text`), or every description of a module folder at once (`texts`)."""
     links = Links(**request["links"])
     if "texts" in request:
-        return [render_markdown(text, links) if text else "" for text in request["texts"]]
+        return [_inline(render_markdown(text, links)) if text else "" for text in request["texts"]]
     return render_markdown(request["text"], links)
+
+
+def _inline(html: str) -> str:
+    """A description of one paragraph without its `<p>`: it reads as the text of a table cell."""
+    body = html.strip()
+    if body.startswith("<p>") and body.endswith("</p>") and body.count("<p") == 1 and body.count("</p>") == 1:
+        return body[3:-4]
+    return html
 
 
 class Readmes:
