@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -12,6 +13,7 @@ from gitreg.index.files import NotAnImage, checked_path, sniffed
 from gitreg.web.keys import BROWSE
 from tests.conftest import indexed, make_config
 from tests.support.repos import GitRepo
+from tests.test_markdown import TERRAFORM_DOCS_README
 
 PAGE = "/modules/acme/vpc/aws/1.0.0"
 FILES = f"{PAGE}/files/"
@@ -115,3 +117,17 @@ def test_only_paths_inside_the_folder_named_and_shaped_as_images_pass():
     assert checked_path("docs/a b.PNG") == "docs/a b.PNG"
     assert sniffed(png(1), "image/png") and not sniffed(png(1), "image/gif")
     assert sniffed(SVG, "image/svg+xml") and not sniffed(b"<html><svg>", "image/svg+xml")
+
+
+async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(make_client, tmp_path):
+    repo = GitRepo(tmp_path / "repos", "docs")
+    repo.commit({"README.md": TERRAFORM_DOCS_README, "main.tf": 'variable "cidr" {}\n'})
+    repo.tag("v1.0.0")
+    rule = {"namespace": "acme", "name": "docs", "system": "aws", "repository": repo.url}
+    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    text = await (await client.get("/modules/acme/docs/aws")).text()
+    readme = text.split('id="readme">', 1)[1].split("</section>", 1)[0]
+    assert "&lt;" not in readme.replace("&gt;= ", "") and "BEGIN_TF_DOCS" not in readme
+    links = set(re.findall(r'href="#([^"]+)"', readme))
+    targets = set(re.findall(r'(?:id|name)="([^"]+)"', readme))
+    assert {"user-content-inputs", "user-content-input_cidr"} <= links <= targets
