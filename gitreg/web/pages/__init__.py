@@ -1,10 +1,12 @@
 """The module browser: server-rendered HTML pages over the index, for people (the JSON API is `web.api`).
 
-- `views`: the pages' handlers (module list, one module) and `add_ui`, which registers them.
+- `views`: the pages' handlers (module list, one module, a module's images) and `add_ui`, which registers them.
 - `session`: logging in with a registry token, the signed session cookie, the page guard.
 - `render`: the Jinja2 environment, HTML error pages, security headers, template helpers.
-- `readme`: READMEs rendered to safe HTML (markdown-it-py, raw HTML off, safe links only), for the
-  pages in parse worker processes within a budget, remembered per commit (`Readmes`).
+- `markdown`: repository Markdown as the Git hosts render it (markdown-it-py, raw HTML through nh3's
+  allow-list, `user-content-` ids, relative URLs into the repository or the files endpoint);
+- `readme`: READMEs and descriptions rendered by it in parse worker processes within a budget,
+  remembered per commit (`Readmes`).
 - `templates/` (Jinja2, autoescape on) and `static/` (one stylesheet, one script; no inline script).
 
 May import `gitreg.web` (keys, auth, signing) and everything below it; nothing imports the

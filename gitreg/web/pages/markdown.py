@@ -16,9 +16,10 @@ here (GitHub does that in JavaScript). Headings get ids (GitHub's slugs), so a R
 of contents and terraform-docs' anchors jump where they should.
 
 Relative URLs (`Links`): an image inside the module's folder is served by gitreg itself (the
-files endpoint, pages/files.py), so a private or `file://` repository's diagram shows; any other
-relative image, and every relative link, goes to the Git host's page of the file at the version
-shown; with no such page a link keeps its text and an image its alt text.
+files endpoint: views.module_file, index/files.py), so a private or `file://` repository's
+diagram shows; any other relative image, and every relative link, goes to the Git host's page
+of the file at the version shown; with no such page a link keeps its text and an image its
+alt text.
 """
 
 from __future__ import annotations

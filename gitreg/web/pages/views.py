@@ -3,7 +3,9 @@
 Pages (fixed paths): `/` (the modules this visitor may see, newest-published first, search
 and filters), `/modules/{namespace}/{name}/{system}[/{version}]` (README, inputs, outputs,
 providers, dependencies, resources, submodules and examples, versions, a copy-ready
-`module` block), and with registry tokens configured `/login` and `/logout` (session.py).
+`module` block), `/modules/{namespace}/{name}/{system}/{version}/files/{path}` (an image of the
+module's folder: a README's diagram), and with registry tokens configured `/login` and
+`/logout` (session.py).
 
 Everything comes from the index and the details it keeps on disk. Every page carries a
 Content-Security-Policy without inline script, so a README can never run anything; the one
@@ -156,7 +158,7 @@ async def _stored_details(
 
 
 def files_url(entry: IndexEntry, version: IndexedVersion) -> str:
-    """The files endpoint of a module version (pages/files.py): where its README's images come from."""
+    """The files endpoint of a module version (module_file): where its README's images come from."""
     return f"/modules/{entry.address}/{version.canonical}/files/"
 
 
@@ -212,8 +214,8 @@ async def module_page(request: web.Request) -> web.Response:
         systems=request.app[BROWSE].systems(address),
         published_at=(details.published_at if details else "")
         or (entry.published_at if version == entry.latest else ""),
-        # The version shown, never another's: the latest's entry only for the latest itself.
-        description=(details.description if details else entry.description if version == entry.latest else ""),
+        # The version shown, never another's: the entry's (an org's description first) for the latest only.
+        description=entry.description if version == entry.latest else (details.description if details else ""),
         details_missing=details is None,
         details_pending=pending,
     )
