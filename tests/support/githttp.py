@@ -7,7 +7,9 @@ forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" 
 "redirect" (a 302 to the same path and query under `redirect_to`, e.g. another server's base URL)
 and "answer" (the fixed `answer`: status, headers, body; an SSO page, a JSON error...).
 `hold_fetches()` makes every fetch (a request that wants objects: a clone, a mirror's fetch)
-wait until `release_fetches()`, while ref listings (`ls-remote`) are answered.
+wait until `release_fetches()`, while ref listings (`ls-remote`) are answered; with
+`filtered=False` a fetch of part of a commit (`--filter`, which the server allows as GitHub's and
+GitLab's do: a tag's date without its files) is answered too.
 Every request is recorded with its headers (`requests()`, `authorizations()`), so a test can see
 which credential reached which server.
 """
