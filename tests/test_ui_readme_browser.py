@@ -11,7 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import chromium_driver
+from tests.support.browser import axe_violations, chromium_driver
 from tests.support.repos import GitRepo
 from tests.test_markdown import TERRAFORM_DOCS_README
 from tests.test_module_files import SVG, png
@@ -100,6 +100,7 @@ def test_a_terraform_docs_readme_renders_without_markup_and_its_anchors_jump(ser
             target,
         )
         assert found, target
+    assert axe_violations(b) == []  # the rendered README keeps the page accessible
 
 
 def test_a_file_repositorys_relative_images_are_shown(server, browser):
