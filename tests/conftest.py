@@ -17,6 +17,7 @@ from gitreg.web.app import create_app
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts and tests alike
 
+from tests.support.browser import chromium_driver  # noqa: E402
 from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
 from tests.support.terraform import TerraformClient, require_clients, terraform_clients  # noqa: E402
@@ -51,6 +52,16 @@ def repo(tmp_path: Path) -> GitRepo:
     r.tag("v2.0.0-rc.1")
     r.tag("not-a-version")
     return r
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    """A headless Chromium for one test (skipped, or failed in CI, without one: tests/support/browser.py)."""
+    driver = chromium_driver()
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
 from tests.support.browser import axe_violations, chromium_driver
+from tests.support.githttp import GitHttpServer
 from tests.support.realistic import labels_module, write_vpc_module
 from tests.support.repos import GitRepo
 
@@ -55,15 +56,6 @@ def phone_or_desktop(width: int):  # type: ignore[no-untyped-def]
             {"width": width, "height": 844, "deviceScaleFactor": 2, "mobile": True},
         )
     return driver
-
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    driver = chromium_driver()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def overflow(driver) -> int:  # type: ignore[no-untyped-def]
@@ -166,6 +158,45 @@ def test_no_serious_accessibility_violations_on_any_page_kind(server, browser):
         WebDriverWait(browser, 20).until(lambda d: not d.find_elements(By.ID, "details-pending"))
         browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
         assert axe_violations(browser) == [], path
+
+
+def test_pages_still_being_read_reload_themselves_and_pass_axe(tmp_path, browser):
+    """The "being indexed" page, then the reading state, each axe-clean (no meta refresh), each reloaded by
+    page.js once there is more to show."""
+    b = browser
+    repo = GitRepo(tmp_path / "repos", "public-vnet")
+    repo.commit(
+        {"README.md": "# Virtual network\n\nWith IPv6.\n", "main.tf": 'variable "cidr" {\n  type = string\n}\n'}
+    )
+    repo.tag("v1.0.0")
+    config = tmp_path / "gitreg.toml"
+    with GitHttpServer(tmp_path / "repos", public={"public-vnet.git"}) as host:
+        config.write_text(
+            f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n'
+            '[[modules]]\nnamespace = "acme"\nname = "vnet"\nsystem = "aws"\n'
+            f'repository = "{host.url("public-vnet.git")}"\n'
+        )
+        host.mode, host.delay = "slow", 6  # the index's first listing takes a while
+        host.hold_fetches(filtered=False)  # then the tag's date is read, its files are not
+        with GitregProcess("--config", str(config)) as proc:
+            b.get(proc.url + "/modules/acme/vnet/aws")
+            status = b.find_element(By.CSS_SELECTOR, "[role=status]")
+            assert "being indexed" in status.text and status.is_displayed()
+            assert status.find_element(By.LINK_TEXT, "Reload now").get_attribute("href") == b.current_url
+            assert axe_violations(b) == [], "being indexed"
+            host.mode = "ok"
+            WebDriverWait(b, 30).until(lambda d: d.find_elements(By.ID, "details-pending"))  # reloaded by itself
+            assert "Being read from the repository." in b.find_element(By.ID, "readme").text
+            assert b.find_element(By.LINK_TEXT, "Reload now").is_displayed()
+            for fragment in ("", "#inputs"):
+                b.get(f"{proc.url}/modules/acme/vnet/aws{fragment}")
+                assert axe_violations(b) == [], f"reading {fragment}"
+            host.release_fetches()
+            WebDriverWait(b, 30).until(lambda d: not d.find_elements(By.ID, "details-pending"))
+            assert "cidr" in b.find_element(By.ID, "inputs").text  # the same section, now read
+            assert "With IPv6." in b.find_element(By.ID, "readme").get_attribute("textContent")
+    refused = [m["message"] for m in b.get_log("browser") if "Content Security Policy" in m["message"]]
+    assert refused == []
 
 
 def test_the_copy_button_copies_the_full_address_and_the_csp_allows_its_script(server, browser):

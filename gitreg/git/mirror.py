@@ -85,12 +85,14 @@ class MirrorGit:
         if status != 0:
             raise UpstreamUnavailable(f"git fast-import into {path} failed (exit {status})")
 
-    def fetch_tags(self, path: str, url: str, tag: str | None = None) -> None:
+    def fetch_tags(self, path: str, url: str, tag: str | None = None, commit_only: bool = False) -> None:
         """Fetch every tag of `url` into the repository at `path` (tags may move: force, prune).
 
         With `tag`: that one tag and its commit's tree only (`--depth=1`, no history), what module
-        details need of a repository gitreg keeps no mirror of. The tag name comes from the
-        host's ref list (a valid ref name: no `:` or `*`).
+        details need of a repository gitreg keeps no mirror of; with `commit_only` not even the
+        tree (`--filter=tree:0`: the tag's date is all the index wants; a host that does not
+        filter sends the tree). The tag name comes from the host's ref list (a valid ref name:
+        no `:` or `*`).
         """
         if tag is None:
             settings, options, refspec = [], ["--force", "--prune"], "+refs/tags/*:refs/tags/*"
@@ -99,6 +101,8 @@ class MirrorGit:
             # below 100 objects, which a module's tree usually is): read once, then removed.
             settings = ["-c", "fetch.unpackLimit=1"]
             options, refspec = ["--depth=1", "--no-tags"], f"+refs/tags/{tag}:refs/tags/{tag}"
+            if commit_only:
+                options.append("--filter=tree:0")
         args = [
             "git",
             *settings,

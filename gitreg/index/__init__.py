@@ -6,6 +6,7 @@
 - `store`: ModuleIndex, the in-memory store every reader uses, and its Prometheus collector;
 - `build`: IndexBuilder, the background work that keeps the store current;
 - `details`: module details read from tagged trees, parsed by `parse_workers` in child processes;
+- `files`: the images of a module's folder at a commit (a README's diagrams, for the pages);
 - `protocol`: the messages between the serving process and the index process, and their wire forms;
 - `process`: both sides of that pipe (the entry point of the index process is gitreg/indexer.py).
 

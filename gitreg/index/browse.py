@@ -14,7 +14,8 @@ from gitreg.core.errors import ModuleNotFound
 from gitreg.core.names import ModuleAddress
 from gitreg.core.versions import TaggedVersion
 from gitreg.index.details import ModuleDetails
-from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.index.files import ModuleFiles
+from gitreg.index.model import IndexedVersion, IndexEntry, NotListedYet
 from gitreg.index.store import ModuleIndex
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
@@ -26,10 +27,11 @@ SORTS = ("newest", "name", "downloads")
 class BrowseService:
     """List, search and details of the listed modules, for one application."""
 
-    def __init__(self, index: ModuleIndex, catalog: Catalog, registry: Registry) -> None:
+    def __init__(self, index: ModuleIndex, catalog: Catalog, registry: Registry, files: ModuleFiles) -> None:
         self.index = index
         self.catalog = catalog
         self.registry = registry
+        self.files = files
 
     def listed(
         self,
@@ -91,19 +93,17 @@ class BrowseService:
         return self.catalog.downloads(address)
 
     def indexed(self, address: ModuleAddress) -> IndexEntry:
-        """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more)."""
+        """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more);
+        503 (Retry-After) when it is served but the index has not listed it yet."""
         entry = self.index.get(address)
         self.registry.resolve(address)  # 404 when nothing serves it (any more)
-        if entry is None and self.untagged(address):
-            raise ModuleNotFound(
-                f"module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0"
-            )
-        if entry is None:
-            raise ModuleNotFound(
-                f"module {address} is not listed by this registry (yet): a module is listed once it has a SemVer "
-                "tag and the index has seen it (a wildcard rule's modules after their first `terraform init`)"
-            )
+        if entry is None:  # untagged (404, saying so), being indexed (503) or not listable (404)
+            raise self.index.unlisted(address)
         return entry
+
+    def unlisted(self, address: ModuleAddress) -> ModuleNotFound | NotListedYet:
+        """Why `address` is not listed: NotListedYet (503) while it is being indexed, else ModuleNotFound."""
+        return self.index.unlisted(address)
 
     async def details(self, entry: IndexEntry, shown: IndexedVersion) -> tuple[ModuleDetails, list[str]]:
         """The details of one version, and every system its namespace/name is listed for.
@@ -119,6 +119,12 @@ class BrowseService:
         serves the module (404 otherwise); a version not read yet raises DetailsPending."""
         self.registry.resolve(entry.address)
         return await self.index.stored_details(entry, shown)
+
+    async def image(self, entry: IndexEntry, shown: IndexedVersion, path: str) -> tuple[bytes, str]:
+        """(bytes, Content-Type) of an image in the module's folder at `shown` (files.ModuleFiles.image),
+        once the registry still serves the module (404 otherwise)."""
+        resolved = self.registry.resolve(entry.address)
+        return await self.files.image(resolved, shown.tagged(), path)
 
     def systems(self, address: ModuleAddress) -> list[str]:
         """The systems listed under `address`'s namespace/name, in list order."""

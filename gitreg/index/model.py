@@ -23,6 +23,14 @@ class DetailsPending(Overloaded):
         super().__init__(message, retry_after=2)
 
 
+class NotListedYet(Overloaded):
+    """A module a rule or org serves that the index has not listed yet: it is being indexed; ask again
+    shortly (503, never a 404: the module exists)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=2)
+
+
 @dataclass(frozen=True)
 class OrgInfo:
     """What an org source knows about a module beyond its repository (from the host's API)."""

@@ -31,18 +31,22 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 
+from cachetools import LRUCache
+
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import AsyncSignal, Signal
+from gitreg.core.flight import InFlight
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
-from gitreg.index.details import DetailsService, ModuleDetails
+from gitreg.index.details import DetailsService, ModuleDetails, utc_timestamp
 from gitreg.index.model import (
     ChangeLog,
     DetailsPending,
     IndexedVersion,
     IndexEntry,
     IndexStats,
+    NotListedYet,
     OrgInfo,
     Untagged,
 )
@@ -63,6 +67,7 @@ from gitreg.storage.state import StateFile
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 2.0
+DATES_KEPT = 4096  # tag dates remembered, so a monorepo's modules cost one read per tag
 # While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
 VIEW_STALE_SECONDS = 1.0
 
@@ -94,6 +99,8 @@ class ModuleIndex:
         self.store = DetailsStore(root / DETAILS_DIR)
         self._resolve = resolve  # one listable module, O(1)
         self._details = details
+        self._dates: LRUCache[tuple[str, str, str], str] = LRUCache(maxsize=DATES_KEPT)  # (repository, tag, sha)
+        self._reading_dates: InFlight[tuple[str, str, str], str] = InFlight()
         self.enabled = enabled
         # False in the serving process when the index process builds: load, then take() its entries.
         self.builds = builds
@@ -112,6 +119,9 @@ class ModuleIndex:
         self._untagged: dict[ModuleAddress, Untagged] = {}  # served, but no SemVer tag yet
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
+        # Modules the index looked at and does not list (no SemVer tag, repository gone...): their
+        # pages and API answers are 404s; any other servable module not listed yet is a 503.
+        self._refused: dict[ModuleAddress, str] = {}
         self._view: View | None = None
         self._view_stale = False
         self._view_built = 0.0
@@ -148,6 +158,30 @@ class ModuleIndex:
     def untagged(self, address: ModuleAddress) -> Untagged | None:
         """What the index remembers of a module served without a SemVer tag yet (None: not that)."""
         return self._untagged.get(address)
+
+    def unlisted(self, address: ModuleAddress) -> ModuleNotFound | NotListedYet:
+        """Why a module the registry serves is not listed: NotListedYet (503) while the index has not
+        looked at it yet, ModuleNotFound when it has (or nothing makes it listable)."""
+        untagged = self._untagged.get(address)
+        if untagged is not None:
+            return ModuleNotFound(
+                f"module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0"
+            )
+        why = self._refused.get(address)
+        if why is None and self.enabled and self._resolve(address) is not None:
+            return NotListedYet(
+                f"module {address} is being indexed: its versions are being read from its repository; "
+                "ask again in a moment"
+            )
+        return ModuleNotFound(
+            f"module {address} is not listed by this registry"
+            + (
+                f": {why}"
+                if why
+                else " (yet): a module is listed once it has a SemVer tag and the index has seen it "
+                "(a wildcard rule's modules after their first `terraform init`)"
+            )
+        )
 
     def view(self) -> View:
         """The current generation's sorted entries, rebuilt lazily after a change.
@@ -192,6 +226,19 @@ class ModuleIndex:
         self.stats.details_built += 1
         await run_file_work(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
         return built
+
+    async def published(self, resolved: ResolvedModule, version: IndexedVersion) -> str:
+        """When `version` was tagged (RFC 3339 UTC, "" when unknown), without reading its files;
+        one read per tag of a repository (a monorepo's modules share their tags)."""
+        key = (resolved.repository, version.tag, version.sha)
+        found = self._dates.get(key)
+        if found is None:
+            mirrors = self._details.mirrors
+            read = self._reading_dates.join(
+                key, lambda: mirrors.tag_date(resolved.repository, version.tag, version.sha)
+            )
+            found = self._dates[key] = utc_timestamp(await self._reading_dates.wait(read))
+        return found
 
     async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
         """The details of `version` from memory or disk, never from git: DetailsPending (503) when
@@ -314,6 +361,7 @@ class ModuleIndex:
         old = self._entries.get(entry.address)
         if old is not None:
             self._unlink(old)
+        self._refused.pop(entry.address, None)
         self._entries[entry.address] = entry
         self._link(entry)
         self._changed()
@@ -339,13 +387,15 @@ class ModuleIndex:
 
     def _unlist(self, address: ModuleAddress, why: str | None) -> None:
         old = self._entries.pop(address, None)
+        newly_refused = address not in self._refused
+        self._refused[address] = why or "the index does not list it"
         if old is not None:
             self._unlink(old)
             if why is not None:
                 log.info("%s is no longer listed: %s", address, why)
             self._changed()
-            if self.changes is not None:
-                self.changes.record(address, None)
+        if (old is not None or newly_refused) and self.changes is not None:
+            self.changes.record(address, None)  # (the serving process answers 404 for it, not 503)
 
     def addresses(self) -> list[ModuleAddress]:
         """Every listed module's address, and every untagged one's."""

@@ -36,6 +36,7 @@ from gitreg.identity.service import Identities
 from gitreg.identity.static import TokenChecker
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
+from gitreg.index.files import ModuleFiles
 from gitreg.index.model import ChangeLog, OrgInfo
 from gitreg.index.process import CommandPipe, IndexProcess, Role
 from gitreg.index.protocol import Seed
@@ -364,7 +365,8 @@ async def _index(app: web.Application) -> AsyncIterator[None]:
         )
     index.on_gone.connect(gone)
     _follow_changes(app, index, process)
-    app[BROWSE] = BrowseService(index, catalog, registry)
+    mirrors = app[MIRRORS]
+    app[BROWSE] = BrowseService(index, catalog, registry, ModuleFiles(mirrors, mirrors.git, app[GIT_POOL]))
     app[METRICS].registry.register(IndexCollector(index, (lambda: process.starts) if process is not None else None))
     async for _ in index.lifetime():
         yield

@@ -114,7 +114,8 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = page_error(request, 500, "Something went wrong in gitreg; the server log has details.")
-    response.headers.update(SECURITY_HEADERS)
+    for name, value in SECURITY_HEADERS.items():  # a stricter policy of the handler's own stays (files)
+        response.headers.setdefault(name, value)
     return response
 
 

@@ -7,7 +7,9 @@ forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" 
 "redirect" (a 302 to the same path and query under `redirect_to`, e.g. another server's base URL)
 and "answer" (the fixed `answer`: status, headers, body; an SSO page, a JSON error...).
 `hold_fetches()` makes every fetch (a request that wants objects: a clone, a mirror's fetch)
-wait until `release_fetches()`, while ref listings (`ls-remote`) are answered.
+wait until `release_fetches()`, while ref listings (`ls-remote`) are answered; with
+`filtered=False` a fetch of part of a commit (`--filter`, which the server allows as GitHub's and
+GitLab's do: a tag's date without its files) is answered too.
 Every request is recorded with its headers (`requests()`, `authorizations()`), so a test can see
 which credential reached which server.
 """
@@ -164,6 +166,10 @@ class _Handler(BaseHTTPRequestHandler):
             "GIT_HTTP_EXPORT_ALL": "1",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": os.devnull,
+            # As GitHub and GitLab: a client may ask for part of a commit (`--filter=tree:0`).
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "uploadpack.allowFilter",
+            "GIT_CONFIG_VALUE_0": "true",
             "HOME": str(owner.root),
             "PATH_INFO": path,
             "QUERY_STRING": query,
@@ -180,7 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Git-Protocol"):
             env["HTTP_GIT_PROTOCOL"] = self.headers["Git-Protocol"]
         body = self.rfile.read(length) if length else b""
-        if b"want " in body:  # a fetch (protocol v0 and v2), not a ref listing
+        held = b"want " in body and (owner._hold_filtered or b"filter " not in body)
+        if held:  # a fetch (protocol v0 and v2), not a ref listing
             while not owner._fetches.wait(0.05):
                 if owner._stopping.is_set():
                     return
@@ -233,6 +240,7 @@ class GitHttpServer:
         self._stopping = threading.Event()
         self._fetches = threading.Event()  # set: fetches are answered
         self._fetches.set()
+        self._hold_filtered = True
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.base_url = ""
@@ -260,8 +268,10 @@ class GitHttpServer:
             self._thread.join(5)
         self._server = None
 
-    def hold_fetches(self) -> None:
-        """Fetches (clones, a mirror's fetch) wait from now on; ref listings are still answered."""
+    def hold_fetches(self, filtered: bool = True) -> None:
+        """Fetches (clones, a mirror's fetch) wait from now on; ref listings are still answered, and
+        without `filtered` so are fetches of part of a commit (`--filter`: a tag's date, no files)."""
+        self._hold_filtered = filtered
         self._fetches.clear()
 
     def release_fetches(self) -> None:

@@ -1,12 +1,9 @@
-"""READMEs as HTML: markdown-it-py with raw HTML off, safe links only, relative links into the repository.
+"""READMEs and the descriptions of inputs and outputs as page HTML, off the event loop.
 
-`render_readme` is the one renderer; `Readmes` runs it for the pages off the event loop (in
-parse worker processes, within a budget) and remembers its results.
-
-Links are limited to http, https, mailto and relative ones; a relative link or image is
-resolved to the repository's web page at the version shown (GitLab's `/-/blob/`, GitHub's
-`/blob/`). With raw HTML off nothing a README says becomes markup of its own, and the pages'
-Content-Security-Policy forbids inline script besides.
+markdown.render_markdown is the one renderer (CommonMark, GFM tables, raw HTML through the nh3
+allow-list); `Readmes` runs it for the pages in parse worker processes, within a budget, and
+remembers its results per commit. The pages' Content-Security-Policy forbids inline script
+besides.
 """
 
 from __future__ import annotations
@@ -14,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
-from urllib.parse import quote, urljoin, urlsplit
+from dataclasses import asdict
+from typing import Any
 
-from markdown_it import MarkdownIt
-from markdown_it.renderer import RendererHTML
-from markdown_it.token import Token
-from markdown_it.utils import EnvType, OptionsDict
+from markupsafe import Markup
 
 from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
+from gitreg.web.pages.markdown import Links, render_markdown
 
 log = logging.getLogger(__name__)
+# What a worker answers: one README's HTML, or a folder's descriptions (JSON from a worker: checked).
+Rendered = str | list[Any]
 
-_SAFE_SCHEMES = ("http", "https", "mailto")
 # Wall-clock budget of one README's rendering for a page (a 1 MB README of ordinary
 # Markdown takes about a second; 256 KB of `![` took 10.9 s).
 README_SECONDS = 3.0
@@ -37,72 +33,26 @@ TOO_COMPLEX = '<p class="muted">README too large or too complex to show.</p>'
 UNAVAILABLE = '<p class="muted">The README cannot be shown right now; try again in a moment.</p>'
 
 
-def _safe_link(url: str) -> bool:
-    """Only http, https, mailto and relative links (no javascript:, data:, file:, vbscript:...)."""
-    text = "".join(c for c in url.strip() if c.isprintable() and not c.isspace()).lower()
-    scheme, sep, _ = text.partition(":")
-    if not sep or "/" in scheme or "?" in scheme or "#" in scheme:
-        return True  # relative: `docs/x.md`, `#usage`, `/abs/path`, `?q`
-    return scheme in _SAFE_SCHEMES
+def render_request(request: dict[str, Any]) -> str | list[str]:
+    """render_markdown() as a parse worker runs it (parse_workers.ParseWorkers' handler): one
+    README (`text`), or every description of a module folder at once (`texts`)."""
+    links = Links(**request["links"])
+    if "texts" in request:
+        return [_inline(render_markdown(text, links)) if text else "" for text in request["texts"]]
+    return render_markdown(request["text"], links)
 
 
-def repository_file_url(source: str, ref: str, path: str, raw: bool) -> str:
-    """The web URL of a file in the repository at `ref` (GitLab's `/-/blob/` or GitHub's `/blob/`)."""
-    kind = "raw" if raw else "blob"
-    host = (urlsplit(source).hostname or "").lower()
-    middle = f"/-/{kind}/" if "gitlab" in host else f"/{kind}/"
-    return f"{source.rstrip('/')}{middle}{quote(ref, safe='')}/{path.lstrip('/')}"
-
-
-def render_readme(text: str, source: str, ref: str, base: str) -> str:
-    """The README as HTML: no raw HTML, safe links only, relative links into the repository."""
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
-    # markdown-it's documented way to restrict links is to replace this method on the instance.
-    md.validateLink = _safe_link  # type: ignore[method-assign]
-
-    def resolve(url: str, raw: bool) -> str | None:
-        if not url or url.startswith("#") or urlsplit(url).scheme:
-            return url
-        if not source:
-            return None  # nowhere to point a relative link at: drop it
-        target = urljoin(f"{base.strip('/')}/" if base.strip("/") else "", url)
-        return repository_file_url(source, ref, target, raw)
-
-    def link_open(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
-        token = tokens[idx]
-        href = resolve(str(token.attrGet("href") or ""), raw=False)
-        if href is None:
-            token.attrs.pop("href", None)
-        else:
-            token.attrSet("href", href)
-            if urlsplit(href).scheme in ("http", "https"):
-                token.attrSet("rel", "nofollow noopener noreferrer")
-        return self.renderToken(tokens, idx, options, env)
-
-    def image(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
-        token = tokens[idx]
-        src = resolve(str(token.attrGet("src") or ""), raw=True)
-        if src is None:
-            return ""  # an image we cannot locate: its alt text is in the page anyway
-        token.attrSet("src", src)
-        token.attrSet("loading", "lazy")
-        token.attrSet("referrerpolicy", "no-referrer")
-        return self.image(tokens, idx, options, env)
-
-    md.add_render_rule("link_open", link_open)
-    md.add_render_rule("image", image)
-    html: str = md.render(text)  # markdown-it types render() as Any (its renderer is pluggable)
+def _inline(html: str) -> str:
+    """A description of one paragraph without its `<p>`: it reads as the text of a table cell."""
+    body = html.strip()
+    if body.startswith("<p>") and body.endswith("</p>") and body.count("<p") == 1 and body.count("</p>") == 1:
+        return body[3:-4]
     return html
 
 
-def render_request(request: dict[str, str]) -> str:
-    """render_readme() as a parse worker runs it (parse_workers.ParseWorkers' handler)."""
-    return render_readme(request["text"], request["source"], request["ref"], request["base"])
-
-
 class Readmes:
-    """READMEs as page HTML: rendered in parse worker processes within a wall-clock budget,
-    remembered per (commit, folder), one render at a time per README.
+    """READMEs and descriptions as page HTML: rendered in parse worker processes within a
+    wall-clock budget, remembered per (commit, folder, links), one render at a time per key.
 
     markdown-it-py is quadratic on some input (256 KB of `![` took 10.9 s): on the event
     loop that froze every request. In a worker the loop keeps answering, and a README that
@@ -114,16 +64,30 @@ class Readmes:
     def __init__(self, seconds: float = README_SECONDS) -> None:
         self.seconds = seconds
         self.workers = ParseWorkers(f"{__name__}:{render_request.__name__}")
-        self.renders = 0  # READMEs sent to a worker (tests, the bench)
-        self._done: OrderedDict[tuple[str, ...], str] = OrderedDict()
-        self._bytes = 0
-        self._pending: dict[tuple[str, ...], asyncio.Future[str]] = {}
+        self.renders = 0  # renders sent to a worker (tests, the bench)
+        self._done: OrderedDict[tuple[object, ...], Rendered] = OrderedDict()
+        self._chars = 0
+        self._pending: dict[tuple[object, ...], asyncio.Future[Rendered]] = {}
 
-    async def html(self, text: str, source: str, ref: str, base: str, commit: str) -> str:
-        """The README as HTML (render_readme), or a note saying why it is not shown."""
+    async def html(self, text: str, links: Links, commit: str) -> Markup:
+        """The README as sanitized HTML (render_markdown), or a note saying why it is not shown."""
         if not text:
-            return ""
-        key = (commit, base, source, ref)
+            return Markup("")
+        answer = await self._once(("readme", commit, links), {"text": text, "links": asdict(links)})
+        return Markup(answer if isinstance(answer, str) else TOO_COMPLEX)
+
+    async def descriptions(self, texts: list[str], links: Links, commit: str) -> list[Markup] | None:
+        """Each description as sanitized HTML ("" for none), in one worker call; None when they
+        cannot be rendered (too large, no worker): the page then shows them as text."""
+        if not any(texts):
+            return None
+        key = ("descriptions", commit, links, tuple(texts))
+        answer = await self._once(key, {"texts": texts, "links": asdict(links)})
+        if not isinstance(answer, list) or len(answer) != len(texts) or not all(isinstance(a, str) for a in answer):
+            return None
+        return [Markup(a) for a in answer]
+
+    async def _once(self, key: tuple[object, ...], request: dict[str, Any]) -> Rendered:
         found = self._done.get(key)
         if found is not None:
             self._done.move_to_end(key)
@@ -131,36 +95,40 @@ class Readmes:
         pending = self._pending.get(key)
         if pending is None:
             # Shielded: a visitor who leaves does not waste the render the next one needs.
-            pending = self._pending[key] = asyncio.ensure_future(self._render(key, text, source, ref, base))
+            pending = self._pending[key] = asyncio.ensure_future(self._render(key, request))
             pending.add_done_callback(lambda _: self._pending.pop(key, None))
         return await asyncio.shield(pending)
 
-    async def _render(self, key: tuple[str, ...], text: str, source: str, ref: str, base: str) -> str:
-        request = {"text": text, "source": source, "ref": ref, "base": base}
+    async def _render(self, key: tuple[object, ...], request: dict[str, Any]) -> Rendered:
         self.renders += 1
+        answer: Rendered
         try:
             async with self.workers.budget(self.seconds) as call:
                 answer = await call(request)
         except BudgetExceeded:
             answer = TOO_COMPLEX
         except WorkerFailed as e:
-            log.warning("a parse worker stopped while rendering a README of %s at %s: %s", source, ref, e)
+            log.warning("a parse worker stopped while rendering Markdown of %s: %s", request["links"]["source"], e)
             answer = TOO_COMPLEX
         except OSError as e:
             log.warning("no parse worker for a README: %s", e)
             return UNAVAILABLE  # not remembered: the next view tries again
-        if not isinstance(answer, str):  # the worker's "out of memory" answer
+        if not isinstance(answer, str | list):  # the worker's "out of memory" answer
             answer = TOO_COMPLEX
         self._remember(key, answer)
         return answer
 
-    def _remember(self, key: tuple[str, ...], html: str) -> None:
-        self._done[key] = html
-        self._bytes += len(html)
-        while self._done and (len(self._done) > CACHE_ENTRIES or self._bytes > CACHE_CHARS):
+    def _remember(self, key: tuple[object, ...], answer: Rendered) -> None:
+        self._done[key] = answer
+        self._chars += _size(answer)
+        while self._done and (len(self._done) > CACHE_ENTRIES or self._chars > CACHE_CHARS):
             _, dropped = self._done.popitem(last=False)
-            self._bytes -= len(dropped)
+            self._chars -= _size(dropped)
 
     async def close(self) -> None:
         """Stop the workers (a render still running shows UNAVAILABLE)."""
         await self.workers.close()
+
+
+def _size(answer: Rendered) -> int:
+    return len(answer) if isinstance(answer, str) else sum(len(a) for a in answer if isinstance(a, str))

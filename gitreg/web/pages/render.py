@@ -70,7 +70,7 @@ def not_found(request: web.Request, message: str) -> web.Response:
 
 def page_error(request: web.Request, status: int, message: str) -> web.Response:
     """An HTML error page (pages never answer with the API's JSON)."""
-    heading = {404: "Not found", 403: "Refused", 405: "Not allowed"}.get(status, "Error")
+    heading = {404: "Not found", 403: "Refused", 405: "Not allowed", 413: "Too large"}.get(status, "Error")
     return render(request, "error.html", status=status, heading=heading, message=message)
 
 

@@ -107,8 +107,9 @@ def guarded(handler: Handler) -> Handler:
             if private:
                 e.headers.update(_PRIVATE_HEADERS)
             raise
-        if private:
-            response.headers.update(_PRIVATE_HEADERS)
+        if private:  # a handler's own private caching stays (files: immutable per commit, in this browser only)
+            for name, value in _PRIVATE_HEADERS.items():
+                response.headers.setdefault(name, value)
         return response
 
     page.__doc__ = handler.__doc__

@@ -3,12 +3,14 @@
 Pages (fixed paths): `/` and `/modules/{namespace}/{name}` (listing.py),
 `/modules/{namespace}/{name}/{system}[/{version}]` (sections: README, inputs, outputs,
 dependencies, resources, submodules and examples; a version picker; copy-ready `module`
-blocks), with registry tokens configured `/login` and `/logout` (session.py), and
-`/favicon.ico`. Any other path under `/modules/` is the HTML 404 page.
+blocks), `/modules/{namespace}/{name}/{system}/{version}/files/{path}` (an image of the
+module's folder: a README's diagram), with registry tokens configured `/login` and `/logout`
+(session.py), and `/favicon.ico`. Any other path under `/modules/` is the HTML 404 page.
 
 Everything comes from the index and the details it keeps on disk. Every page carries a
 Content-Security-Policy without inline script, so a README can never run anything; the one
-script (a copy button) is a static file and the pages work without it.
+script (static/page.js: copy buttons, the section bar's mark, the reload of a page still being
+read) is a static file and the pages work without it.
 """
 
 from __future__ import annotations
@@ -21,19 +23,44 @@ from typing import Any
 from aiohttp import web
 
 from gitreg.core.errors import GitregError, ModuleNotFound
-from gitreg.core.names import check_version, parse_address
+from gitreg.core.names import ModuleAddress, check_version, parse_address
 from gitreg.identity.visibility import Visibility
 from gitreg.index.details import ModuleDetails
-from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
+from gitreg.index.files import checked_path
+from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry, NotListedYet
 from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
+from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.readme import Readmes
-from gitreg.web.pages.render import HERE, not_found, render, served_address, snippet
+from gitreg.web.pages.render import HERE, not_found, page_error, render, served_address, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
 
+# The files endpoint's answers: a commit's files never change; an SVG can run no script, load
+# nothing and is never read as another type (its own CSP wins over the pages', see middleware).
+FILE_HEADERS = {
+    "Cache-Control": "private, max-age=31536000, immutable",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+    "X-Content-Type-Options": "nosniff",
+}
 # READMEs rendered off the event loop, remembered per commit (readme.py).
 READMES = web.AppKey("ui_readmes", Readmes)
+
+
+def being_indexed(request: web.Request, address: ModuleAddress, why: NotListedYet) -> web.Response:
+    """The 503 page of a module that is served but not listed yet: it says so, and reloads itself
+    (page.js, after Retry-After seconds; a "Reload now" link without JavaScript)."""
+    response = render(
+        request,
+        "error.html",
+        status=503,
+        heading="Being indexed",
+        message=f"Module {address} is being indexed: its versions are being read from its repository. "
+        "This page reloads in a moment.",
+        reload_after=why.retry_after,
+    )
+    response.headers["Retry-After"] = str(why.retry_after)
+    return response
 
 
 async def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
@@ -45,14 +72,22 @@ async def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersi
             check_version(m["version"])
     except GitregError:
         return not_found(request, "There is no such module: the address is not a registry module address.")
-    entry = request.app[BROWSE].find(address)
-    if entry is not None and not (await visibility(request)).allows(address.namespace, entry.repository):
-        entry = None
-    elif entry is None and request.app[BROWSE].untagged(address):
-        return not_found(
-            request, f"Module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0."
-        )
+    browse = request.app[BROWSE]
+    entry = browse.find(address)
+    seen = await visibility(request)
+    if not seen.allows_namespace(address.namespace) or (
+        entry is not None and not seen.allows(address.namespace, entry.repository)
+    ):
+        return not_found(request, f"No module {address} is listed by this registry.")
     if entry is None:
+        why = browse.unlisted(address)
+        if isinstance(why, NotListedYet):
+            return being_indexed(request, address, why)
+        if browse.untagged(address):
+            return not_found(
+                request,
+                f"Module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0.",
+            )
         return not_found(request, f"No module {address} is listed by this registry.")
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
@@ -62,16 +97,16 @@ async def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersi
 
 async def _stored_details(
     request: web.Request, entry: IndexEntry, version: IndexedVersion
-) -> tuple[ModuleDetails | None, bool] | web.Response:
-    """(details, pending) from memory or disk, never git while rendering; or the error page.
+) -> tuple[ModuleDetails | None, int] | web.Response:
+    """(details, reload_after) from memory or disk, never git while rendering; or the error page.
 
-    A version not read yet is read in the background and the page says so (and reloads
-    itself in a moment).
+    A version not read yet is read in the background and the page says so and reloads itself
+    after `reload_after` seconds (0: the details are there).
     """
     try:
-        return await request.app[BROWSE].served_details(entry, version), False
-    except DetailsPending:
-        return None, True
+        return await request.app[BROWSE].served_details(entry, version), 0
+    except DetailsPending as e:
+        return None, e.retry_after
     except ModuleNotFound:
         return not_found(request, f"No module {entry.address} is listed by this registry.")
     except GitregError as e:
@@ -92,32 +127,35 @@ def _linked(request: web.Request, part: dict[str, Any], seen: Visibility) -> dic
     return {**part, "dependencies": dependencies}
 
 
-async def _with_readmes(
-    request: web.Request, parts: list[dict[str, Any]], entry: IndexEntry, version: IndexedVersion
-) -> list[dict[str, Any]]:
-    """Submodules or examples, each with its README as HTML (relative links from its own folder),
-    its copy-ready `module` block and its dependencies linked."""
+def files_url(entry: IndexEntry, version: IndexedVersion) -> str:
+    """The files endpoint of a module version (module_file): where its README's images come from."""
+    return f"/modules/{entry.address}/{version.canonical}/files/"
+
+
+async def _rendered(
+    request: web.Request, part: dict[str, Any], entry: IndexEntry, version: IndexedVersion
+) -> dict[str, Any]:
+    """A module folder's details with its README (`readme_html`) and the descriptions of its inputs and
+    outputs (`description_html`) as sanitized HTML; relative URLs from the folder's own place."""
     readmes, seen = request.app[READMES], await visibility(request)
-    shown = await asyncio.gather(
-        *(
-            readmes.html(
-                s.get("readme", ""),
-                entry.source,
-                version.tag,
-                f"{entry.path}/{s.get('path', '')}".strip("/"),
-                version.sha,
-            )
-            for s in parts
-        )
+    base = f"{entry.path}/{part.get('path', '')}".strip("/")
+    links = Links(entry.source, version.tag, base, entry.path.strip("/"), files_url(entry, version))
+    inputs, outputs = part.get("inputs", []), part.get("outputs", [])
+    texts = [str(d.get("description", "")) for d in (*inputs, *outputs)]
+    readme, described = await asyncio.gather(
+        readmes.html(part.get("readme", ""), links, version.sha), readmes.descriptions(texts, links, version.sha)
     )
-    return [
-        {
-            **_linked(request, s, seen),
-            "readme_html": html,
-            "snippet": snippet(request, entry, version, s.get("path", "")),
-        }
-        for s, html in zip(parts, shown, strict=True)
-    ]
+    if described is not None:
+        html = iter(described)
+        inputs = [{**d, "description_html": next(html)} for d in inputs]
+        outputs = [{**d, "description_html": next(html)} for d in outputs]
+    return {
+        **_linked(request, part, seen),
+        "inputs": inputs,
+        "outputs": outputs,
+        "readme_html": readme,
+        "snippet": snippet(request, entry, version, part.get("path", "")),
+    }
 
 
 async def module_page(request: web.Request) -> web.Response:
@@ -129,11 +167,13 @@ async def module_page(request: web.Request) -> web.Response:
     found = await _stored_details(request, entry, version)
     if isinstance(found, web.Response):
         return found
-    details, pending = found
-    root = details.root if details else {}
+    details, reload_after = found
     address = entry.address
-    readmes = request.app[READMES]
-    readme = await readmes.html(root.get("readme", ""), entry.source, version.tag, entry.path, version.sha)
+    parts = [details.root, *details.submodules, *details.examples] if details else []
+    rendered = await asyncio.gather(*(_rendered(request, part, entry, version) for part in parts))
+    root = rendered[0] if rendered else {}
+    submodules = rendered[1 : 1 + len(details.submodules)] if details else []
+    examples = rendered[1 + len(submodules) :] if details else []
     return render(
         request,
         "module.html",
@@ -142,18 +182,37 @@ async def module_page(request: web.Request) -> web.Response:
         latest=entry.latest,
         versions=entry.versions,
         snippet=snippet(request, entry, version),
-        readme=readme,
-        root=_linked(request, root, await visibility(request)),
-        submodules=await _with_readmes(request, details.submodules if details else [], entry, version),
-        examples=await _with_readmes(request, details.examples if details else [], entry, version),
+        readme=root.get("readme_html", ""),
+        root=root,
+        submodules=submodules,
+        examples=examples,
         downloads=request.app[BROWSE].downloads(address),
         systems=request.app[BROWSE].systems(address),
         published_at=(details.published_at if details else "")
         or (entry.published_at if version == entry.latest else ""),
-        description=(details.description if details and version != entry.latest else entry.description),
+        # The version shown, never another's: the entry's (an org's description first) for the latest only.
+        description=entry.description if version == entry.latest else (details.description if details else ""),
         details_missing=details is None,
-        details_pending=pending,
+        details_pending=bool(reload_after),
+        reload_after=reload_after,
     )
+
+
+async def module_file(request: web.Request) -> web.Response:
+    """An image of the module's folder at that version (a README's diagram), immutable per commit."""
+    shown = await _shown_version(request)
+    if isinstance(shown, web.Response):
+        return shown
+    entry, version = shown
+    headers = {**FILE_HEADERS, "ETag": f'"{version.sha}"'}
+    try:
+        checked_path(request.match_info["path"])
+        if request.headers.get("If-None-Match") == headers["ETag"]:
+            return web.Response(status=304, headers=headers)
+        data, content_type = await request.app[BROWSE].image(entry, version, request.match_info["path"])
+    except GitregError as e:
+        return page_error(request, e.status, e.message)
+    return web.Response(body=data, content_type=content_type, headers=headers)
 
 
 def add_ui(app: web.Application) -> None:
@@ -171,6 +230,9 @@ def add_ui(app: web.Application) -> None:
     app.router.add_get("/modules/{namespace}/{name}", guarded(name_page), name="ui-name")
     app.router.add_get("/modules/{namespace}/{name}/{system}", guarded(module_page), name="ui-module")
     app.router.add_get("/modules/{namespace}/{name}/{system}/{version}", guarded(module_page), name="ui-version")
+    app.router.add_get(
+        "/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", guarded(module_file), name="ui-file"
+    )
     app.router.add_get("/login", login_form, name="ui-login-form")
     app.router.add_post("/login", login, name="ui-login")
     app.router.add_get("/login/with/{forge}", sign_in, name="ui-signin")

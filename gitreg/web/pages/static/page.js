@@ -2,6 +2,9 @@
 // - A copy button for each ready-to-paste block (`data-copy` names the element to copy).
 // - The section bar marks the section shown (`aria-current`), which CSS shows by `:target`;
 //   a submodule or example the URL names is opened.
+// - A page still being read (`<body data-reload-after="N">`: a module being indexed, a version
+//   whose details are being read) reloads itself after N seconds; without JavaScript its status
+//   message has a "Reload now" link.
 "use strict";
 
 function copyButtons() {
@@ -44,7 +47,14 @@ function currentSection() {
   window.addEventListener("hashchange", mark);
 }
 
+function reloadWhenRead() {
+  const seconds = Number.parseInt(document.body.dataset.reloadAfter || "", 10);
+  if (!(seconds > 0)) return;
+  setTimeout(() => { location.reload(); }, Math.min(seconds, 60) * 1000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   copyButtons();
   currentSection();
+  reloadWhenRead();
 });

@@ -1,0 +1,96 @@
+"""The first view of a module: before the index listed it, while its details are read, and its place in lists."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from tests.conftest import assert_error, indexed
+from tests.support.repos import GitRepo
+from tests.test_index import get_json, make_config, module_repo, rules
+
+pytestmark = pytest.mark.slow  # real git over HTTP, held or slowed down on purpose
+
+
+async def test_a_served_module_not_listed_yet_is_a_503_and_a_page_that_reloads_itself(make_client, git_http, tmp_path):
+    module_repo(tmp_path, "public-vnet")
+    notag = GitRepo(tmp_path / "repos", "public-notag")
+    notag.commit({"main.tf": "# m\n"})
+    notag.tag("release-1")
+    git_http.mode, git_http.delay = "slow", 1.5  # the index's ls-remote takes a while
+    config = make_config(rules(git_http, ["vnet", "notag"]), git_http, storage={"path": str(tmp_path / "state")})
+    client = await make_client(config)
+    resp = await client.get("/v1/modules/acme/vnet/aws")
+    await assert_error(resp, 503, "acme/vnet/aws is being indexed", "ask again")
+    assert resp.headers["Retry-After"] == "2"
+    await assert_error(await client.get("/v1/modules/acme/vnet/aws/1.0.0"), 503, "being indexed")
+    page = await client.get("/modules/acme/vnet/aws")
+    text = await page.text()
+    assert page.status == 503 and page.headers["Retry-After"] == "2" and page.content_type == "text/html"
+    # It reloads itself through page.js (no meta refresh, which axe flags), and says so to people without it.
+    assert '<body data-reload-after="2">' in text and "http-equiv" not in text
+    assert re.search(
+        r'role="status">Module acme/vnet/aws is being indexed.*<a href="/modules/acme/vnet/aws">Reload now</a>', text
+    )
+    await assert_error(await client.get("/v1/modules/acme/nothing/aws"), 404)  # no rule serves it
+    git_http.mode = "ok"
+    await indexed(client)
+    assert (await client.get("/v1/modules/acme/vnet/aws")).status == 200
+    assert (await client.get("/modules/acme/vnet/aws")).status == 200
+    # Looked at and not listable: a 404 that says why, never "being indexed" forever.
+    await assert_error(await client.get("/v1/modules/acme/notag/aws"), 404, "no tag is a SemVer version")
+    assert (await client.get("/modules/acme/notag/aws")).status == 404
+
+
+async def test_newest_first_order_is_right_before_any_details_are_read(make_client, git_http, tmp_path):
+    dates = {"alpha": "2024-01-05T10:00:00Z", "beta": "2026-03-01T10:00:00Z", "gamma": "2025-06-01T10:00:00Z"}
+    for name, date in dates.items():
+        repo = GitRepo(tmp_path / "repos", f"public-{name}")
+        repo.commit({"README.md": f"# {name}\n\nZones and records.\n", "main.tf": "# m\n"}, date=date)
+        repo.tag("v1.0.0")
+    git_http.hold_fetches(filtered=False)  # no module's files can be read; a tag's commit can
+    try:
+        config = make_config(rules(git_http, list(dates)), git_http, storage={"path": str(tmp_path / "state")})
+        client = await make_client(config)
+        started = time.monotonic()
+        while True:
+            listed = (await get_json(client, "/v1/modules"))["modules"]
+            if len(listed) == 3 and all(m["published_at"] for m in listed):
+                break
+            assert time.monotonic() - started < 10, f"tag dates did not come with the versions: {listed}"
+            await asyncio.sleep(0.05)
+        assert {m["name"]: m["published_at"] for m in listed} == dates
+        assert all(m["description"] == "" for m in listed)  # no details read yet
+        page = await (await client.get("/")).text()
+        shown = re.findall(r'href="/modules/acme/(\w+)/aws"', page)
+        assert shown == ["beta", "gamma", "alpha"], shown
+    finally:
+        git_http.release_fetches()
+    await indexed(client)
+
+
+async def test_a_version_whose_details_are_being_read_shows_its_own_header_and_a_reading_state(
+    make_client, git_http, tmp_path
+):
+    repo = module_repo(tmp_path, "public-vnet")
+    repo.commit({"README.md": "# Virtual network\n\nVersion two, with IPv6.\n"})
+    repo.tag("v2.0.0")
+    config = make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    git_http.hold_fetches()  # 1.0.0's details cannot be read while the page is looked at
+    try:
+        resp = await client.get("/modules/acme/vnet/aws/1.0.0")
+        text = await resp.text()
+    finally:
+        git_http.release_fetches()
+    assert resp.status == 200 and 'id="shown-version">1.0.0<' in text
+    assert "Version two" not in text and "None found" not in text  # not the latest's, not "nothing"
+    assert "being read" in text and '<body data-reload-after="2">' in text and "http-equiv" not in text
+    assert re.search(r'role="status"[^>]*>The details of version 1.0.0 are being read.*>Reload now</a>', text)
+    assert text.count("Being read from the repository.") == 7  # every section, not "No inputs."
+    await indexed(client)
+    text = await (await client.get("/modules/acme/vnet/aws/1.0.0")).text()
+    assert "Creates a virtual network" in text and "data-reload-after" not in text and "Reload now" not in text

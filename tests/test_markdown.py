@@ -1,0 +1,149 @@
+"""READMEs and descriptions rendered as the Git hosts render them (gitreg/web/pages/markdown.py)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+from gitreg.web.pages.markdown import Links, render_markdown, slug
+
+FILES = "/modules/acme/vpc/aws/1.2.0/files/"
+# What terraform-docs writes (its default `markdown table` output inside the markers), under a
+# hand-written top with a centred banner and a table of contents.
+TERRAFORM_DOCS_README = """# AWS VPC Terraform module
+
+<p align="center"><img src="docs/diagram.png" width="480" alt="Architecture diagram"></p>
+
+Creates a VPC. See [Inputs](#inputs), the [guide](docs/guide.md) and <kbd>Ctrl</kbd>+<kbd>C</kbd>.
+
+<details><summary>More</summary>
+
+~~Old~~ text with H<sub>2</sub>O.
+
+</details>
+
+<!-- BEGIN_TF_DOCS -->
+## Requirements
+
+| Name | Version |
+|------|---------|
+| <a name="requirement_terraform"></a> [terraform](#requirement\\_terraform) | >= 1.3 |
+| <a name="requirement_aws"></a> [aws](#requirement\\_aws) | >= 5.0 |
+
+## Inputs
+
+| Name | Description | Type | Default | Required |
+|------|-------------|------|---------|:--------:|
+| <a name="input_cidr"></a> [cidr](#input\\_cidr) | The CIDR.<br>A /16. | `string` | `"10.0.0.0/16"` | no |
+| <a name="input_name"></a> [name](#input\\_name) | Name tag. | `string` | n/a | yes |
+
+## Outputs
+
+| Name | Description |
+|------|-------------|
+| <a name="output_vpc_id"></a> [vpc\\_id](#output\\_vpc\\_id) | The VPC ID. |
+<!-- END_TF_DOCS -->
+"""
+HOSTILE = """<script>alert(1)</script>
+<img src=x onerror="alert(2)">
+<a href="javascript:alert(3)">raw</a> <a href="JaVa&#x09;ScRiPt:alert(4)">tab</a>
+<p style="position:fixed" onclick="alert(5)">styled</p><h3 id="readme">clobber</h3>
+<form action="https://evil.example"><input name="q"><button>go</button></form>
+<iframe src="https://evil.example"></iframe><object data="x.swf"></object>
+<svg><script>alert(6)</script></svg><style>body{display:none}</style>
+<img src="data:image/svg+xml,<svg onload=alert(7)>">
+<picture><source srcset="javascript:alert(8) 1x, logo.png 2x"><img src="logo.png"></picture>
+
+[md](javascript:alert(9)) ![img](vbscript:x)
+"""
+
+
+class Collect(HTMLParser):
+    """Every start tag with its attributes, and the visible text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parsed(html: str) -> Collect:
+    found = Collect()
+    found.feed(html)
+    return found
+
+
+def test_a_terraform_docs_readme_renders_without_visible_markup():
+    html = render_markdown(TERRAFORM_DOCS_README, Links(files=FILES))
+    page = parsed(html)
+    text = "".join(page.text)
+    assert "<" not in text and "BEGIN_TF_DOCS" not in text and "&lt;" not in html.replace("&gt;= ", "")
+    tags = [tag for tag, _ in page.tags]
+    assert {"table", "th", "td", "br", "kbd", "sub", "details", "summary", "s", "img"} <= set(tags)
+    banner = next(a for t, a in page.tags if t == "p" and a.get("align"))
+    assert banner == {"align": "center"}
+    image = next(a for t, a in page.tags if t == "img")
+    assert image["src"] == FILES + "docs/diagram.png" and image["width"] == "480"
+    assert next(a for t, a in page.tags if t == "td" and a.get("align")) == {"align": "center"}
+
+
+def test_every_anchor_link_targets_an_existing_prefixed_id_or_name():
+    page = parsed(render_markdown(TERRAFORM_DOCS_README, Links(files=FILES)))
+    targets = {a.get("id") or a.get("name") for _, a in page.tags} - {None}
+    assert all(t.startswith("user-content-") for t in targets), targets
+    fragments = [a["href"][1:] for t, a in page.tags if t == "a" and (a.get("href") or "").startswith("#")]
+    assert {"user-content-inputs", "user-content-input_cidr", "user-content-output_vpc_id"} <= set(fragments)
+    assert set(fragments) <= targets, set(fragments) - targets
+
+
+def test_heading_ids_are_githubs_slugs_and_repeats_are_numbered():
+    html = render_markdown("# Usage\n\n## The `cidr` input!\n\n## Usage\n", Links())
+    assert re.findall(r'id="([^"]+)"', html) == [
+        "user-content-usage",
+        "user-content-the-cidr-input",
+        "user-content-usage-1",
+    ]
+    assert slug("Inputs (3)") == "inputs-3"
+
+
+def test_hostile_html_keeps_no_script_handler_style_form_or_unsafe_url():
+    html = render_markdown(HOSTILE, Links(source="https://github.com/acme/vpc", ref="v1", files=FILES))
+    page = parsed(html)
+    tags = {tag for tag, _ in page.tags}
+    assert not tags & {"script", "style", "form", "input", "button", "iframe", "object", "svg"}, tags
+    for tag, attrs in page.tags:
+        for name, value in attrs.items():
+            assert not name.startswith("on") and name != "style", (tag, name)
+            lowered = re.sub(r"\s", "", value or "").lower()
+            assert "javascript:" not in lowered and "vbscript:" not in lowered and "data:" not in lowered, value
+    text = "".join(page.text)
+    assert "alert(1)" not in text and "alert(6)" not in text and "display" not in text  # dropped, not shown
+    assert ("h3", {"id": "user-content-readme"}) in page.tags  # an id of the page's own cannot be clobbered
+    source = next(a for t, a in page.tags if t == "source")
+    assert source["srcset"] == FILES + "logo.png 2x"
+
+
+def test_relative_links_go_to_the_hosts_page_and_without_one_keep_their_text():
+    text = "[guide](docs/guide.md#setup) [up](../x.md) <a href='docs/a.md'>raw</a>"
+    hosted = render_markdown(text, Links(source="https://gitlab.example.com/acme/vpc", ref="v1.0.0", base="infra"))
+    assert 'href="https://gitlab.example.com/acme/vpc/-/blob/v1.0.0/infra/docs/guide.md#setup"' in hosted
+    assert 'href="https://gitlab.example.com/acme/vpc/-/blob/v1.0.0/x.md"' in hosted
+    bare = render_markdown("[guide](docs/guide.md) and [web](https://example.com)", Links())
+    assert "<a" in bare and bare.count("<a") == 1 and "guide" in bare  # the relative link is its text
+
+
+def test_relative_images_come_from_the_files_endpoint_relative_to_the_readmes_folder():
+    links = Links(source="", ref="v1", base="infra/vpc/modules/flow", root="infra/vpc", files=FILES)
+    html = render_markdown("![a](img/a.png) ![b](../../docs/b%20c.svg) ![c](../../../out.png) ![d](x.txt)", links)
+    assert f'src="{FILES}modules/flow/img/a.png"' in html and f'src="{FILES}docs/b%20c.svg"' in html
+    assert "out.png" not in html and "x.txt" not in html and ">c<" not in html  # alt text stays
+    assert "c d" in re.sub(r"<[^>]+>", "", html).replace("  ", " ")
+    # Outside the module's folder with a web page: the host's raw file.
+    hosted = render_markdown("![c](../../../out.png)", Links("https://github.com/a/b", "v1", links.base, "infra/vpc"))
+    assert 'src="https://github.com/a/b/raw/v1/infra/out.png"' in hosted

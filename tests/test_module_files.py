@@ -1,0 +1,133 @@
+"""The pages' files endpoint: a README's relative images served from the module's files at that version."""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from gitreg.index.files import NotAnImage, checked_path, sniffed
+from gitreg.web.keys import BROWSE
+from tests.conftest import indexed, make_config
+from tests.support.repos import GitRepo
+from tests.test_markdown import TERRAFORM_DOCS_README
+
+PAGE = "/modules/acme/vpc/aws/1.0.0"
+FILES = f"{PAGE}/files/"
+SVG = (
+    b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
+    b"<script>alert(1)</script></svg>"
+)
+README = """# VPC
+
+<p align="center"><img src="docs/diagram.png" alt="Diagram"></p>
+
+![logo](./logo.svg) [guide](docs/guide.md)
+"""
+
+
+def png(width: int, height: int = 1) -> bytes:
+    """A valid PNG of `width` x `height` grey pixels."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def image_repo(root: Path) -> GitRepo:
+    """A `file://` repository (no web page) whose README shows images of its own."""
+    repo = GitRepo(root, "vpc")
+    files = {
+        "docs/diagram.png": png(40, 20),
+        "logo.svg": SVG,
+        "fake.png": b"#!/bin/sh\necho not an image\n",
+        "notes.txt": b"plain text\n",
+        "big.png": png(1) + b"\x00" * (6 << 20),
+    }
+    for name, data in files.items():
+        (repo.work / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo.work / name).write_bytes(data)
+    repo.commit({"README.md": README, "main.tf": 'variable "cidr" {\n  description = "The **CIDR**."\n}\n'})
+    repo.tag("v1.0.0")
+    return repo
+
+
+async def client_for(make_client, tmp_path: Path, **sections):
+    repo = image_repo(tmp_path / "repos")
+    rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url}
+    config = make_config([rule], storage={"path": str(tmp_path / "state")}, **sections)
+    return await indexed(await make_client(config)), repo
+
+
+async def test_a_file_repositorys_readme_images_come_from_gitreg(make_client, tmp_path):
+    client, repo = await client_for(make_client, tmp_path)
+    text = await (await client.get(PAGE)).text()
+    assert f'<img src="{FILES}docs/diagram.png" alt="Diagram"' in text and f'src="{FILES}logo.svg"' in text
+    assert "guide" in text and "docs/guide.md" not in text  # no web page to link to: the text stays
+    assert "<strong>CIDR</strong>" in text  # descriptions' Markdown is rendered too
+    resp = await client.get(FILES + "docs/diagram.png")
+    assert resp.status == 200 and resp.content_type == "image/png"
+    assert await resp.read() == png(40, 20)
+    sha = repo.git("rev-parse", "v1.0.0")
+    assert resp.headers["ETag"] == f'"{sha}"' and "immutable" in resp.headers["Cache-Control"]
+    again = await client.get(FILES + "docs/diagram.png", headers={"If-None-Match": f'"{sha}"'})
+    assert again.status == 304
+    # One read of the commit serves every image of the page.
+    assert (await client.get(FILES + "logo.svg")).status == 200 and client.app[BROWSE].files.reads == 1
+
+
+async def test_an_svg_is_served_so_that_it_cannot_run_script(make_client, tmp_path):
+    client, _ = await client_for(make_client, tmp_path)
+    resp = await client.get(FILES + "logo.svg")
+    assert resp.status == 200 and resp.headers["Content-Type"] == "image/svg+xml"
+    assert resp.headers["Content-Security-Policy"] == "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_the_files_endpoint_refuses_non_images_traversal_and_large_files(make_client, tmp_path):
+    client, _ = await client_for(make_client, tmp_path)
+    for path in ("fake.png", "notes.txt", "README.md", "missing.png", "docs//diagram.png"):
+        resp = await client.get(FILES + path)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+    for raw in ("..%2F..%2Fetc%2Fpasswd.png", "%2E%2E/vpc.git/config.png", "docs%2F..%2F..%2Fx.png", "%2Fetc%2Fx.png"):
+        resp = await client.get(FILES + raw)
+        assert resp.status == 404, raw
+    resp = await client.get(FILES + "big.png")
+    assert resp.status == 413 and "larger than 5 MiB" in await resp.text()
+    assert (await client.get("/modules/acme/vpc/aws/9.9.9/files/docs/diagram.png")).status == 404
+
+
+async def test_the_files_endpoint_needs_a_session_as_the_pages_do(make_client, tmp_path):
+    auth = {"tokens": ["files-token-0123456789abcdef"], "signing_key": "s" * 40}
+    client, _ = await client_for(make_client, tmp_path, auth=auth)
+    resp = await client.get(FILES + "docs/diagram.png", allow_redirects=False)
+    assert resp.status == 302 and resp.headers["Location"].startswith("/login?")
+
+
+def test_only_paths_inside_the_folder_named_and_shaped_as_images_pass():
+    for bad in ("../x.png", "a/../../x.png", "/etc/x.png", "a\\..\\x.png", "./x.png", "a//x.png", "x.png\x00", "x.txt"):
+        with pytest.raises(NotAnImage):
+            checked_path(bad)
+    assert checked_path("docs/a b.PNG") == "docs/a b.PNG"
+    assert sniffed(png(1), "image/png") and not sniffed(png(1), "image/gif")
+    assert sniffed(SVG, "image/svg+xml") and not sniffed(b"<html><svg>", "image/svg+xml")
+
+
+async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(make_client, tmp_path):
+    repo = GitRepo(tmp_path / "repos", "docs")
+    repo.commit({"README.md": TERRAFORM_DOCS_README, "main.tf": 'variable "cidr" {}\n'})
+    repo.tag("v1.0.0")
+    rule = {"namespace": "acme", "name": "docs", "system": "aws", "repository": repo.url}
+    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    text = await (await client.get("/modules/acme/docs/aws")).text()
+    readme = text.split('id="readme"', 1)[1].split('<div class="markdown">', 1)[1].split("</section>", 1)[0]
+    assert "&lt;" not in readme.replace("&gt;= ", "") and "BEGIN_TF_DOCS" not in readme
+    links = set(re.findall(r'href="#([^"]+)"', readme))
+    targets = set(re.findall(r'(?:id|name)="([^"]+)"', readme))
+    assert {"user-content-inputs", "user-content-input_cidr"} <= links <= targets
