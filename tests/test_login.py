@@ -255,9 +255,7 @@ async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_
     config = tmp_path / "gitreg.toml"
     config.write_text(
         f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n'
-        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n'
-        + gitlab.forge_toml()
-        + gitlab.modules_toml()
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
     )
     listed = run_gitreg("tokens", "list", "--config", str(config))
     assert listed.returncode == 0, listed.stderr

@@ -86,7 +86,9 @@ class FakeOAuthHost:
         self._lock = threading.Lock()
         forge.serve_page("GET", self.authorize_path, self._authorize_page)
         forge.serve_page("POST", self.authorize_path, self._approve)
-        forge.serve_page("POST", "/oauth/token" if self.provider == "gitlab" else "/login/oauth/access_token", self._token)
+        forge.serve_page(
+            "POST", "/oauth/token" if self.provider == "gitlab" else "/login/oauth/access_token", self._token
+        )
 
     # ---- what a gitreg config needs ------------------------------------------------------
 
@@ -243,7 +245,6 @@ class FakeOAuthHost:
                 self.forge.revoke_token(grant.access)
                 return web.json_response(self._token_body(self._new_grant(grant.username)))
         return self._oauth_error("invalid_grant", "The refresh token is invalid, expired or revoked")
-
 
 
 GROUP = "acme"
