@@ -308,14 +308,7 @@ def _login_over_http(server_url: str) -> str:
 
 
 def _versions(server_url: str, token: str) -> int:
-    request = urllib.request.Request(
-        f"{server_url}/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as e:
-        return e.code
+    return api(f"{server_url}/v1/modules/demo/hello/null/versions", token)[0]
 
 
 def test_a_login_on_one_replica_works_on_another_and_a_revocation_reaches_it_within_a_second(

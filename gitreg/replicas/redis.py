@@ -134,7 +134,6 @@ class RedisShared:
         self.on_owner = self.owners.on_owner  # an owner recorded in Redis
         shared_access = SharedAccess(self.client, self._key("access:"), self._call, lambda: self._up, self._spawn)
         self.access, self.remember_access = shared_access.access, shared_access.remember_access  # Git hosts' answers
-        # The tokens `terraform login` and sign-in issued, on this connection (its up/down, its reconnects).
         self.logins: SharedLogins | None = SharedLogins(self.client, self.prefix, self._call, lambda: self._up)
         self._up = False
         self._ever_up = False
