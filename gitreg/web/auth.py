@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gitreg.config.model import AuthConfig, TokenConfig
 from gitreg.core.errors import Forbidden, Unauthorized
-from gitreg.core.secrets import bearer_token, same_secret, token_digest
+from gitreg.core.secrets import bearer_token, first_match, token_digest
 
 # The caller's namespaces (None: all of them), recorded on the request by `authorize` (and by
 # the pages' session guard).
@@ -24,7 +24,8 @@ class TokenChecker:
     def __init__(self, config: AuthConfig) -> None:
         # Every token is kept as its SHA-256: a presented token is compared digest to digest,
         # 32 bytes each, so not even a token's length shows in the time a comparison takes.
-        self._tokens = tuple((token_digest(t.token), t) for t in config.tokens)
+        self._tokens = config.tokens
+        self._digests = tuple(token_digest(t.token) for t in config.tokens)
 
     @property
     def enabled(self) -> bool:
@@ -33,11 +34,8 @@ class TokenChecker:
 
     def find(self, presented: str) -> TokenConfig | None:
         """The configured token `presented` is (compared with every one, in constant time), or None."""
-        matched: TokenConfig | None = None
-        for secret, token in self._tokens:
-            if same_secret(presented, secret) and matched is None:
-                matched = token
-        return matched
+        found = first_match(presented, self._digests)
+        return None if found is None else self._tokens[found]
 
     def check(self, request: web.Request) -> TokenConfig:
         """The token the request carries; Unauthorized unless it is a configured one."""
