@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,14 +15,17 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_LISTEN_RE = re.compile(r"serving \d+ module rule\(s\) on (https?://[^\s\"]+)")  # also inside a JSON log line
+# `serve`'s log line (also inside a JSON log line), or what `gitreg demo` prints.
+_LISTEN_RE = re.compile(r"(?:serving \d+ module rule\(s\) on|The module browser:) (https?://[^\s\"/]+)")
 
 
 class GitregProcess:
-    """`python -m gitreg serve ARGS` on a free port; `url` is where it listens."""
+    """`python -m gitreg serve ARGS` (or `demo ARGS`) on a free port; `url` is where it listens."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
-        self.args = ["serve", "--port", "0", *args]
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, command: str = "serve"
+    ) -> None:
+        self.args = [command, "--port", "0", *args]
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or ROOT
         self.proc: subprocess.Popen[str] | None = None
@@ -69,12 +73,12 @@ class GitregProcess:
         log = [line for line in self.log if "GET /readyz" not in line]
         raise AssertionError(f"the index did not settle: {state}\n" + "".join(log[-20:]))
 
-    def stop(self, timeout: float = 15) -> int:
-        """SIGTERM, wait, and return the exit code."""
+    def stop(self, timeout: float = 15, sig: signal.Signals = signal.SIGTERM) -> int:
+        """SIGTERM (or `sig`: SIGINT is Ctrl-C), wait, and return the exit code."""
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -102,3 +106,12 @@ def run_gitreg(
         text=True,
         timeout=120,
     )
+
+
+def run_gitreg_on_a_taken_port(*args: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run `python -m gitreg ARGS --port P` while another socket listens on 127.0.0.1:P; (result, P)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        return run_gitreg(*args, "--port", str(port), cwd=cwd), port

@@ -11,7 +11,7 @@ import tarfile
 import time
 from pathlib import Path
 from typing import IO, cast
-from urllib.parse import parse_qsl, urljoin, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
@@ -73,22 +73,24 @@ def mono_rule(url: str, **extra: object) -> dict[str, object]:
 
 
 async def lookup(client, version: str, headers: dict[str, str] | None = None) -> tuple[str, dict]:
-    """The archive URL (path + query, resolved like a client does) and the JSON body of a download lookup."""
+    """The archive URL's path + query and the JSON body of a download lookup."""
     path = f"/v1/modules/acme/network/aws/{version}/download"
     resp = await client.get(path, headers=headers or {})
     assert resp.status == 200, await resp.text()
     body = await resp.json()
     assert resp.headers["X-Terraform-Get"] == body["location"]
-    resolved = urljoin(path, body["location"])
-    return resolved, body
+    # Absolute, on the origin the client reached (no public_url here): scanners resolve no relative one.
+    parts = urlsplit(body["location"])
+    assert f"{parts.scheme}://{parts.netloc}/" == str(client.make_url("/")), body
+    return f"{parts.path}?{parts.query}", body
 
 
 async def test_archive_download_answer_and_archive_contents(make_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
     client = await make_client(make_config([mono_rule(repo.url)]))
     url, body = await lookup(client, "1.1.0")
-    # relative to the download URL, ends in .tar.gz so go-getter treats it as an archive
-    assert set(body) == {"location"} and body["location"].startswith("./archive.tar.gz?checksum=sha256:")
+    # next to the download URL, ends in .tar.gz so go-getter treats it as an archive
+    assert set(body) == {"location"} and url.startswith("/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?checksum=")
     assert url.partition("?")[0] == "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz"
     head = await client.head(url)
     assert head.status == 200
@@ -99,7 +101,7 @@ async def test_archive_download_answer_and_archive_contents(make_client, tmp_pat
     assert "Content-Encoding" not in resp.headers  # clients must not un-gzip it on the fly
     assert int(resp.headers["Content-Length"]) == len(data) == int(head.headers["Content-Length"])
     # the checksum go-getter verifies before unpacking is the one of the bytes served
-    assert body["location"] == f"./archive.tar.gz?checksum=sha256:{hashlib.sha256(data).hexdigest()}"
+    assert body["location"].endswith(f"/1.1.0/archive.tar.gz?checksum=sha256:{hashlib.sha256(data).hexdigest()}")
     assert resp.headers["ETag"] and resp.headers["ETag"] == head.headers["ETag"]
     # only the module's directory, at the archive root
     assert sorted(n for n, m in members(data).items() if m.isfile()) == ["main.tf", "sub/vars.tf"]
@@ -287,6 +289,54 @@ async def test_absolute_archive_url_with_public_url(make_client, tmp_path):
     assert location.startswith("https://registry.example.com/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?expires=")
     parts = urlsplit(location)
     assert (await client.get(f"{parts.path}?{parts.query}")).status == 200
+
+
+async def download_location(client, headers: dict[str, str]) -> str:
+    resp = await client.get("/v1/modules/acme/network/aws/1.1.0/download", headers={**BEARER, **headers})
+    assert resp.status == 200, await resp.text()
+    location: str = (await resp.json())["location"]
+    assert resp.headers["X-Terraform-Get"] == location
+    return location
+
+
+async def test_a_forged_host_never_moves_the_archive_url_off_public_url(make_client, tmp_path):
+    repo = mono_repo(tmp_path / "repos")
+    server = {"public_url": "https://registry.example.com", "trusted_proxies": ["127.0.0.1"]}
+    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH, server=server))
+    for headers in (
+        {"Host": "evil.example"},
+        {"X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "http"},  # even from a trusted proxy
+    ):
+        location = await download_location(client, headers)
+        assert location.startswith("https://registry.example.com/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?")
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["evil.example/x?", "user@evil.example", "evil.example:99999", "a b", "[not-ipv6]:80", "evil.example#"],
+)
+async def test_a_host_header_that_is_no_host_leaves_the_archive_url_relative(make_client, tmp_path, host):
+    repo = mono_repo(tmp_path / "repos")
+    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH))
+    location = await download_location(client, {"Host": host})
+    assert location.startswith("./archive.tar.gz?expires="), location
+
+
+async def test_archive_url_follows_the_host_and_a_trusted_proxys_forwarded_origin(make_client, tmp_path):
+    repo = mono_repo(tmp_path / "repos")
+    forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "registry.corp.example, proxy.internal"}
+    path = "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?"
+    # Not from a trusted proxy: the forwarded headers are anyone's, the connection's Host counts.
+    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH))
+    assert (await download_location(client, {"Host": "Registry.Example.test:8080", **forwarded})).startswith(
+        f"http://registry.example.test:8080{path}"
+    )
+    trusted = make_config([mono_rule(repo.url)], auth=AUTH, server={"trusted_proxies": ["127.0.0.0/8"]})
+    client = await make_client(trusted)
+    assert (await download_location(client, forwarded)).startswith(f"https://registry.corp.example{path}")
+    # A trusted proxy that forwards no host: the Host it sent.
+    location = await download_location(client, {"Host": "[::1]:8443", "X-Forwarded-Proto": "https"})
+    assert location.startswith(f"https://[::1]:8443{path}")
 
 
 def test_archive_mode_with_tokens_needs_a_signing_key():

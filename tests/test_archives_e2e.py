@@ -283,6 +283,7 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
     assert not (work / ".terraform/modules/hello/main.tf").exists()
     # Signed and checksummed (go-getter takes `checksum` out before it fetches; the signature still
     # holds): the checksum of the archive as gitreg built it, not of what is on disk now.
-    assert location.startswith("./archive.tar.gz?expires=") and location.endswith(f"&checksum=sha256:{built}")
+    archive_url = f"{server.url}/v1/modules/demo/hello/null/1.0.0/archive.tar.gz?expires="
+    assert location.startswith(archive_url) and location.endswith(f"&checksum=sha256:{built}")
     # the archive was served (the bytes reached Terraform, which refused them), not refused by gitreg
     assert log.count("/v1/modules/demo/hello/null/1.0.0/archive.tar.gz") >= 2, log[-3000:]

@@ -146,7 +146,7 @@ async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_be
 async def test_a_path_that_is_no_endpoint_is_404_with_or_without_a_token(client, git_host):
     # Only the API's endpoints need the token: a typo'd URL says "no such endpoint", not "401".
     # (`/` is the module browser's page: with tokens it sends a browser to /login, see test_ui.py.)
-    for path in ("/nope", "/v1/nothing-here", "/favicon.ico", "/v1/modules/acme/vpc/aws/1.0.0/download/extra"):
+    for path in ("/nope", "/v1/nothing-here", "/v1/modules/acme/vpc/aws/1.0.0/download/extra"):
         for headers in ({}, bearer("wrong-token-but-long-enough"), bearer(ADMIN)):
             resp = await client.get(path, headers=headers)
             await assert_error(resp, 404, "no such endpoint")

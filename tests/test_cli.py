@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg, run_gitreg_on_a_taken_port
 from tests.support.repos import GitRepo
 
 
@@ -111,6 +112,17 @@ def test_check_probe_exits_1_when_a_repository_cannot_be_listed(tmp_path):
     )
     assert result.returncode == 1
     assert "ERROR: repository" in result.stdout and "does not exist upstream" in result.stdout
+
+
+def test_check_probe_exits_1_for_a_configured_module_without_a_semver_tag(tmp_path):
+    repo = GitRepo(tmp_path, "untagged")
+    repo.commit({"main.tf": "#\n"})
+    repo.tag("latest")
+    for probe in (["--probe"], ["--probe", "demo/untagged/null"]):
+        result = run_gitreg("check", *probe, "--module", f"demo/untagged/null={repo.url}", cwd=tmp_path)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "ERROR: no SemVer tag yet: nothing to serve (push a tag like v1.0.0)" in result.stdout
+        assert "skipped tag 'latest':" in result.stdout
 
 
 def test_bad_module_flag_is_a_config_error(tmp_path):
@@ -277,11 +289,29 @@ def test_a_storage_path_that_is_a_file_is_named_as_such_not_as_a_listen_error(tm
 
 @pytest.mark.slow
 def test_a_port_in_use_is_a_listen_error(tmp_path):
-    import socket
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = run_gitreg("serve", "--port", str(port), "--module", "demo/x/null=file:///x.git", cwd=tmp_path)
+    result, port = run_gitreg_on_a_taken_port("serve", "--module", "demo/x/null=file:///x.git", cwd=tmp_path)
     assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+@pytest.mark.slow
+def test_a_port_in_use_fails_at_once_with_one_line_before_touching_the_storage(tmp_path):
+    repo = tagged_repo(tmp_path)
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state"}"\n\n'
+        f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+    )
+    with GitregProcess("--config", str(config), cwd=tmp_path) as first:
+        first.wait_indexed()
+        port = first.url.rsplit(":", 1)[1]
+        before = len(first.log)
+        started = time.monotonic()
+        result = run_gitreg("serve", "--config", str(config), "--port", port, cwd=tmp_path)
+        elapsed = time.monotonic() - started
+        assert fetch_json(f"{first.url}/readyz")[0] == 200  # the first instance carries on
+    assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")
+    # One line: it did not load the other instance's storage nor start an index process first.
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert elapsed < 5, elapsed  # loosely: "within a second" on a quiet machine
+    assert first.proc.returncode == 0
+    assert not [line for line in first.log[before:] if "index process" in line], first.log[before:]

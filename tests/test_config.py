@@ -14,8 +14,10 @@ from gitreg.config.model import (
     CacheConfig,
     Config,
     Credential,
+    ForgeAuthConfig,
     GitConfig,
     ModuleRule,
+    OidcConfig,
     OrgConfig,
     ServerConfig,
     StorageConfig,
@@ -54,12 +56,16 @@ def test_example_config_is_valid():
         ("webhooks", WebhooksConfig),
         ("auth", TokenConfig),
         ("orgs", OrgConfig),
+        ("auth.forges", ForgeAuthConfig),
+        ("auth.oidc", OidcConfig),
     ],
 )
 def test_every_config_key_is_documented_in_the_example(section, cls):
     text = EXAMPLE.read_text()
     documented = set(re.findall(r"\b([a-z_]+)\s*=", text))
     assert f"[{section}]" in text or f"[[{section}]]" in text
+    # An array of tables inside a section ([[auth.forges]]) documents that field by its header.
+    documented |= {m.rsplit(".", 1)[-1] for m in re.findall(rf"\[\[{re.escape(section)}\.(\w+)\]\]", text)}
     missing = [f.name for f in dataclasses.fields(cls) if f.name not in documented]
     assert not missing, f"[{section}] keys missing from config.example.toml: {missing}"
 
@@ -72,7 +78,8 @@ def test_every_top_level_section_is_documented():
 
 
 def test_example_documents_only_keys_the_parser_accepts(tmp_path):
-    text = re.sub(r"^# ?(\w+\s*=)", r"\1", EXAMPLE.read_text(), flags=re.MULTILINE)
+    # Every commented key and every commented array-of-tables header ([[auth.forges]]) uncommented.
+    text = re.sub(r"^# ?(\w+\s*=|\[\[[\w.]+\]\]$)", r"\1", EXAMPLE.read_text(), flags=re.MULTILINE)
     for name in ("cert.pem", "key.pem"):
         (tmp_path / name).write_text("x")
         text = text.replace(f"/etc/gitreg/tls/{name}", str(tmp_path / name))
@@ -348,3 +355,83 @@ def test_trusted_proxies_are_ip_addresses_or_networks():
     assert problems({"server": {"trusted_proxies": ["10.0.0.0/8", "proxy.example"]}}) == [
         "server.trusted_proxies[1]: 'proxy.example' is not an IP address or CIDR network like 10.0.0.0/8"
     ]
+
+
+def test_auth_forges_and_oidc_are_read_with_their_defaults():
+    config = parse_config(
+        {
+            "auth": {
+                "signing_key": "k" * 40,
+                "forges": [
+                    {
+                        "provider": "gitlab",
+                        "url": "https://gitlab.example.com/",
+                        "oauth_client_id": "id",
+                        "oauth_client_secret": "${SECRET}",
+                    },
+                    {"provider": "github"},
+                    {"provider": "github", "url": "https://ghe.example.com", "recheck_seconds": 60},
+                ],
+                "oidc": [
+                    {
+                        "issuer": "https://token.actions.githubusercontent.com",
+                        "audience": "https://r.example",
+                        "namespaces": ["acme"],
+                        "claims": {"repository_owner": "acme"},
+                    }
+                ],
+            }
+        },
+        {"SECRET": "s3cret"},
+    )
+    gitlab, github, ghe = config.auth.forges
+    assert (gitlab.url, gitlab.api_url, gitlab.oauth, gitlab.recheck_seconds) == (
+        "https://gitlab.example.com",
+        "https://gitlab.example.com/api/v4",
+        True,
+        300.0,
+    )
+    assert "s3cret" not in repr(gitlab)
+    assert (github.url, github.api_url, github.oauth) == ("https://github.com", "https://api.github.com", False)
+    assert (ghe.api_url, ghe.recheck_seconds) == ("https://ghe.example.com/api/v3", 60.0)
+    (oidc,) = config.auth.oidc
+    assert oidc.namespaces == ("acme",) and oidc.claims == (("repository_owner", "acme"),)
+    assert config.auth.enabled
+
+
+def test_auth_identity_keys_are_validated_by_key():
+    found = problems(
+        {
+            "auth": {
+                "forges": [
+                    {
+                        "provider": "gitlab",
+                        "url": "http://gitlab.example.com",
+                        "recheck_seconds": float("inf"),
+                        "oauth_client_id": "id",
+                    },
+                    {"provider": "github", "oauth_client_id": "id", "oauth_client_secret": "s"},
+                ],
+                "oidc": [{"issuer": "http://issuer.example", "audience": ""}],
+            }
+        }
+    )
+    assert (
+        "auth.forges[0].url: 'http://gitlab.example.com' must be an https:// URL (http:// only when [git] "
+        "protocols allows http)" in found
+    )
+    assert "auth.forges[0].recheck_seconds: must be a number between 10 and 3600, not inf" in found
+    assert "auth.forges[0].oauth_client_id: needs oauth_client_secret too (the OAuth application's secret)" in found
+    assert any(p.startswith("auth.forges[1].oauth_client_id: needs [auth] signing_key") for p in found)
+    assert any(p.startswith("auth.oidc[0].issuer: 'http://issuer.example' must be an https:// URL") for p in found)
+    assert "auth.oidc[0].audience: must not be empty: it is the `aud` the CI job asks its token for" in found
+
+
+def test_auth_forges_may_be_plain_http_when_git_allows_http():
+    config = parse_config(
+        {
+            "git": {"protocols": ["https", "http"]},
+            "auth": {"forges": [{"provider": "gitlab", "url": "http://127.0.0.1:9/"}]},
+        }
+    )
+    assert config.auth.forges[0].api_url == "http://127.0.0.1:9/api/v4"

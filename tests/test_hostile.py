@@ -78,7 +78,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "webhooks"
 # every run explores afresh, and nothing is written into the checkout.
 EXAMPLES = 300
 TAG_EXAMPLES = 300  # the tag-name property is pure: no request, no git
-UI_PAGE = re.compile(r"/modules(/[^/]+){3,4}")  # ui.py's module and version pages
+UI_PAGE = re.compile(r"/modules(/.*)?", re.DOTALL)  # the pages: every path under /modules is one (pages/views.py)
 SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -742,12 +742,12 @@ def test_any_tag_is_served_so_that_the_location_names_exactly_it_or_is_skipped_w
     for tag in served:
         location = git_location(clone_url, "modules/x", tag)
         # go-getter reads `git::<url>//<subdir>?<query>`: the query must decode (Go's ParseQuery,
-        # '+' as space, like parse_qs) to one `ref`, exactly the tag; no fragment may appear.
+        # '+' as space, like parse_qs) to one `ref`, exactly the tag, and `depth=1`; no fragment may appear.
         url = location.removeprefix("git::")
         assert "#" not in url and " " not in url
         base, _, query = url.partition("?")
         assert base.endswith("/acme/infra.git//modules/x")
-        assert parse_qs(query, keep_blank_values=True, strict_parsing=True) == {"ref": [tag]}
+        assert parse_qs(query, keep_blank_values=True, strict_parsing=True) == {"ref": [tag], "depth": ["1"]}
 
 
 # Tags git itself accepts, each one a trap for a naive `?ref=` + tag; and two that git refuses.
@@ -794,7 +794,7 @@ async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(make
         assert resp.headers["X-Terraform-Get"] == location
         base, _, query = location.partition("?")
         assert base == f"git::{nasty_repo.url}"
-        assert parse_qs(query, strict_parsing=True) == {"ref": [tag]}
+        assert parse_qs(query, strict_parsing=True) == {"ref": [tag], "depth": ["1"]}
 
 
 def test_check_probe_says_why_each_special_tag_is_skipped(nasty_repo):

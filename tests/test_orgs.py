@@ -293,7 +293,7 @@ async def test_versions_and_download_of_an_org_module_that_no_rule_names(make_cl
     assert await versions_of(client) == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     resp = await client.get("/v1/modules/acme/vpc/aws/1.1.0/download")
     assert resp.status == 200, await resp.text()
-    assert resp.headers["X-Terraform-Get"] == f"git::{git_http.url('terraform-aws-vpc.git')}?ref=v1.1.0"
+    assert resp.headers["X-Terraform-Get"] == f"git::{git_http.url('terraform-aws-vpc.git')}?ref=v1.1.0&depth=1"
 
 
 async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http, tmp_path):
@@ -304,7 +304,10 @@ async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     assert resp.status == 200, await resp.text()
     # gitreg lists tags over https (with [[credentials]]); clients clone over ssh with their keys.
-    assert resp.headers["X-Terraform-Get"] == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0"
+    assert (
+        resp.headers["X-Terraform-Get"]
+        == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0&depth=1"
+    )
     assert git_http.ref_advertisements("terraform-aws-vpc.git") == 1
 
 
@@ -715,11 +718,12 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
     assert result.returncode == 0, out + result.stderr
     assert "1 org(s)" in out
     assert f"org gitlab:platform/terraform ({fake.api_url}) -> namespace acme" in out
-    assert "4 repositories found, 2 module(s), 2 ignored" in out
+    assert "4 repositories found, 1 module(s), 3 ignored" in out
     assert "module acme/vpc/aws <- platform/terraform/terraform-aws-vpc" in out
     assert "versions (2): 1.2.0, 1.0.0" in out
-    assert "module acme/empty/aws <- platform/terraform/sandbox/terraform-aws-empty" in out
-    assert "not listed: no SemVer tag" in out
+    # A repository without a SemVer tag is ignored with the reason (not an error: exit 0 above).
+    assert "module acme/empty/aws" not in out
+    assert "ignored platform/terraform/sandbox/terraform-aws-empty: no SemVer tag" in out
     assert "ignored platform/terraform/terraform-aws-legacy: archived" in out
     assert "ignored platform/terraform/handbook: name does not match repository_pattern" in out
     assert API_TOKEN not in out + result.stderr

@@ -92,3 +92,60 @@ def test_the_base_image_is_pinned_by_digest_to_the_python_minor_the_tests_run_on
     [base] = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
     match = cast(re.Match[str], re.fullmatch(r"python:(\d+)\.(\d+)\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base))
     assert (int(match.group(1)), int(match.group(2))) == sys.version_info[:2]
+
+
+def _pins() -> dict[str, str]:
+    pinned = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pinned[_name(name)] = version.strip()
+    return pinned
+
+
+def test_requirements_lock_pins_every_dependency_and_theirs_within_pyprojects_bounds():
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned = _pins()
+    wanted = [Requirement(r) for r in [*project["dependencies"], *project["optional-dependencies"]["test"]]]
+    outside = [
+        f"{r} (pinned {pinned[_name(r.name)]})"
+        for r in wanted
+        if _name(r.name) in pinned and Version(pinned[_name(r.name)]) not in r.specifier
+    ]
+    assert not outside, f"requirements.lock pins outside pyproject.toml's bounds: {outside}"
+    # And theirs, as installed here: `pip install -c requirements.lock '.[test]'` leaves none unpinned.
+    missing, seen, todo = set(), set(), list(wanted)
+    while todo:
+        requirement = todo.pop()
+        key = (_name(requirement.name), tuple(sorted(requirement.extras)))
+        if key in seen:
+            continue
+        seen.add(key)
+        if key[0] not in pinned:
+            missing.add(requirement.name)
+        try:
+            distribution = importlib.metadata.distribution(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for text in distribution.requires or []:
+            sub = Requirement(text)
+            extras = {"extra": ""}, *({"extra": e} for e in requirement.extras)
+            if sub.marker is None or any(sub.marker.evaluate(env) for env in extras):
+                todo.append(sub)
+    assert not missing, f"requirements.lock does not pin: {sorted(missing)}"
+
+
+def test_every_install_command_honours_the_lock():
+    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    installs = [line for block in blocks for line in block.splitlines() if line.startswith("pip install")]
+    installs += [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines() if line.startswith("pip install")]
+    installs += re.findall(r"pip install [^\n]*", (ROOT / "scripts/test").read_text())
+    installs += re.findall(r"^RUN pip install [^\n]*", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert len(installs) >= 5, installs
+    assert all("-c requirements.lock" in line for line in installs), installs

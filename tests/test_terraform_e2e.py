@@ -16,7 +16,7 @@ from typing import cast
 
 import pytest
 
-from tests.gitreg_process import ROOT, GitregProcess
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg
 from tests.support.githttp import GitHttpServer
 from tests.support.repos import GitRepo
 from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
@@ -174,6 +174,10 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
     manifest = json.loads((work / ".terraform/modules/modules.json").read_text())
     net_dir = work / next(m["Dir"] for m in manifest["Modules"] if m["Key"] == "net")
     assert 'value = "net-1.4.0"' in (net_dir / "main.tf").read_text()
+    # A shallow clone of the tag (`depth=1`): its one commit, not the repository's history.
+    package = work / ".terraform/modules/net"
+    commits = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=package, capture_output=True, text=True)
+    assert (package / ".git/shallow").exists() and commits.stdout.strip() == "1", commits
 
 
 # What `terraform init` (and apply) leave in a working directory: never part of an example.
@@ -224,7 +228,8 @@ def test_copying_an_example_leaves_terraform_working_files_behind(tmp_path):
 
 def test_readme_quickstart_installs_the_demo_module(client, tmp_path):
     demo = tmp_path / "demo"
-    subprocess.run(["bash", str(ROOT / "examples/demo-repo.sh"), str(demo)], check=True, capture_output=True)
+    built = run_gitreg("demo", "--dir", str(demo), "--no-serve", cwd=tmp_path)  # the README's longer path
+    assert built.returncode == 0, built.stdout + built.stderr
     # The checkout as a user has it after following the quickstart once: the test must not care.
     checkout = tmp_path / "checkout"
     shutil.copytree(ROOT / "examples/terraform", checkout, ignore=shutil.ignore_patterns(*TERRAFORM_WORKING_FILES))

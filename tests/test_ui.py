@@ -168,3 +168,108 @@ async def test_relative_readme_links_point_into_the_repository(make_client, tmp_
     text = await (await client.get("/modules/acme/vpc/aws")).text()
     assert 'href="https://gitlab.example.com/acme/terraform-aws-vpc/-/blob/v1.0.0/docs/guide.md"' in text
     assert GIT_USER not in text and GIT_PASSWORD not in text
+
+
+# --- The index's sort and page numbers; every path under the pages is a page -------------------
+
+
+def dated_repos(tmp_path: Path) -> list[dict]:
+    """Three modules whose name order, date order and download order all differ."""
+    found = []
+    for name, date in (
+        ("alpha", "2024-03-01T00:00:00Z"),
+        ("bravo", "2025-06-01T00:00:00Z"),
+        ("charlie", "2023-01-01T00:00:00Z"),
+    ):
+        repo = GitRepo(tmp_path / "repos", name)
+        repo.commit({"README.md": f"# {name}\n\nThe {name} module.\n", "main.tf": "# m\n"}, date=date)
+        repo.tag("v1.0.0")
+        found.append({"namespace": "acme", "name": name, "system": "aws", "repository": repo.url})
+    return found
+
+
+def listed_names(text: str) -> list[str]:
+    return re.findall(r'<h2><a href="/modules/acme/([a-z0-9-]+)/aws">', text)
+
+
+async def test_the_index_sorts_by_newest_name_and_downloads(make_client, tmp_path):
+    client = await indexed(await make_client(make_config(dated_repos(tmp_path), storage={"path": str(tmp_path / "s")})))
+    for _ in range(2):
+        assert (await client.get("/v1/modules/acme/charlie/aws/1.0.0/download")).status == 200
+    assert (await client.get("/v1/modules/acme/alpha/aws/1.0.0/download")).status == 200
+    assert listed_names(await (await client.get("/")).text()) == ["bravo", "alpha", "charlie"]  # newest first
+    assert listed_names(await (await client.get("/?sort=newest")).text()) == ["bravo", "alpha", "charlie"]
+    assert listed_names(await (await client.get("/?sort=name")).text()) == ["alpha", "bravo", "charlie"]
+    assert listed_names(await (await client.get("/?sort=downloads")).text()) == ["charlie", "alpha", "bravo"]
+    # A search is best match first unless asked otherwise; an unknown sort is the default order.
+    assert listed_names(await (await client.get("/?q=module&sort=name")).text()) == ["alpha", "bravo", "charlie"]
+    text = await (await client.get("/?sort=<script>")).text()
+    assert listed_names(text) == ["bravo", "alpha", "charlie"] and "<script>" not in text
+    assert '<option value="downloads" selected>' in await (await client.get("/?sort=downloads")).text()
+
+
+async def test_the_index_has_page_numbers_that_keep_the_query(make_client, tmp_path):
+    repo = GitRepo(tmp_path / "repos", "many")
+    repo.commit({"README.md": "# many\n\nOne of many.\n", "main.tf": "# m\n"})
+    repo.tag("v1.0.0")
+    rules = [{"namespace": "acme", "name": f"m{i:02d}", "system": "aws", "repository": repo.url} for i in range(95)]
+    client = await indexed(await make_client(make_config(rules, storage={"path": str(tmp_path / "s")})))
+    text = await (await client.get("/?sort=name&offset=40")).text()
+    assert listed_names(text)[0] == "m40" and "41\u201360 of 95 modules" in text
+    numbers = re.findall(r'<a href="([^"]+)"(?: aria-current="page"| aria-label="Page \d+")>(\d+)</a>', text)
+    assert [n for _, n in numbers] == ["1", "2", "3", "4", "5"]
+    assert {n: url for url, n in numbers}["5"] == "/?sort=name&amp;offset=80"
+    assert '<a href="/?sort=name&amp;offset=40" aria-current="page">3</a>' in text
+    far = await (await client.get("/?sort=name&offset=0")).text()
+    assert re.findall(r">(\d+|…)</(?:a|span)>\s*</li>", far) == ["1", "2", "3", "…", "5"]
+    assert listed_names(await (await client.get("/?sort=name&offset=80")).text())[-1] == "m94"
+
+
+async def test_every_path_under_the_pages_is_html(open_client):
+    resp = await open_client.get("/modules/acme/vpc")  # a namespace/name: its systems
+    text = await resp.text()
+    assert resp.status == 200 and resp.content_type == "text/html"
+    assert '<a href="/modules/acme/vpc/aws">acme/vpc/aws</a>' in text
+    for path in ("/modules/acme/nope", "/modules/acme/vpc/aws/1.0.0/nothing/here", "/modules/Bad!/x"):
+        resp = await open_client.get(path)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+        assert "Content-Security-Policy" in resp.headers, path
+    for path, target in (("/modules", "/"), ("/modules/", "/"), ("/modules/acme", "/?namespace=acme")):
+        resp = await open_client.get(path, allow_redirects=False)
+        assert resp.status == 302 and resp.headers["Location"] == target, path
+    resp = await open_client.get("/favicon.ico")
+    assert resp.status == 200 and resp.content_type == "image/vnd.microsoft.icon"
+    assert (await resp.read())[:4] == b"\x00\x00\x01\x00"  # an ICO file
+    text = await (await open_client.get("/")).text()
+    assert '<link rel="icon" href="/static/favicon.svg"' in text
+    svg = await open_client.get("/static/favicon.svg")
+    assert svg.status == 200 and svg.content_type == "image/svg+xml"
+
+
+async def test_sources_are_copy_ready_with_the_public_host_and_served_dependencies_link(make_client, tmp_path):
+    from tests.support.realistic import labels_module, write_vpc_module
+
+    vpc = GitRepo(tmp_path / "repos", "terraform-aws-vpc")
+    write_vpc_module(vpc, "registry.example.com")
+    vpc.tag("v5.4.0")
+    labels = labels_module(tmp_path / "repos")
+    rules = [
+        {"namespace": "acme", "name": "vpc", "system": "aws", "repository": vpc.url},
+        {"namespace": "acme", "name": "labels", "system": "null", "repository": labels.url},
+    ]
+    config = make_config(
+        rules, storage={"path": str(tmp_path / "s")}, server={"public_url": "https://registry.example.com"}
+    )
+    client = await indexed(await make_client(config))
+    text = await (await client.get("/modules/acme/vpc/aws")).text()
+    for source in ("acme/vpc/aws", "acme/vpc/aws//modules/flow-log", "acme/vpc/aws//examples/complete"):
+        assert f"source  = &#34;registry.example.com/{source}&#34;\n  version = &#34;~&gt; 5.4&#34;" in text, source
+    assert text.count('class="copy" data-copy=') == 1 + 2 + 2  # the module, two submodules, two examples
+    assert '<a href="/modules/acme/labels/null">registry.example.com/acme/labels/null</a>' in text
+    assert "terraform-aws-modules/vpc/aws//modules/vpc-endpoints</code>" in text  # not served here: no link
+    # Required inputs first, then optional, with counts; a long default folds.
+    assert text.index("Required inputs") < text.index("Optional inputs")
+    assert (
+        'Required inputs <span class="n">(3)</span>' in text and 'Optional inputs <span class="n">(27)</span>' in text
+    )
+    assert '<details class="value"><summary><code>[{&#34;self&#34;: true' in text

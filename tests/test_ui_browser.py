@@ -167,10 +167,13 @@ def test_index_search_filter_module_and_versions(server, browser, shots):
     assert readme.find_element(By.TAG_NAME, "table").text.startswith("Subnet Size")
     guide = readme.find_element(By.LINK_TEXT, "the usage guide").get_attribute("href")
     assert guide == "https://github.com/acme/terraform-aws-vpc/blob/v2.1.0/docs/usage.md"
-    inputs = [r.text for r in b.find_elements(By.CSS_SELECTOR, "#root-h ~ .table tbody tr")]
-    assert any(r.startswith("cidr string The VPC CIDR block.") for r in inputs), inputs
-    assert "aws_vpc.this" in b.find_element(By.CSS_SELECTOR, "main").text
+    b.find_element(By.LINK_TEXT, "Inputs (2)").click()
+    inputs = [r.text for r in b.find_elements(By.CSS_SELECTOR, "#inputs .var")]
+    assert inputs == ["name\nName tag.\nType string", 'cidr\nThe VPC CIDR block.\nType string\nDefault "10.0.0.0/16"']
+    b.find_element(By.LINK_TEXT, "Resources (1)").click()
+    assert "aws_vpc.this" in b.find_element(By.ID, "resources").text
     assert b.find_element(By.ID, "modules/subnets") and b.find_element(By.ID, "examples/complete")
+    b.find_element(By.CSS_SELECTOR, ".picker summary").click()  # the version picker, by the title
     versions = [li.text for li in b.find_elements(By.CSS_SELECTOR, ".versions li")]
     assert versions == ["2.2.0-rc.1 prerelease", "2.1.0 latest", "1.0.0"]
 
@@ -178,7 +181,7 @@ def test_index_search_filter_module_and_versions(server, browser, shots):
     assert b.find_element(By.ID, "shown-version").text == "1.0.0"
     # An older version's details are read in the background on the first visit (no git while
     # rendering): the page says so and reloads itself until they are there.
-    readme = WebDriverWait(b, 20).until(lambda d: d.find_elements(By.ID, "readme"))
+    readme = WebDriverWait(b, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#readme .markdown"))
     assert "The first VPC." in readme[0].text
     assert 'version = "~> 1.0"' in b.find_element(By.ID, "snippet").text
     b.save_screenshot(str(shots / "module-1.0.0.png"))

@@ -1,4 +1,4 @@
-"""Command line: `gitreg serve` and `gitreg check`. Returns exit codes; logging is set up here only."""
+"""Command line: `gitreg serve`, `gitreg check` and `gitreg tokens`. Returns exit codes; logging is set up here only."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import asyncio
 import dataclasses
 import logging
 import os
-import signal
+import re
 import ssl
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gitreg import __version__
+from gitreg.cli import tokens
+from gitreg.cli.server import ListenError, run_server
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
 from gitreg.config.rules import shadowed_rules
@@ -31,11 +34,21 @@ log = logging.getLogger("gitreg")
 EXIT_OK = 0
 EXIT_PROBE_FAILED = 1
 EXIT_CONFIG = 2
+# `gitreg --help`'s summary of the README's exit-code table (tests/test_quickstart.py compares them).
+EXIT_CODES = """exit codes:
+  0  check: the config is valid (with --probe: every repository was listed); serve, demo: stopped by SIGTERM/SIGINT
+  1  check --probe: a repository could not be listed or a configured module has no SemVer tag;
+     check with [cache] backend = "redis": Redis does not answer; serve --workers N: a worker died
+  2  the config is invalid or unreadable, or serve or demo cannot start (a port in use, a storage path
+     that is not a directory...): one line per problem on stderr"""
+_WITH_EXIT_CODES: dict[str, Any] = {"epilog": EXIT_CODES, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gitreg", description="A Terraform/OpenTofu module registry served from Git tags."
+        prog="gitreg",
+        description="A Terraform/OpenTofu module registry served from Git tags.",
+        **_WITH_EXIT_CODES,
     )
     parser.add_argument("--version", action="version", version=f"gitreg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -51,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
-    serve = sub.add_parser("serve", help="run the registry server")
+    serve = sub.add_parser("serve", help="run the registry server", **_WITH_EXIT_CODES)
     common(serve)
     serve.add_argument("--host", help="listen address (overrides [server] host)")
     serve.add_argument("--port", type=int, help="listen port (overrides [server] port)")
@@ -69,7 +82,11 @@ def _parser() -> argparse.ArgumentParser:
         help='N worker processes on one port (needs [cache] backend = "redis" when N > 1)',
     )
 
-    check = sub.add_parser("check", help="validate the config; exit 0, or print every problem and exit 2")
+    _add_demo(sub)
+
+    check = sub.add_parser(
+        "check", help="validate the config; exit 0, or print every problem and exit 2", **_WITH_EXIT_CODES
+    )
     common(check)
     check.add_argument(
         "--probe",
@@ -80,14 +97,39 @@ def _parser() -> argparse.ArgumentParser:
         help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
         "through whichever rule serves it (wildcard rules too)",
     )
+    tokens.add_parser(sub, common)
     return parser
 
 
-def resolve_config(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> Config:
-    """The config from --config, $GITREG_CONFIG or ./gitreg.toml (or none), plus --module rules."""
-    path = args.config or env.get("GITREG_CONFIG") or None
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="build a tagged demo module, serve it and print the `terraform init` that installs it",
+        description="Build a tagged demo repository (demo/hello/null), serve it and print the exact\n"
+        "`terraform init` command that installs it and the module browser's URL. Ctrl-C stops it\n"
+        "and removes what it made (unless --dir). Uses no config file and not your [storage] path.",
+        **_WITH_EXIT_CODES,
+    )
+    demo.add_argument("--dir", metavar="DIR", help="build the demo in DIR and keep it (default: a temporary directory)")
+    demo.add_argument(
+        "--no-serve", action="store_true", help="with --dir: build the demo there, print how to serve it, and exit"
+    )
+    demo.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    demo.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0: any free port)")
+    demo.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def config_path(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The config file: --config, else $GITREG_CONFIG, else ./gitreg.toml when there is one."""
+    path: str | None = args.config or env.get("GITREG_CONFIG") or None
     if path is None and Path("gitreg.toml").is_file():
         path = "gitreg.toml"
+    return path
+
+
+def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
+    """The config from --config, $GITREG_CONFIG or ./gitreg.toml (or none), plus --module rules."""
+    path = config_path(args, env)
     config = load_config(path, env) if path is not None else Config()
     problems: list[str] = []
     extra = []
@@ -120,21 +162,11 @@ def _refuse_nothing_to_serve(config: Config) -> bool:
     if module_sources(config):
         return False
     print(
-        "gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL",
+        "gitreg: no modules to serve: add [[modules]] or [[orgs]] to the config or pass --module NS/NAME/SYSTEM=URL "
+        "(examples/gitreg.toml is a starting point; `gitreg demo` serves a demo module)",
         file=sys.stderr,
     )
     return True
-
-
-class _ListenError(Exception):
-    """The listening socket could not be opened (address in use, no such address, permission)."""
-
-    def __init__(self, error: OSError) -> None:
-        # asyncio rewords bind errors ("error while attempting to bind on address ..."): the plain
-        # reason from errno; a resolver error (negative errno) keeps its own text.
-        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else (error.strerror or str(error))
-        super().__init__(reason)
-        self.strerror = reason
 
 
 def prepare_storage(path: str) -> str | None:
@@ -188,9 +220,9 @@ def _serve(config: Config, workers: int = 1) -> int:
         if workers > 1:
             from gitreg.cli.workers import run_workers
 
-            return run_workers(config, workers, lambda cfg: asyncio.run(_run_server(cfg, ssl_context, reuse_port=True)))
-        asyncio.run(_run_server(config, ssl_context))
-    except _ListenError as e:
+            return run_workers(config, workers, lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True)))
+        asyncio.run(run_server(config, ssl_context))
+    except ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return EXIT_CONFIG
     except OSError as e:  # the app's start-up (storage, executor) failed after the checks above
@@ -200,64 +232,51 @@ def _serve(config: Config, workers: int = 1) -> int:
     return EXIT_OK
 
 
-async def _run_server(config: Config, ssl_context: ssl.SSLContext | None, reuse_port: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything."""
-    from aiohttp import web
+def _demo(args: argparse.Namespace) -> int:
+    """`gitreg demo`: build the demo, serve it until Ctrl-C, say what to run and what stays behind."""
+    from gitreg.cli.demo import ADDRESS, DemoError, prepare
+    from gitreg.config.model import ServerConfig, StorageConfig
 
-    from gitreg.index.process import serve_role
-    from gitreg.observability.logs import AccessLogger
-    from gitreg.web.app import create_app
-    from gitreg.web.listener import Listener, loop_exception
-
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(loop_exception)
-    idle = config.server.idle_timeout_seconds
-    runner = web.AppRunner(
-        create_app(config, role=serve_role(config)),
-        handle_signals=False,
-        access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
-        shutdown_timeout=10,
-        # A client that hangs up cancels its handler, so git work it queued is dropped before
-        # it starts (gitpool) instead of running for nobody. aiohttp's default keeps it running.
-        handler_cancellation=True,
-        # aiohttp starts this timer when a connection opens and again after each response; when
-        # it fires with no complete request received, the connection is closed: a header-read
-        # timeout (slow or silent clients) and the keep-alive idle timeout in one.
-        keepalive_timeout=idle,
-    )
-    await runner.setup()
+    problem = None if 0 <= args.port <= 65535 else f"--port: must be between 0 and 65535, not {args.port}"
+    if args.no_serve and args.dir is None:
+        problem = "--no-serve needs --dir (a temporary demo would be removed at once)"
+    demo = None
     try:
-        # reuse_port: `--workers N` listen on one port, the kernel spreading connections (workers.py).
-        site = Listener(
-            runner, config.server.host, config.server.port, ssl_context, handshake_timeout=idle, reuse_port=reuse_port
+        demo = prepare(args.dir, Config().git) if problem is None else None
+    except DemoError as e:
+        problem = str(e)
+    if demo is None:
+        print(f"gitreg: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.no_serve:
+        print(f"gitreg demo: built {ADDRESS} in {demo.repository}; serve it with:\n")
+        print(f"  gitreg serve --module {ADDRESS}={demo.url}")
+        return EXIT_OK
+    config = dataclasses.replace(
+        Config(),
+        server=ServerConfig(host=args.host, port=args.port),
+        storage=StorageConfig(path=str(demo.storage)),
+        modules=(module_rule_from_flag(f"{ADDRESS}={demo.url}"),),
+    )
+
+    def serving(url: str) -> None:
+        print(
+            f"gitreg demo: serving {ADDRESS} (tags v1.0.0, v1.1.0, v1.2.0, v2.0.0-rc.1) from {demo.url}\n\n"
+            f"In another shell, install it with Terraform (or OpenTofu: tofu init):\n\n"
+            f"  {demo.point_terraform_at(url)}\n\n"
+            f"The module browser: {url}/\n"
+            "Press Ctrl-C to stop.",
+            flush=True,
         )
-        try:
-            await site.start()
-        except OSError as e:
-            raise _ListenError(e) from None
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        scheme = "https" if ssl_context else "http"
-        for address in runner.addresses:
-            host, port = address[0], address[1]
-            shown = f"[{host}]" if ":" in host else host
-            log.info(
-                "gitreg %s serving %d module rule(s) on %s://%s:%d",
-                __version__,
-                len(config.modules),
-                scheme,
-                shown,
-                port,
-            )
-        if config.orgs:
-            log.info(
-                "org mode: the repositories of %s", ", ".join(f"{org.label} as {org.namespace}" for org in config.orgs)
-            )
-        await stop.wait()
-        log.info("shutting down: finishing in-flight requests")
+
+    try:
+        asyncio.run(run_server(config, None, on_serving=serving))
+    except ListenError as e:
+        print(f"gitreg: cannot listen on {args.host}:{args.port}: {e.strerror} (try --port 0)", file=sys.stderr)
+        return EXIT_CONFIG
     finally:
-        await runner.cleanup()
+        print(f"gitreg demo: stopped; {demo.clean_up()}", flush=True)
+    return EXIT_OK
 
 
 def _rule_labels(config: Config, flag_rules: int) -> list[str]:
@@ -400,10 +419,11 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
         if latest is not None:
             print(f"  latest: {latest.canonical} (tag {latest.tag}, commit {latest.sha[:12]})")
     else:
-        print("  versions: none (push a tag like " + f"{tag_prefix}v1.0.0)")
+        # Nothing to serve: `terraform init` of it would fail, so the probe does (exit 1).
+        print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
-    return True
+    return bool(found.versions)
 
 
 def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
@@ -421,26 +441,45 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
             failed = True
             print(f"  ERROR: {report.error}")
             continue
-        print(f"  {report.found} repositories found, {len(report.modules)} module(s), {len(report.ignored)} ignored")
+        lines, ignored = [], list(report.ignored)
         for repo in report.modules:
-            print(f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})")
             try:
                 tags = adapter.ls_remote_tags(repo.repository)
             except GitregError as e:
                 failed = True
-                print(f"    ERROR: {e.message}")
+                lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
+                lines += [f"    ERROR: {e.message}"]
                 continue
             found = select_versions(tags.tags, "")
-            if not found.versions:
-                print("    not listed: no SemVer tag (push a tag like v1.0.0)")
+            if not found.versions:  # not served until it has one; not an error of the org's
+                ignored.append((repo.full_name, "no SemVer tag (push a tag like v1.0.0)"))
                 continue
             shown = ", ".join(tv.canonical for tv in found.versions[:10]) + (
                 ", ..." if len(found.versions) > 10 else ""
             )
-            print(f"    versions ({len(found.versions)}): {shown}")
-        for full_name, reason in report.ignored:
-            print(f"  ignored {full_name}: {reason}")
+            lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
+            lines += [f"    versions ({len(found.versions)}): {shown}"]
+        modules = len(report.modules) - (len(ignored) - len(report.ignored))
+        print(f"  {report.found} repositories found, {modules} module(s), {len(ignored)} ignored")
+        print("\n".join([*lines, *(f"  ignored {full_name}: {reason}" for full_name, reason in ignored)]))
     return EXIT_PROBE_FAILED if failed else EXIT_OK
+
+
+def _report_config_error(error: ConfigError, path: str | None) -> None:
+    """Every problem on stderr, under the file's name; what to do about `${VAR}`s that are not set."""
+    print(f"gitreg: invalid configuration{f' ({path})' if path else ''}:", file=sys.stderr)
+    for problem in error.problems:
+        print(f"  {problem}", file=sys.stderr)
+    unset = sorted({m.group(1) for p in error.problems if (m := _UNSET_RE.search(p))})
+    if unset:
+        print(
+            f"  (a ${{VAR}} is read from gitreg's environment: export {'=..., '.join(unset)}=... before running "
+            f"gitreg, or write the value{'s' if len(unset) > 1 else ''} in {path or 'the file'})",
+            file=sys.stderr,
+        )
+
+
+_UNSET_RE = re.compile(r"environment variable (\w+) is not set")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -463,13 +502,15 @@ def _main(argv: Sequence[str] | None) -> int:
     configure_logging(
         getattr(logging, args.log_level.upper()), getattr(args, "log_format", "text"), args.command == "serve"
     )
+    if args.command == "demo":
+        return _demo(args)
     try:
         config = resolve_config(args, os.environ)
     except ConfigError as e:
-        print("gitreg: invalid configuration:", file=sys.stderr)
-        for problem in e.problems:
-            print(f"  {problem}", file=sys.stderr)
+        _report_config_error(e, config_path(args, os.environ))
         return EXIT_CONFIG
     if args.command == "check":
         return _check(config, args.probe, flag_rules=len(args.module))
+    if args.command == "tokens":
+        return tokens.run(config, args)
     return _serve(config, args.workers)

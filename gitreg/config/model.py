@@ -117,11 +117,56 @@ class TokenConfig:
     namespaces: tuple[str, ...] | None = None
 
 
+# `[[auth.forges]] recheck_seconds`: how long a "can read" answer of the Git host is trusted.
+MIN_RECHECK_SECONDS = 10.0
+MAX_RECHECK_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class ForgeAuthConfig:
+    """One `[[auth.forges]]` entry: a Git host whose tokens, OAuth sign-in and "can read" answers open modules."""
+
+    provider: Provider
+    # The host's web URL (OAuth's authorize and token pages live there), without a trailing slash.
+    url: str
+    # The host's REST API, without a trailing slash (GitLab: <url>/api/v4; GitHub: https://api.github.com).
+    api_url: str
+    recheck_seconds: float = 300.0
+    oauth_client_id: str | None = None
+    oauth_client_secret: str | None = field(default=None, repr=False)
+    # Lifetime of the registry tokens `terraform login` issues for this host.
+    token_days: float = 30.0
+
+    @property
+    def oauth(self) -> bool:
+        """True when `terraform login` and "Sign in with ..." are offered for this host."""
+        return self.oauth_client_id is not None and self.oauth_client_secret is not None
+
+    @property
+    def label(self) -> str:
+        """How logs, metrics, pages and issued tokens name this host (no secret): `gitlab:gitlab.example.com`."""
+        return f"{self.provider}:{self.url.split('://', 1)[-1]}"
+
+
+@dataclass(frozen=True)
+class OidcConfig:
+    """One `[[auth.oidc]]` entry: CI jobs of this issuer present its signed ID token as the registry token."""
+
+    issuer: str
+    audience: str
+    # What a matching job may read; None: every namespace.
+    namespaces: tuple[str, ...] | None = None
+    # Every listed claim must match its glob (fnmatch), e.g. {"namespace_path": "platform/*"}.
+    claims: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass(frozen=True)
 class AuthConfig:
-    """`[auth]`: registry tokens; empty means the registry is open."""
+    """`[auth]`: registry tokens, Git hosts and CI issuers; none of them means the registry is open."""
 
     tokens: tuple[TokenConfig, ...] = field(default=(), repr=False)
+    forges: tuple[ForgeAuthConfig, ...] = ()
+    oidc: tuple[OidcConfig, ...] = ()
     metrics_token: str | None = field(default=None, repr=False)
     signing_key: str | None = field(default=None, repr=False)
     # How long a signed archive URL stays valid (Terraform fetches it right after the lookup).
@@ -129,8 +174,8 @@ class AuthConfig:
 
     @property
     def enabled(self) -> bool:
-        """True when `/v1/...` requests need a bearer token."""
-        return bool(self.tokens)
+        """True when `/v1/...` requests need a bearer token (of any kind)."""
+        return bool(self.tokens or self.forges or self.oidc)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gitreg.config.identity import parse_identities
 from gitreg.config.model import (
     DAY,
     DEFAULT_API_URLS,
@@ -409,11 +410,15 @@ def _parse_git(g: TableReader) -> GitConfig:
     return gitcfg
 
 
-def _parse_auth(a: TableReader) -> AuthConfig:
+def _parse_auth(a: TableReader, protocols: tuple[str, ...]) -> AuthConfig:
+    signing_key = a.str("signing_key")
+    forges, oidc = parse_identities(a, protocols, signing_key)
     auth = AuthConfig(
         tokens=_parse_tokens(a),
+        forges=forges,
+        oidc=oidc,
         metrics_token=a.str("metrics_token"),
-        signing_key=a.str("signing_key"),
+        signing_key=signing_key,
         # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
         signed_url_ttl_seconds=a.number(
             "signed_url_ttl_seconds", AuthConfig.signed_url_ttl_seconds, minimum=10.0, maximum=DAY
@@ -471,7 +476,8 @@ def _parse_modules(root: TableReader, protocols: tuple[str, ...], unsigned: bool
         for i, rule in enumerate(modules):
             if rule.download == "archive":
                 root.problems.append(
-                    f'modules[{i}].download: "archive" with [auth] tokens needs [auth] signing_key, which signs the '
+                    f'modules[{i}].download: "archive" with registry auth ([auth] tokens, forges or oidc) needs '
+                    "[auth] signing_key, which signs the "
                     'archive URLs Terraform fetches without its token (e.g. signing_key = "${GITREG_SIGNING_KEY}")'
                 )
                 break
@@ -492,7 +498,9 @@ def _parse_orgs(root: TableReader, unsigned: bool) -> list[OrgConfig]:
         seen_groups.setdefault(group_key, i)
         orgs.append(org)
     if unsigned and any(org.download == "archive" for org in orgs):
-        root.problems.append('orgs: download = "archive" with [auth] tokens needs [auth] signing_key')
+        root.problems.append(
+            'orgs: download = "archive" with registry auth ([auth] tokens, forges or oidc) needs [auth] signing_key'
+        )
     return orgs
 
 
@@ -516,12 +524,12 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     cache = _parse_cache(root.section("cache"))
     gitcfg = _parse_git(root.section("git"))
     a = root.section("auth")
-    auth = _parse_auth(a)
+    auth = _parse_auth(a, gitcfg.protocols)
     storage = _parse_storage(root.section("storage"))
     index = _parse_index(root.section("index"))
     ui = _parse_ui(root.section("ui"))
     webhooks = _parse_webhooks(root.section("webhooks"))
-    unsigned = bool(auth.tokens) and auth.signing_key is None  # archives would need a signing key
+    unsigned = auth.enabled and auth.signing_key is None  # archives would need a signing key
     modules = _parse_modules(root, gitcfg.protocols, unsigned and not a.problems_for("signing_key"))
     orgs = _parse_orgs(root, unsigned)
     credentials = _parse_credentials(root)

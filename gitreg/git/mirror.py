@@ -75,6 +75,16 @@ class MirrorGit:
         if status != 0:
             raise UpstreamUnavailable(f"could not create a mirror repository (git init exited with {status})")
 
+    def import_history(self, path: str, stream: bytes) -> None:
+        """Write commits and tags into the repository at `path` from a `git fast-import` stream
+        (`gitreg demo` builds its repository this way: no working tree, no user config)."""
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(stream)
+            stdin.seek(0)
+            status, _ = self._local(path, ["fast-import", "--quiet"], 60, stdin)
+        if status != 0:
+            raise UpstreamUnavailable(f"git fast-import into {path} failed (exit {status})")
+
     def fetch_tags(self, path: str, url: str, tag: str | None = None) -> None:
         """Fetch every tag of `url` into the repository at `path` (tags may move: force, prune).
 

@@ -19,6 +19,9 @@ from gitreg.index.store import ModuleIndex
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
 
+# The orders a list can be shown in (the pages' `sort=`); search has its own, best match first.
+SORTS = ("newest", "name", "downloads")
+
 
 class BrowseService:
     """List, search and details of the listed modules, for one application."""
@@ -37,6 +40,29 @@ class BrowseService:
         """Listed modules for which `keep` holds, in list order (see View.listed)."""
         return self.index.view().listed(keep, memo_key, namespaces)
 
+    def ordered(self, entries: list[IndexEntry], sort: str, memo_key: tuple[object, ...]) -> list[IndexEntry]:
+        """`entries` (the list or search answer remembered under `memo_key`) by `sort`, one of SORTS.
+
+        Newest published first, or most downloaded first, ties by name; or by name. Remembered
+        per key and index generation (and, by downloads, until the counts change), so a page
+        of a large index does not sort it again.
+        """
+        view = self.index.view()
+        catalog = self.catalog
+        by_name = view.position
+        last = len(by_name)
+
+        def make() -> list[IndexEntry]:
+            named = sorted(entries, key=lambda e: by_name.get(e.address, last))
+            if sort == "newest":  # a stable sort: equal dates keep the name order
+                return sorted(named, key=lambda e: e.published_at, reverse=True)
+            if sort == "downloads":
+                return sorted(named, key=lambda e: catalog.downloads(e.address), reverse=True)
+            return named
+
+        counts = catalog.downloads_version if sort == "downloads" else None
+        return view.remembered(("ordered", sort, counts, *memo_key), make)
+
     def facets(self, key: tuple[object, ...], entries: Callable[[], list[IndexEntry]]) -> tuple[list[str], list[str]]:
         """Sorted namespaces and systems of `entries()` (the pages' filters), once per key and index generation."""
         return self.index.view().facets(key, entries)
@@ -52,6 +78,10 @@ class BrowseService:
         """True once the index has seen every listable module (else the lists say they may grow)."""
         return self.index.complete
 
+    def untagged(self, address: ModuleAddress) -> bool:
+        """True when `address` is served but not listed for want of a SemVer tag."""
+        return self.index.untagged(address) is not None
+
     def find(self, address: ModuleAddress) -> IndexEntry | None:
         """The indexed module at `address`, or None when it is not listed."""
         return self.index.get(address)
@@ -64,6 +94,10 @@ class BrowseService:
         """The indexed module at `address`; 404 when it is not listed, or nothing serves it (any more)."""
         entry = self.index.get(address)
         self.registry.resolve(address)  # 404 when nothing serves it (any more)
+        if entry is None and self.untagged(address):
+            raise ModuleNotFound(
+                f"module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0"
+            )
         if entry is None:
             raise ModuleNotFound(
                 f"module {address} is not listed by this registry (yet): a module is listed once it has a SemVer "

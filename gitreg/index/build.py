@@ -22,7 +22,7 @@ from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import web_url
 from gitreg.git.pool import Priority, git_priority
 from gitreg.index.details import ModuleDetails
-from gitreg.index.model import IndexedVersion, IndexEntry, IndexStats, OrgInfo
+from gitreg.index.model import IndexedVersion, IndexEntry, IndexStats, OrgInfo, Untagged
 from gitreg.index.search import readme_words
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,10 @@ class Store(Protocol):
     def drop(self, address: ModuleAddress, why: str | None) -> None: ...
 
     def pass_done(self) -> None: ...
+
+    def untagged(self, address: ModuleAddress) -> Untagged | None: ...
+
+    def mark_untagged(self, address: ModuleAddress, found: Untagged) -> None: ...
 
     async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
 
@@ -205,7 +209,10 @@ class IndexBuilder:
     def _needs_index(self, address: ModuleAddress) -> bool:
         entry = self.store.get(address)
         org = self._org_info(address)
-        return entry is None or org is None or org.marker != entry.marker or not entry.details
+        if entry is None:  # new, or known to have no SemVer tag: looked at again once it was pushed to
+            untagged = self.store.untagged(address)
+            return untagged is None or org is None or org.marker != untagged.marker
+        return org is None or org.marker != entry.marker or not entry.details
 
     def _pass_end(self) -> None:
         self._work.passing = None
@@ -249,7 +256,9 @@ class IndexBuilder:
         """A worker is done with `address` (indexed or not): the pass may be over, the index idle."""
         work = self._work
         work.active.discard(address)
-        if work.passing is not None:
+        # A module listed with its versions but waiting in `later` for its details is not indexed
+        # yet: the pass (and `complete`) ends only once its details are in too.
+        if work.passing is not None and address not in work.later:
             work.passing.discard(address)
             if not work.passing:
                 self._pass_end()
@@ -314,7 +323,8 @@ class IndexBuilder:
             return None
         latest = found.latest()
         if latest is None:
-            self.store.drop(address, "no tag is a SemVer version")
+            org = self._org_info(address)
+            self.store.mark_untagged(address, Untagged(resolved.repository, org.marker if org else ""))
             return None
         versions = tuple(IndexedVersion(tv.canonical, tv.tag, tv.sha) for tv in found.versions)
         return resolved, versions, next(v for v in versions if v.tag == latest.tag)

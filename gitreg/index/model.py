@@ -127,6 +127,27 @@ class IndexEntry:
         return None
 
 
+@dataclass(frozen=True)
+class Untagged:
+    """A module a rule or an org serves whose repository has no SemVer tag yet: not listed, but
+    remembered (its page says why, and an org repository is looked at again only when its
+    marker moves, as a listed one is)."""
+
+    repository: str
+    marker: str = ""  # the org source's change marker it was looked at ("" for a rule's module)
+
+    def to_json(self) -> dict[str, str]:
+        return {"repository": self.repository, "marker": self.marker}
+
+    @staticmethod
+    def from_json(data: Any) -> Untagged | None:
+        """One from index.json or a report, or None when it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("repository"), str):
+            return None
+        marker = data.get("marker", "")
+        return Untagged(data["repository"], marker if isinstance(marker, str) else "")
+
+
 @dataclass
 class IndexStats:
     """Counters for /metrics and the benchmarks."""
@@ -140,15 +161,16 @@ class IndexStats:
 
 
 class ChangeLog:
-    """Entries set (or dropped: None) and modules found gone since they were last taken; `ready`
-    is set while there are some (the index process sends them to the serving process)."""
+    """Entries set (or dropped: None; or found without a SemVer tag: Untagged) and modules found
+    gone since they were last taken; `ready` is set while there are some (the index process sends
+    them to the serving process)."""
 
     def __init__(self) -> None:
-        self.entries: dict[ModuleAddress, IndexEntry | None] = {}
+        self.entries: dict[ModuleAddress, IndexEntry | Untagged | None] = {}
         self.gone: list[ModuleAddress] = []  # repository gone: the catalog forgets them
         self.ready = asyncio.Event()
 
-    def record(self, address: ModuleAddress, entry: IndexEntry | None) -> None:
+    def record(self, address: ModuleAddress, entry: IndexEntry | Untagged | None) -> None:
         self.entries[address] = entry
         self.ready.set()
 
@@ -156,7 +178,7 @@ class ChangeLog:
         self.gone.append(address)
         self.ready.set()
 
-    def take(self) -> tuple[dict[ModuleAddress, IndexEntry | None], list[ModuleAddress]]:
+    def take(self) -> tuple[dict[ModuleAddress, IndexEntry | Untagged | None], list[ModuleAddress]]:
         entries, gone, self.entries, self.gone = self.entries, self.gone, {}, []
         self.ready.clear()
         return entries, gone

@@ -11,14 +11,15 @@ calls it with run_file_work.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitreg.core.content import ContentKey
+from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.index.details import ModuleDetails
-from gitreg.index.model import IndexEntry
+from gitreg.index.model import IndexEntry, Untagged
 from gitreg.storage.files import json_document, write_atomically
 
 FILE_NAME = "index.json"
@@ -33,6 +34,7 @@ class IndexDocument:
 
     entries: list[IndexEntry]
     complete: bool
+    untagged: dict[ModuleAddress, Untagged] = field(default_factory=dict)
 
 
 def parse_index(data: dict[str, Any]) -> IndexDocument | None:
@@ -41,14 +43,21 @@ def parse_index(data: dict[str, Any]) -> IndexDocument | None:
     if not isinstance(data.get("entries"), list):
         return None
     entries = [entry for item in data["entries"] if (entry := IndexEntry.from_json(item)) is not None]
-    return IndexDocument(entries, bool(data.get("complete")))
+    untagged = data.get("untagged")
+    remembered = {
+        address: found
+        for text, item in (untagged.items() if isinstance(untagged, dict) else ())
+        if (address := address_from_text(text)) is not None and (found := Untagged.from_json(item)) is not None
+    }
+    return IndexDocument(entries, bool(data.get("complete")), remembered)
 
 
-def encode_index(entries: Iterable[IndexEntry], complete: bool) -> str:
+def encode_index(entries: Iterable[IndexEntry], complete: bool, untagged: Mapping[ModuleAddress, Untagged]) -> str:
     """index.json's text, entries by address (blocking: tens of ms for thousands of entries)."""
     ordered = sorted(entries, key=lambda e: str(e.address))
     encoded = (json.dumps(e.to_json()) for e in ordered)
-    return json_document({"format": FORMAT, "complete": complete}, "entries", encoded)
+    remembered = {str(address): u.to_json() for address, u in sorted(untagged.items(), key=lambda i: str(i[0]))}
+    return json_document({"format": FORMAT, "complete": complete, "untagged": remembered}, "entries", encoded)
 
 
 class DetailsStore:

@@ -55,7 +55,7 @@ from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
 from gitreg.git.remote import TagList
 from gitreg.git.runner import INHERITED, INHERITED_FOR_SSH, inherited_environment
-from gitreg.index.model import ChangeLog
+from gitreg.index.model import ChangeLog, IndexEntry
 from gitreg.index.protocol import (
     Adopt,
     Command,
@@ -70,6 +70,7 @@ from gitreg.index.protocol import (
     Seed,
     Status,
     TagsFetched,
+    UntaggedSet,
     Want,
     Written,
     decode_report,
@@ -283,10 +284,12 @@ class IndexProcess:
                 self.index.take([entry])
             case EntryDropped(address):
                 self.index.take([], [address])
+            case UntaggedSet(address, untagged):
+                self.index.take([], [], {address: untagged})
             case Forgotten(address):
                 self.catalog.forget(address)
             case Reset(keep):
-                self.index.take([], [e.address for e in self.index.entries() if e.address not in keep])
+                self.index.take([], [a for a in self.index.addresses() if a not in keep])
             case Status(complete, queued, stats):
                 self.index.take_status(complete, queued, stats)
             case Written():
@@ -476,10 +479,10 @@ class ReportFeed:
         assert index.changes is not None, "browse_services records the index process's changes from its start"
         self.changes: ChangeLog = index.changes
         if resync:
-            entries = index.entries()
-            out.write(encode_report(Reset(frozenset(e.address for e in entries))))
-            for entry in entries:
-                self.changes.record(entry.address, entry)
+            addresses = index.addresses()  # listed and untagged
+            out.write(encode_report(Reset(frozenset(addresses))))
+            for address in addresses:
+                self.changes.record(address, index.get(address) or index.untagged(address))
 
     async def written(self, _text: str) -> None:
         """The index wrote index.json (ModuleIndex.on_written): the serving process publishes it
@@ -497,7 +500,12 @@ class ReportFeed:
     async def send(self) -> None:
         changes, forgotten = self.changes.take()
         reports: list[Report] = [
-            EntrySet(entry) if entry is not None else EntryDropped(address) for address, entry in changes.items()
+            EntrySet(entry)
+            if isinstance(entry, IndexEntry)
+            else UntaggedSet(address, entry)
+            if entry is not None
+            else EntryDropped(address)
+            for address, entry in changes.items()
         ]
         reports += [Forgotten(address) for address in forgotten]
         if self._written:

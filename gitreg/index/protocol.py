@@ -16,7 +16,7 @@ from typing import Any
 
 from gitreg.config.model import Config
 from gitreg.core.names import ModuleAddress, address_from_text
-from gitreg.index.model import IndexEntry, IndexStats
+from gitreg.index.model import IndexEntry, IndexStats, Untagged
 from gitreg.index.parse_workers import pickled_frame
 from gitreg.orgs.model import OrgRepo
 
@@ -126,6 +126,14 @@ class EntryDropped:
 
 
 @dataclass(frozen=True)
+class UntaggedSet:
+    """The index process found this module without a SemVer tag (not listed; its page says so)."""
+
+    address: ModuleAddress
+    untagged: Untagged
+
+
+@dataclass(frozen=True)
 class Forgotten:
     """This module's repository is gone: the catalog forgets it."""
 
@@ -153,7 +161,7 @@ class Written:
     """The index process wrote index.json (with Redis, the leader publishes it)."""
 
 
-Report = EntrySet | EntryDropped | Forgotten | Reset | Status | Written
+Report = EntrySet | EntryDropped | UntaggedSet | Forgotten | Reset | Status | Written
 _STATS = frozenset(f.name for f in fields(IndexStats))
 
 
@@ -164,6 +172,8 @@ def encode_report(message: Report) -> bytes:
             data: dict[str, Any] = {"set": entry.to_json()}
         case EntryDropped(address):
             data = {"drop": str(address)}
+        case UntaggedSet(address, untagged):
+            data = {"untagged": {"address": str(address), **untagged.to_json()}}
         case Forgotten(address):
             data = {"forget": str(address)}
         case Reset(keep):
@@ -197,6 +207,12 @@ def _dropped(payload: Any) -> Report | None:
     return EntryDropped(address) if address is not None else None
 
 
+def _untagged(payload: Any) -> Report | None:
+    address = address_from_text(payload.get("address")) if isinstance(payload, dict) else None
+    untagged = Untagged.from_json(payload)
+    return UntaggedSet(address, untagged) if address is not None and untagged is not None else None
+
+
 def _forgotten(payload: Any) -> Report | None:
     address = address_from_text(payload)
     return Forgotten(address) if address is not None else None
@@ -226,6 +242,7 @@ def _written(_payload: Any) -> Report | None:
 _DECODERS = {
     "set": _entry_set,
     "drop": _dropped,
+    "untagged": _untagged,
     "forget": _forgotten,
     "reset": _reset,
     "status": _status,

@@ -37,7 +37,15 @@ from gitreg.core.events import AsyncSignal, Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
-from gitreg.index.model import ChangeLog, DetailsPending, IndexedVersion, IndexEntry, IndexStats, OrgInfo
+from gitreg.index.model import (
+    ChangeLog,
+    DetailsPending,
+    IndexedVersion,
+    IndexEntry,
+    IndexStats,
+    OrgInfo,
+    Untagged,
+)
 from gitreg.index.persist import (
     DETAILS_DIR,
     FILE_NAME,
@@ -101,6 +109,7 @@ class ModuleIndex:
         # Told of each indexed module whose repository no longer exists (the catalog forgets it).
         self.on_gone: Signal[[ModuleAddress]] = Signal()
         self._entries: dict[ModuleAddress, IndexEntry] = {}
+        self._untagged: dict[ModuleAddress, Untagged] = {}  # served, but no SemVer tag yet
         self._by_repository: dict[str, set[ModuleAddress]] = {}
         self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
         self._view: View | None = None
@@ -135,6 +144,10 @@ class ModuleIndex:
     def get(self, address: ModuleAddress) -> IndexEntry | None:
         """The indexed module at `address`, or None when it is not listed."""
         return self._entries.get(address)
+
+    def untagged(self, address: ModuleAddress) -> Untagged | None:
+        """What the index remembers of a module served without a SemVer tag yet (None: not that)."""
+        return self._untagged.get(address)
 
     def view(self) -> View:
         """The current generation's sorted entries, rebuilt lazily after a change.
@@ -247,14 +260,22 @@ class ModuleIndex:
         for entry in document.entries:
             self._entries[entry.address] = entry
             self._link(entry)
-        self._complete = document.complete and bool(self._entries)
+        self._untagged = dict(document.untagged)
+        self._complete = document.complete and bool(self._entries or self._untagged)
 
-    def take(self, entries: Iterable[IndexEntry], dropped: Iterable[ModuleAddress] = ()) -> None:
-        """Entries the index process built (or dropped), replacing these only (serving process)."""
+    def take(
+        self,
+        entries: Iterable[IndexEntry],
+        dropped: Iterable[ModuleAddress] = (),
+        untagged: Mapping[ModuleAddress, Untagged] | None = None,
+    ) -> None:
+        """Entries the index process built (or dropped, or found untagged), replacing these only (serving process)."""
         for entry in entries:
             self.put(entry)
         for address in dropped:
             self.drop(address, None)  # the index process logged why
+        for address, found in (untagged or {}).items():
+            self.mark_untagged(address, found)
 
     def take_status(self, complete: bool, queued: int, stats: Mapping[str, float]) -> None:
         """The index process's progress (serving process): /readyz and /metrics show it."""
@@ -289,6 +310,7 @@ class ModuleIndex:
 
     def put(self, entry: IndexEntry) -> None:
         """List `entry` (in place of the module's old one)."""
+        self._untagged.pop(entry.address, None)
         old = self._entries.get(entry.address)
         if old is not None:
             self._unlink(old)
@@ -298,8 +320,24 @@ class ModuleIndex:
         if self.changes is not None:
             self.changes.record(entry.address, entry)
 
+    def mark_untagged(self, address: ModuleAddress, found: Untagged) -> None:
+        """`address` is served but has no SemVer tag: not listed (dropped if it was), remembered."""
+        self._unlist(address, "no tag is a SemVer version")
+        if self._untagged.get(address) != found:
+            self._untagged[address] = found
+            self.state.mark_dirty()
+            if self.changes is not None:
+                self.changes.record(address, found)
+
     def drop(self, address: ModuleAddress, why: str | None) -> None:
-        """No longer list `address`; `why` is logged (None: said elsewhere)."""
+        """No longer list `address` (nor remember it untagged); `why` is logged (None: said elsewhere)."""
+        if self._untagged.pop(address, None) is not None:
+            self.state.mark_dirty()
+            if self.changes is not None:
+                self.changes.record(address, None)
+        self._unlist(address, why)
+
+    def _unlist(self, address: ModuleAddress, why: str | None) -> None:
         old = self._entries.pop(address, None)
         if old is not None:
             self._unlink(old)
@@ -310,8 +348,8 @@ class ModuleIndex:
                 self.changes.record(address, None)
 
     def addresses(self) -> list[ModuleAddress]:
-        """Every listed module's address."""
-        return list(self._entries)
+        """Every listed module's address, and every untagged one's."""
+        return [*self._entries, *self._untagged]
 
     def pass_done(self) -> None:
         """A pass that started with every org listed is over: the index is complete."""
@@ -341,7 +379,7 @@ class ModuleIndex:
     def _snapshot(self) -> Callable[[], str]:
         """What a flush of index.json takes on the event loop: entries are immutable, so a copy of
         the list is all; encoding thousands of them (tens of ms) is done off the loop."""
-        return functools.partial(encode_index, list(self._entries.values()), self._complete)
+        return functools.partial(encode_index, list(self._entries.values()), self._complete, dict(self._untagged))
 
     async def _written(self, _text: str) -> None:
         self.stats.writes += 1

@@ -167,7 +167,7 @@ class Registry:
         sha = await self._served_sha(resolved, found)
         if rule.download == "git":
             if rule.ref == "commit":
-                return Download(git_location(resolved.clone_url, rule.path, sha), resolved)
+                return Download(git_location(resolved.clone_url, rule.path, sha, commit=True), resolved)
             return Download(git_location(resolved.clone_url, rule.path, found.tag), resolved)
         if rule.download == "archive":
             return Download(f"./{ARCHIVE_NAME}", resolved, archive=ContentKey(resolved.repository, rule.path, sha))
@@ -288,7 +288,13 @@ def infer_archive_root(url: str, tag: str, sha: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of config and tags, asked on every download
-def git_location(clone_url: str, path: str, ref: str) -> str:
-    """`git::<url>[//<path>]?ref=<ref>`, with `ref` percent-encoded (a `+` must reach git as `+`)."""
+def git_location(clone_url: str, path: str, ref: str, *, commit: bool = False) -> str:
+    """`git::<url>[//<path>]?ref=<ref>&depth=1`, with `ref` percent-encoded (a `+` must reach git as `+`).
+
+    A tag is cloned shallow (`depth=1`: go-getter runs `git clone --depth 1 --branch <tag>`), not
+    with the repository's whole history. A commit cannot be (`--branch` takes no SHA, and
+    go-getter refuses `depth` with one): `ref = "commit"` clones in full.
+    """
     subdir = f"//{path}" if path else ""
-    return f"{urls.as_go_getter(clone_url)}{subdir}?ref={quote(ref, safe='/')}"
+    depth = "" if commit else "&depth=1"
+    return f"{urls.as_go_getter(clone_url)}{subdir}?ref={quote(ref, safe='/')}{depth}"

@@ -9,6 +9,8 @@
   dependency (its docstring tells how).
 - `pinning`: `SharedPins`, moved-tag records in Redis: the earliest pin wins on every replica,
   each replica's pins on disk published again at every (re)connect.
+- `logins`: `SharedLogins`, the tokens `terraform login` and sign-in issued (digests, host
+  tokens sealed) and their one-time codes, shared so that every replica accepts and revokes alike.
 - `values`: what is read back from Redis, checked (only values gitreg itself writes).
 - `connection`: talking to Redis (fail-fast client, masked error texts, `check_redis` for
   `gitreg check`).

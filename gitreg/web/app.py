@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from gitreg.config.model import Config
@@ -28,6 +29,9 @@ from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
 from gitreg.git.runner import GitRunner
+from gitreg.identity.issued import FILE_NAME as ISSUED_FILE
+from gitreg.identity.issued import IssuedTokens
+from gitreg.identity.oauth import LoginFlows
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.model import ChangeLog, OrgInfo
@@ -46,6 +50,7 @@ from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.factory import make_shared
+from gitreg.replicas.logins import SharedLogins
 from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
@@ -54,6 +59,7 @@ from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
+from gitreg.web.api.oauth import oauth_routes
 from gitreg.web.api.webhooks import webhook_routes
 from gitreg.web.auth import TokenChecker
 from gitreg.web.keys import (
@@ -70,6 +76,7 @@ from gitreg.web.keys import (
     INDEX,
     INDEX_PROCESS,
     LIFECYCLE,
+    LOGINS,
     METRICS,
     MIRRORS,
     ORGS,
@@ -388,6 +395,24 @@ async def _storage_scan(app: web.Application) -> AsyncIterator[None]:
     await asyncio.gather(task, return_exceptions=True)
 
 
+async def _logins(app: web.Application) -> AsyncIterator[None]:
+    """`terraform login` and "Sign in with ...": the issued tokens (on disk, shared through Redis when
+    configured) and the OAuth flows, with one HTTP session toward the Git hosts."""
+    config = app[CONFIG]
+    key = config.auth.signing_key
+    if key is None or not any(f.oauth for f in config.auth.forges):
+        yield
+        return
+    cache = config.cache
+    shared = SharedLogins(cache.redis_url, cache.redis_prefix) if cache.backend == "redis" and cache.redis_url else None
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        tokens = IssuedTokens(config, _storage(app) / ISSUED_FILE, http, shared)
+        await tokens.load()
+        app[LOGINS] = LoginFlows(config.auth.forges, key, tokens, http)
+        yield
+        await tokens.close()
+
+
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
     """Last cleanup context: ready once everything before it started; first to go at shutdown."""
     keep_long_lived()  # index.json, orgs.json and the catalog, loaded: out of the collector's walks
@@ -429,8 +454,8 @@ def create_app(
     # Dependency order; each closes (after `yield`) before those it was built with.
     contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
     contexts += [_mirrors_and_archives, _catalog, _registry]
-    if role is not Role.INDEX:  # the serving process enumerates the orgs
-        contexts.append(_org_listings)
+    if role is not Role.INDEX:  # the serving process enumerates the orgs, and signs people in
+        contexts += [_org_listings, _logins]
     contexts += [_details, _index]
     if role is Role.SERVE:
         contexts.append(_index_process)
@@ -442,6 +467,7 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     app.add_routes(webhook_routes)
+    app.add_routes(oauth_routes)
     add_ui(app)
     app.on_shutdown.append(_stopping)
     return app

@@ -12,10 +12,13 @@ from aiohttp import web
 from gitreg.config.model import AuthConfig, TokenConfig
 from gitreg.core.errors import Forbidden, Unauthorized
 from gitreg.core.secrets import bearer_token, first_match, token_digest
+from gitreg.identity.model import Principal
 
 # The caller's namespaces (None: all of them), recorded on the request by `authorize` (and by
 # the pages' session guard).
 SCOPE_KEY = web.RequestKey[frozenset[str] | None]("scope")
+# Who the caller is (identity/model.py), recorded beside the scope; absent on an open registry.
+PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
 
 
 class TokenChecker:

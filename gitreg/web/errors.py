@@ -5,6 +5,12 @@ from __future__ import annotations
 from aiohttp import web
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    """The one error shape of the registry API: `{"errors": ["..."]}`."""
-    return web.json_response({"errors": [message]}, status=status, headers=headers)
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None, oauth_error: str | None = None
+) -> web.Response:
+    """The one error shape of the registry API: `{"errors": ["..."]}`; OAuth endpoints add their
+    protocol's `error` code beside it (`{"errors": [...], "error": "invalid_grant"}`)."""
+    body: dict[str, object] = {"errors": [message]}
+    if oauth_error is not None:
+        body["error"] = oauth_error
+    return web.json_response(body, status=status, headers=headers)

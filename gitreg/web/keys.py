@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gitreg.config.model import Config
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import GitAdapter
+    from gitreg.identity.oauth import LoginFlows
     from gitreg.index.browse import BrowseService
     from gitreg.index.details import DetailsService
     from gitreg.index.process import IndexProcess, Role
@@ -61,3 +62,6 @@ ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
 ROLE: web.AppKey[Role] = web.AppKey("role")
 SEED: web.AppKey[Seed] = web.AppKey("seed")  # the index process's start (Role.INDEX only)
 INDEX_PROCESS: web.AppKey[IndexProcess] = web.AppKey("index_process")  # Role.SERVE only
+# `terraform login` and "Sign in with ...": the OAuth flows and the tokens they issue (only when
+# an [[auth.forges]] entry has an OAuth application).
+LOGINS: web.AppKey[LoginFlows] = web.AppKey("logins")

@@ -18,6 +18,7 @@ from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
+from gitreg.web.api.oauth import OAUTH_PATHS, login_principal
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
 from gitreg.web.errors import error_response
 from gitreg.web.keys import AUTH, CONFIG, SIGNER
@@ -27,8 +28,9 @@ from gitreg.web.pages.views import is_page
 log = logging.getLogger(__name__)
 
 # Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
-# the webhooks their shared secrets: Git hosts cannot send a registry token.
-OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS})
+# the webhooks their shared secrets: Git hosts cannot send a registry token; `terraform login`'s
+# endpoints are how one is had.
+OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS, *OAUTH_PATHS})
 # The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
 # first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
 # sets BACKGROUND itself (gitpool.background_task).
@@ -61,7 +63,9 @@ def request_middleware(metrics: Metrics) -> Middleware:
                 response = await _page(request, handler)
             else:
                 try:
-                    authorize_request(request)
+                    # Temporary glue (i23login) until the Identities facade: a `terraform login` token is accepted.
+                    if not await login_principal(request):
+                        authorize_request(request)
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)

@@ -17,7 +17,14 @@ def _missing(what: str) -> None:
     """In CI a missing browser or axe-core is a failure; on a developer's machine a skip that says why."""
     if os.environ.get("CI"):
         pytest.fail(f"{what} is missing: .ci/run installs it")
-    pytest.skip(f"{what} is not installed (apt-get install chromium chromium-driver; npm install axe-core)")
+    pytest.skip(f"{what} is not installed ({_INSTALL[what]}; `bash scripts/test` says what it could not install)")
+
+
+_INSTALL = {
+    "chromium / chromedriver": "apt-get install chromium chromium-driver",
+    # Where AXE_PATHS looks: under .ci, not the current directory.
+    "axe-core (npm)": "npm install --prefix .ci axe-core@4",
+}
 
 
 def chromium_driver(width: int = 1280, height: int = 900):  # type: ignore[no-untyped-def]
@@ -31,6 +38,7 @@ def chromium_driver(width: int = 1280, height: int = 900):  # type: ignore[no-un
         _missing("chromium / chromedriver")
     options = webdriver.ChromeOptions()
     options.binary_location = binary  # type: ignore[assignment]
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, CSP refusals among them
     for arg in (
         "--headless=new",
         "--no-sandbox",

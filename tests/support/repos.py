@@ -31,12 +31,12 @@ class GitRepo:
         subprocess.run(["git", "init", "--quiet", "-b", "main", str(self.work)], check=True, env=self._env)
         self.git("remote", "add", "origin", str(self.bare))
 
-    def git(self, *args: str) -> str:
-        """Run git in the work tree and return its stdout."""
+    def git(self, *args: str, env: dict[str, str] | None = None) -> str:
+        """Run git in the work tree (with `env` added to its environment) and return its stdout."""
         result = subprocess.run(
             ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
             cwd=self.work,
-            env=self._env,
+            env={**self._env, **(env or {})},
             capture_output=True,
             text=True,
         )
@@ -44,8 +44,9 @@ class GitRepo:
             raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr}")
         return result.stdout.strip()
 
-    def commit(self, files: dict[str, str | None], message: str = "change") -> str:
-        """Write (or, for None, delete) files, commit, push main to the bare repo; the commit SHA."""
+    def commit(self, files: dict[str, str | None], message: str = "change", date: str | None = None) -> str:
+        """Write (or, for None, delete) files, commit (dated `date`, ISO 8601, when given), push main
+        to the bare repo; the commit SHA."""
         for rel, content in files.items():
             path = self.work / rel
             if content is None:
@@ -54,7 +55,8 @@ class GitRepo:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(content)
         self.git("add", "-A")
-        self.git("commit", "--quiet", "--allow-empty", "-m", message)
+        dated = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date} if date else None
+        self.git("commit", "--quiet", "--allow-empty", "-m", message, env=dated)
         self.git("push", "--quiet", "origin", "main")
         return self.head()
 

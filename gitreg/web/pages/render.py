@@ -6,15 +6,21 @@ a version constraint, a ready-to-paste `module` block). Nothing here reads git o
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import jinja2
 from aiohttp import web
 
+from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.web.auth import PRINCIPAL_KEY
 from gitreg.web.keys import CONFIG
+from gitreg.web.origin import base_url
 
 HERE = Path(__file__).parent
 # Applied to every page and static file: nothing inline, nothing from elsewhere, no framing.
@@ -29,6 +35,8 @@ SECURITY_HEADERS = {
 }
 # Whether the page's visitor has a session (the header then offers to log out); set by the guard.
 LOGGED_IN = web.RequestKey("ui_logged_in", bool)
+# A type or default longer than this (or on several lines) is shown folded, in a <details>.
+FOLD_WIDTH = 60
 
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -43,6 +51,9 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
     """`template` rendered with `context` and what every page shows (title, login state, path)."""
     config = request.app[CONFIG]
     context.setdefault("logged_in", request.get(LOGGED_IN, False))
+    principal = request.get(PRINCIPAL_KEY)
+    # "Signed in as <username>" for a person signed in through a Git host.
+    context.setdefault("signed_in_as", principal.name if principal is not None and principal.kind == "login" else "")
     html = _templates.get_template(template).render(
         title=config.ui.title,
         auth=config.auth.enabled,
@@ -64,11 +75,12 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
 
 
 def registry_host(request: web.Request) -> str:
-    """The host clients put in `source`: `[server] public_url`'s, else the one the browser is on."""
-    public = request.app[CONFIG].server.public_url
-    if public:
-        return urlsplit(public).netloc
-    return request.host
+    """The host clients put in `source`: `[server] public_url`'s, else the one the browser is on.
+
+    The browser's `Host` (or a trusted proxy's) counts only when it is a `host[:port]` (web/origin.py).
+    """
+    base = base_url(request)
+    return urlsplit(base).netloc if base else "registry.example.com"
 
 
 def constraint(version: IndexedVersion) -> str:
@@ -80,12 +92,45 @@ def constraint(version: IndexedVersion) -> str:
     return f"~> {major}.{minor}" if major != "0" else f"~> 0.{minor}.{patch}"
 
 
-def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion) -> str:
-    """A `module` block ready to paste."""
-    label = entry.address.name.replace("-", "_")
-    if not label[0].isalpha():
+def snippet(request: web.Request, entry: IndexEntry, version: IndexedVersion, path: str = "") -> str:
+    """A `module` block ready to paste: the full address (`host/ns/name/system[//path]`) and a `version` line.
+
+    `path` is a submodule's or an example's directory: its label is the directory's last part.
+    """
+    label = re.sub(r"[^A-Za-z0-9_]", "_", path.rsplit("/", 1)[-1] if path else entry.address.name)
+    if not label[:1].isalpha():
         label = f"m_{label}"
-    return (
-        f'module "{label}" {{\n  source  = "{registry_host(request)}/{entry.address}"\n'
-        f'  version = "{constraint(version)}"\n}}\n'
-    )
+    source = f"{registry_host(request)}/{entry.address}" + (f"//{path}" if path else "")
+    return f'module "{label}" {{\n  source  = "{source}"\n  version = "{constraint(version)}"\n}}\n'
+
+
+def served_address(request: web.Request, source: str) -> ModuleAddress | None:
+    """The module a dependency's `source` names on this registry (`host/ns/name/system[//path]`), else None."""
+    parts = source.split("//", 1)[0].split("/")
+    if len(parts) != 4 or parts[0].lower() != registry_host(request).lower():
+        return None
+    return address_from_text("/".join(parts[1:]))
+
+
+class Folded(NamedTuple):
+    """A type or default as a page shows it: in full when short, else a one-line summary that opens."""
+
+    short: str
+    full: str
+    long: bool
+
+
+def fold(text: str, width: int = FOLD_WIDTH) -> Folded:
+    """`text` for a page: a long or multi-line value (a JSON default is indented) gets a summary line."""
+    if len(text) <= width and "\n" not in text:
+        return Folded(text, text, False)
+    full = text
+    if text[:1] in "[{":
+        with contextlib.suppress(ValueError):  # not JSON (a type): shown as written
+            full = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    first = text.split("\n", 1)[0]
+    short = first[: width - 1] + "…" if len(first) > width else first + " …"
+    return Folded(short, full, True)
+
+
+_templates.globals["fold"] = fold

@@ -11,19 +11,31 @@ only ever a path on this site.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
+import secrets
 from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gitreg.web.auth import SCOPE_KEY, token_id
-from gitreg.web.keys import AUTH, CONFIG
-from gitreg.web.pages.render import LOGGED_IN, render
+from gitreg.config.model import ForgeAuthConfig
+from gitreg.core.errors import GitregError
+from gitreg.forges.oauth import HostGrant
+from gitreg.identity.issued import TOKEN_PREFIX
+from gitreg.identity.model import Principal
+from gitreg.identity.oauth import LoginFlows
+from gitreg.web.auth import PRINCIPAL_KEY, SCOPE_KEY, token_id
+from gitreg.web.keys import AUTH, CONFIG, LOGINS
+from gitreg.web.origin import base_url, origin, public_origin, request_origin
+from gitreg.web.pages.render import LOGGED_IN, SECURITY_HEADERS, render
 from gitreg.web.signing import ExpiringSigner, SignatureError
 
 COOKIE = "gitreg_session"
 SESSION_SECONDS = 12 * 3600
+# "Sign in with ...": a random value in this cookie, its digest in the flow's state, binds the
+# host's callback to the browser that started the sign-in. SameSite=Lax: the callback is a
+# top-level navigation from the Git host's site, on which a Strict cookie would not be sent.
+NONCE_COOKIE = "gitreg_signin"
+NONCE_SECONDS = 600
 
 
 class Sessions:
@@ -56,7 +68,13 @@ SESSIONS = web.AppKey("ui_sessions", Sessions)
 _PRIVATE_HEADERS = {"Cache-Control": "private, no-store", "Vary": "Cookie"}
 
 
-def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | None]:
+def use_login_principal(request: web.Request, principal: Principal) -> None:
+    """Temporary glue until the core's page hook (i23core) lands: a signed-in person's principal
+    is recorded on the page request, every namespace in scope (the core's visibility narrows it)."""
+    request[PRINCIPAL_KEY] = principal
+
+
+async def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | None]:
     """(logged in, namespaces) for a page request; (True, None) when the registry is open."""
     config = request.app[CONFIG]
     if not config.auth.enabled:
@@ -64,6 +82,13 @@ def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | Non
     found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
     if found is None:
         return False, frozenset()
+    flows = request.app.get(LOGINS)
+    if found.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session token
+        principal = await flows.tokens.principal(found) if flows is not None else None
+        if principal is None:
+            return False, frozenset()  # expired, revoked, or the host refused its refresh
+        use_login_principal(request, principal)
+        return True, None
     for token in config.auth.tokens:
         if token_id(token) == found:  # not a secret: the signed cookie's MAC was checked above
             return True, frozenset(token.namespaces) if token.namespaces is not None else None
@@ -74,8 +99,11 @@ def guarded(handler: Handler) -> Handler:
     """`handler` behind the session: the visitor's scope from the cookie, a redirect to /login without one."""
 
     async def page(request: web.Request) -> web.StreamResponse:
-        logged_in, scope = _scope_from_cookie(request)
         private = request.app[CONFIG].auth.enabled
+        try:
+            logged_in, scope = await _scope_from_cookie(request)
+        except GitregError as e:  # the Git host is needed (a refresh) and unreachable
+            return render(request, "error.html", status=e.status, heading="Unavailable", message=e.message)
         request[LOGGED_IN] = logged_in and private
         try:
             if not logged_in:
@@ -95,54 +123,19 @@ def guarded(handler: Handler) -> Handler:
     return page
 
 
-def _origin(scheme: str, netloc: str) -> str:
-    """`scheme://host[:port]`, lowercased, without the scheme's default port (as browsers send Origin)."""
-    scheme, netloc = scheme.lower(), netloc.lower()
-    default = {"http": ":80", "https": ":443"}.get(scheme)
-    if default and netloc.endswith(default):
-        netloc = netloc[: -len(default)]
-    return f"{scheme}://{netloc}"
-
-
-def _from_trusted_proxy(request: web.Request) -> bool:
-    """The connection comes from an address in `[server] trusted_proxies`."""
-    proxies = request.app[CONFIG].server.trusted_proxies
-    if not proxies or not request.remote:
-        return False
-    try:
-        peer = ipaddress.ip_address(request.remote)
-    except ValueError:
-        return False  # a Unix socket: no address to trust
-    return any(peer in ipaddress.ip_network(p, strict=False) for p in proxies)
-
-
-def browser_origin(request: web.Request) -> str:
-    """The origin the browser sent this request to: this connection's, or, from a trusted
-    proxy, its `X-Forwarded-Proto`/`X-Forwarded-Host` (a TLS-terminating proxy talks http to us)."""
-    scheme, host = request.scheme, request.host
-    if _from_trusted_proxy(request):
-        # A chain of proxies appends: the first value is what the browser used.
-        scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
-        host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
-    return _origin(scheme, host)
-
-
 def same_origin(request: web.Request) -> bool:
     """A form POST from our own pages: Origin (or Referer) names this registry (CSRF defence).
 
     This registry is `[server] public_url`'s origin when set, and the origin the browser sent
-    the request to (`browser_origin`): a browser sets Origin itself, so a page elsewhere
+    the request to (`request_origin`): a browser sets Origin itself, so a page elsewhere
     cannot claim either.
     """
-    origin = request.headers.get("Origin") or request.headers.get("Referer")
-    if not origin or origin == "null":
+    sent = request.headers.get("Origin") or request.headers.get("Referer")
+    if not sent or sent == "null":
         return False
-    parts = urlsplit(origin)
-    ours = {browser_origin(request)}
-    public = request.app[CONFIG].server.public_url
-    if public:
-        ours.add(_origin(*urlsplit(public)[:2]))
-    return _origin(parts.scheme, parts.netloc) in ours
+    parts = urlsplit(sent)
+    ours = {request_origin(request), public_origin(request)} - {None}
+    return origin(parts.scheme, parts.netloc) in ours
 
 
 def _next_target(value: str) -> str:
@@ -172,11 +165,107 @@ def _cross_site(request: web.Request, what: str) -> web.Response:
     )
 
 
+def forge_title(forge: ForgeAuthConfig, forges: tuple[ForgeAuthConfig, ...]) -> str:
+    """How a button names a host: "GitLab", or "GitLab (gitlab.example.com)" beside another GitLab."""
+    name = {"gitlab": "GitLab", "github": "GitHub"}[forge.provider]
+    alike = sum(1 for f in forges if f.provider == forge.provider)
+    return name if alike == 1 else f"{name} ({forge.label.split(':', 1)[1]})"
+
+
+def callback_url(request: web.Request) -> str:
+    """gitreg's OAuth callback: `[server] public_url`'s, else the origin the browser used."""
+    base = base_url(request)
+    if base is None:  # a Host that is no host[:port]: nowhere safe to send the Git host back to
+        raise web.HTTPBadRequest(reason="the Host header is not a host name; set [server] public_url")
+    return f"{base.rstrip('/')}/oauth/callback"
+
+
+def _login_page(request: web.Request, target: str, status: int = 200, error: str = "") -> web.Response:
+    flows = request.app.get(LOGINS)
+    forges = flows.forges if flows is not None else ()
+    signins = [
+        {"title": forge_title(f, forges), "href": f"/login/with/{i}?" + urlencode({"next": target})}
+        for i, f in enumerate(forges)
+    ]
+    return render(
+        request,
+        "login.html",
+        status=status,
+        next=target,
+        error=error,
+        logged_in=False,
+        signins=signins,
+        tokens=bool(request.app[CONFIG].auth.tokens),
+    )
+
+
 async def login_form(request: web.Request) -> web.Response:
-    """The login form (only with registry tokens configured)."""
+    """The login form (only with registry auth configured): the token form, and "Sign in with ..." per host."""
     if not request.app[CONFIG].auth.enabled:
         raise web.HTTPFound("/")
-    return render(request, "login.html", next=_next_target(request.query.get("next", "/")), error="", logged_in=False)
+    return _login_page(request, _next_target(request.query.get("next", "/")))
+
+
+async def sign_in(request: web.Request) -> web.Response:
+    """ "Sign in with ...": to the Git host's authorize page, this browser bound by a nonce cookie."""
+    flows = request.app.get(LOGINS)
+    index = request.match_info["forge"]
+    if flows is None or not index.isdigit() or int(index) >= len(flows.forges):
+        raise web.HTTPNotFound()
+    nonce = secrets.token_urlsafe(24)
+    flow = LoginFlows.page_flow(_next_target(request.query.get("next", "/")), nonce)
+    response = web.HTTPFound(flows.start(flows.forges[int(index)], callback_url(request), flow))
+    response.set_cookie(
+        NONCE_COOKIE,
+        nonce,
+        max_age=NONCE_SECONDS,
+        path="/oauth/callback",
+        httponly=True,
+        samesite="Lax",
+        secure=_secure(request),
+    )
+    raise response
+
+
+async def signed_in(
+    request: web.Request,
+    flows: LoginFlows,
+    forge: ForgeAuthConfig,
+    username: str,
+    grant: HostGrant,
+    target: str,
+    callback: str,
+) -> web.Response:
+    """The end of "Sign in with ...": a session token issued, its cookie set, on a page of our own.
+
+    The browser came here from the Git host (a cross-site redirect chain), so a SameSite=Strict
+    cookie would not be sent on a redirect from here: this small page takes the browser on (meta
+    refresh, and a link) as a same-site navigation, which carries the new cookie.
+    """
+    issued = await flows.tokens.issue(forge, username, grant, "session", SESSION_SECONDS, callback)
+    response = render(request, "signed_in.html", refresh_to=_next_target(target), username=username, logged_in=False)
+    _set_session(request, response, issued)
+    response.del_cookie(NONCE_COOKIE, path="/oauth/callback")
+    response.headers.update({**SECURITY_HEADERS, **_PRIVATE_HEADERS})
+    return response
+
+
+def _secure(request: web.Request) -> bool:
+    """Cookies get `Secure` when the browser reached us over https (directly or through a trusted proxy)."""
+    return (request_origin(request) or request.scheme).startswith("https")
+
+
+def _set_session(request: web.Request, response: web.StreamResponse, payload: str) -> None:
+    """The session cookie: signed, expiring, HttpOnly, SameSite=Strict, Secure over https."""
+    response.set_cookie(
+        COOKIE,
+        request.app[SESSIONS].issue(payload),
+        max_age=SESSION_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=_secure(request),
+    )
 
 
 async def login(request: web.Request) -> web.Response:
@@ -191,19 +280,9 @@ async def login(request: web.Request) -> web.Response:
     target = _next_target(str(form.get("next", "/")))
     matched = request.app[AUTH].find(presented) if presented else None
     if matched is None:
-        return render(
-            request, "login.html", status=401, next=target, error="That token is not valid here.", logged_in=False
-        )
+        return _login_page(request, target, 401, "That token is not valid here.")
     response = web.HTTPFound(target)
-    response.set_cookie(
-        COOKIE,
-        request.app[SESSIONS].issue(token_id(matched)),
-        max_age=SESSION_SECONDS,
-        path="/",
-        httponly=True,
-        samesite="Strict",
-        secure=browser_origin(request).startswith("https:"),
-    )
+    _set_session(request, response, token_id(matched))
     raise response
 
 
@@ -211,6 +290,10 @@ async def logout(request: web.Request) -> web.Response:
     """Forget the session cookie."""
     if not same_origin(request):
         return _cross_site(request, "Logging out")
+    found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
+    flows = request.app.get(LOGINS)
+    if found is not None and found.startswith(TOKEN_PREFIX) and flows is not None:
+        await flows.tokens.revoke_token(found)  # the session's token dies with the cookie
     response = web.HTTPFound("/login" if request.app[CONFIG].auth.enabled else "/")
     response.del_cookie(COOKIE, path="/")
     raise response

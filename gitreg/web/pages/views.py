@@ -1,9 +1,10 @@
 """The module browser's pages over the index (no git, no API call while rendering), and their routes.
 
-Pages (fixed paths): `/` (the modules this visitor may see, newest-published first, search
-and filters), `/modules/{namespace}/{name}/{system}[/{version}]` (README, inputs, outputs,
-providers, dependencies, resources, submodules and examples, versions, a copy-ready
-`module` block), and with registry tokens configured `/login` and `/logout` (session.py).
+Pages (fixed paths): `/` and `/modules/{namespace}/{name}` (listing.py),
+`/modules/{namespace}/{name}/{system}[/{version}]` (sections: README, inputs, outputs,
+dependencies, resources, submodules and examples; a version picker; copy-ready `module`
+blocks), with registry tokens configured `/login` and `/logout` (session.py), and
+`/favicon.ico`. Any other path under `/modules/` is the HTML 404 page.
 
 Everything comes from the index and the details it keeps on disk. Every page carries a
 Content-Security-Policy without inline script, so a README can never run anything; the one
@@ -16,76 +17,22 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlencode
 
 from aiohttp import web
 
 from gitreg.core.errors import GitregError, ModuleNotFound
-from gitreg.core.names import NAME_RE, SYSTEM_RE, check_version, parse_address
+from gitreg.core.names import check_version, parse_address
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
 from gitreg.web.auth import SCOPE_KEY
 from gitreg.web.keys import BROWSE, CONFIG
+from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.readme import Readmes
-from gitreg.web.pages.render import HERE, not_found, render, snippet
-from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout
+from gitreg.web.pages.render import HERE, not_found, render, served_address, snippet
+from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
 
-PAGE_SIZE = 20
 # READMEs rendered off the event loop, remembered per commit (readme.py).
 READMES = web.AppKey("ui_readmes", Readmes)
-
-
-def _published_order(entries: list[IndexEntry]) -> list[IndexEntry]:
-    return sorted(entries, key=lambda e: (e.published_at, str(e.address)), reverse=True)
-
-
-async def index_page(request: web.Request) -> web.Response:
-    """The modules this visitor may see, newest first; search and filters."""
-    q = request.query.get("q", "").strip()[:200]
-    namespace = request.query.get("namespace", "")
-    system = request.query.get("system", "")
-    namespace = namespace if NAME_RE.fullmatch(namespace) else ""
-    system = system if SYSTEM_RE.fullmatch(system) else ""
-    offset_text = request.query.get("offset", "0")
-    offset = int(offset_text) if offset_text.isascii() and offset_text.isdigit() and len(offset_text) < 9 else 0
-    browse = request.app[BROWSE]
-    scope = request.get(SCOPE_KEY)
-
-    def keep(e: IndexEntry) -> bool:
-        return (
-            (scope is None or e.address.namespace in scope)
-            and (not namespace or e.address.namespace == namespace)
-            and (not system or e.address.system == system)
-        )
-
-    memo = ("ui", namespace, system, scope)
-    entries = browse.search(q, keep, memo) if q else _published_order(browse.listed(keep, memo, scope))
-    namespaces, systems = browse.facets(
-        ("ui-all", scope),
-        lambda: browse.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope),
-    )
-    shown = entries[offset : offset + PAGE_SIZE]
-    params = {k: v for k, v in (("q", q), ("namespace", namespace), ("system", system)) if v}
-
-    def page_url(at: int) -> str:
-        return "/?" + urlencode({**params, "offset": at}) if at else ("/?" + urlencode(params) if params else "/")
-
-    return render(
-        request,
-        "index.html",
-        modules=[{"entry": e, "downloads": browse.downloads(e.address)} for e in shown],
-        total=len(entries),
-        q=q,
-        namespace=namespace,
-        system=system,
-        namespaces=namespaces,
-        systems=systems,
-        previous=page_url(max(0, offset - PAGE_SIZE)) if offset > 0 else None,
-        next=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < len(entries) else None,
-        first=offset + 1,
-        last=offset + len(shown),
-        complete=browse.complete,
-    )
 
 
 def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
@@ -99,7 +46,13 @@ def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | 
         return not_found(request, "There is no such module: the address is not a registry module address.")
     entry = request.app[BROWSE].find(address)
     scope = request.get(SCOPE_KEY)
-    if entry is None or (scope is not None and address.namespace not in scope):
+    if scope is not None and address.namespace not in scope:
+        entry = None
+    elif entry is None and request.app[BROWSE].untagged(address):
+        return not_found(
+            request, f"Module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0."
+        )
+    if entry is None:
         return not_found(request, f"No module {address} is listed by this registry.")
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
@@ -125,10 +78,24 @@ async def _stored_details(
         return render(request, "error.html", status=e.status, heading="Details unavailable", message=e.message)
 
 
+def _linked(request: web.Request, part: dict[str, Any]) -> dict[str, Any]:
+    """`part` with each dependency this registry serves (and the visitor may see) given its page."""
+    browse, scope = request.app[BROWSE], request.get(SCOPE_KEY)
+    dependencies = []
+    for d in part.get("dependencies", []):
+        address = served_address(request, d.get("source", ""))
+        page = ""
+        if address is not None and browse.find(address) is not None and (scope is None or address.namespace in scope):
+            page = f"/modules/{address}"
+        dependencies.append({**d, "page": page})
+    return {**part, "dependencies": dependencies}
+
+
 async def _with_readmes(
     request: web.Request, parts: list[dict[str, Any]], entry: IndexEntry, version: IndexedVersion
 ) -> list[dict[str, Any]]:
-    """Submodules or examples, each with its README as HTML (relative links from its own folder)."""
+    """Submodules or examples, each with its README as HTML (relative links from its own folder),
+    its copy-ready `module` block and its dependencies linked."""
     readmes = request.app[READMES]
     shown = await asyncio.gather(
         *(
@@ -142,7 +109,10 @@ async def _with_readmes(
             for s in parts
         )
     )
-    return [{**s, "readme_html": html} for s, html in zip(parts, shown, strict=True)]
+    return [
+        {**_linked(request, s), "readme_html": html, "snippet": snippet(request, entry, version, s.get("path", ""))}
+        for s, html in zip(parts, shown, strict=True)
+    ]
 
 
 async def module_page(request: web.Request) -> web.Response:
@@ -168,7 +138,7 @@ async def module_page(request: web.Request) -> web.Response:
         versions=entry.versions,
         snippet=snippet(request, entry, version),
         readme=readme,
-        root=root,
+        root=_linked(request, root),
         submodules=await _with_readmes(request, details.submodules if details else [], entry, version),
         examples=await _with_readmes(request, details.examples if details else [], entry, version),
         downloads=request.app[BROWSE].downloads(address),
@@ -190,12 +160,25 @@ def add_ui(app: web.Application) -> None:
     app[READMES] = Readmes()
     app.cleanup_ctx.append(_readme_workers)
     app.router.add_get("/", guarded(index_page), name="ui-index")
+    app.router.add_get("/modules", guarded(namespace_page), name="ui-modules")
+    app.router.add_get("/modules/", guarded(namespace_page), name="ui-modules-slash")
+    app.router.add_get("/modules/{namespace}", guarded(namespace_page), name="ui-namespace")
+    app.router.add_get("/modules/{namespace}/{name}", guarded(name_page), name="ui-name")
     app.router.add_get("/modules/{namespace}/{name}/{system}", guarded(module_page), name="ui-module")
     app.router.add_get("/modules/{namespace}/{name}/{system}/{version}", guarded(module_page), name="ui-version")
     app.router.add_get("/login", login_form, name="ui-login-form")
     app.router.add_post("/login", login, name="ui-login")
+    app.router.add_get("/login/with/{forge}", sign_in, name="ui-signin")
     app.router.add_post("/logout", logout, name="ui-logout")
     app.router.add_static("/static/", HERE / "static", name="ui-static", append_version=True)
+    app.router.add_get("/favicon.ico", _favicon, name="ui-favicon")
+    # Registered last: any other path under /modules/ is the 404 page, never the API's JSON.
+    app.router.add_get("/modules/{rest:.+}", guarded(no_page), name="ui-no-page")
+
+
+async def _favicon(request: web.Request) -> web.FileResponse:
+    """`/favicon.ico`, which browsers ask for on their own (the pages link the SVG icon too)."""
+    return web.FileResponse(HERE / "static" / "favicon.ico", headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def _readme_workers(app: web.Application) -> AsyncIterator[None]:

@@ -1,0 +1,395 @@
+"""The registry tokens gitreg issues (`terraform login`, and the pages' "Sign in with ..." sessions).
+
+A token is `gitreg_` + 32 random bytes (URL-safe base64); only its SHA-256 is kept. Each record
+says who (the host's username), through which `[[auth.forges]]` host, when it was made, when it
+expires and whether it was revoked, and holds the host's OAuth access and refresh tokens sealed
+(AES-GCM, identity/crypto.py) under a key derived from `[auth] signing_key`: never in clear on
+disk or in Redis. What the token opens is what the host's access token can read (the core's
+"can read" checks use `Principal.host_token`), so the host's token is refreshed when it expires
+(GitLab's after 2 hours), and a refresh the host refuses (the grant was revoked there) ends the
+registry token too.
+
+Kept in `[storage] path/issued_tokens.json` (written whole, atomically, after each change), which
+`gitreg tokens revoke` edits too: a running server looks at the file again every second, so a
+revocation made by the CLI holds within a second (well within `recheck_seconds`). With Redis
+(`[cache] backend = "redis"`) records are also shared (replicas/logins.py): a token issued on
+one replica works on every other, and a revocation or a refreshed host token reaches each of
+them within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+
+from gitreg.config.model import Config, ForgeAuthConfig
+from gitreg.core.errors import Overloaded
+from gitreg.core.secrets import token_digest
+from gitreg.forges import oauth
+from gitreg.forges.oauth import HostGrant, OAuthError
+from gitreg.identity.crypto import Sealer
+from gitreg.identity.model import Principal
+from gitreg.replicas.connection import RedisDown
+from gitreg.replicas.logins import SharedLogins
+from gitreg.storage.state import StateFile
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "issued_tokens.json"
+_FORMAT = 1
+TOKEN_PREFIX = "gitreg_"
+# How often a used record is read again: from Redis (shared) and, locally, the file's mtime.
+RECHECK_SECONDS = 1.0
+# The host's access token is refreshed this long before it expires.
+REFRESH_MARGIN_SECONDS = 60.0
+# Records that expired longer ago than this are dropped from the file.
+KEEP_EXPIRED_SECONDS = 7 * 86400.0
+
+Kind = Literal["terraform", "session"]
+
+
+@dataclass(frozen=True)
+class IssuedRecord:
+    """One issued token, as `gitreg tokens list` shows it; `host` is the sealed host grant."""
+
+    id: str
+    digest: str  # SHA-256 of the token, hex
+    username: str
+    forge: str  # the [[auth.forges]] url
+    kind: Kind
+    created: float
+    expires: float
+    revoked: float | None
+    host: str
+    updated: float  # last change: the newer copy of a record wins (file, memory, Redis)
+    callback: str = ""  # gitreg's OAuth callback the grant was made for (GitLab's refresh names it again)
+
+    def active(self, now: float) -> bool:
+        """Neither revoked nor expired."""
+        return self.revoked is None and self.expires > now
+
+    def to_json(self) -> str:
+        """The record as stored (file and Redis)."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: Any) -> IssuedRecord | None:
+        """A record read back; None when it is not one gitreg wrote."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except ValueError:
+                return None
+        if not isinstance(data, dict):
+            return None
+        texts = ("id", "digest", "username", "forge", "host")
+        numbers = ("created", "expires", "updated")
+        if not all(isinstance(data.get(k), str) and data[k] for k in texts):
+            return None
+        if not all(isinstance(data.get(k), float | int) for k in numbers) or data.get("kind") not in (
+            "terraform",
+            "session",
+        ):
+            return None
+        revoked = data.get("revoked")
+        callback = data.get("callback", "")
+        if not isinstance(callback, str):
+            return None
+        if revoked is not None and not isinstance(revoked, float | int):
+            return None
+        return cls(
+            id=data["id"],
+            digest=data["digest"],
+            username=data["username"],
+            forge=data["forge"],
+            kind=data["kind"],
+            created=float(data["created"]),
+            expires=float(data["expires"]),
+            revoked=float(revoked) if revoked is not None else None,
+            host=data["host"],
+            updated=float(data["updated"]),
+            callback=callback,
+        )
+
+
+def new_token() -> str:
+    """A fresh registry token: `gitreg_` and 32 random bytes."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+class IssuedTokens:
+    """The issued tokens: issued, looked up (as a `login` Principal), listed and revoked.
+
+    Implements identity.model.LoginTokens. Touch it from the event loop only.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        path: Path,
+        http: aiohttp.ClientSession | None = None,
+        shared: SharedLogins | None = None,
+    ) -> None:
+        if config.auth.signing_key is None:
+            raise ValueError("issued tokens need [auth] signing_key")
+        self._forges = {f.url: f for f in config.auth.forges if f.oauth}
+        self._sealer = Sealer(config.auth.signing_key, "host-tokens")
+        self._http = http
+        self._shared = shared
+        self._records: dict[str, IssuedRecord] = {}  # by digest
+        self._checked: dict[str, float] = {}  # digest -> when Redis was last asked
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._grants: dict[str, tuple[str, HostGrant]] = {}  # digest -> (sealed text, its grant)
+        self._used_codes: dict[str, float] = {}  # code id -> until
+        self._file = StateFile(path, _FORMAT, ".issued-", self._snapshot, unreadable="issued tokens are lost")
+        self._seen_mtime: int | None = None
+        self._looked = 0.0
+
+    # ---- persistence ---------------------------------------------------------------------
+
+    def _snapshot(self) -> Any:
+        cutoff = time.time() - KEEP_EXPIRED_SECONDS
+        kept = [r for r in self._records.values() if r.expires > cutoff]
+
+        def encode() -> str:
+            return json.dumps({"format": _FORMAT, "tokens": [json.loads(r.to_json()) for r in kept]}, indent=1)
+
+        return encode
+
+    async def load(self) -> None:
+        """Read the file (at start, and when another process changed it)."""
+        self._seen_mtime = self._mtime()
+        data = await self._file.load()
+        items = data.get("tokens") if data is not None else None
+        self._merge(IssuedRecord.from_json(item) for item in (items if isinstance(items, list) else []))
+
+    def _mtime(self) -> int | None:
+        try:
+            return os.stat(self._file.path).st_mtime_ns
+        except OSError:
+            return None
+
+    def _merge(self, records: Iterable[IssuedRecord | None]) -> bool:
+        """Take each record newer than the copy held; True when one was taken."""
+        changed = False
+        for record in records:
+            if record is None:
+                continue
+            held = self._records.get(record.digest)
+            if held is None or record.updated > held.updated:
+                self._records[record.digest] = record
+                changed = True
+        return changed
+
+    async def _save(self, record: IssuedRecord) -> None:
+        """Keep `record` here, on disk and (with Redis) for every replica."""
+        self._records[record.digest] = record
+        self._file.mark_dirty()
+        await self._file.flush()
+        if self._shared is not None:
+            try:
+                await self._shared.put(record.digest, record.to_json())
+            except RedisDown as e:
+                log.warning("issued token %s: not shared through redis (%s); this replica keeps it", record.id, e)
+
+    async def _look_again(self) -> None:
+        """Every RECHECK_SECONDS: the file changed by another process (`gitreg tokens revoke`) is read again."""
+        now = time.monotonic()
+        if now - self._looked < RECHECK_SECONDS:
+            return
+        self._looked = now
+        if self._mtime() != self._seen_mtime:
+            await self.load()
+
+    async def _from_shared(self, digest: str, force: bool = False) -> None:
+        """With Redis: the shared copy of a record, read again at most once every RECHECK_SECONDS."""
+        if self._shared is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._checked.get(digest, -RECHECK_SECONDS) < RECHECK_SECONDS:
+            return
+        self._checked[digest] = now
+        if len(self._checked) > 100_000:
+            self._checked.clear()
+        try:
+            text = await self._shared.get(digest)
+        except RedisDown:
+            return  # this replica's own copy answers
+        if text is not None and self._merge([IssuedRecord.from_json(text)]):
+            self._file.mark_dirty()
+
+    async def load_shared(self) -> None:
+        """With Redis: every shared record (`gitreg tokens list` and `revoke`); RedisDown when it is unreachable."""
+        if self._shared is not None:
+            found = await self._shared.all()
+            self._merge(IssuedRecord.from_json(text) for text in found.values())
+
+    async def close(self) -> None:
+        """Write what is pending, disconnect from Redis."""
+        await self._file.flush()
+        if self._shared is not None:
+            await self._shared.close()
+
+    # ---- issuing, looking up, revoking ----------------------------------------------------
+
+    async def issue(
+        self, forge: ForgeAuthConfig, username: str, grant: HostGrant, kind: Kind, seconds: float, callback: str
+    ) -> str:
+        """A new registry token for `username` on `forge`, standing for the host's `grant` (made for `callback`)."""
+        token = new_token()
+        now = time.time()
+        digest = token_digest(token).hex()
+        record = IssuedRecord(
+            id=secrets.token_hex(6),
+            digest=digest,
+            username=username,
+            forge=forge.url,
+            kind=kind,
+            created=now,
+            expires=now + seconds,
+            revoked=None,
+            host=self._seal(digest, grant),
+            updated=now,
+            callback=callback,
+        )
+        await self._save(record)
+        log.info("issued %s token %s for %s on %s", kind, record.id, username, forge.label)
+        return token
+
+    def _seal(self, digest: str, grant: HostGrant) -> str:
+        plain = {"access": grant.access_token, "refresh": grant.refresh_token, "expires_at": grant.expires_at}
+        return self._sealer.seal(json.dumps(plain).encode(), digest)
+
+    def _unseal(self, record: IssuedRecord) -> HostGrant | None:
+        """The host grant of `record`, decrypted once per version of the record (not per request)."""
+        held = self._grants.get(record.digest)
+        if held is not None and held[0] == record.host:
+            return held[1]
+        grant = self._decrypt(record)
+        if grant is not None:
+            if len(self._grants) > 10_000:
+                self._grants.clear()
+            self._grants[record.digest] = (record.host, grant)
+        return grant
+
+    def _decrypt(self, record: IssuedRecord) -> HostGrant | None:
+        plain = self._sealer.open(record.host, record.digest)
+        try:
+            data = json.loads(plain) if plain is not None else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("access"), str):
+            return None
+        refresh = data.get("refresh")
+        expires_at = data.get("expires_at")
+        return HostGrant(
+            access_token=data["access"],
+            refresh_token=refresh if isinstance(refresh, str) else None,
+            expires_at=float(expires_at) if isinstance(expires_at, float | int) else None,
+        )
+
+    async def principal(self, presented: str) -> Principal | None:
+        """The `login` principal an issued, unexpired, unrevoked token stands for (host token fresh), else None.
+
+        Overloaded (503) when the host's token must be refreshed and the host cannot be reached.
+        """
+        if not presented.startswith(TOKEN_PREFIX) or len(presented) > 200:
+            return None
+        digest = token_digest(presented.strip()).hex()
+        await self._look_again()
+        await self._from_shared(digest)
+        record = self._records.get(digest)
+        now = time.time()
+        if record is None or not record.active(now):
+            return None
+        forge = self._forges.get(record.forge)
+        if forge is None:
+            return None  # the host is no longer configured (or lost its OAuth application)
+        grant = self._unseal(record)
+        if grant is None:
+            log.warning("issued token %s: its host tokens do not open (signing_key changed?); refused", record.id)
+            return None
+        if grant.expires_at is not None and grant.expires_at - REFRESH_MARGIN_SECONDS < now:
+            grant = await self._refreshed(digest, forge)
+            if grant is None:
+                return None
+        return Principal(kind="login", name=record.username, forge=forge, host_token=grant.access_token)
+
+    async def _refreshed(self, digest: str, forge: ForgeAuthConfig) -> HostGrant | None:
+        """The host grant of `digest` renewed (one refresh at a time per record); None when the host refused."""
+        lock = self._locks.setdefault(digest, asyncio.Lock())
+        try:
+            async with lock:
+                await self._from_shared(digest, force=True)  # another replica may have refreshed it
+                record = self._records[digest]
+                grant = self._unseal(record)
+                now = time.time()
+                if grant is None or not record.active(now):
+                    return None
+                if grant.expires_at is None or grant.expires_at - REFRESH_MARGIN_SECONDS >= now:
+                    return grant
+                return await self._refresh(record, grant, forge)
+        finally:
+            if not lock.locked():
+                self._locks.pop(digest, None)
+
+    async def _refresh(self, record: IssuedRecord, grant: HostGrant, forge: ForgeAuthConfig) -> HostGrant | None:
+        if grant.refresh_token is None or self._http is None:
+            return None
+        try:
+            fresh = await oauth.refresh(self._http, forge, grant.refresh_token, record.callback)
+        except OAuthError as e:
+            if e.reason != "refused":
+                raise Overloaded(f"{e.message}; try again in a minute", retry_after=30) from None
+            log.info("issued token %s of %s: the host refused its refresh (%s); revoked", record.id, record.username, e)
+            now = time.time()
+            await self._save(replace(record, revoked=now, updated=now))
+            return None
+        if fresh.refresh_token is None:  # GitHub keeps the old one when it sends none
+            fresh = replace(fresh, refresh_token=grant.refresh_token)
+        await self._save(replace(record, host=self._seal(record.digest, fresh), updated=time.time()))
+        return fresh
+
+    def records(self) -> list[IssuedRecord]:
+        """Every record held, oldest first."""
+        return sorted(self._records.values(), key=lambda r: (r.created, r.id))
+
+    async def revoke(self, selector: str) -> list[IssuedRecord]:
+        """Revoke the active tokens whose id or username is `selector`; those revoked."""
+        now = time.time()
+        hit = [r for r in self._records.values() if r.active(now) and selector in (r.id, r.username)]
+        for record in hit:
+            await self._save(replace(record, revoked=now, updated=now))
+        return hit
+
+    async def revoke_token(self, presented: str) -> None:
+        """Revoke the token `presented` (signing out ends the session's token too)."""
+        record = self._records.get(token_digest(presented.strip()).hex())
+        now = time.time()
+        if record is not None and record.active(now):
+            await self._save(replace(record, revoked=now, updated=now))
+
+    async def first_use(self, code_id: str, ttl_seconds: float) -> bool:
+        """True the first time a one-time code is redeemed (on any replica, with Redis)."""
+        now = time.time()
+        for expired in [c for c, until in self._used_codes.items() if until < now]:
+            del self._used_codes[expired]
+        if code_id in self._used_codes:
+            return False
+        self._used_codes[code_id] = now + ttl_seconds
+        if self._shared is not None:
+            try:
+                return await self._shared.first_use(code_id, ttl_seconds)
+            except RedisDown as e:
+                log.warning("a one-time login code was checked on this replica alone: %s", e)
+        return True

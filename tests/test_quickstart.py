@@ -1,0 +1,150 @@
+"""The first ten minutes: `gitreg demo`, the starter config, the example config, the README's promises."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gitreg.cli.main import main
+from tests.gitreg_process import ROOT, GitregProcess, run_gitreg, run_gitreg_on_a_taken_port
+from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
+
+CLIENTS = terraform_clients()
+
+
+def terraform_on_path(client: TerraformClient, bin_dir: Path) -> Path:
+    """A `terraform` command running `client`, for a command line that says `terraform init`."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shim = bin_dir / "terraform"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.join(client.argv)} "$@"\n')
+    shim.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(client, tmp_path):
+    if client is None:
+        require_clients()  # fails under CI=true, skips elsewhere
+    demo = GitregProcess(command="demo", cwd=tmp_path).start()
+    try:
+        printed = "".join(demo.log)
+        command = re.search(r"^  (cd \S+ && TF_CLI_CONFIG_FILE=\S+ terraform init)$", printed, re.MULTILINE)
+        assert command, printed
+        assert f"The module browser: {demo.url}/" in printed
+        env = clean_env(tmp_path / "home")
+        env["PATH"] = f"{terraform_on_path(client, tmp_path / 'bin')}:{env['PATH']}"
+        result = subprocess.run(["bash", "-c", command.group(1)], env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
+        with urllib.request.urlopen(f"{demo.url}/", timeout=10) as page:  # the page it names answers
+            assert page.status == 200
+        directory = Path(command.group(1).split()[1]).parent
+        assert (directory / "terraform/.terraform/modules/hello/main.tf").read_text().count("hello (v1.2.0)") == 1
+    finally:
+        code = demo.stop(sig=signal.SIGINT)  # Ctrl-C
+    assert code == 0
+    said = "".join(demo.log)
+    assert f"gitreg demo: stopped; removed {directory} (" in said
+    assert not directory.exists()
+    assert not (tmp_path / "state").exists()  # the default [storage] path ($XDG_STATE_HOME/gitreg) untouched
+
+
+def test_gitreg_demo_never_replaces_a_directory_it_did_not_make(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me\n")
+    result = run_gitreg("demo", "--dir", str(tmp_path / "mine"), "--no-serve", cwd=tmp_path)
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"gitreg: {tmp_path / 'mine'} exists and is not a gitreg demo directory; choose another --dir\n"
+    )
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me\n"
+
+
+OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "ALL_PROXY": "http://127.0.0.1:9"}
+
+
+def test_the_starter_config_passes_check_once_its_variable_is_set_without_network(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)  # (CI services set one)
+    starter = ROOT / "examples/gitreg.toml"
+    result = run_gitreg(
+        "check", "--config", str(starter), env={"GITHUB_TOKEN": "github_pat_x", **OFFLINE}, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("config OK: 1 module rule(s), 1 credential(s), 1 org(s) from ")
+    assert result.stderr == ""
+    unset = run_gitreg("check", "--config", str(starter), env=OFFLINE, cwd=tmp_path)
+    assert unset.returncode == 2
+    assert "orgs[0].token: environment variable GITHUB_TOKEN is not set" in unset.stderr
+
+
+def test_the_example_config_copied_as_is_says_which_variable_is_unset_and_where(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITLAB_TOKEN", raising=False)  # as a newcomer runs it
+    shutil.copy(ROOT / "config.example.toml", tmp_path / "gitreg.toml")
+    result = run_gitreg("check", cwd=tmp_path)  # ./gitreg.toml
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "gitreg: invalid configuration (gitreg.toml):",
+        "  credentials[0].password: environment variable GITLAB_TOKEN is not set",
+        (
+            "  (a ${VAR} is read from gitreg's environment: export GITLAB_TOKEN=... before running gitreg, "
+            "or write the value in gitreg.toml)"
+        ),
+    ]
+
+
+def _readme_section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index(f"\n## {title}\n")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+def help_of(*args: str) -> str:
+    """What `gitreg ARGS --help` prints (in-process: argparse prints it and exits 0)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
+        main([*args, "--help"])
+    assert exited.value.code == 0
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("command", ["serve", "check", "demo"])
+def test_the_readme_synopsis_names_exactly_the_flags_of_each_commands_help(command):
+    synopsis = re.search(rf"^gitreg {command} (.*)$", _readme_section("Command line"), re.MULTILINE)
+    assert synopsis, f"the README's Command line section has no `gitreg {command}` line"
+    help_text = help_of(command)
+    usage = help_text[: help_text.index("\n\n")]
+    in_help = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help"}
+    assert set(re.findall(r"\[(--[a-z-]+)", synopsis.group(1))) == in_help, (synopsis.group(0), usage)
+
+
+def test_the_readme_and_help_list_the_same_exit_codes_for_the_same_commands():
+    table = re.findall(r"^\| (\d) \| (.*) \|$", _readme_section("Command line"), re.MULTILINE)
+    for args in ([], ["serve"], ["check"], ["demo"]):
+        help_text = help_of(*args)
+        listed = re.findall(r"^  (\d)  (.*(?:\n     .*)*)", help_text.split("exit codes:\n", 1)[1], re.MULTILINE)
+        assert [code for code, _ in listed] == [code for code, _ in table], args
+        for (code, said), (_, row) in zip(listed, table, strict=True):
+            words = {"serve", "check", "demo", "--probe", "--workers", "redis"}
+            named = {w for w in words if w in said.replace("\n", " ")}
+            assert named == {w for w in words if w in row}, (code, said, row)
+
+
+@pytest.mark.slow
+def test_gitreg_demo_on_a_port_in_use_says_so_in_one_line_and_leaves_nothing(tmp_path):
+    result, port = run_gitreg_on_a_taken_port("demo", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use (try --port 0)\n"
+    removed = re.search(r"gitreg demo: stopped; removed (\S+) \(", result.stdout)
+    assert removed, result.stdout
+    assert not Path(removed.group(1)).exists()

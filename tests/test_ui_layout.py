@@ -1,0 +1,207 @@
+"""The module page's layout in a real headless Chromium: sections, wide modules on a phone, copy buttons.
+
+A realistic module (tests/support/realistic.py) with 200 more inputs, some with long unbroken
+names and values, served by a real `gitreg serve` whose `[server] public_url` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.gitreg_process import GitregProcess
+from tests.support.browser import axe_violations, chromium_driver
+from tests.support.realistic import labels_module, write_vpc_module
+from tests.support.repos import GitRepo
+
+pytestmark = pytest.mark.slow
+
+HOST = "registry.example.com"
+LONG_NAMESPACE = "platform-engineering-shared-infrastructure-networking-team-01"
+SECTIONS = ("readme", "inputs", "outputs", "dependencies", "resources", "submodules", "examples")
+MODULE = "/modules/acme/vpc/aws"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitregProcess]:
+    root = tmp_path_factory.mktemp("layout")
+    vpc = GitRepo(root / "repos", "terraform-aws-vpc")
+    write_vpc_module(vpc, HOST, extra_inputs=200)
+    vpc.tag("v5.3.0")
+    vpc.commit({"CHANGELOG.md": "## 5.4.0\n"})
+    vpc.tag("v5.4.0")
+    labels = labels_module(root / "repos")
+    rules = [("acme", "vpc", "aws", vpc), ("acme", "labels", "null", labels), (LONG_NAMESPACE, "dns", "aws", labels)]
+    text = f'[server]\npublic_url = "https://{HOST}"\n[storage]\npath = "{root / "state"}"\n'
+    for ns, name, system, repo in rules:
+        text += f'[[modules]]\nnamespace = "{ns}"\nname = "{name}"\nsystem = "{system}"\nrepository = "{repo.url}"\n'
+    config = root / "gitreg.toml"
+    config.write_text(text)
+    with GitregProcess("--config", str(config)) as proc:
+        proc.wait_indexed()
+        yield proc
+
+
+def phone_or_desktop(width: int):  # type: ignore[no-untyped-def]
+    """A Chromium `width` px wide (below 500 px: a phone's viewport, which a window cannot be)."""
+    driver = chromium_driver(max(width, 500), 900)
+    if width < 500:
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 844, "deviceScaleFactor": 2, "mobile": True},
+        )
+    return driver
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    driver = chromium_driver()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def overflow(driver) -> int:  # type: ignore[no-untyped-def]
+    """How many px the page is wider than the viewport (0: it does not scroll sideways)."""
+    return int(driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def shown(driver, element_id: str) -> bool:  # type: ignore[no-untyped-def]
+    return bool(driver.find_element(By.ID, element_id).is_displayed())
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_200_input_module_never_scrolls_sideways(server, width):
+    driver = phone_or_desktop(width)
+    try:
+        for section in SECTIONS:
+            driver.get(f"{server.url}{MODULE}#{section}")
+            assert overflow(driver) <= 0, (width, section)
+            assert shown(driver, section)
+        driver.get(f"{server.url}{MODULE}#inputs")
+        cards = driver.find_elements(By.CSS_SELECTOR, "#inputs .var")
+        assert len(cards) == 230
+        # Every folded type and default opened, every submodule and example opened: still no overflow.
+        driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+        for section in ("inputs", "submodules", "examples"):
+            driver.get(f"{server.url}{MODULE}#{section}")
+            driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+            assert overflow(driver) <= 0, (width, section, "opened")
+        # A name that fits the width is on one line, not broken every few characters.
+        driver.get(f"{server.url}{MODULE}#inputs")
+        lines = driver.execute_script(
+            "const c = [...document.querySelectorAll('code')].find(c => c.textContent === arguments[0]);"
+            "return c.getClientRects().length",
+            "default_security_group_ingress",
+        )
+        assert lines == 1, width
+    finally:
+        driver.quit()
+
+
+def test_the_index_filters_fit_a_phone(server):
+    driver = phone_or_desktop(390)
+    try:
+        driver.get(server.url + "/")
+        select = driver.find_element(By.ID, "namespace")  # its longest option is 60 characters
+        assert select.rect["x"] + select.rect["width"] <= 390
+        assert overflow(driver) <= 0
+    finally:
+        driver.quit()
+
+
+def test_every_section_opens_from_its_fragment_and_from_the_keyboard(server, browser):
+    b = browser
+    b.get(server.url + MODULE)
+    assert shown(b, "readme") and not shown(b, "inputs")  # the README first
+    for section in SECTIONS:
+        b.get(f"{server.url}{MODULE}#{section}")
+        assert [s for s in SECTIONS if shown(b, s)] == [section]
+        assert b.find_element(By.CSS_SELECTOR, f'.tabs a[data-tab="{section}"]').get_attribute("aria-current")
+    b.get(server.url + MODULE)
+    for section in (*SECTIONS[1:], SECTIONS[0]):
+        for _ in range(60):  # Tab until the section's link has the focus, then Enter
+            b.switch_to.active_element.send_keys(Keys.TAB)
+            if (b.switch_to.active_element.get_attribute("href") or "").endswith(f"#{section}"):
+                break
+        else:
+            raise AssertionError(f"no link to #{section} reached with Tab")
+        b.switch_to.active_element.send_keys(Keys.ENTER)
+        assert b.current_url.endswith(f"#{section}")
+        assert [s for s in SECTIONS if shown(b, s)] == [section]
+    # The version picker opens from the keyboard too, by the title.
+    b.get(server.url + MODULE)
+    picker = b.find_element(By.CSS_SELECTOR, ".picker summary")
+    assert picker.location["y"] < 300
+    picker.send_keys(Keys.ENTER)
+    assert [li.text for li in b.find_elements(By.CSS_SELECTOR, ".versions li")] == ["5.4.0 latest", "5.3.0"]
+
+
+def test_a_submodule_anchor_opens_its_section(server, browser):
+    browser.get(f"{server.url}{MODULE}#modules/flow-log")
+    assert shown(browser, "submodules") and not shown(browser, "readme")
+    assert browser.find_element(By.ID, "modules/flow-log").get_attribute("open") is not None
+
+
+def test_no_serious_accessibility_violations_on_any_page_kind(server, browser):
+    for path in (
+        "/",
+        "/?sort=name&q=vpc",
+        MODULE,
+        f"{MODULE}#inputs",
+        f"{MODULE}#dependencies",
+        f"{MODULE}#submodules",
+        f"{MODULE}/5.3.0",
+        "/modules/acme/vpc",
+        "/login",
+        "/modules/acme/nothing/aws",
+    ):
+        browser.get(server.url + path)
+        # An older version's details are read on its first visit (the page reloads itself till then).
+        WebDriverWait(browser, 20).until(lambda d: not d.find_elements(By.ID, "details-pending"))
+        browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+        assert axe_violations(browser) == [], path
+
+
+def test_the_copy_button_copies_the_full_address_and_the_csp_allows_its_script(server, browser):
+    b = browser
+    b.execute_cdp_cmd(
+        "Browser.grantPermissions",
+        {"origin": server.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]},
+    )
+    b.get(f"{server.url}{MODULE}#submodules")
+    b.get_log("browser")  # only this page's messages below
+    b.get(f"{server.url}{MODULE}#submodules")
+    b.find_element(By.ID, "modules/flow-log").click()
+    button = b.find_element(By.CSS_SELECTOR, "#modules\\/flow-log button[data-copy]")
+    assert button.is_displayed()  # the script ran: without it the button stays hidden
+    button.click()
+    copied = b.execute_async_script(
+        "const done = arguments[arguments.length - 1]; navigator.clipboard.readText().then(done, e => done(String(e)))"
+    )
+    assert copied == (
+        f'module "flow_log" {{\n  source  = "{HOST}/acme/vpc/aws//modules/flow-log"\n  version = "~> 5.4"\n}}\n'
+    )
+    assert button.text == "Copied"
+    refused = [m["message"] for m in b.get_log("browser") if "Content Security Policy" in m["message"]]
+    assert refused == []
+
+
+def test_the_favicon_is_an_image_and_a_namespace_name_is_a_page(server, browser):
+    b = browser
+    b.get(server.url + "/")
+    for src in ("/favicon.ico", "/static/favicon.svg"):
+        width = b.execute_async_script(
+            "const done = arguments[arguments.length - 1]; const img = new Image();"
+            "img.onload = () => done(img.naturalWidth); img.onerror = () => done(-1); img.src = arguments[0];",
+            src,
+        )
+        assert width > 0, src
+    b.get(server.url + "/modules/acme/vpc")
+    assert b.execute_script("return document.contentType") == "text/html"
+    assert [a.text for a in b.find_elements(By.CSS_SELECTOR, ".module h2 a")] == ["acme/vpc/aws"]
