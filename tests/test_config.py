@@ -427,6 +427,34 @@ def test_auth_identity_keys_are_validated_by_key():
     assert "auth.oidc[0].audience: must not be empty: it is the `aud` the CI job asks its token for" in found
 
 
+def test_an_auth_forges_api_url_must_be_on_the_hosts_own_host():
+    found = problems(
+        {
+            "auth": {
+                "forges": [
+                    {
+                        "provider": "gitlab",
+                        "url": "https://gitlab.example.com",
+                        "api_url": "https://evil.example/api/v4",
+                    },
+                    {"provider": "github", "api_url": "https://api.github.com"},
+                    {
+                        "provider": "github",
+                        "url": "https://ghe.example.com",
+                        "api_url": "https://ghe.example.com/api/v3",
+                    },
+                ]
+            }
+        }
+    )
+    assert found == [
+        (
+            "auth.forges[0].api_url: 'https://evil.example/api/v4' must be on the host of url "
+            "('https://gitlab.example.com'); people's tokens are sent there"
+        )
+    ]
+
+
 def test_auth_forges_may_be_plain_http_when_git_allows_http():
     config = parse_config(
         {

@@ -46,6 +46,14 @@ def _check_web_url(r: TableReader, key: str, url: str, protocols: tuple[str, ...
     return url.rstrip("/")
 
 
+def _same_host(url: str, api_url: str) -> bool:
+    """True when api_url is on url's host (github.com's API is api.github.com)."""
+    web, api = urls.parse(url), urls.parse(api_url)
+    if web is None or api is None:
+        return False
+    return api.host == web.host or (web.host == "github.com" and api.host == "api.github.com")
+
+
 def _default_api_url(provider: Provider, url: str) -> str:
     """GitHub.com's API is api.github.com; GitHub Enterprise Server's <url>/api/v3; GitLab's <url>/api/v4."""
     if provider == "github":
@@ -69,6 +77,9 @@ def _parse_forge(r: TableReader, protocols: tuple[str, ...]) -> ForgeAuthConfig 
     if client_secret is not None and client_id is None:
         r.error("oauth_client_secret", "needs oauth_client_id too (the OAuth application's id)")
     token_days = r.number("token_days", ForgeAuthConfig.token_days, minimum=1 / 24, maximum=365.0)
+    if url is not None and api_url is not None and not _same_host(url, api_url):
+        # People's and jobs' own tokens go to api_url: never to a host other than the Git host's.
+        r.error("api_url", f"{api_url!r} must be on the host of url ({url!r}); people's tokens are sent there")
     r.finish()
     if provider is None or url is None or (raw_api is not None and api_url is None):
         return None

@@ -67,6 +67,11 @@ class Overloaded(GitregError):
         self.retry_after = retry_after
 
 
+class IdentityUnavailable(Overloaded):
+    """The Git host or CI issuer that vouches for a token cannot answer now, and no answer of it is
+    still trusted: a 503 with Retry-After naming the host, never a 401 (the token may well be good)."""
+
+
 class StorageFull(GitregError):
     """What a request needs gitreg to keep on disk is larger than `[storage] max_bytes` by itself.
 

@@ -8,7 +8,8 @@ and tries again; a longer wait fails the listing, and the caller keeps its last 
 
 A host module (`github`, `gitlab`) subclasses `ForgeClient` for its URLs, headers and record
 fields, turns its webhook payloads into `TagEvent`/`RepositoryEvent`, checks its deliveries'
-signatures, and describes itself in one `Host`.
+signatures, and describes itself in one `Host`. The same client, given a person's own token
+(`hosts.user_client`), answers identity/'s questions: `username`, `can_read`, `member_repositories`.
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ class ForgeClient:
         self._api_path = api.path.rstrip("/") if api is not None else ""
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
+        self.as_user = False  # a person's own token (identity/): `Authorization: Bearer`, as hosts take any
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
@@ -222,15 +224,46 @@ class ForgeClient:
         raise NotImplementedError
 
     async def repository(self, key: str) -> RepoRecord | None:
-        """One repository by id or full name, for a webhook that names it without describing it.
-
-        None when the host says it does not exist; by default None too (a host whose webhooks
-        describe the repository never needs this).
-        """
+        """One repository by id or full name (a webhook names it without describing it, or a person's
+        token asks whether it can read it); None when the host says it does not exist, or by default."""
         return None
 
+    async def username(self) -> str | None:
+        """Whom the client's token belongs to (`GET /user`); None when the host refuses the token (401/403)."""
+        raise NotImplementedError
+
+    async def can_read(self, full_name: str) -> bool:
+        """True when the client's token can read the repository `full_name` (200); False on a 404, 401 or 403."""
+        try:
+            return await self.repository(full_name) is not None
+        except ForgeError as e:
+            if e.reason == "unauthorized":
+                return False
+            raise
+
+    async def member_repositories(self) -> list[RepoRecord]:
+        """The repositories the client's token is a member of, all pages (one listing, not a call per repository)."""
+        raise NotImplementedError
+
+    async def _username(self, url: str, key: str) -> str | None:
+        """The `key` field of the user object at `url`; None when the host refuses the token."""
+        try:
+            data, _ = await self.get_json(url)
+        except ForgeError as e:
+            if e.reason == "unauthorized":
+                return None
+            raise
+        name = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(name, str) or not name:
+            raise self._failure("bad_json", f"{self.org.label}: the API's user object has no {key}")
+        return name[:255]
+
     async def _pages(
-        self, url: str, record: Callable[[Any], RepoRecord | None], on_page: OnPage | None = None
+        self,
+        url: str,
+        record: Callable[[Any], RepoRecord | None],
+        on_page: OnPage | None = None,
+        items: str | None = None,
     ) -> list[RepoRecord]:
         """Follow `next` links from `url`, turning each item into a record (malformed ones skipped).
 
@@ -247,6 +280,7 @@ class ForgeClient:
                 )
             seen.add(next_url)
             data, headers = await self.get_json(next_url)
+            data = data.get(items) if items is not None and isinstance(data, dict) else data  # {items: [...]}
             if not isinstance(data, list):
                 raise self._failure("bad_json", f"{self.org.label}: the API answered a page that is not a JSON list")
             following = self._next_page(next_url, headers)

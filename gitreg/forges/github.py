@@ -25,6 +25,7 @@ from gitreg.forges.base import (
     PER_PAGE,
     USER_AGENT,
     ForgeClient,
+    ForgeError,
     ForgeNotFound,
     Host,
     MalformedPayload,
@@ -41,6 +42,7 @@ from gitreg.forges.base import (
 )
 
 API_VERSION = "2022-11-28"
+INSTALLATION_PREFIX = "ghs_"  # a GitHub App installation access token
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 EVENT_HEADER = "X-GitHub-Event"  # what a delivery is about (tag_event's `event`)
 # Where a payload's repository object names the repository (https, ssh, web page, git://).
@@ -94,6 +96,40 @@ class GitHubClient(ForgeClient):
             return found
         self.is_user = False
         return found
+
+    @property
+    def _installation(self) -> bool:
+        """The token is a GitHub App installation's (`ghs_`): no user behind it, `GET /user` answers 403."""
+        return (self.org.token or "").startswith(INSTALLATION_PREFIX)
+
+    async def username(self) -> str | None:
+        """`GET /user`'s `login`; None when GitHub refuses the token (revoked, expired, unknown).
+
+        An App installation token is named by the account the app is installed on, as the first
+        repository `GET /installation/repositories` lists says (`app:<login>`; `app` when none).
+        """
+        if not self._installation:
+            return await self._username(f"{self.org.api_url}/user", "login")
+        try:
+            data, _ = await self.get_json(f"{self.org.api_url}/installation/repositories?per_page=1")
+        except ForgeError as e:
+            if e.reason == "unauthorized":
+                return None
+            raise
+        owner = dig((data.get("repositories") or [{}])[0], "owner", "login") if isinstance(data, dict) else None
+        return f"app:{owner}" if isinstance(owner, str) and owner else "app"
+
+    async def member_repositories(self) -> list[RepoRecord]:
+        """`GET /user/repos`: the repositories the token's user owns, collaborates on or sees as an org member
+        (an App installation: `GET /installation/repositories`, the repositories it was given)."""
+        if self._installation:
+            url = f"{self.org.api_url}/installation/repositories?per_page={PER_PAGE}"
+            return await self._pages(url, record, items="repositories")
+        url = (
+            f"{self.org.api_url}/user/repos?per_page={PER_PAGE}&affiliation=owner,collaborator,organization_member"
+            "&sort=created&direction=asc"
+        )
+        return await self._pages(url, record)
 
     async def repository(self, key: str) -> RepoRecord | None:
         """One repository by full name (`GET /repos/{owner}/{repo}`); None when GitHub says it does not exist.

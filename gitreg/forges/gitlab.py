@@ -64,9 +64,20 @@ class GitLabClient(ForgeClient):
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        if self.org.token:
+        if self.org.token and self.as_user:
+            headers["Authorization"] = f"Bearer {self.org.token}"
+        elif self.org.token:
             headers["PRIVATE-TOKEN"] = self.org.token
         return headers
+
+    async def username(self) -> str | None:
+        """`GET /user`'s `username`; None when GitLab refuses the token (revoked, expired, unknown)."""
+        return await self._username(f"{self.org.api_url}/user", "username")
+
+    async def member_repositories(self) -> list[RepoRecord]:
+        """`GET /projects?membership=true`: the projects the token's user is a member of."""
+        url = f"{self.org.api_url}/projects?membership=true&simple=true&per_page={PER_PAGE}&order_by=id&sort=asc"
+        return await self._pages(url, record)
 
     async def list_repositories(self, on_page: OnPage | None = None) -> list[RepoRecord]:
         """All projects of the group and its subgroups (not projects merely shared with it)."""

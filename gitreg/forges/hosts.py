@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import aiohttp
 
-from gitreg.config.model import OrgConfig
+from gitreg.config.model import ForgeAuthConfig, OrgConfig
 from gitreg.forges import github, gitlab
 from gitreg.forges.base import ForgeClient, Host, OrgStats
 
 HOSTS: dict[str, Host] = {h.name: h for h in (github.HOST, gitlab.HOST)}
+# A person's `terraform init` waits at most this long for a host's rate limit to reset; longer is a 503.
+USER_RATE_WAIT_SECONDS = 5.0
 
 
 def host(provider: str) -> Host:
@@ -19,3 +23,22 @@ def host(provider: str) -> Host:
 def client_for(org: OrgConfig, session: aiohttp.ClientSession, stats: OrgStats | None = None) -> ForgeClient:
     """The API client for `org`'s provider."""
     return host(org.provider).client(org, session, stats)
+
+
+def user_client(
+    forge: ForgeAuthConfig,
+    token: str,
+    session: aiohttp.ClientSession,
+    stats: OrgStats,
+    org: OrgConfig | None = None,
+) -> ForgeClient:
+    """A client of `forge`'s API that asks with a person's or job's own `token` (never the org's).
+
+    With `org`, it lists that org as the token sees it (the host returns only what it may see).
+    """
+    label = forge.label.split(":", 1)[1]
+    base = org or OrgConfig(provider=forge.provider, api_url=forge.api_url, group=label, namespace="-")
+    client = client_for(dataclasses.replace(base, token=token, refresh_seconds=forge.recheck_seconds), session, stats)
+    client.as_user = True
+    client.rate_wait_budget = USER_RATE_WAIT_SECONDS
+    return client

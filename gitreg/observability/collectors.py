@@ -24,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 from gitreg.git.pool import Priority
 
 if TYPE_CHECKING:
+    from gitreg.forges.base import OrgStats
     from gitreg.git.pool import GitPool
     from gitreg.index.store import ModuleIndex
     from gitreg.orgs.catalog import OrgCatalog
@@ -90,6 +91,56 @@ class RequestCounter(Collector):
         for (route, method, status), count in list(stats.counts.items()):
             family.add_metric([route, method, str(status)], count, created=stats.created[(route, method, status)])
         yield family
+
+
+class CredentialCounter(Collector):
+    """`gitreg_requests_by_credential_total{kind}`: requests by the kind of credential that opened them.
+
+    Kinds only (static, forge, login, oidc, none), never a person: a username is unbounded.
+    """
+
+    KINDS = ("static", "forge", "login", "oidc", "none")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.KINDS, 0)
+        self.created = time.time()
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gitreg_requests_by_credential",
+            "HTTP requests answered, by the kind of credential the caller presented (none: no credential checked).",
+            labels=["kind"],
+        )
+        for kind, count in self.counts.items():
+            family.add_metric([kind], count, created=self.created)
+        yield family
+
+
+class IdentityCollector(Collector):
+    """`gitreg_identity_api_calls_total{host}` and `..._failures_total{host,reason}`: the calls made
+    with people's and jobs' own tokens (Git hosts) and to the CI issuers, one label value per
+    configured `[[auth.forges]]` host (and `oidc`)."""
+
+    def __init__(self, source: Callable[[], list[tuple[str, OrgStats]]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        calls = CounterMetricFamily(
+            "gitreg_identity_api_calls",
+            "API calls asking a Git host who a token is, what it can read or see (or a CI issuer for its keys).",
+            labels=["host"],
+        )
+        failures = CounterMetricFamily(
+            "gitreg_identity_api_failures",
+            "Failed identity API calls and answers that refused the token, by reason.",
+            labels=["host", "reason"],
+        )
+        for host, stats in self._source():
+            calls.add_metric([host], stats.calls)
+            for reason, count in sorted(stats.failures.items()):
+                failures.add_metric([host, reason], count)
+        yield calls
+        yield failures
 
 
 class RequestLatency(Collector):

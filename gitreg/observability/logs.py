@@ -22,8 +22,15 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from gitreg.core import urls
 
+# Who made a request (the principal's name: a username, `oidc:<project>`, `token:<id>`; never a
+# token) and the kind of credential it presented: set by the web layer, read by the access log
+# and the metrics (by kind only).
+WHO_KEY = web.RequestKey[str]("who")
+CREDENTIAL_KEY = web.RequestKey[str]("credential")
 # Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
 SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires")
+# Characters a name in the access line's user field may not hold (spaces and quotes would split it).
+_USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
 # The key of an access line's fields in the JSON log.
 HTTP_FIELD = "http"
 # The attribute a batch of access lines rides on: (AccessEntry, line) pairs (read by JsonFormatter).
@@ -57,11 +64,18 @@ class AccessEntry(NamedTuple):
     referer: str
     user_agent: str
     duration: float
+    user: str = ""  # the principal's name, "" when none was checked
+
+    @property
+    def who(self) -> str:
+        """The combined log format's user field: the principal's name, `-` when none."""
+        return _USER_UNSAFE_RE.sub("_", self.user)[:120] if self.user else "-"
 
     def fields(self) -> dict[str, Any]:
         """The entry as the JSON log's `http` object."""
         return {
             "remote": self.remote or "-",
+            "user": self.who,
             "method": self.method,
             "path": mask_user_info(mask_query(self.raw_path)),
             "protocol": f"HTTP/{self.http_version[0]}.{self.http_version[1]}",
@@ -104,7 +118,7 @@ def access_line(entry: AccessEntry) -> str:
     path = mask_query(raw_path) if "?" in raw_path else raw_path
     path, referer = mask_user_info(path), mask_user_info(entry.referer)
     return (
-        f'{entry.remote or "-"} - - [{_clf_time(int(entry.created))}] "{entry.method} {path} '
+        f'{entry.remote or "-"} - {entry.who} [{_clf_time(int(entry.created))}] "{entry.method} {path} '
         f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{referer or "-"}" '
         f'"{entry.user_agent or "-"}" {entry.duration:.6f}'
     )
@@ -198,6 +212,7 @@ class AccessLogger(AbstractAccessLogger):
             headers.get("Referer", ""),
             headers.get("User-Agent", ""),
             time_taken,
+            request.get(WHO_KEY, ""),
         )
         batch = self._batch
         if batch is None:

@@ -25,6 +25,8 @@ from gitreg.observability.collectors import (
     LATENCY_BUCKETS,
     MAX_HOSTS,
     CacheCollector,
+    CredentialCounter,
+    IdentityCollector,
     Latency,
     OrgCollector,
     PoolCollector,
@@ -35,6 +37,7 @@ from gitreg.observability.collectors import (
 )
 
 if TYPE_CHECKING:
+    from gitreg.forges.base import OrgStats
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import TagList
     from gitreg.index.store import ModuleIndex
@@ -102,6 +105,8 @@ class Metrics:
         self.requests = RequestCounter(self._request_stats)
         self.latency = RequestLatency(self._request_stats)
         self.registry.register(self.requests)
+        self.credentials = CredentialCounter()
+        self.registry.register(self.credentials)
         self.registry.register(self.latency)
         self.git_calls = Counter(
             "gitreg_upstream_git_calls",
@@ -144,6 +149,10 @@ class Metrics:
     def watch_shared(self, shared: SharedState) -> None:
         """Expose the Redis connection's state (with `[cache] backend = "redis"`; nothing for memory)."""
         self._watched.shared = shared
+
+    def watch_identities(self, source: Callable[[], list[tuple[str, OrgStats]]]) -> None:
+        """Expose the identity API calls (`source()`: (host label, its counters)) at scrape time."""
+        self.registry.register(IdentityCollector(source))
 
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""

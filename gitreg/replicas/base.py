@@ -89,6 +89,14 @@ class SharedState(Protocol):
         holder found gone, if any), in the background; an earlier owner comes back through on_owner."""
         ...
 
+    async def access(self, key: str) -> bool | None:
+        """A Git host's "can read" answer another replica stored under `key` (a digest), or None."""
+        ...
+
+    def remember_access(self, key: str, allowed: bool, seconds: float) -> None:
+        """Store a Git host's "can read" answer under `key` (a digest) for the others, for `seconds`."""
+        ...
+
     def leading(self) -> bool:
         """True when this replica builds the index."""
         ...

@@ -60,6 +60,13 @@ class MemoryShared:
     def publish_owner(self, address: str, holder: str, since: float, replaces: str) -> None:
         """Nobody to tell: this replica's own owners decide."""
 
+    async def access(self, key: str) -> bool | None:
+        """No other replica asked a Git host: None."""
+        return None
+
+    def remember_access(self, key: str, allowed: bool, seconds: float) -> None:
+        """Nobody to tell: the identity package keeps its own answers."""
+
     def leading(self) -> bool:
         """Alone, this replica always builds the index."""
         return True

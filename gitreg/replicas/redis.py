@@ -43,6 +43,7 @@ from gitreg.core import urls
 from gitreg.core.errors import GitregError, failure_kind
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
+from gitreg.replicas.access import SharedAccess
 from gitreg.replicas.base import Loader
 from gitreg.replicas.connection import (
     CONNECT_TIMEOUT_SECONDS,
@@ -130,6 +131,8 @@ class RedisShared:
         self.on_pin = self.pins.on_pin  # an earlier pin than this replica's
         self.owners = SharedOwners(self.client, self._key("owners"), self.channel, self._message)
         self.on_owner = self.owners.on_owner  # an owner recorded in Redis
+        shared_access = SharedAccess(self.client, self._key("access:"), self._call, lambda: self._up, self._spawn)
+        self.access, self.remember_access = shared_access.access, shared_access.remember_access  # Git hosts' answers
         self._up = False
         self._ever_up = False
         self._since = clock()
@@ -145,9 +148,7 @@ class RedisShared:
         self._leading = False
         self._pending: dict[str, int] = {}
         self._totals: dict[str, int] | None = None
-        self._totals_stale = True
-        self._next_totals = 0.0
-        self._next_lease = 0.0
+        self._totals_stale, self._next_totals, self._next_lease = True, 0.0, 0.0
         # An index.json written while Redis was unreachable: published once leading and connected.
         self._unpublished: str | None = None
         # The leader's index read before the application was ready for it (follow_index).
@@ -186,11 +187,8 @@ class RedisShared:
             return
         self._up, self._since = False, self._clock()
         self._totals = None
-        log.warning(
-            "redis at %s unreachable (%s): answering from this replica's own memory until it returns",
-            self.shown_url,
-            self.last_error,
-        )
+        message = "redis at %s unreachable (%s): answering from this replica's own memory until it returns"
+        log.warning(message, self.shown_url, self.last_error)
         for key in list(self._waiters):
             self._wake(key)  # waiting for another replica's answer: go on alone
 

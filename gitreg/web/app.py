@@ -32,6 +32,8 @@ from gitreg.git.runner import GitRunner
 from gitreg.identity.issued import FILE_NAME as ISSUED_FILE
 from gitreg.identity.issued import IssuedTokens
 from gitreg.identity.oauth import LoginFlows
+from gitreg.identity.service import Identities
+from gitreg.identity.static import TokenChecker
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.model import ChangeLog, OrgInfo
@@ -61,7 +63,6 @@ from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
 from gitreg.web.api.oauth import oauth_routes
 from gitreg.web.api.webhooks import webhook_routes
-from gitreg.web.auth import TokenChecker
 from gitreg.web.keys import (
     ARCHIVES,
     AUTH,
@@ -73,9 +74,11 @@ from gitreg.web.keys import (
     DETAILS,
     GIT,
     GIT_POOL,
+    IDENTITIES,
     INDEX,
     INDEX_PROCESS,
     LIFECYCLE,
+    LOGIN_TOKENS,
     LOGINS,
     METRICS,
     MIRRORS,
@@ -234,6 +237,24 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
         return
     async for _ in catalog.lifetime():
         yield
+
+
+async def _identities(app: web.Application) -> AsyncIterator[None]:
+    """Who a bearer token is and what it may read; its HTTP session (to the Git hosts and CI issuers)
+    is opened on first use and closed here."""
+    sessions: list[aiohttp.ClientSession] = []
+
+    def session() -> aiohttp.ClientSession:
+        if not sessions:
+            sessions.append(aiohttp.ClientSession(auto_decompress=True, trust_env=False))
+        return sessions[0]
+
+    config, login = app[CONFIG], app.get(LOGIN_TOKENS)
+    identities = app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], session, login, app[CLOCK])
+    app[METRICS].watch_identities(identities.api_stats)
+    yield
+    for opened in sessions:
+        await opened.close()
 
 
 async def _registry(app: web.Application) -> AsyncIterator[None]:
@@ -409,6 +430,7 @@ async def _logins(app: web.Application) -> AsyncIterator[None]:
         tokens = IssuedTokens(config, _storage(app) / ISSUED_FILE, http, shared)
         await tokens.load()
         app[LOGINS] = LoginFlows(config.auth.forges, key, tokens, http)
+        app[LOGIN_TOKENS] = tokens  # what the Identities facade asks about a `gitreg_...` bearer token
         yield
         await tokens.close()
 
@@ -453,9 +475,12 @@ def create_app(
     app[LIFECYCLE] = Lifecycle()
     # Dependency order; each closes (after `yield`) before those it was built with.
     contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
-    contexts += [_mirrors_and_archives, _catalog, _registry]
-    if role is not Role.INDEX:  # the serving process enumerates the orgs, and signs people in
-        contexts += [_org_listings, _logins]
+    contexts += [_mirrors_and_archives, _catalog]
+    if role is not Role.INDEX:  # the serving process signs people in (issued tokens before identities)
+        contexts.append(_logins)
+    contexts += [_identities, _registry]
+    if role is not Role.INDEX:  # the serving process enumerates the orgs
+        contexts.append(_org_listings)
     contexts += [_details, _index]
     if role is Role.SERVE:
         contexts.append(_index_process)

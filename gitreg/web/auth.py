@@ -1,76 +1,79 @@
-"""Registry authentication: `Authorization: Bearer <token>` on every `/v1/...` request.
+"""Registry authentication on every `/v1/...` request, and what the caller may see.
 
-Tokens may be scoped to namespaces and stored hashed (`sha256:<hex>`). The middleware in
-middleware.py records the caller's scope on the request; handlers that list modules read it with
-`allowed_namespaces(request)`.
+`Authorization: Bearer <token>`: a static `[auth] tokens` entry, a `terraform login` token, a CI
+job's OIDC JWT or a Git host's own token; identity/ (the `Identities` facade) says who it is and
+what it may read. The middleware (middleware.py) and the pages' session guard record the caller
+with `admit`; list, search and the pages then ask `visibility(request)`.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from gitreg.config.model import AuthConfig, TokenConfig
-from gitreg.core.errors import Forbidden, Unauthorized
-from gitreg.core.secrets import bearer_token, first_match, token_digest
+from gitreg.core.errors import Unauthorized
+from gitreg.core.names import parse_address
+from gitreg.core.secrets import bearer_token
 from gitreg.identity.model import Principal
+from gitreg.identity.static import TokenChecker, token_id
+from gitreg.identity.visibility import Visibility
+from gitreg.observability.logs import CREDENTIAL_KEY, WHO_KEY
+from gitreg.web.keys import IDENTITIES
 
-# The caller's namespaces (None: all of them), recorded on the request by `authorize` (and by
-# the pages' session guard).
+__all__ = ["PRINCIPAL_KEY", "SCOPE_KEY", "TokenChecker", "admit", "authorize", "token_id", "visibility"]
+
+# The caller's namespaces (None: all of them), recorded on the request by `admit`.
 SCOPE_KEY = web.RequestKey[frozenset[str] | None]("scope")
 # Who the caller is (identity/model.py), recorded beside the scope; absent on an open registry.
 PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
+# What the caller sees in lists, search and pages (asked of the Git host once per recheck_seconds).
+VISIBILITY_KEY = web.RequestKey[Visibility]("visibility")
 
 
-class TokenChecker:
-    """Checks bearer tokens in constant time against every configured token."""
+async def admit(request: web.Request, principal: Principal | None) -> None:
+    """Record who makes this request (API or page) and what it may see.
 
-    def __init__(self, config: AuthConfig) -> None:
-        # Every token is kept as its SHA-256: a presented token is compared digest to digest,
-        # 32 bytes each, so not even a token's length shows in the time a comparison takes.
-        self._tokens = config.tokens
-        self._digests = tuple(token_digest(t.token) for t in config.tokens)
-
-    @property
-    def enabled(self) -> bool:
-        """True when tokens are configured."""
-        return bool(self._tokens)
-
-    def find(self, presented: str) -> TokenConfig | None:
-        """The configured token `presented` is (compared with every one, in constant time), or None."""
-        found = first_match(presented, self._digests)
-        return None if found is None else self._tokens[found]
-
-    def check(self, request: web.Request) -> TokenConfig:
-        """The token the request carries; Unauthorized unless it is a configured one."""
-        header = request.headers.get("Authorization", "")
-        if not header:
-            raise Unauthorized(
-                "this registry needs a token: set TF_TOKEN_<host> or a credentials block in the CLI config"
-            )
-        presented = bearer_token(header)
-        if presented is None:
-            raise Unauthorized("the Authorization header must be 'Bearer <token>'")
-        # Compared with every token, always, so timing says nothing about which (if any) matched.
-        matched = self.find(presented)
-        if matched is None:
-            raise Unauthorized("the registry token is not valid")
-        return matched
-
-    def authorize(self, request: web.Request) -> None:
-        """Check the token, record its scope, and refuse a namespace outside it (403)."""
-        token = self.check(request)
-        scope = frozenset(token.namespaces) if token.namespaces is not None else None
-        request[SCOPE_KEY] = scope
-        namespace = request.match_info.get("namespace")
-        if scope is not None and namespace is not None and namespace not in scope:
-            raise Forbidden(f"this token may not read namespace {namespace[:64]!r}")
+    The pages' session guard calls this for a signed-in visitor (any credential kind) before the
+    page handler runs; None means an open registry (everything visible). Sets the principal, its
+    namespaces, the access log's name, the metrics' credential kind, and the visibility (for a
+    Git host identity, the host's listing of what its token sees: cached per recheck_seconds).
+    """
+    if principal is not None:
+        request[PRINCIPAL_KEY] = principal
+        request[WHO_KEY] = principal.name
+        request[CREDENTIAL_KEY] = principal.kind
+    request[SCOPE_KEY] = principal.namespaces if principal is not None else None
+    if principal is None or principal.kind in ("static", "oidc"):
+        # No host to ask: decided now (namespaces only), so pages and lists never wait.
+        request[VISIBILITY_KEY] = Visibility(namespaces=principal.namespaces if principal else None)
 
 
-def allowed_namespaces(request: web.Request) -> frozenset[str] | None:
-    """The namespaces the caller may see; None means all of them."""
-    return request.get(SCOPE_KEY)
+async def visibility(request: web.Request) -> Visibility:
+    """What the caller of this request may see (asked once per request, after `admit`)."""
+    found = request.get(VISIBILITY_KEY)
+    if found is None:
+        found = request[VISIBILITY_KEY] = await request.app[IDENTITIES].visibility(request.get(PRINCIPAL_KEY))
+    return found
 
 
-def token_id(token: TokenConfig) -> str:
-    """A stable, non-secret name of a configured token: the start of its SHA-256 (hex)."""
-    return token_digest(token.token).hex()[:32]
+async def authorize(request: web.Request) -> None:
+    """Authenticate the request's bearer token, record the caller, and refuse what it may not read (403).
+
+    A route naming a whole module address asks whether the caller can read that module (for a Git
+    host identity: its repository, as the host says); one naming only a namespace checks a
+    namespace-scoped token's namespaces (lists are filtered by `visibility`).
+    """
+    header = request.headers.get("Authorization", "")
+    presented = bearer_token(header)
+    if header and presented is None:
+        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
+    identities = request.app[IDENTITIES]
+    principal = await identities.authenticate(presented)
+    await admit(request, principal)
+    m = request.match_info
+    namespace = m.get("namespace")
+    if namespace is None:
+        return
+    if "name" in m and "system" in m:
+        await identities.check_read(principal, parse_address(namespace, m["name"], m["system"]))
+    else:
+        identities.check_namespace(principal, namespace)

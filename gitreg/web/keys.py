@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from gitreg.config.model import Config
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import GitAdapter
+    from gitreg.identity.model import LoginTokens
     from gitreg.identity.oauth import LoginFlows
+    from gitreg.identity.service import Identities
+    from gitreg.identity.static import TokenChecker
     from gitreg.index.browse import BrowseService
     from gitreg.index.details import DetailsService
     from gitreg.index.process import IndexProcess, Role
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
     from gitreg.replicas.base import SharedState
     from gitreg.storage.archives import ArchiveStore
     from gitreg.storage.mirrors import MirrorStore
-    from gitreg.web.auth import TokenChecker
     from gitreg.web.signing import UrlSigner
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
@@ -45,6 +47,11 @@ BROWSE: web.AppKey[BrowseService] = web.AppKey("browse")
 # "Repositories changed": a webhook here, or another replica through Redis.
 PUBLISHER: web.AppKey[Publisher] = web.AppKey("publisher")
 AUTH: web.AppKey[TokenChecker] = web.AppKey("auth")
+# Who a bearer token is and what it may read (identity/service.py): what the middleware asks.
+IDENTITIES: web.AppKey[Identities] = web.AppKey("identities")
+# The registry tokens `terraform login` issued (identity/issued.py), when a cleanup context before
+# app._identities made them: Identities tries them after the static tokens.
+LOGIN_TOKENS: web.AppKey[LoginTokens] = web.AppKey("login_tokens")
 MIRRORS: web.AppKey[MirrorStore] = web.AppKey("mirrors")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
 DETAILS: web.AppKey[DetailsService] = web.AppKey("details")

@@ -16,12 +16,14 @@ from aiohttp.typedefs import Handler, Middleware
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
+from gitreg.observability.logs import CREDENTIAL_KEY
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
-from gitreg.web.api.oauth import OAUTH_PATHS, login_principal
+from gitreg.web.api.oauth import OAUTH_PATHS
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
+from gitreg.web.auth import authorize
 from gitreg.web.errors import error_response
-from gitreg.web.keys import AUTH, CONFIG, SIGNER
+from gitreg.web.keys import CONFIG, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
 from gitreg.web.pages.views import is_page
 
@@ -63,9 +65,7 @@ def request_middleware(metrics: Metrics) -> Middleware:
                 response = await _page(request, handler)
             else:
                 try:
-                    # Temporary glue (i23login) until the Identities facade: a `terraform login` token is accepted.
-                    if not await login_principal(request):
-                        authorize_request(request)
+                    await authorize_request(request)
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)
@@ -87,6 +87,7 @@ def request_middleware(metrics: Metrics) -> Middleware:
             GIT_PRIORITY.reset(priority)
             method = request.method if request.method in METHODS else OTHER_METHOD
             metrics.observe_request(route, method, status, time.perf_counter() - started)
+            metrics.credentials.counts[request.get(CREDENTIAL_KEY, "none")] += 1
 
     return middleware
 
@@ -131,6 +132,10 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
             e.headers.update(SECURITY_HEADERS)
             raise
         response = page_error(request, e.status, e.reason)
+    except GitregError as e:  # the Git host that says what a visitor may see cannot answer (503), ...
+        response = page_error(request, e.status, e.message)
+        if isinstance(e, Overloaded):
+            response.headers["Retry-After"] = str(e.retry_after)
     except asyncio.CancelledError:
         raise
     except Exception:
@@ -140,16 +145,15 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-def authorize_request(request: web.Request) -> None:
-    """Require a registry token on the API when `[auth] tokens` is set."""
-    checker = request.app[AUTH]
+async def authorize_request(request: web.Request) -> None:
+    """Require a registry credential on the API when registry auth is on (tokens, forges or oidc)."""
     # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
     # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
     if request.match_info.http_exception is not None:
         return
-    if checker.enabled and request.path not in OPEN_PATHS:
+    if request.app[CONFIG].auth.enabled and request.path not in OPEN_PATHS:
         if request.match_info.route.name == "archive" and "signature" in request.query:
             # Terraform fetches the archive without its token: the signed URL is the authorization.
             request.app[SIGNER].verify(request.path, request.query)
         else:
-            checker.authorize(request)
+            await authorize(request)

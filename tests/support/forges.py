@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote, urlencode
 
 from aiohttp import web
@@ -28,6 +28,9 @@ from aiohttp import web
 from tests.support.githttp import GitHttpServer
 
 _IDS = itertools.count(1296269)
+_USER_IDS = itertools.count(583231)
+# The person a request's token belongs to (None: the org's own token, or none).
+_USER = web.RequestKey("fake_user", str)
 GITHUB_DOCS = "https://docs.github.com/rest/repos/repos#list-organization-repositories"
 
 
@@ -46,7 +49,70 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-class FakeForge:
+class FakeServer:
+    """A fake's aiohttp app on 127.0.0.1 (a free port): in the test's event loop (`await start()`) or
+    in a thread with its own loop (`with fake.in_thread():`, for a gitreg subprocess)."""
+
+    _runner: web.AppRunner | None = None
+    base_url = ""
+
+    def app(self) -> web.Application:
+        """The fake's aiohttp application."""
+        raise NotImplementedError
+
+    async def start(self) -> Self:
+        """Serve in the running event loop."""
+        await self.serve()
+        return self
+
+    async def serve(self) -> str:
+        """Listen on a free port of 127.0.0.1; the base URL."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self.base_url
+
+    async def close(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @contextmanager
+    def in_thread(self) -> Iterator[Self]:
+        """Serve from a thread with its own event loop; stopped on leaving."""
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+                failure.append(e)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.close())
+            loop.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        started.wait(10)
+        if failure:
+            raise failure[0]
+        try:
+            yield self
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+
+
+class FakeForge(FakeServer):
     """A fake GitHub (`provider="github"`) or GitLab (`"gitlab"`) API for one org or group."""
 
     def __init__(
@@ -85,6 +151,9 @@ class FakeForge:
         self._remaining = 5000
         self._lock = threading.Lock()
         self._repos: dict[str, dict[str, Any]] = {}  # name -> API object
+        # People (identity tests): their tokens, and which repositories (by this fake's key) each may see.
+        self._users: dict[str, str] = {}  # token -> username
+        self._sees: dict[str, set[str]] = {}  # username -> repository keys
         self._requests: list[ApiRequest] = []
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -261,6 +330,94 @@ class FakeForge:
             "visibility": "private",
         }
 
+    # ---- people: tokens and per-user visibility -----------------------------------------
+
+    def add_user(self, username: str, token: str, sees: tuple[str, ...] = ()) -> None:
+        """A person whose `token` (a PAT: `glpat-...`, `ghp_...`) the API accepts; they see `sees` only."""
+        with self._lock:
+            self._users[token] = username
+            self._sees.setdefault(username, set()).update(sees)
+
+    def grant(self, username: str, *keys: str) -> None:
+        """Add the person to these repositories (by this fake's key)."""
+        with self._lock:
+            self._sees[username].update(keys)
+
+    def revoke(self, username: str, *keys: str) -> None:
+        """Remove the person from these repositories: the API answers 404 for them from now on."""
+        with self._lock:
+            self._sees[username].difference_update(keys)
+
+    def revoke_token(self, token: str) -> None:
+        """The person revoked their token: 401 from now on."""
+        with self._lock:
+            self._users.pop(token, None)
+
+    def _user_of(self, request: web.Request) -> str | None:
+        return request.get(_USER)
+
+    def _visible(self, request: web.Request, key: str) -> bool:
+        user = self._user_of(request)
+        with self._lock:
+            return user is None or key in self._sees.get(user, set())
+
+    async def _user(self, request: web.Request) -> web.Response:
+        # GitLab "Get the current user" / GitHub "Get the authenticated user".
+        user = self._user_of(request)
+        if user is None:
+            body = {"message": "Bad credentials"} if self.provider == "github" else {"message": "401 Unauthorized"}
+            return web.json_response(body, status=401)
+        if self._installation(request):  # an App installation token has no user behind it
+            return web.json_response(
+                {
+                    "message": "Resource not accessible by integration",
+                    "documentation_url": "https://docs.github.com/rest/users/users#get-the-authenticated-user",
+                    "status": "403",
+                },
+                status=403,
+            )
+        uid = next(_USER_IDS)
+        if self.provider == "github":
+            return web.json_response(
+                {
+                    "login": user,
+                    "id": uid,
+                    "node_id": f"U_kgDO{uid}",
+                    "type": "User",
+                    "site_admin": False,
+                    "name": user.title(),
+                    "html_url": f"https://github.com/{user}",
+                }
+            )
+        return web.json_response(
+            {
+                "id": uid,
+                "username": user,
+                "name": user.title(),
+                "state": "active",
+                "locked": False,
+                "web_url": f"https://gitlab.example.com/{user}",
+                "bot": False,
+            }
+        )
+
+    def _installation(self, request: web.Request) -> bool:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        return self.provider == "github" and token.startswith("ghs_")
+
+    async def _installation_repos(self, request: web.Request) -> web.Response:
+        # "List repositories accessible to the app installation": an object holding the page's list.
+        if self._user_of(request) is None or not self._installation(request):
+            return web.json_response({"message": "Bad credentials"}, status=401)
+        found = self._sorted(request)
+        return web.json_response({"total_count": len(found), "repository_selection": "selected", "repositories": found})
+
+    async def _member_repos(self, request: web.Request) -> web.Response:
+        # GitLab `GET /projects?membership=true`, GitHub `GET /user/repos`: what the person is a member of.
+        if self._user_of(request) is None:
+            return web.json_response({"message": "401 Unauthorized"}, status=401)
+        return await self._page(request, self._sorted(request))
+
     # ---- webhook payloads (the shapes GitHub and GitLab send) ---------------------------
 
     def github_repository_event(self, action: str, name: str, **changes: Any) -> dict[str, Any]:
@@ -346,6 +503,14 @@ class FakeForge:
             )
 
     def _authorized(self, request: web.Request) -> bool:
+        presented = request.headers.get("PRIVATE-TOKEN") or request.headers.get("Authorization", "").removeprefix(
+            "Bearer "
+        )
+        with self._lock:
+            user = self._users.get(presented)
+        if user is not None:
+            request[_USER] = user
+            return True
         if self.token is None:
             return True
         if self.provider == "github":
@@ -479,33 +644,38 @@ class FakeForge:
             await self._released.wait()
         return web.json_response(chunk, headers=headers)
 
-    def _sorted(self) -> list[dict[str, Any]]:
+    def _sorted(self, request: web.Request | None = None) -> list[dict[str, Any]]:
+        """Every repository by id; for a person's token, only those they see."""
+        user = self._user_of(request) if request is not None else None
         with self._lock:
-            return json.loads(json.dumps(sorted(self._repos.values(), key=lambda r: r["id"])))
+            sees = self._sees.get(user, set()) if user is not None else None
+            found = [obj for key, obj in self._repos.items() if sees is None or key in sees]
+            return json.loads(json.dumps(sorted(found, key=lambda r: r["id"])))
 
     async def _github_org_repos(self, request: web.Request) -> web.Response:
         org = request.match_info["org"]
         if self.user or org.lower() != self.group.lower():
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     async def _github_org_repos_by_id(self, request: web.Request) -> web.Response:
         if request.match_info["id"] != str(self.org_id):
             return web.json_response({"message": "Not Found"}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     async def _github_user_repos(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["user"].lower() != self.group.lower():
             return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     async def _github_repository(self, request: web.Request) -> web.Response:
         # "Get a repository": GET /repos/{owner}/{repo}, 404 when it does not exist (or is not visible).
         full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
         with self._lock:
-            for obj in self._repos.values():
-                if obj["full_name"].lower() == full:
-                    return web.json_response(obj)
+            found = [(key, obj) for key, obj in self._repos.items() if obj["full_name"].lower() == full]
+        for key, obj in found:
+            if self._visible(request, key):
+                return web.json_response(obj)
         return web.json_response({"message": "Not Found", "documentation_url": GITHUB_DOCS}, status=404)
 
     async def _gitlab_group_projects(self, request: web.Request) -> web.Response:
@@ -514,7 +684,7 @@ class FakeForge:
         group = unquote(raw)
         if "/" in raw or group.lower() != self.group.lower():
             return web.json_response({"message": "404 Group Not Found"}, status=404)
-        items = self._sorted()
+        items = self._sorted(request)
         if request.query.get("include_subgroups") != "true":
             items = [p for p in items if p["namespace"]["full_path"] == self.group]
         return await self._page(request, items)
@@ -523,9 +693,10 @@ class FakeForge:
         raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/projects/")
         key = unquote(raw)
         with self._lock:
-            for obj in self._repos.values():
-                if str(obj["id"]) == key or obj["path_with_namespace"] == key:
-                    return web.json_response(obj)
+            found = [(k, o) for k, o in self._repos.items() if key in (str(o["id"]), o["path_with_namespace"])]
+        for name, obj in found:
+            if self._visible(request, name):
+                return web.json_response(obj)
         return web.json_response({"message": "404 Project Not Found"}, status=404)
 
     def app(self) -> web.Application:
@@ -537,9 +708,14 @@ class FakeForge:
             app.router.add_get("/users/{user}/repos", self._github_user_repos)
             app.router.add_get("/user/{id}/repos", self._github_org_repos_by_id_user)
             app.router.add_get("/repos/{owner}/{repo}", self._github_repository)
+            app.router.add_get("/user", self._user)
+            app.router.add_get("/user/repos", self._member_repos)
+            app.router.add_get("/installation/repositories", self._installation_repos)
         else:
             app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
+            app.router.add_get("/api/v4/user", self._user)
+            app.router.add_get("/api/v4/projects", self._member_repos)
         # Another service on the API's host, outside its path (where a hostile `next` link may point).
         app.router.add_get("/elsewhere/{tail:.*}", self._elsewhere)
         return app
@@ -550,54 +726,12 @@ class FakeForge:
     async def _github_org_repos_by_id_user(self, request: web.Request) -> web.Response:
         if not self.user or request.match_info["id"] != str(self.org_id):
             return web.json_response({"message": "Not Found"}, status=404)
-        return await self._page(request, self._sorted())
+        return await self._page(request, self._sorted(request))
 
     # ---- running ------------------------------------------------------------------------
 
     async def start(self) -> FakeForge:
         """Serve on 127.0.0.1 (a free port) in the running event loop."""
         self._loop = asyncio.get_running_loop()
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        await self.serve()
         return self
-
-    async def close(self) -> None:
-        """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    @contextmanager
-    def in_thread(self) -> Iterator[FakeForge]:
-        """Serve from a thread with its own event loop (for a gitreg subprocess); stopped on leaving."""
-        loop = asyncio.new_event_loop()
-        started = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
-                failure.append(e)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(self.close())
-            loop.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        started.wait(10)
-        if failure:
-            raise failure[0]
-        try:
-            yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)

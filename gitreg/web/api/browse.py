@@ -21,7 +21,7 @@ from gitreg.core.names import parse_address
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexedVersion, IndexEntry
-from gitreg.web.auth import allowed_namespaces
+from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE
 
 browse_routes = web.RouteTableDef()
@@ -100,25 +100,25 @@ def summary(
 # ---------------------------------------------------------------------------------------
 
 
-def _filters(
+async def _filters(
     request: web.Request, namespace: str | None = None, name: str | None = None
 ) -> tuple[Callable[[IndexEntry], bool], tuple[object, ...]]:
     """What the caller may see and asked for, as a predicate and a memo key."""
     provider = request.query.get("provider") or None  # grammar-checked by names.check_request
     verified_only = request.query.get("verified", "").lower() == "true"
-    scope = allowed_namespaces(request)
+    seen = await visibility(request)
 
     def keep(entry: IndexEntry) -> bool:
         a = entry.address
         return (
-            (scope is None or a.namespace in scope)
-            and (namespace is None or a.namespace == namespace)
+            (namespace is None or a.namespace == namespace)
             and (name is None or a.name == name)
             and (provider is None or a.system == provider)
             and (not verified_only or entry.verified)
+            and seen.allows(a.namespace, entry.repository)
         )
 
-    return keep, (namespace, name, provider, verified_only, scope)
+    return keep, (namespace, name, provider, verified_only, seen)
 
 
 def _list_response(request: web.Request, entries: list[IndexEntry]) -> web.Response:
@@ -160,8 +160,9 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
 @browse_routes.get("/v1/modules/")
 async def list_modules(request: web.Request) -> web.Response:
     """Every listed module the caller may see, filtered by `provider` and `verified`."""
-    keep, memo_key = _filters(request)
-    return _list_response(request, request.app[BROWSE].listed(keep, memo_key, allowed_namespaces(request)))
+    keep, memo_key = await _filters(request)
+    seen = await visibility(request)
+    return _list_response(request, request.app[BROWSE].listed(keep, memo_key, seen.namespaces))
 
 
 @browse_routes.get("/v1/modules/search")
@@ -171,7 +172,7 @@ async def search_modules(request: web.Request) -> web.Response:
     if not query:
         raise BadRequest("search needs a query: /v1/modules/search?q=<words>")
     namespace = request.query.get("namespace") or None  # grammar-checked by names.check_request
-    keep, memo_key = _filters(request, namespace)
+    keep, memo_key = await _filters(request, namespace)
     return _list_response(request, request.app[BROWSE].search(query, keep, memo_key))
 
 
@@ -179,7 +180,7 @@ async def search_modules(request: web.Request) -> web.Response:
 async def list_namespace(request: web.Request) -> web.Response:
     """The listed modules of one namespace."""
     namespace = request.match_info["namespace"]
-    keep, memo_key = _filters(request, namespace)
+    keep, memo_key = await _filters(request, namespace)
     return _list_response(request, request.app[BROWSE].listed(keep, memo_key, [namespace]))
 
 
@@ -187,12 +188,12 @@ async def list_namespace(request: web.Request) -> web.Response:
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    scope = allowed_namespaces(request)
+    seen = await visibility(request)
 
     def keep(entry: IndexEntry) -> bool:  # every system: this endpoint takes no filters
-        return entry.address.name == name and (scope is None or namespace in scope)
+        return entry.address.name == name and seen.allows(namespace, entry.repository)
 
-    entries = request.app[BROWSE].listed(keep, ("systems", namespace, name, scope), [namespace])
+    entries = request.app[BROWSE].listed(keep, ("systems", namespace, name, seen), [namespace])
     if not entries:
         raise ModuleNotFound(f"no module {namespace}/{name} is listed by this registry (for any system)")
     return _list_response(request, entries)

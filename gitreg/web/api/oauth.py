@@ -20,9 +20,7 @@ from urllib.parse import unquote, urlencode
 from aiohttp import web
 
 from gitreg.core.errors import GitregError
-from gitreg.core.secrets import bearer_token
 from gitreg.identity.oauth import LoginFlows, LoginRefused, check_terraform_request
-from gitreg.web.auth import PRINCIPAL_KEY, SCOPE_KEY
 from gitreg.web.errors import error_response
 from gitreg.web.keys import LOGINS
 from gitreg.web.pages.render import SECURITY_HEADERS, render
@@ -119,19 +117,3 @@ async def token(request: web.Request) -> web.Response:
         return _refused(e)
     body = {"access_token": issued, "token_type": "bearer", "expires_in": int(seconds)}
     return web.json_response(body, headers=_NO_STORE)
-
-
-async def login_principal(request: web.Request) -> bool:
-    """Temporary glue until the Identities facade (i23core) lands: a `terraform login` token on the
-    API is accepted here, its principal recorded (PRINCIPAL_KEY) with every namespace in scope (the
-    core's "can read" checks narrow it). False when the request carries no such token."""
-    flows = request.app.get(LOGINS)
-    presented = bearer_token(request.headers.get("Authorization"))
-    if flows is None or presented is None:
-        return False
-    principal = await flows.tokens.principal(presented)
-    if principal is None:
-        return False
-    request[PRINCIPAL_KEY] = principal
-    request[SCOPE_KEY] = None
-    return True

@@ -13,9 +13,10 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from gitreg.core.names import NAME_RE, SYSTEM_RE
+from gitreg.identity.visibility import Visibility
 from gitreg.index.browse import SORTS
 from gitreg.index.model import IndexEntry
-from gitreg.web.auth import SCOPE_KEY
+from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE
 from gitreg.web.pages.render import not_found, render
 
@@ -81,34 +82,36 @@ def page_links(query: Query, total: int) -> list[dict[str, Any]]:
     return links
 
 
-def _entries(request: web.Request, query: Query) -> list[IndexEntry]:
-    """The modules this visitor may see that match `query`, in its order."""
+def _entries(request: web.Request, query: Query, seen: Visibility) -> list[IndexEntry]:
+    """The modules this visitor may see (`seen`) that match `query`, in its order."""
     browse = request.app[BROWSE]
-    scope = request.get(SCOPE_KEY)
 
     def keep(e: IndexEntry) -> bool:
         return (
-            (scope is None or e.address.namespace in scope)
-            and (not query.namespace or e.address.namespace == query.namespace)
+            (not query.namespace or e.address.namespace == query.namespace)
             and (not query.system or e.address.system == query.system)
+            and seen.allows(e.address.namespace, e.repository)
         )
 
-    memo = ("ui", query.namespace, query.system, scope)
+    memo = ("ui", query.namespace, query.system, seen)
     if query.q:
         found = browse.search(query.q, keep, memo)
         return found if query.sort == BEST else browse.ordered(found, query.sort, ("search", query.q, *memo))
-    return browse.ordered(browse.listed(keep, memo, scope), query.sort, memo)
+    return browse.ordered(browse.listed(keep, memo, seen.namespaces), query.sort, memo)
 
 
 async def index_page(request: web.Request) -> web.Response:
     """The modules this visitor may see, newest first (or by name, or downloads); search and filters."""
     query = Query.of(request)
     browse = request.app[BROWSE]
-    scope = request.get(SCOPE_KEY)
-    entries = _entries(request, query)
+    seen = await visibility(request)
+    entries = _entries(request, query, seen)
+
+    def visible(e: IndexEntry) -> bool:
+        return seen.allows(e.address.namespace, e.repository)
+
     namespaces, systems = browse.facets(
-        ("ui-all", scope),
-        lambda: browse.listed(lambda e: scope is None or e.address.namespace in scope, ("ui-all", scope), scope),
+        ("ui-all", seen), lambda: browse.listed(visible, ("ui-all", seen), seen.namespaces)
     )
     offset = query.offset
     shown = entries[offset : offset + PAGE_SIZE]
@@ -134,15 +137,15 @@ async def index_page(request: web.Request) -> web.Response:
 async def name_page(request: web.Request) -> web.Response:
     """`/modules/{namespace}/{name}`: the systems that namespace/name is listed for, or the 404 page."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    scope = request.get(SCOPE_KEY)
-    if (
-        not NAME_RE.fullmatch(namespace)
-        or not NAME_RE.fullmatch(name)
-        or (scope is not None and namespace not in scope)
-    ):
+    seen = await visibility(request)
+    if not NAME_RE.fullmatch(namespace) or not NAME_RE.fullmatch(name) or not seen.allows_namespace(namespace):
         return not_found(request, f"No module {namespace[:80]}/{name[:80]} is listed by this registry.")
     browse = request.app[BROWSE]
-    entries = browse.listed(lambda e: e.address.name == name, ("ui-name", namespace, name), [namespace])
+    entries = browse.listed(
+        lambda e: e.address.name == name and seen.allows(namespace, e.repository),
+        ("ui-name", namespace, name, seen),
+        [namespace],
+    )
     if not entries:
         return not_found(request, f"No module {namespace}/{name} is listed by this registry (for any system).")
     return render(

@@ -23,7 +23,8 @@ from gitreg.forges.oauth import HostGrant
 from gitreg.identity.issued import TOKEN_PREFIX
 from gitreg.identity.model import Principal
 from gitreg.identity.oauth import LoginFlows
-from gitreg.web.auth import PRINCIPAL_KEY, SCOPE_KEY, token_id
+from gitreg.identity.static import static_principal
+from gitreg.web.auth import admit, token_id
 from gitreg.web.keys import AUTH, CONFIG, LOGINS
 from gitreg.web.origin import base_url, origin, public_origin, request_origin
 from gitreg.web.pages.render import LOGGED_IN, SECURITY_HEADERS, render
@@ -68,31 +69,22 @@ SESSIONS = web.AppKey("ui_sessions", Sessions)
 _PRIVATE_HEADERS = {"Cache-Control": "private, no-store", "Vary": "Cookie"}
 
 
-def use_login_principal(request: web.Request, principal: Principal) -> None:
-    """Temporary glue until the core's page hook (i23core) lands: a signed-in person's principal
-    is recorded on the page request, every namespace in scope (the core's visibility narrows it)."""
-    request[PRINCIPAL_KEY] = principal
-
-
-async def _scope_from_cookie(request: web.Request) -> tuple[bool, frozenset[str] | None]:
-    """(logged in, namespaces) for a page request; (True, None) when the registry is open."""
+async def _principal_from_cookie(request: web.Request) -> tuple[bool, Principal | None]:
+    """(logged in, principal) for a page request; (True, None) when the registry is open."""
     config = request.app[CONFIG]
     if not config.auth.enabled:
         return True, None
     found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
     if found is None:
-        return False, frozenset()
+        return False, None
     flows = request.app.get(LOGINS)
     if found.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session token
         principal = await flows.tokens.principal(found) if flows is not None else None
-        if principal is None:
-            return False, frozenset()  # expired, revoked, or the host refused its refresh
-        use_login_principal(request, principal)
-        return True, None
-    for token in config.auth.tokens:
-        if token_id(token) == found:  # not a secret: the signed cookie's MAC was checked above
-            return True, frozenset(token.namespaces) if token.namespaces is not None else None
-    return False, frozenset()  # the token was removed from the config since
+        # None: expired, revoked, or the host refused its refresh.
+        return (True, principal) if principal is not None else (False, None)
+    # Not a secret: the signed cookie's MAC was checked above. None: removed from the config since.
+    token = request.app[AUTH].by_id(found)
+    return (True, static_principal(token)) if token is not None else (False, None)
 
 
 def guarded(handler: Handler) -> Handler:
@@ -101,7 +93,7 @@ def guarded(handler: Handler) -> Handler:
     async def page(request: web.Request) -> web.StreamResponse:
         private = request.app[CONFIG].auth.enabled
         try:
-            logged_in, scope = await _scope_from_cookie(request)
+            logged_in, principal = await _principal_from_cookie(request)
         except GitregError as e:  # the Git host is needed (a refresh) and unreachable
             return render(request, "error.html", status=e.status, heading="Unavailable", message=e.message)
         request[LOGGED_IN] = logged_in and private
@@ -109,7 +101,7 @@ def guarded(handler: Handler) -> Handler:
             if not logged_in:
                 target = request.path_qs if request.method == "GET" else "/"
                 raise web.HTTPFound("/login?" + urlencode({"next": target}))
-            request[SCOPE_KEY] = scope
+            await admit(request, principal)
             response = await handler(request)
         except web.HTTPException as e:
             if private:

@@ -22,9 +22,10 @@ from aiohttp import web
 
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import check_version, parse_address
+from gitreg.identity.visibility import Visibility
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry
-from gitreg.web.auth import SCOPE_KEY
+from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.readme import Readmes
@@ -35,7 +36,7 @@ from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_f
 READMES = web.AppKey("ui_readmes", Readmes)
 
 
-def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
+async def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | web.Response:
     """The module and version a module page shows, or the 404 page saying which part is missing."""
     m = request.match_info
     try:
@@ -45,8 +46,7 @@ def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersion] | 
     except GitregError:
         return not_found(request, "There is no such module: the address is not a registry module address.")
     entry = request.app[BROWSE].find(address)
-    scope = request.get(SCOPE_KEY)
-    if scope is not None and address.namespace not in scope:
+    if entry is not None and not (await visibility(request)).allows(address.namespace, entry.repository):
         entry = None
     elif entry is None and request.app[BROWSE].untagged(address):
         return not_found(
@@ -78,15 +78,16 @@ async def _stored_details(
         return render(request, "error.html", status=e.status, heading="Details unavailable", message=e.message)
 
 
-def _linked(request: web.Request, part: dict[str, Any]) -> dict[str, Any]:
+def _linked(request: web.Request, part: dict[str, Any], seen: Visibility) -> dict[str, Any]:
     """`part` with each dependency this registry serves (and the visitor may see) given its page."""
-    browse, scope = request.app[BROWSE], request.get(SCOPE_KEY)
+    browse = request.app[BROWSE]
     dependencies = []
     for d in part.get("dependencies", []):
         address = served_address(request, d.get("source", ""))
+        found = browse.find(address) if address is not None else None
         page = ""
-        if address is not None and browse.find(address) is not None and (scope is None or address.namespace in scope):
-            page = f"/modules/{address}"
+        if found is not None and seen.allows(found.address.namespace, found.repository):
+            page = f"/modules/{found.address}"
         dependencies.append({**d, "page": page})
     return {**part, "dependencies": dependencies}
 
@@ -96,7 +97,7 @@ async def _with_readmes(
 ) -> list[dict[str, Any]]:
     """Submodules or examples, each with its README as HTML (relative links from its own folder),
     its copy-ready `module` block and its dependencies linked."""
-    readmes = request.app[READMES]
+    readmes, seen = request.app[READMES], await visibility(request)
     shown = await asyncio.gather(
         *(
             readmes.html(
@@ -110,14 +111,18 @@ async def _with_readmes(
         )
     )
     return [
-        {**_linked(request, s), "readme_html": html, "snippet": snippet(request, entry, version, s.get("path", ""))}
+        {
+            **_linked(request, s, seen),
+            "readme_html": html,
+            "snippet": snippet(request, entry, version, s.get("path", "")),
+        }
         for s, html in zip(parts, shown, strict=True)
     ]
 
 
 async def module_page(request: web.Request) -> web.Response:
     """One module at its latest version, or at `{version}`."""
-    shown = _shown_version(request)
+    shown = await _shown_version(request)
     if isinstance(shown, web.Response):
         return shown
     entry, version = shown
@@ -138,7 +143,7 @@ async def module_page(request: web.Request) -> web.Response:
         versions=entry.versions,
         snippet=snippet(request, entry, version),
         readme=readme,
-        root=_linked(request, root),
+        root=_linked(request, root, await visibility(request)),
         submodules=await _with_readmes(request, details.submodules if details else [], entry, version),
         examples=await _with_readmes(request, details.examples if details else [], entry, version),
         downloads=request.app[BROWSE].downloads(address),

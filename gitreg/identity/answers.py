@@ -1,0 +1,62 @@
+"""What a Git host or CI issuer said, trusted for a while: TTL, in-flight de-duplication, bounded.
+
+One `Answers` per kind of question (who is this token, can it read this repository, what can
+it see). A key is asked of the host at most once per its TTL, however many requests want it at
+once (`core.flight.InFlight`); an answer past its TTL is never used, so a host that is down
+turns into an error once what it said expires (the caller makes that a 503, never a 401). Keys
+hold token digests, never tokens. Touched from the event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+from gitreg.core.flight import InFlight
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Answers(Generic[K, V]):
+    """Key -> (until, answer); at most `limit` keys, the least recently stored forgotten first."""
+
+    def __init__(self, limit: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self._clock = clock
+        self._table: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._flight: InFlight[K, V] = InFlight()
+        self.asked = 0  # questions that went to the host (or the shared store), for tests and metrics
+
+    def fresh(self, key: K) -> tuple[bool, V | None]:
+        """(True, answer) while `key`'s answer is trusted; (False, None) otherwise (an expired one is dropped)."""
+        found = self._table.get(key)
+        if found is None:
+            return False, None
+        until, value = found
+        if self._clock() < until:
+            return True, value
+        del self._table[key]
+        return False, None
+
+    async def get(self, key: K, seconds: float, ask: Callable[[], Awaitable[V]]) -> V:
+        """The trusted answer for `key`, or `ask()`'s (one call for every concurrent caller), kept `seconds`."""
+        hit, value = self.fresh(key)
+        if hit:
+            return value  # type: ignore[return-value]  # (V may itself be None: `hit` says it is an answer)
+        future = self._flight.join(key, lambda: self._ask(key, seconds, ask))
+        return await InFlight.wait(future)
+
+    async def _ask(self, key: K, seconds: float, ask: Callable[[], Awaitable[V]]) -> V:
+        self.asked += 1
+        value = await ask()
+        self._table[key] = (self._clock() + seconds, value)
+        self._table.move_to_end(key)
+        while len(self._table) > self.limit:
+            self._table.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._table)

@@ -1,0 +1,168 @@
+"""A Git host's identities (`[[auth.forges]]`): whom a token belongs to, what it can read, what it sees.
+
+Every answer is the host's, asked with the person's or job's own token through the forges'
+one API client (pages, rate limits, size caps), and trusted for the forge's `recheck_seconds`:
+- who: `GET /user`, per token digest (a 401/403 means "not this host's token");
+- can read: GitLab `GET /projects/:path`, GitHub `GET /repos/{owner}/{repo}`, per (token digest,
+  repository); with Redis the answer is shared with the other replicas (a digest and a boolean);
+- what it sees: the `[[orgs]]` of this host listed with the token (the host returns only what it
+  may see), plus one membership listing when `[[modules]]` rules serve repositories on this host.
+A repository on another host is never opened by this host's token. A host that cannot answer,
+once what it said expired, is a 503 naming the host (IdentityUnavailable), never a 401.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import aiohttp
+
+from gitreg.config.model import ForgeAuthConfig, OrgConfig
+from gitreg.core.errors import Forbidden, IdentityUnavailable
+from gitreg.core.names import ModuleAddress
+from gitreg.core.secrets import digest
+from gitreg.core.urls import parse
+from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats, RepoRecord
+from gitreg.forges.hosts import user_client
+from gitreg.identity.answers import Answers
+from gitreg.identity.model import Principal
+from gitreg.identity.visibility import Visibility, repository_path
+from gitreg.replicas.base import SharedState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# What a 503 for a host that cannot answer tells the client to wait.
+RETRY_SECONDS = 30
+
+# Tokens that name their issuer: a GitHub token never goes to a GitLab host, nor the reverse
+# (trying a token on a host that did not issue it would hand it to that host).
+_GITHUB_TOKEN_RE = re.compile(r"(gh[pousr]_|github_pat_)")
+_GITLAB_TOKEN_RE = re.compile(r"gl[a-z]{2,8}-")
+# What a username may hold in the access log: anything else becomes `_` (the host's answer is hostile).
+_NAME_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
+
+
+def safe_name(name: str) -> str:
+    """A host's username (or a claim) as logs and pages show it: printable, no spaces or quotes, bounded."""
+    return _NAME_UNSAFE_RE.sub("_", name)[:100] or "_"
+
+
+def _host(url: str) -> str:
+    found = parse(url)
+    return found.host if found is not None else ""
+
+
+class ForgeAccess:
+    """One `[[auth.forges]]` host and what it said about the tokens presented to it."""
+
+    def __init__(
+        self,
+        forge: ForgeAuthConfig,
+        orgs: tuple[OrgConfig, ...],
+        session: Callable[[], aiohttp.ClientSession],
+        shared: SharedState,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.forge = forge
+        self.host = _host(forge.url)
+        # The org listings this host's tokens see (their own token replaced by the person's).
+        self.orgs = tuple(o for o in orgs if o.provider == forge.provider and o.api_url.rstrip("/") == forge.api_url)
+        # Where this host's repositories may be cloned from: its web and API hosts, and its orgs' clone hosts.
+        self.hosts = frozenset({self.host, _host(forge.api_url), *(h for o in self.orgs for h in o.clone_hosts)}) - {""}
+        self.rules_here = False  # set by Identities: [[modules]] rules serve repositories on this host
+        self.stats = OrgStats()  # every API call made with a person's token, for /metrics
+        self._session = session
+        self._shared = shared
+        self.who: Answers[bytes, str | None] = Answers(clock=clock)
+        self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock)
+        self.seen: Answers[bytes, frozenset[str]] = Answers(limit=1000, clock=clock)
+
+    def accepts(self, token: str) -> bool:
+        """False when the token names another kind of host (a `ghp_...` token is no GitLab token)."""
+        if _GITHUB_TOKEN_RE.match(token):
+            return self.forge.provider == "github"
+        if _GITLAB_TOKEN_RE.match(token):
+            return self.forge.provider == "gitlab"
+        return True
+
+    def _client(self, token: str, org: OrgConfig | None = None) -> ForgeClient:
+        return user_client(self.forge, token, self._session(), self.stats, org)
+
+    async def _asked(self, what: str, work: Awaitable[T]) -> T:
+        """`work`; a host's failure (down, rate limited past the wait, garbage) as IdentityUnavailable."""
+        try:
+            return await work
+        except ForgeError as e:
+            log.warning("%s: cannot ask %s: %s", self.forge.label, what, e.reason)
+            raise IdentityUnavailable(
+                f"the Git host {self.host} cannot be asked {what} right now ({e.reason.replace('_', ' ')}); "
+                f"try again in {RETRY_SECONDS} s",
+                retry_after=RETRY_SECONDS,
+            ) from None
+
+    async def username(self, token: str, key: bytes) -> str | None:
+        """The host's username for `token` (asked once per recheck_seconds), or None when the host refuses it."""
+
+        async def ask() -> str | None:
+            name = await self._asked("who this token belongs to", self._client(token).username())
+            return safe_name(name) if isinstance(name, str) else None
+
+        return await self.who.get(key, self.forge.recheck_seconds, ask)
+
+    def principal(self, name: str, token: str) -> Principal:
+        """The `forge` principal of a token this host said belongs to `name`."""
+        return Principal("forge", f"{name}@{self.host}", forge=self.forge, host_token=token)
+
+    async def check_read(self, principal: Principal, repository: str, address: ModuleAddress) -> None:
+        """Forbidden unless the host says the principal's token can read `repository` (module `address`'s)."""
+        token = principal.host_token or ""
+        found = repository_path(repository)
+        if found is None or found[0] not in self.hosts:
+            raise Forbidden(
+                f"{principal.name} may read only modules whose repository is on {self.host}; module {address}'s is not"
+            )
+        path = found[1]
+        key = (digest(token), path)
+
+        async def ask() -> bool:
+            shared_key = hashlib.sha256(key[0] + b"\0" + path.encode()).hexdigest()
+            known = await self._shared.access(shared_key)
+            if known is not None:
+                return known
+            allowed = await self._asked(f"whether {principal.name} can read {path}", self._client(token).can_read(path))
+            self._shared.remember_access(shared_key, allowed, self.forge.recheck_seconds)
+            return allowed
+
+        if not await self.reads.get(key, self.forge.recheck_seconds, ask):
+            raise Forbidden(
+                f"{principal.name} cannot read {path} on {self.host}, the repository of module {address}: "
+                "ask for access to it there (gitreg follows the Git host's permissions)"
+            )
+
+    async def visibility(self, principal: Principal) -> Visibility:
+        """What the principal sees: the repositories the host lists for its token (once per recheck_seconds)."""
+        token = principal.host_token or ""
+        what = "which repositories this token sees"
+
+        async def ask() -> frozenset[str]:
+            paths: set[str] = set()
+            for org in self.orgs:
+                paths.update(r.full_name.lower() for r in await self._asked(what, self._listing(token, org)))
+            if self.rules_here:
+                records = await self._asked(what, self._client(token).member_repositories())
+                paths.update(r.full_name.lower() for r in records)
+            return frozenset(paths)
+
+        paths = await self.seen.get(digest(token), self.forge.recheck_seconds, ask)
+        return Visibility(hosts=self.hosts, paths=paths)
+
+    async def _listing(self, token: str, org: OrgConfig) -> list[RepoRecord]:
+        try:
+            return await self._client(token, org).list_repositories()
+        except ForgeNotFound:
+            return []  # the group itself is hidden from this person

@@ -1,0 +1,219 @@
+"""CI jobs' OIDC ID tokens (`[[auth.oidc]]`): a JWT from a configured issuer is a registry token.
+
+Verified by PyJWT (with cryptography), never by hand: the signature by a key of the issuer's
+JWKS (found through `{issuer}/.well-known/openid-configuration`, its `jwks_uri` on the issuer's
+own host), `iss` equal to the configured issuer, `aud` the configured audience, `exp` and `nbf`
+(60 s leeway at most), the algorithm taken from the key (RS256 or ES256 only: never `none`,
+never an HMAC keyed with a public key), and every configured `claims` glob. The keys are
+cached and fetched again when a token names a `kid` they lack, at most once a minute. Every
+request to the issuer goes through the forges' one API client (timeouts, size caps).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import jwt
+
+from gitreg.config.model import OidcConfig, OrgConfig
+from gitreg.core.errors import IdentityUnavailable, Unauthorized
+from gitreg.core.flight import InFlight
+from gitreg.core.urls import parse
+from gitreg.forges.base import ForgeClient, ForgeError, OrgStats
+from gitreg.identity.forge import safe_name
+from gitreg.identity.model import Principal
+
+log = logging.getLogger(__name__)
+
+ALGORITHMS = ("RS256", "ES256")
+LEEWAY_SECONDS = 60
+# An unknown `kid` fetches the JWKS again at most this often (a flood of made-up kids costs nothing).
+REFRESH_SECONDS = 60.0
+# No CI system's ID token is anywhere near this long; a longer bearer is not looked at as a JWT.
+MAX_JWT_CHARS = 16_384
+# The claims that name the job's project, first found wins (GitLab CI, GitHub Actions, anything).
+NAME_CLAIMS = ("project_path", "repository", "sub")
+RETRY_SECONDS = 30
+
+
+def unverified_claims(presented: str) -> dict[str, Any] | None:
+    """The claims of a token that looks like a JWT (three parts, a JSON payload), unverified; else None."""
+    if presented.count(".") != 2 or len(presented) > MAX_JWT_CHARS:
+        return None
+    try:
+        claims: dict[str, Any] = jwt.decode(presented, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    return claims
+
+
+class _Issuer:
+    """One issuer's signing keys, fetched through its discovery document."""
+
+    def __init__(
+        self,
+        config: OidcConfig,
+        session: Callable[[], aiohttp.ClientSession],
+        stats: OrgStats,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._session = session
+        self._stats = stats
+        found = parse(config.issuer)
+        self.host = found.host if found is not None else ""
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched_at: float | None = None
+        self._flight: InFlight[str, dict[str, jwt.PyJWK]] = InFlight()
+
+    def _client(self) -> ForgeClient:
+        org = OrgConfig(provider="gitlab", api_url=self.config.issuer, group=self.host, namespace="-")
+        return ForgeClient(org, self._session(), self._stats)
+
+    async def key(self, kid: str) -> jwt.PyJWK | None:
+        """The issuer's key `kid`, fetching the JWKS when it is unknown (at most once a minute; one fetch
+        for every request that waits for it)."""
+        found = self._keys.get(kid)
+        if found is not None:
+            return found
+        running = self._flight.get("jwks")
+        now = self._clock()
+        if running is None and (self._fetched_at is None or now - self._fetched_at >= REFRESH_SECONDS):
+            self._fetched_at = now
+            running = self._flight.start("jwks", self._fetch())
+        if running is None:
+            return None
+        try:
+            self._keys = await InFlight.wait(running)
+        except ForgeError as e:
+            if self._flight.get("jwks") is None and not self._keys:
+                self._fetched_at = None  # never fetched: the next token tries again
+            log.warning("oidc issuer %s: cannot read its keys: %s", self.host, e.reason)
+            raise IdentityUnavailable(
+                f"the CI issuer {self.host} cannot be asked for its signing keys right now "
+                f"({e.reason.replace('_', ' ')}); try again in {RETRY_SECONDS} s",
+                retry_after=RETRY_SECONDS,
+            ) from None
+        return self._keys.get(kid)
+
+    async def _fetch(self) -> dict[str, jwt.PyJWK]:
+        client = self._client()
+        discovery, _ = await client.get_json(f"{self.config.issuer.rstrip('/')}/.well-known/openid-configuration")
+        jwks_uri = discovery.get("jwks_uri") if isinstance(discovery, dict) else None
+        target = parse(jwks_uri) if isinstance(jwks_uri, str) else None
+        issuer = parse(self.config.issuer)
+        if target is None or issuer is None or target.host != issuer.host or target.scheme != issuer.scheme:
+            raise ForgeError("bad_json", f"oidc:{self.host}: jwks_uri is not on the issuer's own host")
+        if target.user is not None or target.password is not None:
+            raise ForgeError("bad_json", f"oidc:{self.host}: jwks_uri carries user info")
+        document, _ = await client.get_json(str(jwks_uri))
+        return _signing_keys(document, self.host)
+
+
+def _signing_keys(document: Any, host: str) -> dict[str, jwt.PyJWK]:
+    """kid -> key of every RS256/ES256 signing key of a JWKS document (others skipped)."""
+    keys: dict[str, jwt.PyJWK] = {}
+    items = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise ForgeError("bad_json", f"oidc:{host}: the JWKS has no keys list")
+    for item in items[:100]:
+        if not isinstance(item, dict) or item.get("use", "sig") != "sig" or not isinstance(item.get("kid"), str):
+            continue
+        if item.get("kty") not in ("RSA", "EC"):
+            continue  # never a symmetric ("oct") key: a JWKS is public
+        try:
+            key = jwt.PyJWK(item)
+        except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
+            continue
+        if key.algorithm_name in ALGORITHMS:
+            keys[item["kid"]] = key
+    return keys
+
+
+class OidcIssuers:
+    """The configured issuers; verifies a presented JWT against the one its `iss` names."""
+
+    def __init__(
+        self,
+        entries: tuple[OidcConfig, ...],
+        session: Callable[[], aiohttp.ClientSession],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stats = OrgStats()  # requests to the issuers, for /metrics
+        self._issuers = {e.issuer: _Issuer(e, session, self.stats, clock) for e in entries}
+
+    @property
+    def configured(self) -> bool:
+        """True when any `[[auth.oidc]]` issuer is configured."""
+        return bool(self._issuers)
+
+    def issuer_of(self, presented: str) -> OidcConfig | None:
+        """The configured issuer a JWT claims to come from (unverified); None when it is no JWT.
+
+        A JWT of any other issuer is a 401 here: no Git host token is a JWT, so it is never
+        handed to a Git host to try.
+        """
+        claims = unverified_claims(presented)
+        if claims is None:
+            return None
+        issuer = claims.get("iss")
+        found = self._issuers.get(issuer) if isinstance(issuer, str) else None
+        if found is None:
+            raise Unauthorized("the token is a JWT whose issuer (iss) this registry does not trust")
+        return found.config
+
+    async def principal(self, presented: str, config: OidcConfig) -> Principal:
+        """The `oidc` principal of a token that verifies against `config`; Unauthorized otherwise."""
+        issuer = self._issuers[config.issuer]
+        try:
+            header = jwt.get_unverified_header(presented)
+        except jwt.PyJWTError:
+            raise Unauthorized("the OIDC token is not a well-formed JWT") from None
+        alg, kid = header.get("alg"), header.get("kid")
+        if alg not in ALGORITHMS:
+            raise Unauthorized(f"the OIDC token's algorithm must be one of {', '.join(ALGORITHMS)}")
+        key = await issuer.key(kid) if isinstance(kid, str) else None
+        if key is None:
+            raise Unauthorized(f"the OIDC token is not signed by a key of {issuer.host}")
+        if key.algorithm_name != alg:
+            raise Unauthorized("the OIDC token's algorithm is not its key's")
+        claims = _verified_claims(presented, key, config)
+        for name, glob in config.claims:
+            value = claims.get(name)
+            if not isinstance(value, str) or not fnmatch.fnmatchcase(value, glob):
+                raise Unauthorized(f"the OIDC token's {name} claim does not match what this registry allows")
+        who = next((claims[c] for c in NAME_CLAIMS if isinstance(claims.get(c), str) and claims[c]), "job")
+        namespaces = frozenset(config.namespaces) if config.namespaces is not None else None
+        return Principal("oidc", f"oidc:{safe_name(who)}", namespaces=namespaces)
+
+
+def _verified_claims(presented: str, key: jwt.PyJWK, config: OidcConfig) -> dict[str, Any]:
+    """The claims of a token whose signature, iss, aud, exp and nbf hold; Unauthorized naming what did not."""
+    try:
+        return jwt.decode(
+            presented,
+            key.key,
+            algorithms=[key.algorithm_name],
+            audience=config.audience,
+            issuer=config.issuer,
+            leeway=LEEWAY_SECONDS,
+            options={"require": ["exp", "iss", "aud"], "verify_signature": True},
+        )
+    except jwt.ExpiredSignatureError:
+        raise Unauthorized("the OIDC token has expired") from None
+    except jwt.ImmatureSignatureError:
+        raise Unauthorized("the OIDC token is not valid yet (nbf)") from None
+    except jwt.InvalidAudienceError:
+        raise Unauthorized(f"the OIDC token's aud must be {config.audience!r}") from None
+    except jwt.InvalidIssuerError:
+        raise Unauthorized("the OIDC token's iss is not the configured issuer") from None
+    except jwt.MissingRequiredClaimError as e:
+        raise Unauthorized(f"the OIDC token has no {e.claim} claim") from None
+    except jwt.PyJWTError:
+        raise Unauthorized("the OIDC token's signature is not valid") from None
