@@ -1,4 +1,4 @@
-"""The baseline: a bare aiohttp server answering the same JSON as gitreg, with no logic at all."""
+"""The baseline: a bare aiohttp server answering the same bytes as gitreg, with no logic at all."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from aiohttp import web
 def main() -> None:
     """`python bench/bare_server.py PORT VERSIONS_JSON LOCATION`."""
     port, versions_body, location = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    versions = json.loads(versions_body)
-    download = {"location": location}
+    download = json.dumps({"location": location})
 
+    # The bodies are made once, as gitreg keeps its answers' text: the same bytes, nothing more.
     async def versions_handler(request: web.Request) -> web.Response:
-        return web.json_response(versions)
+        return web.json_response(text=versions_body)
 
     async def download_handler(request: web.Request) -> web.Response:
-        return web.json_response(download, headers={"X-Terraform-Get": location})
+        return web.json_response(text=download, headers={"X-Terraform-Get": location})
 
     app = web.Application()
     app.router.add_get("/v1/modules/{namespace}/{name}/{system}/versions", versions_handler)

@@ -2,15 +2,20 @@
 side by side with a bare aiohttp handler returning the same JSON, in one run (wrk).
 
     python bench/warm_path.py [--seconds 10] [--rounds 3] [--connections 32] [--quick]
+    python bench/warm_path.py --operator [--seconds 10] [--rounds 5]
 
 Target: gitreg reaches at least 75% of the bare handler's requests/s.
+
+`--operator` runs the warm path as an operator runs it (issue 25): `versions` of a module a
+wildcard rule serves, with `[auth] tokens` set (wrk sends `Authorization: Bearer`), the access
+log on in its default format, `wrk -t1 -c50`, gitreg and wrk on the same cores, not pinned;
+gitreg and the bare handler alternate, round after round.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import urllib.request
 from pathlib import Path
@@ -18,6 +23,7 @@ from pathlib import Path
 from _common import (
     GitRepo,
     Server,
+    cpu_seconds,
     free_port,
     machine,
     median,
@@ -29,25 +35,108 @@ from _common import (
     wrk,
 )
 
+# The operator scenario's bearer token (a benchmark's own, on 127.0.0.1 only).
+OPERATOR_TOKEN = "bench-operator-token-0123456789abcdef"
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used (its own threads; the server runs none for these requests)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+def start_bare(base: Path, versions_body: str, location: str, cpus: str | None = None) -> Server:
+    """The baseline: bench/bare_server.py answering `versions_body` and `location`, ready to measure."""
+    port = free_port()
+    server = Server(
+        [sys.executable, "bench/bare_server.py", str(port), versions_body, location],
+        base / "bare.log",
+        r"()",
+        cpus=cpus,
+    )
+    server.url = f"http://127.0.0.1:{port}"
+    wait_healthy(server.url + "/v1/modules/demo/hello/null/versions", server)
+    return server
+
+
+def operator(args: argparse.Namespace) -> int:
+    """`--operator`: a wildcard rule, a bearer token, the access log on, wrk -t1 -c50, nothing pinned."""
+    base = workdir("warm-operator")
+    repo = GitRepo(base / "repos", "terraform-null-hello")
+    repo.commit({"main.tf": 'output "x" { value = 1 }\n'})
+    for i in range(20):
+        repo.tag(f"v1.{i}.0")
+    template = (base / "repos" / "terraform-{system}-{name}.git").as_uri().replace("%7B", "{").replace("%7D", "}")
+    config = write_config(
+        base / "gitreg.toml",
+        (
+            f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state"}"\n'
+            f'[auth]\ntokens = ["{OPERATOR_TOKEN}"]\n'
+            f'[[modules]]\nnamespace = "demo"\nrepository = "{template}"\n'
+        ),
+    )
+    path = "/v1/modules/demo/hello/null/versions"
+    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    gitreg = start_gitreg(["--config", str(config)], base / "gitreg.log")
+    servers = {"gitreg": gitreg}
+    if args.before:  # the same scenario on another checkout (e.g. the commit before a change), in the same run
+        servers["gitreg before"] = start_gitreg(["--config", str(config)], base / "before.log", root=args.before)
+    try:
+        request = urllib.request.Request(gitreg.url + path, headers=headers)
+        with urllib.request.urlopen(request) as resp:  # also warms the tag cache
+            versions_body = resp.read().decode()
+        servers["bare"] = start_bare(base, versions_body, "unused")
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+        for _ in range(args.rounds):
+            for name, server in servers.items():  # alternating, so drift hits all alike
+                cpu = cpu_seconds(server.proc.pid)
+                result = wrk(server.url + path, args.seconds, args.connections, threads=1, headers=headers)
+                result["cpu_us"] = (cpu_seconds(server.proc.pid) - cpu) / max(1, result["requests"]) * 1e6
+                results[name].append(result)
+        logged = sum(1 for line in gitreg.log.read_text().splitlines() if f'"GET {path} HTTP/1.1" 200' in line)
+    finally:
+        for server in servers.values():
+            server.stop()
+    before = f" --before {args.before}" if args.before else ""
+    print(
+        f"# warm path, operator scenario: python bench/warm_path.py --operator --seconds {args.seconds} "
+        f"--rounds {args.rounds} --connections {args.connections}{before}: wrk -t1 -c{args.connections} "
+        f"-d{args.seconds}s -H 'Authorization: Bearer ...', wildcard rule, access log on (default text "
+        f"format, {logged:,} lines written), gitreg and the bare handler alternating, not pinned; medians"
+    )
+    print(f"# machine: {machine()}")
+    print("| server | requests/s (each round) | median | server CPU per request µs | p50 ms | p99 ms | errors |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, rs in results.items():
+        each = ", ".join(f"{r['rps']:,.0f}" for r in rs)
+        print(
+            f"| {name} | {each} | {median([r['rps'] for r in rs]):,.0f} | "
+            f"{median([r['cpu_us'] for r in rs]):.1f} | {median([r['p50_ms'] for r in rs]):.2f} | "
+            f"{median([r['p99_ms'] for r in rs]):.2f} | {sum(r['errors'] + r['non2xx'] for r in rs)} |"
+        )
+    bare = max(1.0, median([r["rps"] for r in results["bare"]]))
+    for name in servers:
+        if name != "bare":
+            ratio = median([r["rps"] for r in results[name]]) / bare
+            verdict = "met" if ratio >= 0.75 else "MISSED"
+            print(f"target {name} >= 75% of the bare handler (operator scenario): {ratio:.1%} -> {verdict}")
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--connections", type=int, default=None, help="32 (50 with --operator)")
     parser.add_argument("--quick", action="store_true", help="3 s x 1 round")
     parser.add_argument("--no-pin", action="store_true", help="do not pin servers and wrk to separate CPUs")
+    parser.add_argument("--operator", action="store_true", help="the operator scenario (see above); never pinned")
+    parser.add_argument(
+        "--before", type=Path, metavar="CHECKOUT", help="with --operator: also run the gitreg of this source tree"
+    )
     args = parser.parse_args()
-    pin = None if args.no_pin else pinning()
-    server_cpu, wrk_cpus, wrk_threads = pin if pin else (None, None, 2)
     if args.quick:
         args.seconds, args.rounds = 3, 1
+    if args.operator:
+        args.connections = args.connections or 50
+        return operator(args)
+    args.connections = args.connections or 32
+    pin = None if args.no_pin else pinning()
+    server_cpu, wrk_cpus, wrk_threads = pin if pin else (None, None, 2)
 
     base = workdir("warm")
     repo = GitRepo(base / "repos", "hello")
@@ -81,16 +170,7 @@ def main() -> int:
             location = json.loads(resp.read())["location"]
         for server in servers.values():  # warm every cache
             urllib.request.urlopen(server.url + paths["versions"]).read()
-        port = free_port()
-        servers["bare aiohttp handler (baseline)"] = Server(
-            [sys.executable, "bench/bare_server.py", str(port), versions_body, location],
-            base / "bare.log",
-            r"()",
-            cpus=server_cpu,
-        )
-        bare_url = f"http://127.0.0.1:{port}"
-        wait_healthy(bare_url + paths["versions"])
-        servers["bare aiohttp handler (baseline)"].url = bare_url
+        servers["bare aiohttp handler (baseline)"] = start_bare(base, versions_body, location, server_cpu)
 
         results: dict[tuple[str, str], list[dict[str, float]]] = {}
         for _ in range(args.rounds):

@@ -107,6 +107,25 @@ def test_missing_environment_variable_names_key_and_variable():
     assert found == ["credentials[0].password: environment variable NOPE_TOKEN is not set"]
 
 
+def test_a_change_me_placeholder_is_refused_as_written_or_through_a_variable_naming_key_and_variable():
+    found = problems(
+        {
+            "auth": {"tokens": ["${REGISTRY_TOKEN}"], "metrics_token": "change-me-metrics-token-0123"},
+            "webhooks": {"gitlab_token": " CHANGE-ME"},
+            "credentials": [{"url": "https://h/", "username": "u", "password": "${TOKEN}"}],
+        },
+        env={"REGISTRY_TOKEN": "CHANGE-ME-registry-token-0123456789", "TOKEN": "Change-Me"},
+    )
+    assert found == [
+        "auth.tokens[0]: environment variable REGISTRY_TOKEN holds a placeholder (CHANGE-ME...): set the real value",
+        "auth.metrics_token: is a placeholder (CHANGE-ME...): set the real value",
+        "webhooks.gitlab_token: is a placeholder (CHANGE-ME...): set the real value",
+        "credentials[0].password: environment variable TOKEN holds a placeholder (CHANGE-ME...): set the real value",
+    ]
+    # A value that only contains the words further on is a value like any other.
+    parse_config({"webhooks": {"gitlab_token": "${T}"}}, {"T": "real-secret-not-CHANGE-ME-0123"})
+
+
 def test_environment_variables_expand_and_dollar_escapes():
     config = parse_config(
         {"credentials": [{"url": "https://h/", "username": "u$$er", "password": "${TOK}"}]}, {"TOK": "s3cret"}

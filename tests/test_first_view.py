@@ -41,7 +41,7 @@ async def test_a_served_module_not_listed_yet_is_a_503_and_a_page_that_reloads_i
     assert (await client.get("/v1/modules/acme/vnet/aws")).status == 200
     assert (await client.get("/modules/acme/vnet/aws")).status == 200
     # Looked at and not listable: a 404 that says why, never "being indexed" forever.
-    await assert_error(await client.get("/v1/modules/acme/notag/aws"), 404, "no tag is a SemVer version")
+    await assert_error(await client.get("/v1/modules/acme/notag/aws"), 404, "no SemVer tag yet")
     assert (await client.get("/modules/acme/notag/aws")).status == 404
 
 

@@ -250,10 +250,14 @@ async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
     with GitregProcess("--module", f"demo/hello/null={repo.url}", cwd=tmp_path) as proc:
         bodies = {path: await asyncio.to_thread(_body, proc.url + path) for path in paths}
         lines = {path: (await _wait_for_log(proc, f'"GET {path} '))[0] for path in paths}
+        head = urllib.request.Request(proc.url + paths[1], method="HEAD")
+        await asyncio.to_thread(lambda: urllib.request.urlopen(head, timeout=10).read())
+        [head_line] = await _wait_for_log(proc, f'"HEAD {paths[1]} ')
     assert len(bodies["/healthz"]) == 16
     for path in paths:
         logged = int(re.search(r'" \d{3} (\d+) "', lines[path]).group(1))
         assert logged == len(bodies[path]), (path, lines[path])
+    assert re.search(r'" 200 0 "', head_line), head_line  # HEAD sends the headers only
 
 
 @pytest.mark.slow

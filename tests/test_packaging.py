@@ -75,6 +75,25 @@ def test_the_image_keeps_its_storage_path_in_a_volume(monkeypatch):
     assert re.search(rf"useradd .*--home-dir {re.escape(default_storage_path())}\b", dockerfile)
 
 
+def test_the_image_listens_on_every_address_at_the_port_it_exposes_and_checks():
+    import json
+
+    from gitreg.cli.main import _parser
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = json.loads(cast(re.Match[str], re.search(r"^CMD (\[.*\])$", dockerfile, re.MULTILINE)).group(1))
+    args = _parser().parse_args(cmd)  # the flags win over whatever the mounted config says
+    assert args.host == "0.0.0.0"
+    assert re.search(rf"^EXPOSE {args.port}$", dockerfile, re.MULTILINE)
+    assert f"http://127.0.0.1:{args.port}/healthz" in dockerfile  # HEALTHCHECK, from inside the container
+
+
+def test_the_base_image_is_pinned_by_digest_to_the_python_minor_the_tests_run_on():
+    [base] = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    match = cast(re.Match[str], re.fullmatch(r"python:(\d+)\.(\d+)\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base))
+    assert (int(match.group(1)), int(match.group(2))) == sys.version_info[:2]
+
+
 def _pins() -> dict[str, str]:
     pinned = {}
     for line in (ROOT / "requirements.lock").read_text().splitlines():

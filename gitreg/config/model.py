@@ -196,7 +196,7 @@ class ModuleRule:
     # None means "infer it for GitHub and GitLab URLs, else the files are at the root".
     archive_root: str | None = None
 
-    @property
+    @functools.cached_property  # read on every request (frozen: computed once, kept in __dict__)
     def specificity(self) -> int:
         """How many of namespace/name/system the rule fixes."""
         return sum(v is not None for v in (self.namespace, self.name, self.system))

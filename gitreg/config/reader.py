@@ -16,6 +16,9 @@ from gitreg.config.model import MAX_TIMEOUT
 
 Choice = TypeVar("Choice", bound=str)
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# A value still to be chosen: example files (deploy/kubernetes/secret.yaml) ship secrets that
+# start with this, in any case, and gitreg refuses to start with one, wherever it is used.
+UNSET_MARKER = "CHANGE-ME"
 
 
 class TableReader:
@@ -62,9 +65,12 @@ class TableReader:
         """`value` with `${VAR}` expanded; `default` when a variable is unset (reported once, here).
 
         A value missing its variable is not checked further: "${TOKEN} is not set" is the one
-        problem, not also "shorter than 16 characters" or "not a Git URL".
+        problem, not also "shorter than 16 characters" or "not a Git URL". Nor is a placeholder
+        (`CHANGE-ME...`, as written or in a variable): the problem is that it was never set.
         """
         failed: list[str] = []
+        if _unset(value):
+            failed.append(f"is a placeholder ({UNSET_MARKER}...): set the real value")
         expanded = expand_env(value, self.env, failed.append)
         for reason in failed:
             self.error(key, reason)
@@ -192,8 +198,15 @@ def type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def _unset(value: str) -> bool:
+    return value.strip()[: len(UNSET_MARKER)].upper() == UNSET_MARKER
+
+
 def expand_env(value: str, env: Mapping[str, str], error: Callable[[str], object]) -> str:
-    """Replace `${VAR}` with the environment's value; `$$` is a literal `$`."""
+    """Replace `${VAR}` with the environment's value; `$$` is a literal `$`.
+
+    An unset variable, or one holding a placeholder (`CHANGE-ME...`), is an `error`.
+    """
 
     def replace(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
@@ -202,6 +215,9 @@ def expand_env(value: str, env: Mapping[str, str], error: Callable[[str], object
         if var not in env:
             error(f"environment variable {var} is not set")
             return ""
+        if _unset(env[var]):
+            # Named, never shown: the variable may hold a real secret that merely starts alike.
+            error(f"environment variable {var} holds a placeholder ({UNSET_MARKER}...): set the real value")
         return env[var]
 
     return _ENV_RE.sub(replace, value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,13 +52,18 @@ class RuleIndex:
                 assert rule.namespace and rule.name and rule.system
                 self.explicit[key] = _resolve(rule, ModuleAddress(rule.namespace, rule.name, rule.system))
         self.wildcards = tuple(rule for rule in rules if not rule.explicit)
+        # A wildcard rule's answer depends only on the address (rules never change while serving):
+        # the addresses asked for most recently keep theirs, so the warm path fills no template.
+        self.wildcard: Callable[[ModuleAddress], ResolvedModule | None] = functools.lru_cache(maxsize=4096)(
+            functools.partial(match_rule, self.wildcards)
+        )
 
     def match(self, address: ModuleAddress) -> ResolvedModule | None:
         """The most specific matching rule (most literal fields), then the earliest; None if none."""
         resolved = self.explicit.get((address.namespace, address.name, address.system))
         if resolved is not None:
             return resolved
-        return match_rule(self.wildcards, address)
+        return self.wildcard(address)
 
 
 def match_rule(rules: tuple[ModuleRule, ...], address: ModuleAddress) -> ResolvedModule | None:

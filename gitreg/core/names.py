@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ def _check_segment(label: str, value: str) -> None:
         raise BadRequest(f"invalid module {label} {value[:80]!r}: expected {expected}")
 
 
+# The warm path asks for the same few addresses again and again (and checks each twice: before
+# any handler, in check_request, and in the handler): an address, once valid, is not checked
+# again. Bad segments raise, and lru_cache keeps no exception, so each one is checked every time.
+@functools.lru_cache(maxsize=4096)
 def parse_address(namespace: str, name: str, system: str) -> ModuleAddress:
     """Check request segments against the registry grammar; BadRequest names the bad one."""
     _check_segment("namespace", namespace)
@@ -105,14 +110,24 @@ def check_request(request: _Request) -> None:
     So a malformed request is a 400 before any rule, cache or git command sees it, whichever
     handler it is routed to (handlers check again where they parse a value).
     """
-    if len(request.raw_path.partition("?")[2]) > MAX_QUERY_BYTES:  # as sent, percent-encoded
+    raw_query = request.raw_path.partition("?")[2]
+    if len(raw_query) > MAX_QUERY_BYTES:  # as sent, percent-encoded
         raise BadRequest(f"the query string is longer than {MAX_QUERY_BYTES} bytes")
-    for key, value in request.match_info.items():
+    segments = request.match_info
+    whole = "namespace" in segments and "name" in segments and "system" in segments
+    if whole:  # a whole address: checked (and remembered) as the handler will check it
+        parse_address(segments["namespace"], segments["name"], segments["system"])
+    for key, value in segments.items():
         if key in _SEGMENTS:
-            _check_segment(key, value)
+            if not whole:
+                _check_segment(key, value)
         elif key == "version":
             check_version(value)
-    query = request.query
+    if raw_query:  # most requests have none: no query to parse
+        _check_query(request.query)
+
+
+def _check_query(query: Mapping[str, str]) -> None:
     for key, value in query.items():
         if _CONTROL_RE.search(key) or _CONTROL_RE.search(value):
             raise BadRequest(f"query parameter {key[:40]!r} contains a control character")

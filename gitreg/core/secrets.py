@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 
 HASHED = "sha256:"  # a configured token given as its digest: `sha256:<64 lowercase hex>`
 
@@ -39,6 +40,22 @@ def same_secret(presented: str | bytes | None, expected_digest: bytes) -> bool:
     if not presented:
         return False
     return hmac.compare_digest(digest(presented.strip()), expected_digest)
+
+
+def first_match(presented: str | bytes | None, expected_digests: Sequence[bytes]) -> int | None:
+    """The index of the first of `expected_digests` that `presented` is the secret of, or None.
+
+    `presented` is hashed once and compared with every digest, each in constant time, whether
+    or not an earlier one matched: the time says nothing about which one did, if any.
+    """
+    if not presented:
+        return None
+    presented_digest = digest(presented.strip())
+    found = None
+    for i, expected in enumerate(expected_digests):
+        if hmac.compare_digest(presented_digest, expected) and found is None:
+            found = i
+    return found
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 from gitreg.config.model import AuthConfig, TokenConfig
-from gitreg.core.secrets import same_secret, token_digest
+from gitreg.core.secrets import first_match, token_digest
 from gitreg.identity.model import Principal
 
 
@@ -13,7 +15,8 @@ class TokenChecker:
     def __init__(self, config: AuthConfig) -> None:
         # Every token is kept as its SHA-256: a presented token is compared digest to digest,
         # 32 bytes each, so not even a token's length shows in the time a comparison takes.
-        self._tokens = tuple((token_digest(t.token), t) for t in config.tokens)
+        self._tokens = config.tokens
+        self._digests = tuple(token_digest(t.token) for t in config.tokens)
 
     @property
     def enabled(self) -> bool:
@@ -22,15 +25,12 @@ class TokenChecker:
 
     def find(self, presented: str) -> TokenConfig | None:
         """The configured token `presented` is (compared with every one, in constant time), or None."""
-        matched: TokenConfig | None = None
-        for secret, token in self._tokens:
-            if same_secret(presented, secret) and matched is None:
-                matched = token
-        return matched
+        found = first_match(presented, self._digests)  # hashed once, compared with every digest
+        return None if found is None else self._tokens[found]
 
     def by_id(self, found: str) -> TokenConfig | None:
         """The configured token whose `token_id` is `found` (not a secret: a page session names it)."""
-        return next((token for _, token in self._tokens if token_id(token) == found), None)
+        return next((token for token in self._tokens if token_id(token) == found), None)
 
 
 def token_id(token: TokenConfig) -> str:
@@ -38,6 +38,9 @@ def token_id(token: TokenConfig) -> str:
     return token_digest(token.token).hex()[:32]
 
 
+# A configured token's principal is the same on every request (warm path: no digest, no frozenset
+# made again); bounded, though the configured tokens are few.
+@functools.lru_cache(maxsize=1024)
 def static_principal(token: TokenConfig) -> Principal:
     """The `static` principal of a configured token, named `token:<its id's first 12 hex digits>`."""
     scope = frozenset(token.namespaces) if token.namespaces is not None else None

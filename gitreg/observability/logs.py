@@ -143,6 +143,10 @@ def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> No
     logger.handle(record)
 
 
+# Statuses whose answers have no body, whatever Content-Length says.
+_NO_BODY = frozenset({204, 304})
+
+
 def body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> int:
     """The bytes of the response body sent, as the combined log format counts them (no headers).
 
@@ -152,6 +156,18 @@ def body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> int:
     written = response.body_length
     if not written:
         return 0
+    if (
+        isinstance(response, web.Response)
+        and isinstance(body := response.body, bytes)
+        and not response.compression
+        and not response.chunked
+        and request.method != "HEAD"
+        and response.status not in _NO_BODY
+        and response.status >= 200
+    ):
+        # The warm path's answer: a whole body, written at once with its headers; no need to
+        # serialize the head again to take it off.
+        return len(body)
     version = request.version
     head = f"HTTP/{version[0]}.{version[1]} {response.status} {response.reason}\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in response.headers.items()) + "\r\n"

@@ -9,15 +9,13 @@ path or a query: urls.host_label), capped at MAX_HOSTS distinct values.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from gitreg.core import urls
@@ -37,7 +35,6 @@ from gitreg.observability.collectors import (
     RequestStats,
     Watched,
 )
-from gitreg.observability.logs import CREDENTIAL_KEY
 
 if TYPE_CHECKING:
     from gitreg.forges.base import OrgStats
@@ -48,7 +45,6 @@ if TYPE_CHECKING:
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.base import SharedState
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ListTags = Callable[[str], "TagList"]
 
 # git ls-remote duration buckets: a warm host answers in tens of milliseconds, a slow one times out.
@@ -221,40 +217,6 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of everything above."""
         return generate_latest(self.registry)
-
-
-def route_label(request: web.Request) -> str:
-    """The route template that served the request, never the raw path (bounded cardinality)."""
-    route = request.match_info.route
-    resource = route.resource if route is not None else None
-    if resource is None:
-        return UNMATCHED_ROUTE
-    return resource.canonical
-
-
-def metrics_middleware(metrics: Metrics) -> Middleware:
-    """The outermost middleware: times every request and counts it by route and final status."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as e:  # redirects (3xx) are raised, not returned
-            status = e.status
-            raise
-        except asyncio.CancelledError:
-            status = 499  # the client went away (nginx's convention)
-            raise
-        finally:
-            method = request.method if request.method in METHODS else OTHER_METHOD
-            metrics.observe_request(route_label(request), method, status, time.perf_counter() - started)
-            metrics.credentials.counts[request.get(CREDENTIAL_KEY, "none")] += 1
-
-    return middleware
 
 
 def check_metrics_token(request: web.Request, token: str | None) -> None:

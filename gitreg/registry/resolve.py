@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gitreg.config.model import Config
-from gitreg.config.rules import ResolvedModule, RuleIndex, match_rule
+from gitreg.config.rules import ResolvedModule, RuleIndex
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.names import ModuleAddress
 from gitreg.orgs.catalog import OrgCatalog
@@ -40,7 +40,7 @@ class Resolver:
                 return resolved
             if self.orgs.serves_namespace(address.namespace):
                 raise self.orgs.not_found(address)
-        resolved = match_rule(self.rules.wildcards, address)
+        resolved = self.rules.wildcard(address)
         if resolved is None:
             raise ModuleNotFound(f"module {address} is not served by this registry: no [[modules]] rule matches it")
         return resolved

@@ -43,7 +43,7 @@ from gitreg.index.protocol import Seed
 from gitreg.index.store import ModuleIndex
 from gitreg.observability.collectors import ArchiveCollector, IndexCollector
 from gitreg.observability.logs import JsonFormatter, ServerLogger
-from gitreg.observability.metrics import Lifecycle, Metrics, metrics_middleware
+from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
@@ -90,7 +90,7 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
-from gitreg.web.middleware import errors_middleware
+from gitreg.web.middleware import request_middleware
 from gitreg.web.pages.views import add_ui
 from gitreg.web.signing import UrlSigner
 
@@ -467,7 +467,7 @@ def create_app(
     """
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(
-        middlewares=[metrics_middleware(metrics), errors_middleware],
+        middlewares=[request_middleware(metrics)],
         client_max_size=64 * 1024,
         # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.
         handler_args={"logger": ServerLogger(logging.getLogger("aiohttp.server"))},

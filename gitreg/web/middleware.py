@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
+from gitreg.observability.logs import CREDENTIAL_KEY
+from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.api.oauth import OAUTH_PATHS
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
@@ -42,58 +45,82 @@ INSTALL_ROUTES = frozenset(
 )
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Check the request (token, then input), run the handler; shape every failure as JSON, never a traceback.
+def request_middleware(metrics: Metrics) -> Middleware:
+    """The one middleware: time and count every request, check it (token, then input), run the
+    handler, and shape every failure as JSON, never a traceback.
 
-    One middleware, not three: each layer costs a coroutine per request, which shows on the
-    warm path (bench/warm_path.py).
+    One middleware, not one per concern: each layer costs a coroutine and a call per request,
+    which shows on the warm path (bench/warm_path.py --operator).
     """
-    resource = request.match_info.route.resource
-    install = resource is not None and resource.canonical in INSTALL_ROUTES
-    priority = GIT_PRIORITY.set(Priority.INSTALL if install else Priority.BROWSE)
-    try:
-        if is_page(request):
-            return await _page(request, handler)
-        await authorize_request(request)
-        # Every path segment and query parameter, before any handler, rule or git call.
-        check_request(request)
-        return await handler(request)
-    except GitregError as e:
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else UNMATCHED_ROUTE
+        priority = GIT_PRIORITY.set(Priority.INSTALL if route in INSTALL_ROUTES else Priority.BROWSE)
+        status = 500
+        try:
+            if is_page(request):
+                response = await _page(request, handler)
+            else:
+                try:
+                    await authorize_request(request)
+                    # Every path segment and query parameter, before any handler, rule or git call.
+                    check_request(request)
+                    response = await handler(request)
+                except Exception as e:  # CancelledError is no Exception: it goes on, counted below
+                    answer = _error_answer(request, e)
+                    if answer is None:
+                        log.exception("unhandled error on %s %s", request.method, request.path)
+                        answer = error_response(500, "internal error in gitreg; the server log has details")
+                    response = answer
+            status = response.status
+            return response
+        except web.HTTPException as e:  # redirects (3xx) are raised, not returned
+            status = e.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's convention)
+            raise
+        finally:
+            GIT_PRIORITY.reset(priority)
+            method = request.method if request.method in METHODS else OTHER_METHOD
+            metrics.observe_request(route, method, status, time.perf_counter() - started)
+            metrics.credentials.counts[request.get(CREDENTIAL_KEY, "none")] += 1
+
+    return middleware
+
+
+def _error_answer(request: web.Request, e: Exception) -> web.StreamResponse | None:
+    """The JSON answer to a failed API request; None for a bug (500, logged by the caller with
+    its traceback); a redirect (HTTPException < 400) is raised again."""
+    if isinstance(e, GitregError):
         # A Bearer challenge only for registry tokens, not for a webhook's bad signature.
         headers = {"WWW-Authenticate": 'Bearer realm="gitreg"'} if isinstance(e, Unauthorized) else None
         if isinstance(e, Overloaded):
             headers = {"Retry-After": str(e.retry_after)}  # Terraform waits this long, then retries once
         return error_response(e.status, e.message, headers)
-    except web.HTTPException as e:
+    if isinstance(e, web.HTTPException):
         if e.status < 400:
-            raise
+            raise e
         message = {
             404: f"no such endpoint: {request.path[:200]}",
             405: f"method {request.method} is not allowed here",
         }.get(e.status, e.reason)
         headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "www-authenticate", "retry-after")}
         return error_response(e.status, message, headers)
-    except asyncio.CancelledError:
-        raise
-    except OSError as e:
-        if e.errno in DISK_FULL:  # a write no storage class turned into a DiskFull itself
-            full = disk_full(request.app[CONFIG].storage.path, "what this request needed")
-            log.warning("%s %s: %s", request.method, request.path, full.message)
-            return error_response(full.status, full.message)
-        if e.errno not in OUT_OF_RESOURCES:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            return error_response(500, "internal error in gitreg; the server log has details")
+    if isinstance(e, OSError) and e.errno in DISK_FULL:  # a write no storage class turned into a DiskFull itself
+        full = disk_full(request.app[CONFIG].storage.path, "what this request needed")
+        log.warning("%s %s: %s", request.method, request.path, full.message)
+        return error_response(full.status, full.message)
+    if isinstance(e, OSError) and e.errno in OUT_OF_RESOURCES:
         # Out of file descriptors or processes (opening a file, starting git): busy, not broken.
         log.warning("out of resources on %s %s: %s; answered 503", request.method, request.path, e.strerror)
         return error_response(
             503, "gitreg is out of file descriptors or processes; try again in a few seconds", {"Retry-After": "5"}
         )
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "internal error in gitreg; the server log has details")
-    finally:
-        GIT_PRIORITY.reset(priority)
+    return None
 
 
 async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
