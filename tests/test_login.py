@@ -22,23 +22,23 @@ import pytest
 
 from gitreg.identity.issued import FILE_NAME
 from gitreg.web.keys import LOGINS
-from tests.conftest import make_config
+from tests.conftest import assert_error, make_config
 from tests.gitreg_process import run_gitreg
-from tests.support.oauth import FakeOAuthHost
+from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, git_host
 
 STATIC = "static-token-for-automation-0123456789"
 SIGNING_KEY = "k" * 40
 
 
 @pytest.fixture
-def gitlab() -> Iterator[FakeOAuthHost]:
-    with FakeOAuthHost("gitlab").in_thread() as fake:
+def gitlab(tmp_path: Path) -> Iterator[FakeOAuthHost]:
+    """A GitLab: its OAuth, its API and the repositories of modules demo/hello/null (alice reads it) and
+    demo/secret/null (only bob does)."""
+    with git_host("gitlab", tmp_path / "gitlab") as fake:
         yield fake
 
 
 def forge_table(fake: FakeOAuthHost, **extra: Any) -> dict[str, Any]:
-    from tests.support.oauth import CLIENT_ID, CLIENT_SECRET
-
     return {
         "provider": fake.provider,
         "url": fake.base_url,
@@ -49,9 +49,10 @@ def forge_table(fake: FakeOAuthHost, **extra: Any) -> dict[str, Any]:
     }
 
 
-def login_config(tmp_path: Path, repo: Any, *fakes: FakeOAuthHost) -> Any:
+def login_config(tmp_path: Path, *fakes: FakeOAuthHost) -> Any:
+    """The first host's repositories as modules, every host's OAuth for `terraform login`."""
     return make_config(
-        [{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url}],
+        fakes[0].rules(),
         storage={"path": str(tmp_path / "state")},
         auth={"tokens": [STATIC], "signing_key": SIGNING_KEY, "forges": [forge_table(f) for f in fakes]},
     )
@@ -138,8 +139,8 @@ async def login(client: Any) -> str:
     return str((await resp.json())["access_token"])
 
 
-async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_client, tmp_path, repo, gitlab):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
     doc = await (await client.get("/.well-known/terraform.json")).json()
     assert doc["login.v1"] == {
         "client": "terraform-cli",
@@ -152,8 +153,8 @@ async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_clien
     assert "login.v1" not in await (await plain.get("/.well-known/terraform.json")).json()
 
 
-async def test_terraform_login_issues_a_registry_token_for_the_host_identity(make_client, tmp_path, repo, gitlab):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_terraform_login_issues_a_registry_token_for_the_host_identity(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
     verifier, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
     host = urlsplit(resp.headers["Location"])
@@ -175,9 +176,11 @@ async def test_terraform_login_issues_a_registry_token_for_the_host_identity(mak
     token = body["access_token"]
     assert token.startswith("gitreg_") and len(token) >= 7 + 43
     assert "no-store" in resp.headers["Cache-Control"]
-    # The token opens the registry (which static tokens otherwise guard).
+    # The token opens what alice can read on the host, and nothing else (which static tokens otherwise guard).
     versions = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token}"})
     assert versions.status == 200
+    refused = await client.get("/v1/modules/demo/secret/null/versions", headers={"Authorization": f"Bearer {token}"})
+    await assert_error(refused, 403, "alice cannot read acme/secret on 127.0.0.1", "ask for access to it there")
     # Only a digest is kept, and the host's tokens are not on disk in clear.
     (record,) = issued_file(tmp_path)
     text = (tmp_path / "state" / FILE_NAME).read_text()
@@ -186,8 +189,8 @@ async def test_terraform_login_issues_a_registry_token_for_the_host_identity(mak
     assert gitlab.grants[0].access not in text and str(gitlab.grants[0].refresh) not in text
 
 
-async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(make_client, tmp_path, repo, gitlab):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
     verifier, challenge = pkce()
     code = parse_qs(urlsplit(await terraform_code(client, terraform_params(challenge))).query)["code"][0]
     resp = await client.post("/oauth/token", data=redeem_form(code, secrets.token_urlsafe(40)))
@@ -221,8 +224,8 @@ async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(ma
         ({"response_type": "token"}, "response_type"),
     ],
 )
-async def test_authorize_refuses_what_terraform_would_never_send(make_client, tmp_path, repo, gitlab, change, fragment):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_authorize_refuses_what_terraform_would_never_send(make_client, tmp_path, gitlab, change, fragment):
+    client = await make_client(login_config(tmp_path, gitlab))
     _, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge, **change), allow_redirects=False)
     assert resp.status == 400
@@ -230,8 +233,8 @@ async def test_authorize_refuses_what_terraform_would_never_send(make_client, tm
     assert fragment in body["errors"][0] and body["error"]
 
 
-async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_client, tmp_path, repo, gitlab):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
     _, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
     back = urlsplit(await consent(resp.headers["Location"]))
@@ -243,18 +246,16 @@ async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_clien
     assert gitlab.exchanges == 0  # the host's code was never even exchanged
 
 
-async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_path, repo, gitlab):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
     token = await login(client)
     headers = {"Authorization": f"Bearer {token}"}
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
     # gitreg tokens revoke, as a real process on the same storage: the server sees it within a second
     config = tmp_path / "gitreg.toml"
     config.write_text(
-        f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http", "file"]\n'
-        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n'
-        + gitlab.forge_toml()
-        + f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+        f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n'
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
     )
     listed = run_gitreg("tokens", "list", "--config", str(config))
     assert listed.returncode == 0, listed.stderr
@@ -280,10 +281,10 @@ async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_
 
 
 @pytest.mark.slow  # waits out the host's token lifetimes (seconds)
-async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(make_client, tmp_path, repo, gitlab):
+async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(make_client, tmp_path, gitlab):
     # Host tokens that live 61.5 s: gitreg refreshes one a minute before it expires, so 1.5 s after its issue.
     gitlab.token_seconds = 61.5
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+    client = await make_client(login_config(tmp_path, gitlab))
     token = await login(client)
     headers = {"Authorization": f"Bearer {token}"}
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
@@ -305,9 +306,9 @@ async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(
     assert record["revoked"] is not None
 
 
-async def test_several_oauth_hosts_let_the_person_pick_one(make_client, tmp_path, repo, gitlab):
-    with FakeOAuthHost("github").in_thread() as github:
-        client = await make_client(login_config(tmp_path, repo, gitlab, github))
+async def test_several_oauth_hosts_let_the_person_pick_one(make_client, tmp_path, gitlab):
+    with git_host("github", tmp_path / "github") as github:
+        client = await make_client(login_config(tmp_path, gitlab, github))
         _, challenge = pkce()
         resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
         page = await resp.text()
@@ -320,8 +321,8 @@ async def test_several_oauth_hosts_let_the_person_pick_one(make_client, tmp_path
         assert parse_qs(host.query)["scope"] == ["repo"]
 
 
-async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_path, repo, gitlab):
-    client = await make_client(login_config(tmp_path, repo, gitlab))
+async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
     page = await (await client.get("/login")).text()
     assert "Sign in with GitLab" in page and 'name="token"' in page  # the token form stays
     resp = await client.get("/login/with/0", params={"next": "/?q=hello"}, allow_redirects=False)

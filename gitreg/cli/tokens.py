@@ -60,7 +60,8 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 async def _tokens(config: Config, action: str, selector: str | None) -> int:
     cache = config.cache
-    shared = SharedLogins(cache.redis_url, cache.redis_prefix) if cache.backend == "redis" and cache.redis_url else None
+    url = cache.redis_url if cache.backend == "redis" else None
+    shared = SharedLogins.connect(url, cache.redis_prefix) if url else None
     store = IssuedTokens(config, Path(config.storage.path) / FILE_NAME, shared=shared)
     try:
         await store.load()

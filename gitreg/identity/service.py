@@ -1,11 +1,12 @@
 """The identities facade: who a bearer token is, whether it may read a module, what it may see.
 
-Built once per application (web/app.py, in a cleanup context with its HTTP session); the web
-layer asks it and nothing else. A presented token is tried, in this order: the static `[auth]
-tokens` (constant time, whatever follows), the registry tokens `terraform login` issued (the
-`LoginTokens` given, when there is one), a CI job's OIDC JWT (when it claims a configured
-issuer), then a Git host's own token (each `[[auth.forges]]` host whose kind of token it may be,
-until one says whose it is). None of them: 401. A host that cannot answer: 503, never 401.
+Built once per application (web/app.py, in a cleanup context; its HTTP session toward the hosts
+is the application's one, shared with the login flows); the web layer asks it and nothing else.
+A presented token is tried, in this order: the static `[auth] tokens` (constant time, whatever
+follows), the registry tokens `terraform login` issued (the `LoginTokens` given, when there is
+one), a CI job's OIDC JWT (when it claims a configured issuer), then a Git host's own token
+(each `[[auth.forges]]` host whose kind of token it may be, until one says whose it is). None
+of them: 401. A host that cannot answer: 503, never 401.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
+from gitreg.replicas.logins import SharedLogins
 
 Loader = Callable[[str], Awaitable[TagList]]
 
@@ -27,6 +28,8 @@ class SharedState(Protocol):
     on_index: Signal[[str]]  # another replica published its index.json text (see follow_index)
     on_pin: Signal[[str, str, str, float]]  # (repository, tag, commit, when): an earlier pin than this one's
     on_owner: Signal[[str, str, float]]  # (address, holder, first held): an org module owner another replica recorded
+    # The issued login tokens and their one-time codes, shared on this store's connection (None: alone).
+    logins: SharedLogins | None
 
     @property
     def is_shared(self) -> bool:

@@ -9,12 +9,16 @@ is seen everywhere within that second. A one-time code Terraform redeems is mark
 `SET NX PX`: on every replica, the second redemption finds it taken.
 
 Each replica keeps its own copy on disk (issued_tokens.json): with Redis down it answers from
-that, as alone. Every call is bounded by OP_TIMEOUT_SECONDS and raises RedisDown on failure.
+that, as alone. A server's SharedLogins rides on its replicas' connection (`RedisShared.logins`):
+their client, their up/down state and reconnect loop, so with Redis down a login token's lookup
+does not wait on it at all. `gitreg tokens` (no replicas running) opens one of its own
+(`SharedLogins.connect`). Every call is bounded by OP_TIMEOUT_SECONDS and raises RedisDown on failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from gitreg.replicas.connection import OP_TIMEOUT_SECONDS, RedisDown, connect, describe, quietly
@@ -27,37 +31,56 @@ MAX_RECORD = 16 * 1024
 
 
 class SharedLogins:
-    """The issued-records hash and the used-codes keys of one Redis."""
+    """The issued-records hash and the used-codes keys of one Redis.
 
-    def __init__(self, url: str, prefix: str) -> None:
-        self._url = url
-        self._client: Redis | None = None
+    `call` runs one command (bounded, RedisDown on failure); `up` False skips Redis at once (RedisDown).
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        prefix: str,
+        call: Callable[[Awaitable[Any]], Awaitable[Any]],
+        up: Callable[[], bool] = lambda: True,
+        owned: bool = False,
+    ) -> None:
+        self._client = client
+        self._call = call
+        self._up = up
+        self._owned = owned  # closed by close(): a connection of its own, not the replicas'
         self.key = f"{prefix}logins"
         self._codes = f"{prefix}login-code:"
 
-    def _redis(self) -> Redis:
-        if self._client is None:
-            self._client = connect(self._url)
-        return self._client
+    @classmethod
+    def connect(cls, url: str, prefix: str) -> SharedLogins:
+        """A SharedLogins on a connection of its own (`gitreg tokens`: no replicas' connection to ride on)."""
+        client = connect(url)
 
-    async def _run(self, call: Any) -> Any:
-        try:
-            return await asyncio.wait_for(call, OP_TIMEOUT_SECONDS)
-        except Exception as e:  # noqa: BLE001 - every failure means: answer locally
-            raise RedisDown(describe(e, self._url)) from None
+        async def call(command: Awaitable[Any]) -> Any:
+            try:
+                return await asyncio.wait_for(command, OP_TIMEOUT_SECONDS)
+            except Exception as e:  # noqa: BLE001 - every failure means: answer locally
+                raise RedisDown(describe(e, url)) from None
+
+        return cls(client, prefix, call, owned=True)
+
+    async def _run(self, command: Callable[[Redis], Awaitable[Any]]) -> Any:
+        if not self._up():
+            raise RedisDown("redis is down")
+        return await self._call(command(self._client))
 
     async def put(self, digest: str, record: str) -> None:
         """Store (or replace) the record of the token whose digest is `digest`."""
-        await self._run(self._redis().hset(self.key, digest, record))
+        await self._run(lambda r: r.hset(self.key, digest, record))
 
     async def get(self, digest: str) -> str | None:
         """The record stored for `digest`, or None."""
-        value = await self._run(self._redis().hget(self.key, digest))
+        value = await self._run(lambda r: r.hget(self.key, digest))
         return _text(value)
 
     async def all(self) -> dict[str, str]:
         """Every stored record by digest (`gitreg tokens list`, and a replica's start)."""
-        found = await self._run(self._redis().hgetall(self.key))
+        found = await self._run(lambda r: r.hgetall(self.key))
         out = {}
         for digest, value in found.items():
             text, name = _text(value), _text(digest)
@@ -67,14 +90,14 @@ class SharedLogins:
 
     async def first_use(self, code_id: str, ttl_seconds: float) -> bool:
         """True the first time `code_id` is used on any replica (remembered `ttl_seconds`)."""
-        taken = await self._run(self._redis().set(self._codes + code_id, "1", nx=True, px=int(ttl_seconds * 1000)))
+        taken = await self._run(lambda r: r.set(self._codes + code_id, "1", nx=True, px=int(ttl_seconds * 1000)))
         return bool(taken)
 
     async def close(self) -> None:
-        """Disconnect; never raises."""
-        if self._client is not None:
+        """Disconnect a connection of its own; never raises (the replicas close theirs)."""
+        if self._owned:
+            self._owned = False
             await quietly(self._client.aclose())
-            self._client = None
 
 
 def _text(value: object) -> str | None:

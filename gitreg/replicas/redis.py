@@ -54,6 +54,7 @@ from gitreg.replicas.connection import (
     quietly,
     replica_name,
 )
+from gitreg.replicas.logins import SharedLogins
 from gitreg.replicas.owning import OwnerEntries, SharedOwners
 from gitreg.replicas.pinning import Entries, SharedPins
 from gitreg.replicas.values import download_totals, tag_list
@@ -133,6 +134,7 @@ class RedisShared:
         self.on_owner = self.owners.on_owner  # an owner recorded in Redis
         shared_access = SharedAccess(self.client, self._key("access:"), self._call, lambda: self._up, self._spawn)
         self.access, self.remember_access = shared_access.access, shared_access.remember_access  # Git hosts' answers
+        self.logins: SharedLogins | None = SharedLogins(self.client, self.prefix, self._call, lambda: self._up)
         self._up = False
         self._ever_up = False
         self._since = clock()
@@ -586,7 +588,7 @@ class RedisShared:
             raise
         except Exception as e:  # noqa: BLE001 - redis-py raises many kinds; all mean "not now"
             self._mark_down(e)
-            raise RedisDown() from None
+            raise RedisDown(self.last_error) from None
 
     async def _settle(self, lock: str, awaitable: Awaitable[Any]) -> None:
         """Give up a held lock (store the answer, or release it); forgotten once Redis has it."""

@@ -53,7 +53,6 @@ from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.factory import make_shared
-from gitreg.replicas.logins import SharedLogins
 from gitreg.replicas.memory import MemoryShared
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
@@ -103,6 +102,8 @@ _FILES: web.AppKey[ThreadPoolExecutor] = web.AppKey("file_threads")
 _PINS: web.AppKey[TagPins] = web.AppKey("tag_pins")
 _BUDGET: web.AppKey[StorageBudget] = web.AppKey("storage_budget")
 _RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver")
+# The HTTP session toward the Git hosts (their APIs and OAuth) and the CI issuers, opened on first use.
+_HOSTS_HTTP: web.AppKey[Callable[[], aiohttp.ClientSession]] = web.AppKey("hosts_http")
 
 
 def _storage(app: web.Application) -> Path:
@@ -240,9 +241,10 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-async def _identities(app: web.Application) -> AsyncIterator[None]:
-    """Who a bearer token is and what it may read; its HTTP session (to the Git hosts and CI issuers)
-    is opened on first use and closed here."""
+async def _hosts_http(app: web.Application) -> AsyncIterator[None]:
+    """One HTTP session for every call toward the Git hosts and CI issuers on behalf of identities (who a
+    token is, can it read, the login flows, refreshes, JWKS): opened on first use, closed here, after
+    the identities and logins that use it."""
     sessions: list[aiohttp.ClientSession] = []
 
     def session() -> aiohttp.ClientSession:
@@ -250,12 +252,18 @@ async def _identities(app: web.Application) -> AsyncIterator[None]:
             sessions.append(aiohttp.ClientSession(auto_decompress=True, trust_env=False))
         return sessions[0]
 
-    config, login = app[CONFIG], app.get(LOGIN_TOKENS)
-    identities = app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], session, login, app[CLOCK])
-    app[METRICS].watch_identities(identities.api_stats)
+    app[_HOSTS_HTTP] = session
     yield
     for opened in sessions:
         await opened.close()
+
+
+async def _identities(app: web.Application) -> AsyncIterator[None]:
+    """Who a bearer token is and what it may read (asking the Git hosts through the hosts' HTTP session)."""
+    config, login = app[CONFIG], app.get(LOGIN_TOKENS)
+    identities = app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], app[_HOSTS_HTTP], login, app[CLOCK])
+    app[METRICS].watch_identities(identities.api_stats)
+    yield
 
 
 async def _registry(app: web.Application) -> AsyncIterator[None]:
@@ -420,21 +428,20 @@ async def _storage_scan(app: web.Application) -> AsyncIterator[None]:
 
 async def _logins(app: web.Application) -> AsyncIterator[None]:
     """`terraform login` and "Sign in with ...": the issued tokens (on disk, shared through Redis when
-    configured) and the OAuth flows, with one HTTP session toward the Git hosts."""
+    configured) and the OAuth flows, talking to the Git hosts through the hosts' HTTP session."""
     config = app[CONFIG]
     key = config.auth.signing_key
     if key is None or not any(f.oauth for f in config.auth.forges):
         yield
         return
-    cache = config.cache
-    shared = SharedLogins(cache.redis_url, cache.redis_prefix) if cache.backend == "redis" and cache.redis_url else None
-    async with aiohttp.ClientSession(trust_env=False) as http:
-        tokens = IssuedTokens(config, _storage(app) / ISSUED_FILE, http, shared)
-        await tokens.load()
-        app[LOGINS] = LoginFlows(config.auth.forges, key, tokens, http)
-        app[LOGIN_TOKENS] = tokens  # what the Identities facade asks about a `gitreg_...` bearer token
-        yield
-        await tokens.close()
+    http = app[_HOSTS_HTTP]()
+    # Shared with the other replicas on the replicas' own Redis connection (None: this replica alone).
+    tokens = IssuedTokens(config, _storage(app) / ISSUED_FILE, http, app[SHARED].logins)
+    await tokens.load()
+    app[LOGINS] = LoginFlows(config.auth.forges, key, tokens, http)
+    app[LOGIN_TOKENS] = tokens  # what the Identities facade asks about a `gitreg_...` bearer token
+    yield
+    await tokens.close()
 
 
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
@@ -477,7 +484,7 @@ def create_app(
     app[LIFECYCLE] = Lifecycle()
     # Dependency order; each closes (after `yield`) before those it was built with.
     contexts = [_git_home, _file_threads, _git_pool, _git, _shared, _pins, _budget, _queued_git, _tags, _orgs]
-    contexts += [_mirrors_and_archives, _catalog]
+    contexts += [_mirrors_and_archives, _catalog, _hosts_http]
     if role is not Role.INDEX:  # the serving process signs people in (issued tokens before identities)
         contexts.append(_logins)
     contexts += [_identities, _registry]

@@ -17,7 +17,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Self
@@ -27,6 +27,7 @@ from aiohttp import web
 
 from tests.support.githttp import GitHttpServer
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _IDS = itertools.count(1296269)
 _USER_IDS = itertools.count(583231)
 # The person a request's token belongs to (None: the org's own token, or none).
@@ -55,6 +56,9 @@ class FakeServer:
 
     _runner: web.AppRunner | None = None
     base_url = ""
+    # The host name in its URLs: "localhost" puts it on another site than a gitreg on 127.0.0.1
+    # (SameSite compares sites: scheme and host, not ports). It listens on 127.0.0.1 either way.
+    host_name = "127.0.0.1"
 
     def app(self) -> web.Application:
         """The fake's aiohttp application."""
@@ -71,7 +75,7 @@ class FakeServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self.base_url = f"http://{self.host_name}:{self._runner.addresses[0][1]}"
         return self.base_url
 
     async def close(self) -> None:
@@ -155,6 +159,8 @@ class FakeForge(FakeServer):
         self._users: dict[str, str] = {}  # token -> username
         self._sees: dict[str, set[str]] = {}  # username -> repository keys
         self._requests: list[ApiRequest] = []
+        # The host's web pages beside its API (its OAuth, tests/support/oauth.py): no API token, no rate limit.
+        self._web_pages: dict[tuple[str, str], Handler] = {}
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -341,7 +347,11 @@ class FakeForge(FakeServer):
     def grant(self, username: str, *keys: str) -> None:
         """Add the person to these repositories (by this fake's key)."""
         with self._lock:
-            self._sees[username].update(keys)
+            self._sees.setdefault(username, set()).update(keys)
+
+    def serve_page(self, method: str, path: str, handler: Handler) -> None:
+        """Serve one of the host's web pages (not its API) at `path`: before start()."""
+        self._web_pages[(method, path)] = handler
 
     def revoke(self, username: str, *keys: str) -> None:
         """Remove the person from these repositories: the API answers 404 for them from now on."""
@@ -547,6 +557,8 @@ class FakeForge(FakeServer):
             response: web.StreamResponse = web.Response(
                 status=503, text="<html><body>503 Service Unavailable</body></html>", content_type="text/html"
             )
+        elif (request.method, request.path) in self._web_pages:
+            response = await handler(request)
         elif not self._authorized(request):
             body = (
                 {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
@@ -716,6 +728,8 @@ class FakeForge(FakeServer):
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
             app.router.add_get("/api/v4/user", self._user)
             app.router.add_get("/api/v4/projects", self._member_repos)
+        for (method, path), page in self._web_pages.items():
+            app.router.add_route(method, path, page)
         # Another service on the API's host, outside its path (where a hostile `next` link may point).
         app.router.add_get("/elsewhere/{tail:.*}", self._elsewhere)
         return app

@@ -1,4 +1,4 @@
-"""A fake Git host's OAuth: GitLab's or GitHub's authorize page, token endpoint and `/user`.
+"""A fake Git host's OAuth: GitLab's or GitHub's authorize page and token endpoint, on the host's fake API.
 
 Shaped as the providers document them:
 - GitLab ("OAuth 2.0 identity provider API"): `GET /oauth/authorize` (client_id, redirect_uri,
@@ -6,20 +6,24 @@ Shaped as the providers document them:
   `POST /oauth/token` (authorization_code with code_verifier, or refresh_token; the answer
   `{"access_token", "token_type": "Bearer", "expires_in": 7200, "refresh_token", "scope",
   "created_at"}`; a refresh replaces the refresh token; errors 400 `{"error": "invalid_grant",
-  "error_description"}`), `GET /api/v4/user` (`{"id", "username", ...}`, 401 otherwise).
+  "error_description"}`).
 - GitHub ("Authorizing OAuth apps"): `GET /login/oauth/authorize`, `POST /login/oauth/access_token`
   (`Accept: application/json`: `{"access_token", "token_type": "bearer", "scope"}`, plus
   `expires_in`/`refresh_token` for expiring user tokens; errors come back with HTTP 200 and
-  `{"error": "bad_verification_code", ...}`), `GET /user` (`{"login", "id", ...}`).
+  `{"error": "bad_verification_code", ...}`).
 
-The consent page approves as `approver` (the test sets who). It serves `/user` for its own
-OAuth tokens itself (tests/support/forges.py's FakeForge has no user table; the per-user
-visibility there is the core's). Runs in a thread of its own, for a gitreg subprocess.
+One Git host, as gitreg sees it: these pages are served by the host's fake REST API
+(tests/support/forges.py's FakeForge, same port), and every access token the token endpoint
+issues becomes a user of that API, so `GET /user`, "can read" (`GET /projects/:path`,
+`GET /repos/{owner}/{repo}`) and the listings answer for it with the person's own visibility,
+which the test changes at run time (`forge.grant`, `forge.revoke`). A revoked, replaced or
+expired access token is refused there (401) from then on. `git_host()` builds the whole host:
+bare repositories served over smart HTTP, its API and its OAuth, in threads. The consent page
+approves as `approver` (the test sets who).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import html
@@ -28,11 +32,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
+from tests.support.forges import FakeForge
+from tests.support.githttp import GitHttpServer
+from tests.support.repos import GitRepo
 
 CLIENT_ID = "gitreg-test-app"
 CLIENT_SECRET = "gitreg-test-app-secret-7f3e"
@@ -57,34 +66,50 @@ class _Code:
     used: bool = False
 
 
-@dataclass
 class FakeOAuthHost:
-    """GitLab (`provider="gitlab"`) or GitHub OAuth, with `users` who may approve."""
+    """GitLab's or GitHub's OAuth (the provider of `forge`), served by `forge`, whose users its tokens become."""
 
-    provider: str
-    users: dict[str, int] = field(default_factory=lambda: {"alice": 11, "bob": 12})
-    approver: str = "alice"
-    # GitLab's access tokens live 2 hours; a test shortens it to see refreshes.
-    token_seconds: float = 7200.0
-    # GitHub: expiring user tokens (a GitHub App's) or not (an OAuth App's).
-    github_expiring: bool = False
-    # The host name in its URLs: "localhost" puts it on another site than a gitreg on 127.0.0.1
-    # (SameSite compares sites: scheme and host, not ports).
-    host: str = "127.0.0.1"
-    base_url: str = ""
-    refreshes: int = 0
-    down: bool = False  # every request answers 503, as a host in maintenance does
-    exchanges: int = 0
-    grants: list[Grant] = field(default_factory=list)
-    _codes: dict[str, _Code] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(
+        self, forge: FakeForge, approver: str = "alice", token_seconds: float = 7200.0, github_expiring: bool = False
+    ) -> None:
+        self.forge = forge
+        self.provider = forge.provider
+        self.approver = approver
+        # GitLab's access tokens live 2 hours; a test shortens it to see refreshes.
+        self.token_seconds = token_seconds
+        # GitHub: expiring user tokens (a GitHub App's) or not (an OAuth App's).
+        self.github_expiring = github_expiring
+        self.refreshes = 0
+        self.exchanges = 0
+        self.grants: list[Grant] = []
+        self._codes: dict[str, _Code] = {}
+        self._lock = threading.Lock()
+        forge.serve_page("GET", self.authorize_path, self._authorize_page)
+        forge.serve_page("POST", self.authorize_path, self._approve)
+        forge.serve_page(
+            "POST", "/oauth/token" if self.provider == "gitlab" else "/login/oauth/access_token", self._token
+        )
 
     # ---- what a gitreg config needs ------------------------------------------------------
 
     @property
+    def base_url(self) -> str:
+        """The host's web URL (the `url` of an `[[auth.forges]]` entry)."""
+        return self.forge.base_url
+
+    @property
     def api_url(self) -> str:
         """The `api_url` of an `[[auth.forges]]` entry for this host."""
-        return f"{self.base_url}/api/v4" if self.provider == "gitlab" else self.base_url
+        return self.forge.api_url
+
+    @property
+    def down(self) -> bool:
+        """True while the whole host (pages and API) answers 503, as a host in maintenance does."""
+        return self.forge.mode == "down"
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self.forge.mode = "down" if value else "ok"
 
     def forge_toml(self, **extra: Any) -> str:
         """An `[[auth.forges]]` table for this host, with the test application's credentials."""
@@ -99,6 +124,24 @@ class FakeOAuthHost:
         ]
         return "\n".join(lines) + "\n"
 
+    def repository(self, name: str) -> str:
+        """The clone URL of repository `name` of the group, on this host (git over smart HTTP)."""
+        url = self.forge.git.url(f"{GROUP}/{name}.git")
+        return url.replace("://127.0.0.1:", f"://{self.forge.host_name}:", 1)
+
+    def rules(self, namespace: str = "demo") -> list[dict[str, str]]:
+        """`[[modules]]` rules for the host's repositories: module `<namespace>/<name>/null` each."""
+        return [
+            {"namespace": namespace, "name": name, "system": "null", "repository": self.repository(name)}
+            for name in REPOSITORIES
+        ]
+
+    def modules_toml(self, namespace: str = "demo") -> str:
+        """The same rules as `[[modules]]` tables."""
+        return "".join(
+            "[[modules]]\n" + "".join(f'{k} = "{v}"\n' for k, v in rule.items()) for rule in self.rules(namespace)
+        )
+
     @property
     def authorize_path(self) -> str:
         return "/oauth/authorize" if self.provider == "gitlab" else "/login/oauth/authorize"
@@ -109,12 +152,14 @@ class FakeOAuthHost:
             for grant in self.grants:
                 if grant.username == username:
                     grant.revoked = True
+                    self.forge.revoke_token(grant.access)
 
     def expire_access_tokens(self) -> None:
-        """Every access token expires now (as GitLab's do after 2 hours)."""
+        """Every access token expires now (as GitLab's do after 2 hours): the API refuses them."""
         with self._lock:
             for grant in self.grants:
                 grant.expires_at = time.time() - 1
+                self.forge.revoke_token(grant.access)
 
     # ---- the endpoints -------------------------------------------------------------------
 
@@ -155,11 +200,13 @@ class FakeOAuthHost:
         expiring = self.provider == "gitlab" or self.github_expiring
         grant = Grant(
             username=username,
-            access=("glpat-oauth-" if self.provider == "gitlab" else "ghu_") + secrets.token_hex(16),
+            # GitLab's OAuth access tokens carry no prefix; GitHub's user-to-server tokens start `ghu_`.
+            access=secrets.token_hex(32) if self.provider == "gitlab" else "ghu_" + secrets.token_hex(16),
             refresh=secrets.token_hex(24) if expiring else None,
             expires_at=time.time() + self.token_seconds if expiring else None,
         )
         self.grants.append(grant)
+        self.forge.add_user(username, grant.access)  # the host's API answers for it, as the person
         return grant
 
     def _token_body(self, grant: Grant) -> dict[str, Any]:
@@ -195,64 +242,32 @@ class FakeOAuthHost:
         for grant in self.grants:
             if grant.refresh == refresh_token and not grant.revoked:
                 grant.revoked = True  # the old tokens are replaced
+                self.forge.revoke_token(grant.access)
                 return web.json_response(self._token_body(self._new_grant(grant.username)))
         return self._oauth_error("invalid_grant", "The refresh token is invalid, expired or revoked")
 
-    async def _user(self, request: web.Request) -> web.Response:
-        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        with self._lock:
-            grant = next((g for g in self.grants if g.access == presented), None)
-            live = (
-                grant is not None and not grant.revoked and (grant.expires_at is None or grant.expires_at > time.time())
-            )
-        if grant is None or not live:
-            message = {"message": "401 Unauthorized"} if self.provider == "gitlab" else {"message": "Bad credentials"}
-            return web.json_response(message, status=401)
-        if self.provider == "gitlab":
-            return web.json_response({"id": self.users[grant.username], "username": grant.username, "state": "active"})
-        return web.json_response({"login": grant.username, "id": self.users[grant.username], "type": "User"})
 
-    @web.middleware
-    async def _maintenance(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if self.down:
-            return web.Response(status=503, text="<html><body>503 Service Unavailable</body></html>")
-        response: web.StreamResponse = await handler(request)
-        return response
+GROUP = "acme"
+# The group's repositories, each a module tagged v1.0.0; who may read which (changed by `forge.grant`/`revoke`).
+REPOSITORIES = ("hello", "secret")
+READERS = {"alice": ("hello",), "bob": ("hello", "secret")}
 
-    def app(self) -> web.Application:
-        """The aiohttp application: the host's OAuth pages and `/user`."""
-        app = web.Application(middlewares=[self._maintenance])
-        app.router.add_get(self.authorize_path, self._authorize_page)
-        app.router.add_post(self.authorize_path, self._approve)
-        app.router.add_post("/oauth/token" if self.provider == "gitlab" else "/login/oauth/access_token", self._token)
-        app.router.add_get("/api/v4/user" if self.provider == "gitlab" else "/user", self._user)
-        return app
 
-    @contextmanager
-    def in_thread(self) -> Iterator[FakeOAuthHost]:
-        """Serve on 127.0.0.1 from a thread with its own event loop; stopped on leaving."""
-        loop = asyncio.new_event_loop()
-        runner = web.AppRunner(self.app(), access_log=None)
-        started = threading.Event()
-
-        async def start() -> None:
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            self.base_url = f"http://{self.host}:{runner.addresses[0][1]}"
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(start())
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        assert started.wait(10), "the fake OAuth host did not start"
-        try:
-            yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
+@contextmanager
+def git_host(provider: str, root: Path, host: str = "127.0.0.1", **options: Any) -> Iterator[FakeOAuthHost]:
+    """A whole Git host in threads: REPOSITORIES (bare, under `root`) over smart HTTP, its API (group GROUP,
+    READERS' visibility) and its OAuth (`options`: FakeOAuthHost's), every URL on `host`."""
+    for name in REPOSITORIES:
+        repo = GitRepo(root, f"{GROUP}/{name}")
+        repo.commit({"main.tf": f'output "name" {{ value = "{name}" }}\n', "README.md": f"# {name}\n"})
+        repo.tag("v1.0.0")
+    with GitHttpServer(root) as git:
+        forge = FakeForge(provider, git, GROUP)
+        forge.host_name = host
+        for name in REPOSITORIES:
+            forge.add(name, repo=f"{GROUP}/{name}")
+        for username, names in READERS.items():
+            forge.grant(username, *names)
+        fake = FakeOAuthHost(forge, **options)
+        with forge.in_thread():
+            yield fake
