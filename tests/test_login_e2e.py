@@ -13,6 +13,7 @@ module repositories over smart HTTP, all on 127.0.0.1 (the browser test: localho
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import ssl
@@ -146,7 +147,12 @@ def play_browser(authorize_url: str, ca: Path) -> None:
     assert status == 302, host_page
     status, local, body = browse(consent(host_page), ca)
     assert status == 302 and local.startswith("http://localhost:100"), body
-    status, _, _ = browse(local.replace("http://localhost:", "http://127.0.0.1:", 1))
+    try:
+        status, _, _ = browse(local.replace("http://localhost:", "http://127.0.0.1:", 1))
+    except (http.client.RemoteDisconnected, ConnectionResetError):
+        # Terraform may close its listener as soon as it has the code, before its page is sent (seen
+        # under load): what counts is that it got the code, which `terraform_login` checks by its output.
+        return
     assert status == 200  # Terraform's own "return to the terminal" page
 
 
