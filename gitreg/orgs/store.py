@@ -18,14 +18,16 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from gitreg.config.model import OrgConfig
+from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import RepoRecord
 from gitreg.orgs.model import OrgState
-from gitreg.orgs.owners import Owners
+from gitreg.orgs.owners import Held, Owners, owners_json, parse_owners
 from gitreg.storage.files import collector_paused, json_document, remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
@@ -44,21 +46,23 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 Loaded = tuple[OrgState, list[RepoRecord], float | None]
 
 
+# An org's listing as written: its config, when it was enumerated, its records (never mutated once taken).
+Listed = tuple[OrgConfig, float | None, Mapping[str, RepoRecord]]
+
+
 def encode(orgs: Iterable[OrgState], owners: list[dict[str, Any]] | None = None) -> str:
     """The orgs.json document of the orgs that have a listing (and who owns each address: orgs.owners)."""
+    return _encode([(s.config, s.enumerated_at, s.records) for s in orgs if s.records is not None], owners)
+
+
+def _encode(listed: Sequence[Listed], owners: list[dict[str, Any]] | None) -> str:
     entries = [
         json_document(
-            {
-                "provider": s.config.provider,
-                "api_url": s.config.api_url,
-                "group": s.config.group,
-                "enumerated_at": s.enumerated_at,
-            },
+            {"provider": org.provider, "api_url": org.api_url, "group": org.group, "enumerated_at": enumerated_at},
             "repositories",
-            (json.dumps(r.to_json()) for _, r in sorted(s.records.items())),
+            (json.dumps(r.to_json()) for _, r in sorted(records.items())),
         )
-        for s in orgs
-        if s.records is not None
+        for org, enumerated_at, records in listed
     ]
     head: dict[str, Any] = {"format": FORMAT} if owners is None else {"format": FORMAT, "owners": owners}
     return json_document(head, "orgs", entries)
@@ -116,7 +120,7 @@ class OrgStore:
             self.executor, _read_listings, self.path, self._orgs
         )
         if self.owners is not None and owners is not None:
-            self.owners.load(owners)  # (a file without `owners` predates them: none held)
+            self.owners.take_loaded(owners)  # (a file without `owners` predates them: none held)
         return listings
 
     def loaded(self) -> None:
@@ -131,7 +135,9 @@ class OrgStore:
         async with self._write_lock:
             if not self._dirty:
                 return
-            text = encode(self._orgs, self.owners.to_json() if self.owners is not None else None)
+            # A snapshot (references to listings never mutated, a copy of the owners), encoded on a thread.
+            listed = [(s.config, s.enumerated_at, s.records) for s in self._orgs if s.records is not None]
+            held = self.owners.snapshot() if self.owners is not None else None
             self._dirty = False
             if self.owners is not None:
                 self.owners.dirty = False
@@ -139,7 +145,7 @@ class OrgStore:
             # write still finishes before the cancellation goes on, so close()'s last flush never
             # finds the listing marked written while the file is not.
             write = asyncio.get_running_loop().run_in_executor(
-                self.executor, write_atomically, self.path, text, _TMP_PREFIX
+                self.executor, _write, self.path, listed, self._orgs, held
             )
             try:
                 await asyncio.shield(write)
@@ -164,6 +170,13 @@ class OrgStore:
         await self.flush()
 
 
+def _write(
+    path: Path, listed: Sequence[Listed], orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held] | None
+) -> None:
+    """Write a snapshot taken on the loop (on a thread: 230,000 repositories take seconds to encode)."""
+    write_atomically(path, _encode(listed, owners_json(orgs, held) if held is not None else None), _TMP_PREFIX)
+
+
 def read_owners(path: Path) -> Any:
     """orgs.json's `owners` list, read only (blocking; nothing is set aside): None when there is none."""
     try:
@@ -174,13 +187,13 @@ def read_owners(path: Path) -> Any:
     return data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
-def _read_listings(path: Path, orgs: Sequence[OrgState]) -> tuple[Any, list[Loaded]]:
-    """The file's `owners` (None without them) and its listings, decoded (on a thread: only each
+def _read_listings(path: Path, orgs: Sequence[OrgState]) -> tuple[dict[ModuleAddress, Held] | None, list[Loaded]]:
+    """The file's owners (None without them) and its listings, decoded (on a thread: only each
     org's config and index are read)."""
     data = _read_json(path)
     owners = data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
     with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
-        return owners, decode(data, orgs)
+        return (None if owners is None else parse_owners(orgs, owners)), decode(data, orgs)
 
 
 def _read_json(path: Path) -> Any:
