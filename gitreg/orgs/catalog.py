@@ -43,7 +43,7 @@ from gitreg.orgs.model import (
 from gitreg.orgs.owners import Owners
 from gitreg.orgs.refresh import OrgRefresher
 from gitreg.orgs.store import OrgStore, read_owners
-from gitreg.storage.files import keep_long_lived
+from gitreg.storage.files import collector_paused, keep_long_lived
 
 log = logging.getLogger(__name__)
 
@@ -429,7 +429,7 @@ class OrgCatalog:
     async def evaluated(self, s: OrgState, records: dict[str, RepoRecord]) -> Evaluated:
         """`evaluate()` of org `s`'s `records` on a thread (30,000 repositories: over half a second)."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._store.executor, evaluate, s.config, s.index, list(records.values()), self.config.git.protocols
+            self._store.executor, _evaluate_kept, s.config, s.index, list(records.values()), self.config.git.protocols
         )
 
     async def take_listing(
@@ -520,12 +520,12 @@ class OrgCatalog:
             self._store.changed()  # (the owners' flag is cleared by the write)
             if changes or announce:
                 self.on_change.emit(changes)
-        self._keep(self._listing)
 
     @staticmethod
     def _keep(listing: Mapping[ModuleAddress, OrgRepo]) -> None:
-        """A large listing just taken: out of the collector's walks (a full collection walking it
-        stopped the loop for 100 ms and more; see storage.files.keep_long_lived)."""
+        """A page of a large listing just taken: out of the collector's walks (a full collection
+        walking the listing stopped the loop for 100 ms and more; see storage.files.keep_long_lived).
+        A rebuild's listing is kept so on its thread (combine_paused)."""
         if len(listing) >= KEEP_LONG_LIVED_AT:
             keep_long_lived()
 
@@ -574,6 +574,12 @@ def _confirmed_gone(
     if event.project_id is not None:
         return tuple(key for key, rec in records.items() if rec.id == event.project_id)
     return (event.full_name.lower(),) if event.full_name.lower() in records else ()
+
+
+def _evaluate_kept(org: OrgConfig, index: int, records: list[RepoRecord], protocols: tuple[str, ...]) -> Evaluated:
+    """`evaluate()` on a thread: what it makes (an OrgRepo a repository) is kept out of the collector's walks."""
+    with collector_paused(keep=True):
+        return evaluate(org, index, records, protocols)
 
 
 def _by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:

@@ -93,9 +93,9 @@ def combine(inputs: Inputs) -> Combined:
 
 
 def combine_paused(inputs: Inputs) -> Combined:
-    """`combine` with the garbage collector paused: it makes a million objects, all kept (a collection
-    meanwhile would walk the whole heap holding the GIL, so the loop too; see storage.files)."""
-    with collector_paused():
+    """`combine` with the garbage collector paused: it makes a million objects, all kept, then out of
+    the collector's walks (a collection walking them holds the GIL, so the loop too; see storage.files)."""
+    with collector_paused(keep=True):
         return combine(inputs)
 
 

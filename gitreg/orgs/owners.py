@@ -32,6 +32,7 @@ from gitreg.core.errors import GitregError
 from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress, address_from_text, parse_address
 from gitreg.orgs.model import OrgRepo, OrgState
+from gitreg.storage.files import drained
 
 log = logging.getLogger(__name__)
 
@@ -228,12 +229,12 @@ def owners_json(orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held]) ->
 def parse_owners(orgs: Sequence[OrgState], items: Any) -> dict[ModuleAddress, Held]:
     """orgs.json's `owners` read back (of orgs still configured; damaged entries skipped; the earlier
     of two for one address). A file older than `since` counts as held from the start (time 0).
-    Pure: run it off the loop for a large file."""
+    Run it off the loop for a large file; the items are removed from `items` as they are read."""
     held: dict[ModuleAddress, Held] = {}
     if not isinstance(items, list):
         return held
     keys = {org_key(s): s.index for s in orgs}
-    for item in items:
+    for item in drained(items):
         if not isinstance(item, dict) or not all(
             isinstance(item.get(k), str) for k in ("address", "provider", "api_url", "group", "full_name")
         ):

@@ -28,7 +28,7 @@ from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import RepoRecord
 from gitreg.orgs.model import OrgState
 from gitreg.orgs.owners import Held, Owners, owners_json, parse_owners
-from gitreg.storage.files import collector_paused, json_document, remove_leftovers, write_atomically
+from gitreg.storage.files import collector_paused, drained, json_document, remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,16 @@ def _encode(listed: Sequence[Listed], owners: list[dict[str, Any]] | None) -> st
         )
         for org, enumerated_at, records in listed
     ]
-    head: dict[str, Any] = {"format": FORMAT} if owners is None else {"format": FORMAT, "owners": owners}
-    return json_document(head, "orgs", entries)
+    if owners is None:
+        return json_document({"format": FORMAT}, "orgs", entries)
+    # The owners item by item too (one json.dumps of 230,000 of them holds the GIL for 0.3 s).
+    held = json_document({"format": FORMAT}, "owners", (json.dumps(o) for o in owners))
+    return f"{held[:-1]}, {json_document({}, 'orgs', entries)[1:]}"
 
 
 def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
-    """The listings of an orgs.json document for the orgs still configured (and not listed yet)."""
+    """The listings of an orgs.json document for the orgs still configured (and not listed yet);
+    the repositories taken are removed from `data` as they are decoded."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("orgs"), list):
         return []
     found: list[Loaded] = []
@@ -84,7 +88,8 @@ def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
             items = entry.get("repositories")
             if not isinstance(items, list) or s.records is not None or s.index in taken:
                 break
-            records = [r for r in (RepoRecord.from_json(item) for item in items) if r is not None]
+            # (The decoded items are freed one by one as they become records: see drained.)
+            records = [r for r in (RepoRecord.from_json(item) for item in drained(items)) if r is not None]
             when = entry.get("enumerated_at")
             enumerated_at = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
             found.append((s, records, enumerated_at))
@@ -192,7 +197,7 @@ def _read_listings(path: Path, orgs: Sequence[OrgState]) -> tuple[dict[ModuleAdd
     org's config and index are read)."""
     data = _read_json(path)
     owners = data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
-    with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
+    with collector_paused(keep=True):  # 10,000 repositories: a million objects, all kept (see storage.files)
         return (None if owners is None else parse_owners(orgs, owners)), decode(data, orgs)
 
 
@@ -200,7 +205,7 @@ def _read_json(path: Path) -> Any:
     """The file's JSON; None when missing; a damaged file is set aside (never fatal)."""
     remove_leftovers(path, _TMP_PREFIX)
     try:
-        with collector_paused(), path.open(encoding="utf-8") as f:
+        with collector_paused(keep=True), path.open(encoding="utf-8") as f:
             return loads_sliced("".join(iter(lambda: f.read(1 << 20), "")))
     except FileNotFoundError:
         return None
