@@ -27,6 +27,10 @@ class Signal(Generic[P]):
         """Call `listener` at every `emit` from now on."""
         self._listeners.append(listener)
 
+    def __bool__(self) -> bool:
+        """True when anyone listens (to skip building what nobody hears)."""
+        return bool(self._listeners)
+
     def emit(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Call every listener with these arguments."""
         for listener in list(self._listeners):

@@ -125,18 +125,17 @@ class Owners:
         self._held = draft.held
         self.version += 1
         self.dirty |= draft.changed
-        for address, (org, name, since), replaced in draft.settled:
-            replaces = ""
-            if replaced is not None:
-                replaces = self._text(*replaced)
-                self._gone.add((address, replaces))
-                log.warning(
-                    "org module %s: its owner %s is gone (the API no longer lists it there); %s holds it now",
-                    address,
-                    replaced[1][:200],
-                    name[:200],
-                )
-            self.on_held.emit(str(address), self._text(org, name), since, replaces)
+        for address, gone, name, replaced in draft.replaced:
+            self._gone.add((address, replaced))
+            log.warning(
+                "org module %s: its owner %s is gone (the API no longer lists it there); %s holds it now",
+                address,
+                gone[:200],
+                name[:200],
+            )
+        if self.on_held:  # (30,000 new holders in a first listing: not even a loop over them when nobody listens)
+            for held in draft.settled:
+                self.on_held.emit(*held)
 
     def to_json(self) -> list[dict[str, Any]]:
         """orgs.json's `owners` (see `owners_json`)."""
@@ -178,8 +177,10 @@ class OwnerDraft:
         self.listed = listed
         self.now = now
         self.changed = False
-        # Each new holder: (address, holder, the (org, full name) it replaces, or None).
-        self.settled: list[tuple[ModuleAddress, Held, tuple[int, str] | None]] = []
+        # Each new holder as Owners.on_held tells it (texts made here, off the loop), and those
+        # that replace one found gone: (address, the full names gone and now, the holder text gone).
+        self.settled: list[tuple[str, str, float, str]] = []
+        self.replaced: list[tuple[ModuleAddress, str, str, str]] = []
 
     def holder(self, address: ModuleAddress) -> tuple[int, str] | None:
         """The (org index, full name) holding `address`, or None."""
@@ -203,9 +204,13 @@ class OwnerDraft:
             if org not in self.listed:
                 return None
         winner = first(repos)
-        self.held[address] = now_held = (winner.org, winner.full_name, self.now)
+        self.held[address] = (winner.org, winner.full_name, self.now)
         self.changed = True
-        self.settled.append((address, now_held, None if held is None else (held[0], held[1])))
+        replaces = ""
+        if held is not None:
+            replaces = holder_text(self.orgs, held[0], held[1])
+            self.replaced.append((address, held[1], winner.full_name, replaces))
+        self.settled.append((str(address), holder_text(self.orgs, winner.org, winner.full_name), self.now, replaces))
         return winner
 
     def forget_gone(self, claimed: Container[ModuleAddress]) -> None:
