@@ -7,7 +7,9 @@ good state, loaded at start so a restart serves the known modules before the API
 API failure never empties a listing: the last good one stays. The registry asks `resolve()`
 for an org module, built as a `ResolvedModule` with a synthetic `ModuleRule`, so org modules
 are served exactly like rule modules. Subscribers (the module index) hear of every added,
-changed or removed address. Everything here runs on the event loop, except the file's I/O.
+changed or removed address. Everything here runs on the event loop, except the file's I/O and
+what grows with the listing: evaluating records, combining the orgs' claims (orgs.combine),
+each on a thread from a snapshot, then installed here by reference swaps.
 """
 
 from __future__ import annotations

@@ -111,6 +111,7 @@ class Owners:
                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)),
             )
         self._held[target] = (org, name, since)
+        self._orgs[org].stats.owners_adopted += 1
         self.dirty = True
         self.version += 1
         return True
