@@ -31,7 +31,15 @@ from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
 from gitreg.forges.hosts import host
-from gitreg.orgs.combine import Combined, Inputs, OrgView, by_repository, combine_paused
+from gitreg.orgs.combine import (
+    KEEP_LONG_LIVED_AT,
+    Combined,
+    Inputs,
+    OrgView,
+    by_repository,
+    combine_paused,
+    evaluate_kept,
+)
 from gitreg.orgs.model import (
     Evaluated,
     OrgChanges,
@@ -45,7 +53,7 @@ from gitreg.orgs.model import (
 from gitreg.orgs.owners import Owners
 from gitreg.orgs.refresh import OrgRefresher
 from gitreg.orgs.store import OrgStore, read_owners
-from gitreg.storage.files import collector_paused, keep_long_lived
+from gitreg.storage.files import keep_long_lived
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +65,6 @@ WEBHOOK_FETCH_SECONDS = 8.0
 # At start, orgs.json gets this long to load before the port opens (a usual file loads well
 # within it, so the first requests find the listing); a larger one goes on loading behind.
 LOAD_BEFORE_SERVING = 0.3
-# A listing of this many modules or more, once taken, is kept out of the garbage collector's walks.
-KEEP_LONG_LIVED_AT = 2000
 
 
 class OrgCatalog:
@@ -266,7 +272,10 @@ class OrgCatalog:
     async def _settle_adopted(self) -> None:
         async with self._rebuilding:
             self._settling = False  # (adopted from here on: settled by the next rebuild)
-            await self._take([], None)
+            try:
+                await self._take([], None)
+            except Exception:
+                log.exception("org listings: settling the owners adopted from other replicas failed")
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -431,7 +440,7 @@ class OrgCatalog:
     async def evaluated(self, s: OrgState, records: dict[str, RepoRecord]) -> Evaluated:
         """`evaluate()` of org `s`'s `records` on a thread (30,000 repositories: over half a second)."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._store.executor, _evaluate_kept, s.config, s.index, list(records.values()), self.config.git.protocols
+            self._store.executor, evaluate_kept, s.config, s.index, list(records.values()), self.config.git.protocols
         )
 
     async def take_listing(
@@ -468,29 +477,33 @@ class OrgCatalog:
             generation = (self._generation, self._owners.version)
             inputs = Inputs(
                 orgs=tuple(views.get(s.index) or OrgView(s.index, s.config.label, s.records, s.claims) for s in orgs),
-                owners=self._owners.draft(frozenset(v.index for v in views.values()) | self._listed()),
+                owners=self._owners.draft(
+                    frozenset(s.index for s in orgs if s.records is not None or s.index in views)
+                ),
                 old=self._listing,
                 since=hint,
             )
             self._deferred = []
             try:
                 combined = await loop.run_in_executor(self._store.executor, combine_paused, inputs)
-            finally:
-                deferred, self._deferred = self._deferred, None
+            except BaseException:
+                self._take_deferred()
+                raise
             if generation == (self._generation, self._owners.version):
                 break
             log.debug("org listings changed while they were combined; combining again")
-            for s, page in deferred:
-                self.take_page(s, page)
+            self._take_deferred()
         for s, records, (claims, ignored) in done:
             s.records, s.claims, s.ignored = records, claims, ignored
             s.stats.repositories = len(records)
         self._install(combined, announce=first and self.complete())
+        self._take_deferred()
+
+    def _take_deferred(self) -> None:
+        """Take the first-listing pages that arrived while a rebuild computed."""
+        deferred, self._deferred = self._deferred or [], None
         for s, page in deferred:
             self.take_page(s, page)
-
-    def _listed(self) -> frozenset[int]:
-        return frozenset(s.index for s in self._orgs if s.records is not None)
 
     def _install(self, combined: Combined, announce: bool) -> None:
         """Take a rebuild's outcome (by reference swaps); tell subscribers what changed (and, with
@@ -525,9 +538,8 @@ class OrgCatalog:
 
     @staticmethod
     def _keep(listing: Mapping[ModuleAddress, OrgRepo]) -> None:
-        """A page of a large listing just taken: out of the collector's walks (a full collection
-        walking the listing stopped the loop for 100 ms and more; see storage.files.keep_long_lived).
-        A rebuild's listing is kept so on its thread (combine_paused)."""
+        """A page of a large listing just taken: out of the collector's walks (a full collection walking
+        it stopped the loop for 100 ms and more); a rebuild's listing is kept so on its thread."""
         if len(listing) >= KEEP_LONG_LIVED_AT:
             keep_long_lived()
 
@@ -576,12 +588,6 @@ def _confirmed_gone(
     if event.project_id is not None:
         return tuple(key for key, rec in records.items() if rec.id == event.project_id)
     return (event.full_name.lower(),) if event.full_name.lower() in records else ()
-
-
-def _evaluate_kept(org: OrgConfig, index: int, records: list[RepoRecord], protocols: tuple[str, ...]) -> Evaluated:
-    """`evaluate()` on a thread: what it makes (an OrgRepo a repository) is kept out of the collector's walks."""
-    with collector_paused(keep=True):
-        return evaluate(org, index, records, protocols)
 
 
 def _by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:

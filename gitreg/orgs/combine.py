@@ -12,12 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gitreg.config.model import OrgConfig
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import RepoRecord
-from gitreg.orgs.model import OrgChanges, OrgRepo, timestamp
+from gitreg.orgs.model import Evaluated, OrgChanges, OrgRepo, evaluate, timestamp
 from gitreg.orgs.owners import OwnerDraft
 from gitreg.storage.files import collector_paused
 
+# A listing of this many modules or more is kept out of the garbage collector's walks once built
+# (a smaller one costs a collection little, and freezing keeps what cyclic garbage is alive then).
+KEEP_LONG_LIVED_AT = 2000
 # A conflict to log once: (address, claimant, owner or ""), the claimant, why it is not served.
 Clash = tuple[tuple[ModuleAddress, str, str], OrgRepo, str]
 
@@ -95,8 +99,14 @@ def combine(inputs: Inputs) -> Combined:
 def combine_paused(inputs: Inputs) -> Combined:
     """`combine` with the garbage collector paused: it makes a million objects, all kept, then out of
     the collector's walks (a collection walking them holds the GIL, so the loop too; see storage.files)."""
-    with collector_paused(keep=True):
+    with collector_paused(keep=sum(len(v.claims) for v in inputs.orgs) >= KEEP_LONG_LIVED_AT):
         return combine(inputs)
+
+
+def evaluate_kept(org: OrgConfig, index: int, records: list[RepoRecord], protocols: tuple[str, ...]) -> Evaluated:
+    """`evaluate()` on a thread, what it makes (an OrgRepo a repository) kept as `combine_paused` does."""
+    with collector_paused(keep=len(records) >= KEEP_LONG_LIVED_AT):
+        return evaluate(org, index, records, protocols)
 
 
 def by_repository(listing: Mapping[ModuleAddress, OrgRepo]) -> dict[str, set[ModuleAddress]]:
