@@ -43,7 +43,6 @@ class Inputs:
     orgs: tuple[OrgView, ...]
     owners: OwnerDraft  # a copy of the owners, settled in place
     old: Mapping[ModuleAddress, OrgRepo]  # the listing served now (replaced on change, never mutated)
-    pushed_hint: frozenset[ModuleAddress] = frozenset()
     # (org index, when its previous listing was enumerated): look again at its too-recent push markers.
     since: tuple[int, float] | None = None
 
@@ -92,8 +91,8 @@ def combine(inputs: Inputs) -> Combined:
     modules: dict[int, dict[ModuleAddress, OrgRepo]] = {v.index: {} for v in inputs.orgs}
     for address, repo in new.items():
         modules[repo.org][address] = repo
-    hint = inputs.pushed_hint | _recent(orgs, inputs.since)
-    return Combined(new, by_repository(new), modules, conflicts, clashes, diff(inputs.old, new, hint), draft)
+    changes = diff(inputs.old, new, _recent(orgs, inputs.since))
+    return Combined(new, by_repository(new), modules, conflicts, clashes, changes, draft)
 
 
 def combine_paused(inputs: Inputs) -> Combined:
