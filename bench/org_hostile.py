@@ -8,7 +8,7 @@ and reports the slowest answer and the 99th percentile (a blocked loop shows as 
 
 - `page`: one API page of 29 MB (100 repositories padded with 290 KB of extra fields each).
 - `pages`: a first listing of 300 pages (30,000 repositories, 100 a page).
-- `restart`: a start with an orgs.json of 230,000 modules (the API down): the seconds until the
+- `restart`: a start with an orgs.json of 230,000 modules and their owners (the API down): the seconds until the
   port answers, then the probe while the file loads.
 
     python bench/org_hostile.py [--root PATH] [--only page,pages,restart] [--restart-modules N]
