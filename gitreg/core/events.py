@@ -27,7 +27,8 @@ class Signal(Generic[P]):
         """Call `listener` at every `emit` from now on."""
         self._listeners.append(listener)
 
-    def __bool__(self) -> bool:
+    @property
+    def listened(self) -> bool:
         """True when anyone listens (to skip building what nobody hears)."""
         return bool(self._listeners)
 

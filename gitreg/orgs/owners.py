@@ -134,7 +134,7 @@ class Owners:
                 gone[:200],
                 name[:200],
             )
-        if self.on_held:  # (30,000 new holders in a first listing: not even a loop over them when nobody listens)
+        if self.on_held.listened:  # (30,000 new holders after a first listing: no loop when nobody listens)
             for held in draft.settled:
                 self.on_held.emit(*held)
 
