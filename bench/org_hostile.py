@@ -8,7 +8,7 @@ and reports the slowest answer and the 99th percentile (a blocked loop shows as 
 
 - `page`: one API page of 29 MB (100 repositories padded with 290 KB of extra fields each).
 - `pages`: a first listing of 300 pages (30,000 repositories, 100 a page).
-- `restart`: a start with an orgs.json of 230,000 modules (the API down): the seconds until the
+- `restart`: a start with an orgs.json of 230,000 modules and their owners (the API down): the seconds until the
   port answers, then the probe while the file loads.
 
     python bench/org_hostile.py [--root PATH] [--only page,pages,restart] [--restart-modules N]
@@ -145,7 +145,8 @@ def scenario_listing(root: Path, name: str, repos: int, padding: int) -> None:
 
 
 def write_orgs_json(path: Path, api_url: str, modules: int) -> None:
-    """An orgs.json of `modules` repositories of the org, listed just now (so not due at start)."""
+    """An orgs.json of `modules` repositories of the org, listed just now (so not due at start), each
+    module's owner with them (as gitreg writes it)."""
 
     def record(i: int) -> str:
         return json.dumps(
@@ -164,9 +165,15 @@ def write_orgs_json(path: Path, api_url: str, modules: int) -> None:
             }
         )
 
+    def owner(i: int) -> str:
+        org = {"provider": "github", "api_url": api_url, "group": GROUP}
+        since = {"full_name": f"{GROUP}/terraform-aws-m{i:06d}", "since": 1.7e9}
+        return json.dumps({"address": f"{NAMESPACE}/m{i:06d}/aws", **org, **since})
+
     head = json.dumps({"provider": "github", "api_url": api_url, "group": GROUP, "enumerated_at": time.time()})
     with path.open("w") as f:
-        f.write('{"format": 1, "orgs": [' + head[:-1] + ', "repositories": [')
+        f.write('{"format": 1, "owners": [' + ",".join(owner(i) for i in range(modules)) + "], ")
+        f.write('"orgs": [' + head[:-1] + ', "repositories": [')
         f.write(",".join(record(i) for i in range(modules)))
         f.write("]}]}")
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from gitreg.core import urls
+from gitreg.core.names import ModuleAddress
 from gitreg.orgs.catalog import OrgCatalog
 from gitreg.web.keys import ORGS
 from tests.conftest import GIT_PASSWORD, assert_error, indexed, make_config
@@ -27,6 +30,7 @@ from tests.test_orgs import (
     VPC,
     module_repo,
     org_config,
+    org_table,
     post_github,
     post_gitlab,
     until,
@@ -118,6 +122,64 @@ async def test_a_subgroup_newcomer_never_takes_over_an_address_until_its_owner_i
     assert await versions_of(client) == ["9.9.9"]
     metrics = await (await client.get("/metrics")).text()
     assert 'gitreg_org_address_conflicts{org="gitlab:acme"} 0.0' in metrics
+
+
+async def test_pages_and_owners_that_arrive_while_the_listing_is_combined_are_settled_with_it(git_http, tmp_path):
+    # The combined listing is computed on a thread (held here: the catalog's one worker is busy)
+    # while another org's first listing sends pages and another replica's owners arrive.
+    first = await FakeForge("github", git_http, "acme-infra", token=API_TOKEN).start()
+    second = await FakeForge("github", git_http, "acme-labs", token=API_TOKEN, max_per_page=1).start()
+    workers = ThreadPoolExecutor(1)
+    gate = threading.Event()
+    try:
+        for name in ("terraform-aws-vpc", "terraform-aws-dns"):
+            first.add(name)
+        for name in ("terraform-aws-vpc", "terraform-aws-iam", "terraform-aws-net"):
+            second.add(name)
+        tables = [org_table(first), org_table(second)]
+        catalog = OrgCatalog(org_config(first, git_http, orgs=tables), None, workers)
+        async with aiohttp.ClientSession() as session:
+            catalog.open(session)
+            assert await catalog.enumerate(0)
+            assert served_by_catalog(catalog) == "acme-infra/terraform-aws-vpc"
+            held = {address: (holder, since) for address, holder, since in catalog.owners.entries()}
+            workers.submit(gate.wait)
+            # Another replica held acme/dns/aws (the same repository) earlier: a rebuild, on the thread.
+            catalog.adopt_owner("acme/dns/aws", held["acme/dns/aws"][0], held["acme/dns/aws"][1] - 1)
+            await asyncio.sleep(0.05)
+            # Meanwhile: a replica held acme/vpc/aws with acme-labs' repository before anyone here...
+            labs = json.dumps(["github", second.api_url, "acme-labs", "acme-labs/terraform-aws-vpc"])
+            catalog.adopt_owner("acme/vpc/aws", labs, held["acme/vpc/aws"][1] - 100)
+            # ...and acme-labs' first listing sends its pages (the last one waits for the thread).
+            listing = asyncio.ensure_future(catalog.enumerate(1))
+            await until(lambda: len(second.requests()) == 3)
+            assert catalog.get(ModuleAddress("acme", "iam", "aws")) is None  # taken once the rebuild is in
+            gate.set()
+            assert await listing
+            await until(lambda: served_by_catalog(catalog) == "acme-labs/terraform-aws-vpc")
+    finally:
+        gate.set()
+        workers.shutdown()
+        await first.close()
+        await second.close()
+    # The earliest holder anywhere serves the address; every page's modules are listed.
+    modules = {str(a): r.full_name for a, r in catalog.modules().items()}
+    assert modules == {
+        "acme/vpc/aws": "acme-labs/terraform-aws-vpc",
+        "acme/dns/aws": "acme-infra/terraform-aws-dns",
+        "acme/iam/aws": "acme-labs/terraform-aws-iam",
+        "acme/net/aws": "acme-labs/terraform-aws-net",
+    }
+    assert dict(catalog.report()[0].ignored)["acme-infra/terraform-aws-vpc"].startswith(
+        "conflict: acme/vpc/aws is held by acme-labs/terraform-aws-vpc"
+    )
+    owners = {address: since for address, _, since in catalog.owners.entries()}
+    assert owners["acme/dns/aws"] == held["acme/dns/aws"][1] - 1  # the owner adopted first is kept too
+
+
+def served_by_catalog(catalog: OrgCatalog) -> str:
+    repo = catalog.get(VPC)
+    return repo.full_name if repo is not None else ""
 
 
 async def test_two_orgs_of_one_provider_and_group_on_different_hosts_have_distinct_metric_labels(

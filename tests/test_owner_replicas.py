@@ -62,6 +62,8 @@ async def test_a_replica_started_after_a_newcomer_serves_the_owner_another_repli
     assert served_by(a) == OWNER
     adopted = [r.getMessage() for r in caplog.records if "held it first" in r.getMessage()]
     assert len(adopted) == 1 and OWNER in adopted[0]
+    metrics = await (await b.get("/metrics")).text()
+    assert 'gitreg_org_owners_adopted_total{org="gitlab:acme"} 1.0' in metrics
     assert await b.app[ORGS].enumerate(0)  # settled for good: a new enumeration keeps it
     assert served_by(b) == OWNER
     assert len([r for r in caplog.records if "held it first" in r.getMessage()]) == 1

@@ -27,6 +27,11 @@ class Signal(Generic[P]):
         """Call `listener` at every `emit` from now on."""
         self._listeners.append(listener)
 
+    @property
+    def listened(self) -> bool:
+        """True when anyone listens (to skip building what nobody hears)."""
+        return bool(self._listeners)
+
     def emit(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Call every listener with these arguments."""
         for listener in list(self._listeners):

@@ -173,6 +173,7 @@ class OrgStats:
     modules: int = 0
     repositories: int = 0
     conflicts: int = 0  # repositories not served: another repository holds their address (orgs.owners)
+    owners_adopted: int = 0  # owners of its addresses taken from another replica (through Redis), ever
     last_success: float | None = None  # wall-clock time of the last complete listing
 
     def failed(self, reason: str) -> None:

@@ -263,6 +263,11 @@ class OrgCollector(Collector):
             "Repositories of the org not served because another repository holds their module address.",
             labels=["org"],
         )
+        adopted = CounterMetricFamily(
+            "gitreg_org_owners_adopted",
+            "Owners of the org's module addresses taken from another replica (through Redis) that held them first.",
+            labels=["org"],
+        )
         now = time.time()
         listed = orgs.stats() if orgs is not None else []
         shared = Counter(org.label for org, _ in listed)
@@ -279,7 +284,8 @@ class OrgCollector(Collector):
             repositories.add_metric([label], stats.repositories)
             age.add_metric([label], now - stats.last_success if stats.last_success is not None else float("inf"))
             conflicts.add_metric([label], stats.conflicts)
-        yield from (calls, failures, remaining, modules, repositories, age, conflicts)
+            adopted.add_metric([label], stats.owners_adopted)
+        yield from (calls, failures, remaining, modules, repositories, age, conflicts, adopted)
 
 
 class PoolCollector(Collector):

@@ -2,6 +2,8 @@
 
 - `catalog`: `OrgCatalog`, the one facade: the listing (address -> `OrgRepo`) requests read,
   resolution into a synthetic rule, repository webhooks applied, subscribers told of changes.
+- `combine`: the orgs' claims combined into one listing, each address served by its owner
+  (`owners`: who holds each address), computed on a thread from a snapshot.
 - `model`: the data (`OrgRepo`, `OrgChanges`, `OrgReport`, per-org `OrgState`) and `evaluate`,
   the rule that turns a host's repository records into modules.
 - `refresh`: each org's enumeration through its host's API client, and its background schedule.

@@ -7,7 +7,9 @@ good state, loaded at start so a restart serves the known modules before the API
 API failure never empties a listing: the last good one stays. The registry asks `resolve()`
 for an org module, built as a `ResolvedModule` with a synthetic `ModuleRule`, so org modules
 are served exactly like rule modules. Subscribers (the module index) hear of every added,
-changed or removed address. Everything here runs on the event loop, except the file's I/O.
+changed or removed address. Everything here runs on the event loop, except the file's I/O and
+what grows with the listing: evaluating records, combining the orgs' claims (orgs.combine),
+each on a thread from a snapshot, then installed here by reference swaps.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -28,6 +31,15 @@ from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
 from gitreg.forges.hosts import host
+from gitreg.orgs.combine import (
+    KEEP_LONG_LIVED_AT,
+    Combined,
+    Inputs,
+    OrgView,
+    by_repository,
+    combine_paused,
+    evaluate_kept,
+)
 from gitreg.orgs.model import (
     Evaluated,
     OrgChanges,
@@ -37,12 +49,11 @@ from gitreg.orgs.model import (
     OrgState,
     evaluate,
     patch,
-    timestamp,
 )
 from gitreg.orgs.owners import Owners
 from gitreg.orgs.refresh import OrgRefresher
 from gitreg.orgs.store import OrgStore, read_owners
-from gitreg.storage.files import collector_paused
+from gitreg.storage.files import keep_long_lived
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +86,13 @@ class OrgCatalog:
         self.on_change: Signal[[OrgChanges]] = Signal(failures=(log, "an org listing subscriber failed"))
         self._owners = Owners(self._orgs)
         self._settling = False  # a rebuild for owners adopted from other replicas is scheduled
+        # One rebuild at a time (computed on a thread, installed on the loop); a webhook's patch
+        # reads the listing it patches under it too. While one computes, first-listing pages wait
+        # (`_deferred`); any other change of what it read (`_generation`) makes it start over.
+        self._rebuilding = asyncio.Lock()
+        self._deferred: list[tuple[OrgState, list[RepoRecord]]] | None = None
+        self._generation = 0
+        self._tasks: set[asyncio.Task[None]] = set()
         # orgs.json was read: its owners are known (to publish them to the other replicas).
         self.on_loaded: Signal[[]] = Signal(failures=(log, "an org listing subscriber failed"))
         # path None: not persisted (gitreg check --probe)
@@ -224,16 +242,17 @@ class OrgCatalog:
         """Read orgs.json (off the loop): the listings of orgs still configured; how many were loaded."""
         found = await self._store.read()
         loop = asyncio.get_running_loop()
-        evaluated = []
-        for s, records, enumerated_at in found:  # on a thread: 230,000 repositories take seconds
+        taken: list[tuple[OrgState, dict[str, RepoRecord], Evaluated | None]] = []
+        for s, records, _ in found:  # on a thread: 230,000 repositories take seconds
             listing = await loop.run_in_executor(self._store.executor, _by_name, records)
-            evaluated.append((s, listing, enumerated_at, await self.evaluated(s, listing)))
-        with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
-            for s, listing, enumerated_at, result in evaluated:  # (no await from here: taken all at once)
-                s.enumerated_at = enumerated_at
-                s.stats.last_success = enumerated_at
-                s.loaded = True
-                self.take_listing(s, listing, None, result)
+            taken.append((s, listing, await self.evaluated(s, listing)))
+        if taken:
+            async with self._rebuilding:  # every org at once: one rebuild
+                await self._take(taken, None)
+        for s, _, enumerated_at in found:
+            s.enumerated_at = enumerated_at
+            s.stats.last_success = enumerated_at
+            s.loaded = True
         self._store.loaded()
         self.on_loaded.emit()
         return len(found)
@@ -248,11 +267,20 @@ class OrgCatalog:
         rebuilt (once for a burst: a reconnect reads every owner)."""
         if self._owners.adopt(address, holder, since) and not self._settling:
             self._settling = True
-            asyncio.get_running_loop().call_soon(self._settle_adopted)
+            self._spawn(self._settle_adopted())
 
-    def _settle_adopted(self) -> None:
-        self._settling = False
-        self._rebuild()
+    async def _settle_adopted(self) -> None:
+        async with self._rebuilding:
+            self._settling = False  # (adopted from here on: settled by the next rebuild)
+            try:
+                await self._take([], None)
+            except Exception:
+                log.exception("org listings: settling the owners adopted from other replicas failed")
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def load_owners(self, path: Path) -> None:
         """Who holds each address, from the orgs.json at `path`, read only (`gitreg check --probe`)."""
@@ -273,9 +301,9 @@ class OrgCatalog:
         try:
             yield
         finally:
-            for task in (running, loading):
+            for task in (running, loading, *self._tasks):
                 task.cancel()
-            await asyncio.gather(running, loading, return_exceptions=True)
+            await asyncio.gather(running, loading, *self._tasks, return_exceptions=True)
             await self._store.close()
 
     async def _load_logged(self) -> int:
@@ -319,26 +347,24 @@ class OrgCatalog:
             fetched, record = await self._described(s, event)
             if not fetched:
                 continue
-            dropped = _confirmed_gone(s.records, event, record)
-            if record is not None and not _owns(s, record.full_name):
-                # Moved out of the org (as the API says): its record, by id, leaves the listing.
-                dropped = tuple(key for key, rec in s.records.items() if record.id and rec.id == record.id)
-                record = None
-            if s.lock.locked():
-                s.journal.append((dropped, record))
-            records = dict(s.records)
-            patch(records, dropped, record)
-            if before_here and event.old_full_name and event.old_full_name.lower() in records:
-                self.refresh_soon(s.index)  # whether the old name is gone is the listing's to say
-            log.info(
-                "org %s: %s webhook %s %s: the API %s",
-                s.config.label,
-                event.provider,
-                event.action[:40],
-                event.full_name[:200],
-                f"lists {record.full_name[:200]}" if record is not None else "does not list it here",
-            )
-            self.take_listing(s, records, None)
+            if s.lock.locked():  # (before waiting for the rebuild: see OrgRefresher.enumerate's journal)
+                s.journal.append(_change(s, s.records, event, record))
+            async with self._rebuilding:  # the listing patched is the one installed now
+                assert s.records is not None  # (never None again once listed)
+                dropped, record = _change(s, s.records, event, record)
+                records = dict(s.records)
+                patch(records, dropped, record)
+                if before_here and event.old_full_name and event.old_full_name.lower() in records:
+                    self.refresh_soon(s.index)  # whether the old name is gone is the listing's to say
+                log.info(
+                    "org %s: %s webhook %s %s: the API %s",
+                    s.config.label,
+                    event.provider,
+                    event.action[:40],
+                    event.full_name[:200],
+                    f"lists {record.full_name[:200]}" if record is not None else "does not list it here",
+                )
+                await self._take([(s, records, None)], None)
         if concerned:
             self._store.flush_soon()
         return concerned
@@ -374,11 +400,15 @@ class OrgCatalog:
         return pushed
 
     def take_page(self, s: OrgState, page: list[RepoRecord]) -> None:
-        """A slice of org `s`'s first listing (not the last page): its modules join the listing at once.
+        """A slice of org `s`'s first listing (not the last page): its modules join the listing at once
+        (or, while a rebuild computes, as soon as it is installed).
 
         Incremental, in the page's size: the address map is copied (a C-speed dict copy), never
         rebuilt from every org's modules, so a first listing of 300 pages stays linear.
         """
+        if self._deferred is not None:
+            self._deferred.append((s, page))
+            return
         if s.records is not None:  # a webhook's listing, or orgs.json, came first
             return
         claims, _ = evaluate(s.config, s.index, page, self.config.git.protocols)
@@ -392,6 +422,7 @@ class OrgCatalog:
             if holder is not None and (holder[0], holder[1].lower()) != (repo.org, repo.full_name.lower()):
                 continue  # held by another repository (of an org maybe not listed yet)
             added[address] = repo
+        self._generation += 1
         if not added:
             return
         new = dict(self._listing)
@@ -404,114 +435,113 @@ class OrgCatalog:
         s.stats.modules += len(added)
         self._store.changed()
         self.on_change.emit(OrgChanges(added=frozenset(added), pushed=frozenset(added)))
+        self._keep(new)
 
     async def evaluated(self, s: OrgState, records: dict[str, RepoRecord]) -> Evaluated:
         """`evaluate()` of org `s`'s `records` on a thread (30,000 repositories: over half a second)."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._store.executor, evaluate, s.config, s.index, list(records.values()), self.config.git.protocols
+            self._store.executor, evaluate_kept, s.config, s.index, list(records.values()), self.config.git.protocols
         )
 
-    def take_listing(
+    async def take_listing(
         self,
         s: OrgState,
         records: dict[str, RepoRecord],
         since: float | None,
         evaluated: Evaluated | None = None,
     ) -> None:
-        """Take a new listing for org `s`, rebuild the combined listing, tell subscribers.
+        """Take a new listing for org `s`: the combined listing rebuilt (off the loop), subscribers told.
 
-        `evaluated`: `evaluate()` of these records, done already (off the loop).
+        `since`: when the listing it replaces was enumerated; `evaluated`: `evaluate()` of these
+        records, done already (off the loop).
         """
-        first = s.records is None
-        s.records = records
-        s.claims, s.ignored = evaluated or evaluate(s.config, s.index, records.values(), self.config.git.protocols)
-        s.stats.repositories = len(records)
-        recent: set[ModuleAddress] = set()
-        if since is not None:
-            # GitLab moves its timestamps at most every few minutes per project: a push soon
-            # after the one we last saw leaves the marker as it was. Look again at those.
-            for repo in s.claims:
-                rec = records.get(repo.full_name.lower())
-                marker = timestamp(repo.pushed_at) if rec is not None and rec.pushed_throttle else None
-                if marker is not None and rec is not None and since - marker < rec.pushed_throttle:
-                    recent.add(repo.address)
-        self._rebuild(frozenset(recent), announce=first and self.complete())
+        async with self._rebuilding:
+            await self._take([(s, records, evaluated)], since)
 
-    def _rebuild(self, pushed_hint: frozenset[ModuleAddress] = frozenset(), announce: bool = False) -> None:
-        """Combine the orgs' claims into the listing, each address served by its owner; tell subscribers
-        what changed (and, with `announce`, that every org is listed now, even when its last page
-        changed nothing)."""
-        old = self._listing
-        claims: dict[ModuleAddress, list[OrgRepo]] = {}
+    async def _take(
+        self, taken: list[tuple[OrgState, dict[str, RepoRecord], Evaluated | None]], since: float | None
+    ) -> None:
+        """Install new listings for the orgs in `taken` (none: the owners changed), the rebuild lock held.
+
+        The combined listing is computed on a thread from a snapshot (orgs.combine), then installed
+        here in one go, with no await in between: a request sees the old listing or the new one.
+        When what the snapshot read changed meanwhile (owners adopted from another replica, read
+        from orgs.json), it is computed again; first-listing pages wait for the install instead.
+        """
+        done = [(s, records, evaluated or await self.evaluated(s, records)) for s, records, evaluated in taken]
+        first = any(s.records is None for s, _, _ in done)
+        hint = (done[0][0].index, since) if since is not None and len(done) == 1 else None
+        views = {s.index: OrgView(s.index, s.config.label, records, ev[0]) for s, records, ev in done}
+        loop, orgs = asyncio.get_running_loop(), self._orgs
+        while True:
+            generation = (self._generation, self._owners.version)
+            inputs = Inputs(
+                orgs=tuple(views.get(s.index) or OrgView(s.index, s.config.label, s.records, s.claims) for s in orgs),
+                owners=self._owners.draft(
+                    frozenset(s.index for s in orgs if s.records is not None or s.index in views)
+                ),
+                old=self._listing,
+                since=hint,
+            )
+            self._deferred = []
+            try:
+                combined = await loop.run_in_executor(self._store.executor, combine_paused, inputs)
+            except BaseException:
+                self._take_deferred()
+                raise
+            if generation == (self._generation, self._owners.version):
+                break
+            log.debug("org listings changed while they were combined; combining again")
+            self._take_deferred()
+        for s, records, (claims, ignored) in done:
+            s.records, s.claims, s.ignored = records, claims, ignored
+            s.stats.repositories = len(records)
+        self._install(combined, announce=first and self.complete())
+        self._take_deferred()
+
+    def _take_deferred(self) -> None:
+        """Take the first-listing pages that arrived while a rebuild computed."""
+        deferred, self._deferred = self._deferred or [], None
+        for s, page in deferred:
+            self.take_page(s, page)
+
+    def _install(self, combined: Combined, announce: bool) -> None:
+        """Take a rebuild's outcome (by reference swaps); tell subscribers what changed (and, with
+        `announce`, that every org is listed now, even when its last page changed nothing)."""
+        self._generation += 1
+        self._owners.install(combined.owners)
+        self._listing = combined.listing
+        self._by_repository = combined.by_repository
+        self._identities = None
+        self._shadowed = combined.conflicts
         for s in self._orgs:
-            for repo in s.claims:
-                claims.setdefault(repo.address, []).append(repo)
-        new: dict[ModuleAddress, OrgRepo] = {}
-        conflicts: dict[int, dict[str, str]] = {}
-        for address, repos in claims.items():
-            owner = self._owners.settle(address, repos, self._first_claim)
-            if owner is not None:
-                new[address] = owner
-            for repo in repos:
-                if repo is not owner:
-                    conflicts.setdefault(repo.org, {})[repo.full_name] = self._conflict(repo, owner)
-        self._owners.forget_gone(claims.keys())
-        self._install(new)
-        self._shadowed = conflicts
-        for s in self._orgs:
-            s.modules = {a: r for a, r in new.items() if r.org == s.index}
+            s.modules = combined.modules[s.index]
             s.stats.modules = len(s.modules)
-            s.stats.conflicts = len(conflicts.get(s.index, ()))
-        for address in old.keys() - new.keys():
+            s.stats.conflicts = len(combined.conflicts.get(s.index, ()))
+        for address in combined.changes.removed:
             self._resolved.pop(address, None)
-        changes = _diff(old, new, pushed_hint)
+        for key, repo, why in combined.clashes:
+            if key not in self._clashes_logged:
+                self._clashes_logged.add(key)
+                log.warning(
+                    "org %s: %s claims %s, not served: %s",
+                    self.config.orgs[repo.org].label,
+                    repo.full_name[:200],
+                    repo.address,
+                    why,
+                )
+        changes = combined.changes
         if changes or announce or self._owners.dirty:
             self._store.changed()  # (the owners' flag is cleared by the write)
             if changes or announce:
                 self.on_change.emit(changes)
 
-    def _first_claim(self, repos: list[OrgRepo]) -> OrgRepo:
-        """Of claims to an address nobody holds yet: the earlier org's, then the oldest repository's
-        (the lowest id: created first), never the first by name (`aaa-...` sorts before anyone)."""
-
-        def age(repo: OrgRepo) -> tuple[int, int, str]:
-            records = self._orgs[repo.org].records or {}
-            rec = records.get(repo.full_name.lower())
-            rid = int(rec.id) if rec is not None and rec.id.isdigit() and len(rec.id) < 30 else 1 << 100
-            return repo.org, rid, repo.full_name.lower()
-
-        return min(repos, key=age)
-
-    def _conflict(self, repo: OrgRepo, owner: OrgRepo | None) -> str:
-        """Why `repo` does not serve its address (its owner holds it); logged once per pair."""
-        if owner is None:
-            held = self._owners.holder(repo.address)
-            holder = f"{held[1]} of {self.config.orgs[held[0]].label}" if held else "another repository"
-            why = f"conflict: {repo.address} is held by {holder}, whose org is not listed yet"
-        else:
-            why = (
-                f"conflict: {repo.address} is held by {owner.full_name} of {self.config.orgs[owner.org].label}; "
-                "an address keeps its first owner until that repository is gone"
-            )
-        key = (repo.address, repo.full_name, owner.full_name if owner is not None else "")
-        if key not in self._clashes_logged:
-            self._clashes_logged.add(key)
-            log.warning(
-                "org %s: %s claims %s, not served: %s",
-                self.config.orgs[repo.org].label,
-                repo.full_name[:200],
-                repo.address,
-                why,
-            )
-        return why
-
-    def _install(self, new: dict[ModuleAddress, OrgRepo]) -> None:
-        self._listing = new
-        by_repository: dict[str, set[ModuleAddress]] = {}
-        for address, repo in new.items():
-            by_repository.setdefault(repo.repository, set()).add(address)
-        self._by_repository = by_repository
-        self._identities = None
+    @staticmethod
+    def _keep(listing: Mapping[ModuleAddress, OrgRepo]) -> None:
+        """A page of a large listing just taken: out of the collector's walks (a full collection walking
+        it stopped the loop for 100 ms and more); a rebuild's listing is kept so on its thread."""
+        if len(listing) >= KEEP_LONG_LIVED_AT:
+            keep_long_lived()
 
     def follow(self, repos: Iterable[OrgRepo], gone: Iterable[ModuleAddress], complete: bool) -> None:
         """In the index process: the serving process's listing changes (it enumerates, this one never does).
@@ -528,7 +558,21 @@ class OrgCatalog:
             for s in self._orgs:
                 if s.records is None:
                     s.records = {}  # listed by the serving process: nothing to wait for here
-        self._install(new)
+        self._generation += 1
+        self._listing = new
+        self._by_repository = by_repository(new)
+        self._identities = None
+
+
+def _change(
+    s: OrgState, records: Mapping[str, RepoRecord], event: RepositoryEvent, found: RepoRecord | None
+) -> tuple[tuple[str, ...], RepoRecord | None]:
+    """What the API's answer about `event`'s repository does to org `s`'s listing `records`: the
+    names it drops, and the record it puts in (None when the repository is not the org's)."""
+    if found is not None and not _owns(s, found.full_name):
+        # Moved out of the org (as the API says): its record, by id, leaves the listing.
+        return tuple(key for key, rec in records.items() if found.id and rec.id == found.id), None
+    return _confirmed_gone(records, event, found), found
 
 
 def _confirmed_gone(
@@ -554,22 +598,3 @@ def _by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:
 def _owns(s: OrgState, full_name: str) -> bool:
     """True when the repository `full_name` is one org `s` lists (by its host's rule)."""
     return host(s.config.provider).owns(s.config.group, full_name)
-
-
-def _diff(
-    old: Mapping[ModuleAddress, OrgRepo], new: Mapping[ModuleAddress, OrgRepo], pushed_hint: frozenset[ModuleAddress]
-) -> OrgChanges:
-    """What changed from listing `old` to `new` (`pushed_hint`: addresses to look at again anyway)."""
-    added = frozenset(new.keys() - old.keys())
-    removed = frozenset(old.keys() - new.keys())
-    common = new.keys() & old.keys()
-    changed = frozenset(a for a in common if new[a] != old[a])
-    pushed = (
-        frozenset(
-            a
-            for a in common
-            if new[a].pushed_at != old[a].pushed_at or new[a].repository != old[a].repository or a in pushed_hint
-        )
-        | added
-    )
-    return OrgChanges(added=added, changed=changed, removed=removed, pushed=pushed)

@@ -25,13 +25,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from gitreg.core.errors import GitregError
 from gitreg.core.events import Signal
-from gitreg.core.names import ModuleAddress, parse_address
+from gitreg.core.names import ModuleAddress, address_from_text, parse_address
 from gitreg.orgs.model import OrgRepo, OrgState
+from gitreg.storage.files import drained
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +42,29 @@ def org_key(s: OrgState) -> tuple[str, str, str]:
     return s.config.provider, s.config.api_url, s.config.group.lower()
 
 
+Held = tuple[int, str, float]  # (org index, full name, first held) of the repository holding an address
+
+
+def holder_text(orgs: Sequence[OrgState], org: int, name: str) -> str:
+    """How a holder is named to other replicas: its org key and full name (JSON)."""
+    return json.dumps([*org_key(orgs[org]), name], ensure_ascii=False)
+
+
 class Owners:
-    """address -> (org index, full name, first held) of the repository that holds it (event loop only)."""
+    """address -> (org index, full name, first held) of the repository that holds it (event loop only).
+
+    A listing is settled on a thread against a `draft()` (a copy), whose outcome `install()`
+    takes on the event loop; `version` tells whether the owners changed meanwhile.
+    """
 
     def __init__(self, orgs: Sequence[OrgState], clock: Callable[[], float] = time.time) -> None:
         self._orgs = orgs
         self._clock = clock
-        self._held: dict[ModuleAddress, tuple[int, str, float]] = {}
+        self._held: dict[ModuleAddress, Held] = {}
         self._gone: set[tuple[ModuleAddress, str]] = set()  # (address, holder text) found gone here
         self._adopted: set[tuple[ModuleAddress, str]] = set()  # logged once each
         self.dirty = False  # changed since orgs.json was last written
+        self.version = 0  # counts every change of the holders
         # A new holder: (address, holder text, first held, the holder text it replaces or "").
         self.on_held: Signal[[str, str, float, str]] = Signal(failures=(log, "an owner subscriber failed"))
 
@@ -60,12 +74,15 @@ class Owners:
         return None if held is None else (held[0], held[1])
 
     def _text(self, org: int, name: str) -> str:
-        """How a holder is named to other replicas: its org key and full name (JSON)."""
-        return json.dumps([*org_key(self._orgs[org]), name], ensure_ascii=False)
+        return holder_text(self._orgs, org, name)
 
     def entries(self) -> list[tuple[str, str, float]]:
         """Every owner as (address, holder text, first held): what this replica publishes."""
         return [(str(a), self._text(org, name), since) for a, (org, name, since) in self._held.items()]
+
+    def snapshot(self) -> dict[ModuleAddress, Held]:
+        """A copy of every holder (for work off the loop: the owners change on the loop meanwhile)."""
+        return dict(self._held)
 
     def adopt(self, address: str, holder: str, since: float) -> bool:
         """Another replica's owner (from Redis): taken when earlier than this replica's (or it has
@@ -94,8 +111,82 @@ class Owners:
                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)),
             )
         self._held[target] = (org, name, since)
+        self._orgs[org].stats.owners_adopted += 1
         self.dirty = True
+        self.version += 1
         return True
+
+    def draft(self, listed: frozenset[int]) -> OwnerDraft:
+        """A copy to settle a listing on (off the loop): `listed`, the orgs that will have a listing."""
+        return OwnerDraft(self._orgs, self.snapshot(), listed, self._clock())
+
+    def install(self, draft: OwnerDraft) -> None:
+        """Take what `draft` settled (on the loop; no owner changed since it was made): log each owner
+        found gone, tell subscribers of each new holder."""
+        self._held = draft.held
+        self.version += 1
+        self.dirty |= draft.changed
+        for address, gone, name, replaced in draft.replaced:
+            self._gone.add((address, replaced))
+            log.warning(
+                "org module %s: its owner %s is gone (the API no longer lists it there); %s holds it now",
+                address,
+                gone[:200],
+                name[:200],
+            )
+        if self.on_held.listened:  # (30,000 new holders after a first listing: no loop when nobody listens)
+            for held in draft.settled:
+                self.on_held.emit(*held)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """orgs.json's `owners` (see `owners_json`)."""
+        return owners_json(self._orgs, self._held)
+
+    def load(self, items: Any) -> int:
+        """Take orgs.json's `owners` (of orgs still configured; damaged entries skipped); how many are held.
+
+        Where an owner adopted from another replica is already held, the earlier of the two stays
+        (ours published again if so).
+        """
+        return self.take_loaded(parse_owners(self._orgs, items))
+
+    def take_loaded(self, loaded: dict[ModuleAddress, Held]) -> int:
+        """`parse_owners()`'s holders (parsed off the loop), merged as `load()` says; how many are held."""
+        if self._held:
+            for address, held in self._held.items():
+                mine = loaded.get(address)
+                text = self._text(held[0], held[1])
+                if mine is None or (held[2], text) <= (mine[2], self._text(mine[0], mine[1])):
+                    loaded[address] = held
+                else:
+                    self.on_held.emit(str(address), self._text(mine[0], mine[1]), mine[2], "")
+        self._held = loaded
+        self.version += 1
+        return len(self._held)
+
+
+class OwnerDraft:
+    """The owners as a listing is settled (`settle`, `forget_gone`), off the loop: a copy of the
+    holders, the orgs listed, and the time new holders are first held. Nothing shared is touched;
+    `Owners.install` takes the outcome on the loop."""
+
+    def __init__(
+        self, orgs: Sequence[OrgState], held: dict[ModuleAddress, Held], listed: frozenset[int], now: float
+    ) -> None:
+        self.orgs = orgs  # (read for their configs only)
+        self.held = held
+        self.listed = listed
+        self.now = now
+        self.changed = False
+        # Each new holder as Owners.on_held tells it (texts made here, off the loop), and those
+        # that replace one found gone: (address, the full names gone and now, the holder text gone).
+        self.settled: list[tuple[str, str, float, str]] = []
+        self.replaced: list[tuple[ModuleAddress, str, str, str]] = []
+
+    def holder(self, address: ModuleAddress) -> tuple[int, str] | None:
+        """The (org index, full name) holding `address`, or None."""
+        held = self.held.get(address)
+        return None if held is None else (held[0], held[1])
 
     def settle(
         self, address: ModuleAddress, repos: list[OrgRepo], first: Callable[[list[OrgRepo]], OrgRepo]
@@ -104,81 +195,70 @@ class Owners:
 
         None when the holder's org has no listing yet: whether its repository is gone is not known.
         """
-        held = self._held.get(address)
+        held = self.held.get(address)
         if held is not None:
             org, name, _ = held
+            lowered = name.lower()
             for repo in repos:
-                if repo.org == org and repo.full_name.lower() == name.lower():
+                if repo.org == org and repo.full_name.lower() == lowered:
                     return repo
-            if self._orgs[org].records is None:
+            if org not in self.listed:
                 return None
         winner = first(repos)
-        if held is not None:
-            log.warning(
-                "org module %s: its owner %s is gone (the API no longer lists it there); %s holds it now",
-                address,
-                held[1][:200],
-                winner.full_name[:200],
-            )
+        self.held[address] = (winner.org, winner.full_name, self.now)
+        self.changed = True
         replaces = ""
         if held is not None:
-            replaces = self._text(held[0], held[1])
-            self._gone.add((address, replaces))
-        since = self._clock()
-        self._held[address] = (winner.org, winner.full_name, since)
-        self.dirty = True
-        self.on_held.emit(str(address), self._text(winner.org, winner.full_name), since, replaces)
+            replaces = holder_text(self.orgs, held[0], held[1])
+            self.replaced.append((address, held[1], winner.full_name, replaces))
+        self.settled.append((str(address), holder_text(self.orgs, winner.org, winner.full_name), self.now, replaces))
         return winner
 
-    def forget_gone(self, claimed: Iterable[ModuleAddress]) -> bool:
-        """Drop the owners of addresses nobody claims any more (their org listed); True when any was."""
-        claimed = set(claimed)
-        gone = [a for a, (org, _, _) in self._held.items() if a not in claimed and self._orgs[org].records is not None]
+    def forget_gone(self, claimed: Container[ModuleAddress]) -> None:
+        """Drop the owners of addresses nobody claims any more (their org listed)."""
+        gone = [a for a, (org, _, _) in self.held.items() if a not in claimed and org in self.listed]
         for address in gone:
-            del self._held[address]
-        self.dirty |= bool(gone)
-        return bool(gone)
+            del self.held[address]
+        self.changed |= bool(gone)
 
-    def to_json(self) -> list[dict[str, Any]]:
-        """orgs.json's `owners`: each address with its holder's org key, full name and when first held."""
-        out = []
-        for address, (org, name, since) in sorted(self._held.items()):
-            provider, api_url, group = org_key(self._orgs[org])
-            item = {"address": str(address), "provider": provider, "api_url": api_url, "group": group}
-            out.append({**item, "full_name": name, "since": since})
-        return out
 
-    def load(self, items: Any) -> int:
-        """Take orgs.json's `owners` (of orgs still configured; damaged entries skipped); how many.
+def owners_json(orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held]) -> list[dict[str, Any]]:
+    """orgs.json's `owners`: each address with its holder's org key, full name and when first held."""
+    out = []
+    for address, (org, name, since) in sorted(held.items()):
+        provider, api_url, group = org_key(orgs[org])
+        item = {"address": str(address), "provider": provider, "api_url": api_url, "group": group}
+        out.append({**item, "full_name": name, "since": since})
+    return out
 
-        A file older than `since` counts as held from the start (time 0). Where an owner adopted from
-        another replica is already held, the earlier of the two stays (ours published again if so).
-        """
-        if not isinstance(items, list):
-            return 0
-        orgs = {org_key(s): s.index for s in self._orgs}
-        for item in items:
-            if not isinstance(item, dict) or not all(
-                isinstance(item.get(k), str) for k in ("address", "provider", "api_url", "group", "full_name")
-            ):
-                continue
-            org = orgs.get((item["provider"], item["api_url"], item["group"].lower()))
-            parts = item["address"].split("/")
-            if org is None or len(parts) != 3 or not item["full_name"]:
-                continue
-            try:
-                address = parse_address(*parts)
-            except GitregError:
-                continue
-            since = item.get("since")
-            since = float(since) if isinstance(since, int | float) and math.isfinite(since) else 0.0
-            name = item["full_name"][:1024]
-            held = self._held.get(address)
-            if held is None or (since, self._text(org, name)) < (held[2], self._text(held[0], held[1])):
-                self._held[address] = (org, name, since)
-                if held is not None:
-                    self.on_held.emit(str(address), self._text(org, name), since, "")
-        return len(self._held)
+
+def parse_owners(orgs: Sequence[OrgState], items: Any) -> dict[ModuleAddress, Held]:
+    """orgs.json's `owners` read back (of orgs still configured; damaged entries skipped; the earlier
+    of two for one address). A file older than `since` counts as held from the start (time 0).
+    Run it off the loop for a large file; the items are removed from `items` as they are read."""
+    held: dict[ModuleAddress, Held] = {}
+    if not isinstance(items, list):
+        return held
+    keys = {org_key(s): s.index for s in orgs}
+    for item in drained(items):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in ("address", "provider", "api_url", "group", "full_name")
+        ):
+            continue
+        org = keys.get((item["provider"], item["api_url"], item["group"].lower()))
+        address = address_from_text(item["address"])
+        if org is None or address is None or not item["full_name"]:
+            continue
+        since = item.get("since")
+        since = float(since) if isinstance(since, int | float) and math.isfinite(since) else 0.0
+        name = item["full_name"][:1024]
+        before = held.get(address)
+        if before is None or (since, holder_text(orgs, org, name)) < (
+            before[2],
+            holder_text(orgs, before[0], before[1]),
+        ):
+            held[address] = (org, name, since)
+    return held
 
 
 def _holder(address: str, holder: str) -> tuple[ModuleAddress, tuple[str, str, str], str] | None:

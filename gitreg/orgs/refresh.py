@@ -35,7 +35,7 @@ _JITTER = 0.1
 class Listings(Protocol):
     """What enumerations feed (orgs.catalog.OrgCatalog)."""
 
-    def take_listing(
+    async def take_listing(
         self, s: OrgState, records: dict[str, RepoRecord], since: float | None, evaluated: Evaluated | None = None
     ) -> None:
         """A new listing for org `s`; `since`: when the one it replaces was enumerated."""
@@ -97,7 +97,9 @@ class OrgRefresher:
                 if s.journal:
                     evaluated = None  # webhooks changed it meanwhile: evaluated again, with their changes
                 s.journal.clear()
-                self._listings.take_listing(s, listing, since, evaluated)
+                # (From the journal's replay until the listing is installed, a webhook's change to
+                # this org waits for the install and patches what it installed.)
+                await self._listings.take_listing(s, listing, since, evaluated)
             finally:
                 s.attempted.set()
         log.info("org %s: %d repositories, %d modules", s.config.label, len(records), len(s.modules))

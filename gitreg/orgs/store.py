@@ -18,15 +18,17 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from gitreg.config.model import OrgConfig
+from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import RepoRecord
 from gitreg.orgs.model import OrgState
-from gitreg.orgs.owners import Owners
-from gitreg.storage.files import collector_paused, json_document, remove_leftovers, write_atomically
+from gitreg.orgs.owners import Held, Owners, owners_json, parse_owners
+from gitreg.storage.files import collector_paused, drained, json_document, remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -44,28 +46,34 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 Loaded = tuple[OrgState, list[RepoRecord], float | None]
 
 
+# An org's listing as written: its config, when it was enumerated, its records (never mutated once taken).
+Listed = tuple[OrgConfig, float | None, Mapping[str, RepoRecord]]
+
+
 def encode(orgs: Iterable[OrgState], owners: list[dict[str, Any]] | None = None) -> str:
     """The orgs.json document of the orgs that have a listing (and who owns each address: orgs.owners)."""
+    return _encode([(s.config, s.enumerated_at, s.records) for s in orgs if s.records is not None], owners)
+
+
+def _encode(listed: Sequence[Listed], owners: list[dict[str, Any]] | None) -> str:
     entries = [
         json_document(
-            {
-                "provider": s.config.provider,
-                "api_url": s.config.api_url,
-                "group": s.config.group,
-                "enumerated_at": s.enumerated_at,
-            },
+            {"provider": org.provider, "api_url": org.api_url, "group": org.group, "enumerated_at": enumerated_at},
             "repositories",
-            (json.dumps(r.to_json()) for _, r in sorted(s.records.items())),
+            (json.dumps(r.to_json()) for _, r in sorted(records.items())),
         )
-        for s in orgs
-        if s.records is not None
+        for org, enumerated_at, records in listed
     ]
-    head: dict[str, Any] = {"format": FORMAT} if owners is None else {"format": FORMAT, "owners": owners}
-    return json_document(head, "orgs", entries)
+    if owners is None:
+        return json_document({"format": FORMAT}, "orgs", entries)
+    # The owners item by item too (one json.dumps of 230,000 of them holds the GIL for 0.3 s).
+    held = json_document({"format": FORMAT}, "owners", (json.dumps(o) for o in owners))
+    return f"{held[:-1]}, {json_document({}, 'orgs', entries)[1:]}"
 
 
 def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
-    """The listings of an orgs.json document for the orgs still configured (and not listed yet)."""
+    """The listings of an orgs.json document for the orgs still configured (and not listed yet);
+    the repositories taken are removed from `data` as they are decoded."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("orgs"), list):
         return []
     found: list[Loaded] = []
@@ -80,7 +88,8 @@ def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
             items = entry.get("repositories")
             if not isinstance(items, list) or s.records is not None or s.index in taken:
                 break
-            records = [r for r in (RepoRecord.from_json(item) for item in items) if r is not None]
+            # (The decoded items are freed one by one as they become records: see drained.)
+            records = [r for r in (RepoRecord.from_json(item) for item in drained(items)) if r is not None]
             when = entry.get("enumerated_at")
             enumerated_at = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
             found.append((s, records, enumerated_at))
@@ -116,7 +125,7 @@ class OrgStore:
             self.executor, _read_listings, self.path, self._orgs
         )
         if self.owners is not None and owners is not None:
-            self.owners.load(owners)  # (a file without `owners` predates them: none held)
+            self.owners.take_loaded(owners)  # (a file without `owners` predates them: none held)
         return listings
 
     def loaded(self) -> None:
@@ -131,7 +140,9 @@ class OrgStore:
         async with self._write_lock:
             if not self._dirty:
                 return
-            text = encode(self._orgs, self.owners.to_json() if self.owners is not None else None)
+            # A snapshot (references to listings never mutated, a copy of the owners), encoded on a thread.
+            listed = [(s.config, s.enumerated_at, s.records) for s in self._orgs if s.records is not None]
+            held = self.owners.snapshot() if self.owners is not None else None
             self._dirty = False
             if self.owners is not None:
                 self.owners.dirty = False
@@ -139,7 +150,7 @@ class OrgStore:
             # write still finishes before the cancellation goes on, so close()'s last flush never
             # finds the listing marked written while the file is not.
             write = asyncio.get_running_loop().run_in_executor(
-                self.executor, write_atomically, self.path, text, _TMP_PREFIX
+                self.executor, _write, self.path, listed, self._orgs, held
             )
             try:
                 await asyncio.shield(write)
@@ -164,6 +175,13 @@ class OrgStore:
         await self.flush()
 
 
+def _write(
+    path: Path, listed: Sequence[Listed], orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held] | None
+) -> None:
+    """Write a snapshot taken on the loop (on a thread: 230,000 repositories take seconds to encode)."""
+    write_atomically(path, _encode(listed, owners_json(orgs, held) if held is not None else None), _TMP_PREFIX)
+
+
 def read_owners(path: Path) -> Any:
     """orgs.json's `owners` list, read only (blocking; nothing is set aside): None when there is none."""
     try:
@@ -174,20 +192,20 @@ def read_owners(path: Path) -> Any:
     return data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
-def _read_listings(path: Path, orgs: Sequence[OrgState]) -> tuple[Any, list[Loaded]]:
-    """The file's `owners` (None without them) and its listings, decoded (on a thread: only each
+def _read_listings(path: Path, orgs: Sequence[OrgState]) -> tuple[dict[ModuleAddress, Held] | None, list[Loaded]]:
+    """The file's owners (None without them) and its listings, decoded (on a thread: only each
     org's config and index are read)."""
     data = _read_json(path)
     owners = data.get("owners") if isinstance(data, dict) and data.get("format") == FORMAT else None
-    with collector_paused():  # 10,000 repositories: a million objects, all kept (see storage.files)
-        return owners, decode(data, orgs)
+    with collector_paused(keep=True):  # 10,000 repositories: a million objects, all kept (see storage.files)
+        return (None if owners is None else parse_owners(orgs, owners)), decode(data, orgs)
 
 
 def _read_json(path: Path) -> Any:
     """The file's JSON; None when missing; a damaged file is set aside (never fatal)."""
     remove_leftovers(path, _TMP_PREFIX)
     try:
-        with collector_paused(), path.open(encoding="utf-8") as f:
+        with collector_paused(keep=True), path.open(encoding="utf-8") as f:
             return loads_sliced("".join(iter(lambda: f.read(1 << 20), "")))
     except FileNotFoundError:
         return None

@@ -392,7 +392,7 @@ def _follow_changes(app: web.Application, index: ModuleIndex, process: IndexProc
         catalog.on_new.connect(process.remember)
         cache.on_fetched.connect(process.fetched)
         orgs.on_change.connect(process.orgs_changed)
-    else:
+    elif index.enabled:  # (the index off, nothing builds: not even a set of 230,000 org changes is made)
         catalog.on_new.connect(lambda address: index.notice([address]))
         cache.on_fetched.connect(index.notice_repository)
         orgs.on_change.connect(lambda changes: index.notice(changes.all))
