@@ -10,6 +10,7 @@ so "recheck_seconds later" needs no sleeping.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,6 +246,19 @@ async def test_the_host_down_is_a_503_naming_it_once_its_answers_expire_and_stat
     assert (await site.versions(ADMIN)).status == 200
     site.forge.mode = "ok"
     assert (await site.versions(site.alice)).status == 200
+
+
+@pytest.mark.slow  # waits out the 8 s the host is given
+async def test_a_host_that_does_not_answer_is_a_503_before_terraform_gives_up(site):
+    # Terraform waits 10 s for a registry answer: a silent host must not outlast it.
+    site.forge.mode = "hang"
+    started = time.monotonic()
+    resp = await site.versions(site.alice)
+    waited = time.monotonic() - started
+    text = await assert_error(resp, 503, "127.0.0.1", "did not answer")
+    assert "Git host" in text and int(resp.headers["Retry-After"]) > 0
+    assert waited < 10, waited
+    assert (await site.versions(ADMIN)).status == 200
 
 
 async def test_metrics_count_requests_by_credential_kind_never_by_person(site):

@@ -13,6 +13,7 @@ once what it said expired, is a 503 naming the host (IdentityUnavailable), never
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # What a 503 for a host that cannot answer tells the client to wait.
 RETRY_SECONDS = 30
+# A single answer (who is this, can it read that) on `terraform init`'s path: inside Terraform's 10 s.
+ASK_SECONDS = 8.0
+# A person's listing of the orgs (pages and search; many API pages for a large group).
+LISTING_SECONDS = 60.0
 
 # Tokens that name their issuer: a GitHub token never goes to a GitLab host, nor the reverse
 # (trying a token on a host that did not issue it would hand it to that host).
@@ -93,10 +98,20 @@ class ForgeAccess:
     def _client(self, token: str, org: OrgConfig | None = None) -> ForgeClient:
         return user_client(self.forge, token, self._session(), self.stats, org)
 
-    async def _asked(self, what: str, work: Awaitable[T]) -> T:
-        """`work`; a host's failure (down, rate limited past the wait, garbage) as IdentityUnavailable."""
+    async def _asked(self, what: str, work: Awaitable[T], seconds: float = ASK_SECONDS) -> T:
+        """`work` within `seconds`; a host's failure (down, silent, rate limited past the wait, garbage) as
+        IdentityUnavailable."""
         try:
-            return await work
+            # Terraform gives a registry request 10 s: a host that does not answer becomes a 503 it
+            # can show (and retry once), not a client-side timeout after the org client's retries.
+            async with asyncio.timeout(seconds):
+                return await work
+        except TimeoutError:
+            log.warning("%s: cannot ask %s: no answer within %g s", self.forge.label, what, seconds)
+            raise IdentityUnavailable(
+                f"the Git host {self.host} did not answer {what} within {seconds:g} s; try again in {RETRY_SECONDS} s",
+                retry_after=RETRY_SECONDS,
+            ) from None
         except ForgeError as e:
             log.warning("%s: cannot ask %s: %s", self.forge.label, what, e.reason)
             raise IdentityUnavailable(
@@ -152,9 +167,10 @@ class ForgeAccess:
         async def ask() -> frozenset[str]:
             paths: set[str] = set()
             for org in self.orgs:
-                paths.update(r.full_name.lower() for r in await self._asked(what, self._listing(token, org)))
+                listed = await self._asked(what, self._listing(token, org), LISTING_SECONDS)
+                paths.update(r.full_name.lower() for r in listed)
             if self.rules_here:
-                records = await self._asked(what, self._client(token).member_repositories())
+                records = await self._asked(what, self._client(token).member_repositories(), LISTING_SECONDS)
                 paths.update(r.full_name.lower() for r in records)
             return frozenset(paths)
 

@@ -138,7 +138,7 @@ class FakeForge(FakeServer):
         self.max_per_page = max_per_page  # real hosts honour per_page up to 100; smaller makes pages with few repos
         self.user = user  # GitHub: the group is a user account (/orgs/<it> answers 404)
         self.link_header = link_header  # GitLab: send Link besides X-Next-Page
-        self.mode = "ok"  # "ok", or "down": every request answers 503
+        self.mode = "ok"  # "ok", "down": every request answers 503, or "hang": no answer for 12 s
         self.delay = 0.0  # seconds a listing page takes to arrive (its content is taken when asked)
         self.hold_page: int | None = None  # listing pages from this one on are held back (hold, release)
         self._released = asyncio.Event()
@@ -553,6 +553,8 @@ class FakeForge(FakeServer):
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         with self._lock:
             self.started += 1
+        if self.mode == "hang":  # accepted, then nothing: a host stuck behind its load balancer
+            await asyncio.sleep(12)  # longer than gitreg waits for one answer (8 s), short for teardown
         if self.mode == "down":
             response: web.StreamResponse = web.Response(
                 status=503, text="<html><body>503 Service Unavailable</body></html>", content_type="text/html"
