@@ -1,8 +1,9 @@
 """The one constant-time comparison of a presented secret with a configured one.
 
-Registry tokens, the metrics token, webhook secrets and signatures, signed archive URLs and
-page sessions: each is checked here, digest to digest (SHA-256, 32 bytes each), so the time
-a comparison takes says nothing about where the values differ, nor about the secret's length.
+The metrics token, webhook secrets and signatures, signed archive URLs and page sessions:
+each is checked here, digest to digest (SHA-256, 32 bytes each), so the time a comparison
+takes says nothing about where the values differ, nor about the secret's length. Registry
+tokens are looked up by the same digest (identity/static.py says why that is as safe).
 Also here, because two layers read them: the one parser of `Authorization: Bearer <token>`
 (the API and `/metrics`) and the digest of a configured token (which may be given hashed).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
 
 HASHED = "sha256:"  # a configured token given as its digest: `sha256:<64 lowercase hex>`
 
@@ -40,22 +40,6 @@ def same_secret(presented: str | bytes | None, expected_digest: bytes) -> bool:
     if not presented:
         return False
     return hmac.compare_digest(digest(presented.strip()), expected_digest)
-
-
-def first_match(presented: str | bytes | None, expected_digests: Sequence[bytes]) -> int | None:
-    """The index of the first of `expected_digests` that `presented` is the secret of, or None.
-
-    `presented` is hashed once and compared with every digest, each in constant time, whether
-    or not an earlier one matched: the time says nothing about which one did, if any.
-    """
-    if not presented:
-        return None
-    presented_digest = digest(presented.strip())
-    found = None
-    for i, expected in enumerate(expected_digests):
-        if hmac.compare_digest(presented_digest, expected) and found is None:
-            found = i
-    return found
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -24,7 +24,7 @@ from gitreg.forges.base import OrgStats
 from gitreg.identity.forge import ForgeAccess
 from gitreg.identity.model import LoginTokens, Principal
 from gitreg.identity.oidc import OidcIssuers
-from gitreg.identity.static import TokenChecker, static_principal
+from gitreg.identity.static import TokenChecker
 from gitreg.identity.visibility import Visibility, repository_path
 from gitreg.registry.resolve import Resolver
 from gitreg.replicas.base import SharedState
@@ -65,10 +65,10 @@ class Identities:
         when the host that would say cannot answer."""
         if not presented:
             raise Unauthorized(NO_TOKEN)
-        # Compared with every static token, always, so timing says nothing about which (if any) matched.
-        token = self.static.find(presented)
-        if token is not None:
-            return static_principal(token)
+        # Looked up by digest first (identity/static.py: timing says nothing about the stored tokens).
+        static = self.static.caller(presented)
+        if static is not None:
+            return static.principal
         if self.login is not None:
             found = await self.login.principal(presented)
             if found is not None:

@@ -3,30 +3,58 @@
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from gitreg.config.model import AuthConfig, TokenConfig
-from gitreg.core.secrets import first_match, token_digest
+from gitreg.core.secrets import digest, token_digest
 from gitreg.identity.model import Principal
+from gitreg.identity.visibility import Visibility
+
+
+class StaticCaller(NamedTuple):
+    """A configured token's caller, made once: who it is and what it sees (the same on every request)."""
+
+    principal: Principal
+    visibility: Visibility
 
 
 class TokenChecker:
-    """Checks bearer tokens in constant time against every configured token."""
+    """Checks bearer tokens against every configured token, by SHA-256 digest (see `find`)."""
 
     def __init__(self, config: AuthConfig) -> None:
-        # Every token is kept as its SHA-256: a presented token is compared digest to digest,
-        # 32 bytes each, so not even a token's length shows in the time a comparison takes.
         self._tokens = config.tokens
-        self._digests = tuple(token_digest(t.token) for t in config.tokens)
+        # Every token is kept as its SHA-256, and a presented token is looked up by its own
+        # SHA-256: the time a lookup takes depends only on the presented token's digest, never
+        # on where it and a configured token differ (see `caller`). The first of equal tokens wins.
+        self._callers: dict[bytes, tuple[TokenConfig, StaticCaller]] = {}
+        for token in reversed(config.tokens):
+            principal = static_principal(token)
+            caller = StaticCaller(principal, Visibility(namespaces=principal.namespaces))
+            self._callers[token_digest(token.token)] = (token, caller)
 
     @property
     def enabled(self) -> bool:
         """True when tokens are configured."""
         return bool(self._tokens)
 
-    def find(self, presented: str) -> TokenConfig | None:
-        """The configured token `presented` is (compared with every one, in constant time), or None."""
-        found = first_match(presented, self._digests)  # hashed once, compared with every digest
-        return None if found is None else self._tokens[found]
+    def find(self, presented: str | None) -> TokenConfig | None:
+        """The configured token `presented` is, or None."""
+        found = self._lookup(presented)
+        return None if found is None else found[0]
+
+    def caller(self, presented: str | None) -> StaticCaller | None:
+        """The caller (principal, visibility) of the configured token `presented` is, or None; made once."""
+        found = self._lookup(presented)
+        return None if found is None else found[1]
+
+    def _lookup(self, presented: str | None) -> tuple[TokenConfig, StaticCaller] | None:
+        if not presented:
+            return None
+        # A dict keyed by digests, not a comparison with each: the key is the SHA-256 of what the
+        # caller sent, so how far a probe gets (hash, then equality of 32-byte digests) tells
+        # nothing about any configured token's bytes: to steer the digest toward a stored one an
+        # attacker would need SHA-256 preimages. Not even the token's length shows.
+        return self._callers.get(digest(presented.strip()))
 
     def by_id(self, found: str) -> TokenConfig | None:
         """The configured token whose `token_id` is `found` (not a secret: a page session names it)."""

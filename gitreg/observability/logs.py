@@ -69,7 +69,7 @@ class AccessEntry(NamedTuple):
     @property
     def who(self) -> str:
         """The combined log format's user field: the principal's name, `-` when none."""
-        return _USER_UNSAFE_RE.sub("_", self.user)[:120] if self.user else "-"
+        return _user_field(self.user)
 
     def fields(self) -> dict[str, Any]:
         """The entry as the JSON log's `http` object."""
@@ -104,6 +104,12 @@ class _Batch:
         entries, self.entries = self.entries, []
         if entries:
             write_access_lines(self.logger, entries)
+
+
+# The same few callers make most requests: each name made safe once (bounded: names are not).
+@functools.lru_cache(maxsize=1024)
+def _user_field(user: str) -> str:
+    return _USER_UNSAFE_RE.sub("_", user)[:120] if user else "-"
 
 
 @functools.lru_cache(maxsize=4)

@@ -8,6 +8,8 @@ with `admit`; list, search and the pages then ask `visibility(request)`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from gitreg.core.errors import Unauthorized
@@ -18,6 +20,9 @@ from gitreg.identity.static import TokenChecker, token_id
 from gitreg.identity.visibility import Visibility
 from gitreg.observability.logs import CREDENTIAL_KEY, WHO_KEY
 from gitreg.web.keys import IDENTITIES
+
+if TYPE_CHECKING:
+    from gitreg.identity.service import Identities
 
 __all__ = ["PRINCIPAL_KEY", "SCOPE_KEY", "TokenChecker", "admit", "authorize", "token_id", "visibility"]
 
@@ -37,14 +42,21 @@ async def admit(request: web.Request, principal: Principal | None) -> None:
     namespaces, the access log's name, the metrics' credential kind, and the visibility (for a
     Git host identity, the host's listing of what its token sees: cached per recheck_seconds).
     """
+    seen = None
+    if principal is None or principal.kind in ("static", "oidc"):
+        # No host to ask: decided now (namespaces only), so pages and lists never wait.
+        seen = Visibility(namespaces=principal.namespaces if principal else None)
+    _record(request, principal, seen)
+
+
+def _record(request: web.Request, principal: Principal | None, seen: Visibility | None) -> None:
     if principal is not None:
         request[PRINCIPAL_KEY] = principal
         request[WHO_KEY] = principal.name
         request[CREDENTIAL_KEY] = principal.kind
     request[SCOPE_KEY] = principal.namespaces if principal is not None else None
-    if principal is None or principal.kind in ("static", "oidc"):
-        # No host to ask: decided now (namespaces only), so pages and lists never wait.
-        request[VISIBILITY_KEY] = Visibility(namespaces=principal.namespaces if principal else None)
+    if seen is not None:
+        request[VISIBILITY_KEY] = seen
 
 
 async def visibility(request: web.Request) -> Visibility:
@@ -55,25 +67,46 @@ async def visibility(request: web.Request) -> Visibility:
     return found
 
 
-async def authorize(request: web.Request) -> None:
+async def authorize(request: web.Request) -> str:
     """Authenticate the request's bearer token, record the caller, and refuse what it may not read (403).
 
     A route naming a whole module address asks whether the caller can read that module (for a Git
     host identity: its repository, as the host says); one naming only a namespace checks a
-    namespace-scoped token's namespaces (lists are filtered by `visibility`).
+    namespace-scoped token's namespaces (lists are filtered by `visibility`). Returns the
+    caller's credential kind (for the metrics).
     """
     header = request.headers.get("Authorization", "")
     presented = bearer_token(header)
     if header and presented is None:
         raise Unauthorized("the Authorization header must be 'Bearer <token>'")
     identities = request.app[IDENTITIES]
+    static = identities.static.caller(presented)
+    if static is not None:
+        # A static token (the warm path): its principal and visibility were made once, and its
+        # reading is decided by namespace: nothing to await, nothing to allocate.
+        principal = static.principal
+        _record(request, principal, static.visibility)
+        _check_static(request, identities, principal)
+        return principal.kind
     principal = await identities.authenticate(presented)
     await admit(request, principal)
     m = request.match_info
     namespace = m.get("namespace")
     if namespace is None:
-        return
+        return principal.kind
     if "name" in m and "system" in m:
         await identities.check_read(principal, parse_address(namespace, m["name"], m["system"]))
     else:
         identities.check_namespace(principal, namespace)
+    return principal.kind
+
+
+def _check_static(request: web.Request, identities: Identities, principal: Principal) -> None:
+    """`identities.check_read`/`check_namespace` for a static principal, without a coroutine."""
+    m = request.match_info
+    namespace = m.get("namespace")
+    if namespace is None:
+        return
+    if "name" in m and "system" in m:
+        parse_address(namespace, m["name"], m["system"])  # a bad segment: 400 before any 403, as for the others
+    identities.check_namespace(principal, namespace)

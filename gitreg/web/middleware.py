@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import NamedTuple
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_urldispatcher import AbstractRoute
 
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
@@ -45,6 +47,25 @@ INSTALL_ROUTES = frozenset(
 )
 
 
+class _Route(NamedTuple):
+    """What the middleware needs of a route, worked out once per route (the warm path)."""
+
+    label: str  # the metrics' route label: the route's template
+    priority: Priority
+    page: bool
+    archive: bool
+
+
+def _route(route: AbstractRoute, known: dict[AbstractRoute, _Route]) -> _Route:
+    resource = route.resource
+    label = resource.canonical if resource is not None else UNMATCHED_ROUTE
+    priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
+    found = _Route(label, priority, is_page(route), route.name == "archive")
+    if resource is not None:  # not a 404/405's route, made anew for each request: the app's routes are few
+        known[route] = found
+    return found
+
+
 def request_middleware(metrics: Metrics) -> Middleware:
     """The one middleware: time and count every request, check it (token, then input), run the
     handler, and shape every failure as JSON, never a traceback.
@@ -52,20 +73,23 @@ def request_middleware(metrics: Metrics) -> Middleware:
     One middleware, not one per concern: each layer costs a coroutine and a call per request,
     which shows on the warm path (bench/warm_path.py --operator).
     """
+    routes: dict[AbstractRoute, _Route] = {}
+    credentials = metrics.credentials.counts
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else UNMATCHED_ROUTE
-        priority = GIT_PRIORITY.set(Priority.INSTALL if route in INSTALL_ROUTES else Priority.BROWSE)
+        route = request.match_info.route
+        info = routes.get(route) or _route(route, routes)
+        priority = GIT_PRIORITY.set(info.priority)
         status = 500
+        credential = None  # known here once the token is checked; else as recorded on the request
         try:
-            if is_page(request):
+            if info.page:
                 response = await _page(request, handler)
             else:
                 try:
-                    await authorize_request(request)
+                    credential = await authorize_request(request, info)
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)
@@ -86,8 +110,8 @@ def request_middleware(metrics: Metrics) -> Middleware:
         finally:
             GIT_PRIORITY.reset(priority)
             method = request.method if request.method in METHODS else OTHER_METHOD
-            metrics.observe_request(route, method, status, time.perf_counter() - started)
-            metrics.credentials.counts[request.get(CREDENTIAL_KEY, "none")] += 1
+            metrics.observe_request(info.label, method, status, time.perf_counter() - started)
+            credentials[credential or request.get(CREDENTIAL_KEY, "none")] += 1
 
     return middleware
 
@@ -146,15 +170,17 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-async def authorize_request(request: web.Request) -> None:
-    """Require a registry credential on the API when registry auth is on (tokens, forges or oidc)."""
+async def authorize_request(request: web.Request, route: _Route) -> str:
+    """Require a registry credential on the API when registry auth is on (tokens, forges or oidc);
+    the caller's credential kind (`none` when none was needed)."""
     # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
     # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
     if request.match_info.http_exception is not None:
-        return
+        return "none"
     if request.app[CONFIG].auth.enabled and request.path not in OPEN_PATHS:
-        if request.match_info.route.name == "archive" and "signature" in request.query:
+        if route.archive and "signature" in request.query:
             # Terraform fetches the archive without its token: the signed URL is the authorization.
             request.app[SIGNER].verify(request.path, request.query)
-        else:
-            await authorize(request)
+            return "none"
+        return await authorize(request)
+    return "none"

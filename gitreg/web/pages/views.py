@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import AbstractRoute
 
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress, check_version, parse_address
@@ -254,8 +255,6 @@ async def _readme_workers(app: web.Application) -> AsyncIterator[None]:
     await app[READMES].close()
 
 
-def is_page(request: web.Request) -> bool:
+def is_page(route: AbstractRoute) -> bool:
     """True for the browser pages and their static files (HTML errors, security headers)."""
-    route = request.match_info.route
-    name = route.name if route is not None else None
-    return bool(name and name.startswith("ui-"))
+    return bool(route.name and route.name.startswith("ui-"))
