@@ -1,7 +1,8 @@
 """Benchmark: a big, long or hostile org listing, and the serving loop meanwhile (issue 22).
 
 A real `gitreg serve` (`[index] enabled = false`: only the serving process, whose loop is what a
-`terraform init` waits on) lists one GitHub org from the fake API of the tests
+`terraform init` waits on; `--index`: the default, the index process beside it, told of every
+changed address) lists one GitHub org from the fake API of the tests
 (tests/support/forges.py), run in a child process of its own so that its JSON work does not
 share this process's interpreter with the probe. A loop-lag probe asks `/healthz` every 10 ms
 and reports the slowest answer and the 99th percentile (a blocked loop shows as a slow answer).
@@ -11,7 +12,7 @@ and reports the slowest answer and the 99th percentile (a blocked loop shows as 
 - `restart`: a start with an orgs.json of 230,000 modules and their owners (the API down): the seconds until the
   port answers, then the probe while the file loads.
 
-    python bench/org_hostile.py [--root PATH] [--only page,pages,restart] [--restart-modules N]
+    python bench/org_hostile.py [--root PATH] [--only page,pages,restart] [--restart-modules N] [--index]
 
 `--root` runs the gitreg of another checkout (e.g. `git worktree add /tmp/before <commit>`) to
 measure before/after. Target: no `/healthz` answer over 50 ms; the port open within 1 s.
@@ -34,7 +35,7 @@ from _common import ROOT, Server, machine, pct, rss_kib, start_gitreg, workdir, 
 
 GROUP, NAMESPACE, API_TOKEN = "acme-infra", "acme", "bench-api-token-4567"
 PAGE_BYTES = 29 * 1024 * 1024
-CLONE_BASE = "http://127.0.0.1:9/"  # nothing listens there: no git call is made with the index off
+CLONE_BASE = "http://127.0.0.1:9/"  # nothing listens there: the index process's ls-remote fails at once
 
 
 class _NoGit:
@@ -68,13 +69,13 @@ def start_fake(repos: int, padding: int = 0, down: bool = False) -> tuple[Proces
     return proc, out.get(timeout=300)
 
 
-def config_text(api_url: str, storage: Path, root: Path) -> str:
+def config_text(api_url: str, storage: Path, root: Path, index: bool) -> str:
     # 300 pages are 30,000 repositories: past the default max_repositories where there is one.
     has_limit = "OrgConfig.max_repositories" in (root / "gitreg/config/parse.py").read_text()
     limit = "max_repositories = 1000000" if has_limit else ""
     return f"""
 [index]
-enabled = false
+enabled = {"true" if index else "false"}
 
 [storage]
 path = "{storage}"
@@ -123,12 +124,14 @@ def report(name: str, figures: dict[str, float], extra: str = "") -> None:
     )
 
 
-def scenario_listing(root: Path, name: str, repos: int, padding: int) -> None:
+def scenario_listing(root: Path, name: str, repos: int, padding: int, index: bool) -> None:
     fake, api_url = start_fake(repos, padding)
     work = workdir(f"org-hostile-{name.split()[0]}-")
     try:
         server = start_gitreg(
-            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root)))], work / "log", root=root
+            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root, index)))],
+            work / "log",
+            root=root,
         )
         rss_before = rss_kib(server.proc.pid)
         try:
@@ -178,14 +181,16 @@ def write_orgs_json(path: Path, api_url: str, modules: int) -> None:
         f.write("]}]}")
 
 
-def scenario_restart(root: Path, modules: int) -> None:
+def scenario_restart(root: Path, modules: int, index: bool) -> None:
     fake, api_url = start_fake(0, down=True)
     work = workdir("org-hostile-restart-")
     try:
         write_orgs_json(work / "orgs.json", api_url, modules)
         size = (work / "orgs.json").stat().st_size
         server = start_gitreg(
-            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root)))], work / "log", root=root
+            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root, index)))],
+            work / "log",
+            root=root,
         )
         try:
             figures = asyncio.run(probe(server.url + "/healthz", logged(server, "org listings loaded")))
@@ -205,16 +210,17 @@ def main() -> int:
     parser.add_argument("--only", default="page,pages,restart")
     parser.add_argument("--restart-modules", type=int, default=230_000)
     parser.add_argument("--pages", type=int, default=300)
+    parser.add_argument("--index", action="store_true", help="the index process on (the default of [index])")
     args = parser.parse_args()
-    only = set(args.only.split(","))
-    print(f"org listings against the serving loop ({machine()}); gitreg from {args.root}")
+    only, ix = set(args.only.split(",")), args.index
+    print(f"org listings against the serving loop ({machine()}); gitreg from {args.root}, index {('off', 'on')[ix]}")
     if "page" in only:
-        scenario_listing(args.root, "one API page of 29 MB", 100, PAGE_BYTES // 100)
+        scenario_listing(args.root, "one API page of 29 MB", 100, PAGE_BYTES // 100, ix)
     if "pages" in only:
-        scenario_listing(args.root, f"first listing of {args.pages} pages", args.pages * 100, 0)
+        scenario_listing(args.root, f"first listing of {args.pages} pages", args.pages * 100, 0, ix)
     if "restart" in only:
-        scenario_restart(args.root, 0)  # the baseline: the same start with an empty listing
-        scenario_restart(args.root, args.restart_modules)
+        scenario_restart(args.root, 0, ix)  # the baseline: the same start with an empty listing
+        scenario_restart(args.root, args.restart_modules, ix)
     return 0
 
 
