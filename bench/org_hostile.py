@@ -135,7 +135,8 @@ def scenario_listing(root: Path, name: str, repos: int, padding: int, index: boo
         )
         rss_before = rss_kib(server.proc.pid)
         try:
-            figures = asyncio.run(probe(server.url + "/healthz", logged(server, "repositories,", "listing failed")))
+            done = logged(server, "repositories,", "listing failed")
+            figures = asyncio.run(probe(server.url + "/healthz", done, 10.0 if index else 1.0))
             rss_after = rss_kib(server.proc.pid)
             outcome = [line for line in server.log.read_text().splitlines() if "org github" in line][-1:]
         finally:
@@ -193,7 +194,9 @@ def scenario_restart(root: Path, modules: int, index: bool) -> None:
             root=root,
         )
         try:
-            figures = asyncio.run(probe(server.url + "/healthz", logged(server, "org listings loaded")))
+            # With the index process, the change is told to it after the load: 10 s more to cover that.
+            settle = 10.0 if index else 1.0
+            figures = asyncio.run(probe(server.url + "/healthz", logged(server, "org listings loaded"), settle))
             rss = rss_kib(server.proc.pid)
         finally:
             server.stop()
