@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from gitreg.config.model import OrgConfig
@@ -46,6 +47,13 @@ class OrgRepo:
     pushed_at: str  # the change marker (GitHub pushed_at; GitLab updated_at or last_activity_at)
     full_name: str
     org: int  # index into Config.orgs
+
+    def __reduce__(self) -> tuple[type[OrgRepo], tuple[Any, ...]]:
+        # Pickled from its fields, as ModuleAddress: by default the index process's parts (or its
+        # seed) of a 230,000-module listing left 460,000 new dicts in the serving process, and
+        # each full collection walked them (0.1-0.3 s of the loop, #22).
+        fields = (self.repository, self.clone_url, self.web_url, self.description, self.topics, self.archived)
+        return OrgRepo, (self.address, *fields, self.pushed_at, self.full_name, self.org)
 
 
 @dataclass(frozen=True)
