@@ -11,8 +11,10 @@ and reports the slowest answer and the 99th percentile (a blocked loop shows as 
 - `pages`: a first listing of 300 pages (30,000 repositories, 100 a page).
 - `restart`: a start with an orgs.json of 230,000 modules and their owners (the API down): the seconds until the
   port answers, then the probe while the file loads.
+- `webhooks`: the same listing loaded (the API up), then 10 signed GitHub `repository` webhooks, one
+  a second, each for a listed repository the API answers 404 for (so each removes a module).
 
-    python bench/org_hostile.py [--root PATH] [--only page,pages,restart] [--restart-modules N] [--index]
+    python bench/org_hostile.py [--root PATH] [--only page,pages,restart,webhooks] [--restart-modules N] [--index]
 
 `--root` runs the gitreg of another checkout (e.g. `git worktree add /tmp/before <commit>`) to
 measure before/after. Target: no `/healthz` answer over 50 ms; the port open within 1 s.
@@ -31,9 +33,10 @@ from typing import Any
 
 import aiohttp
 
-from _common import ROOT, Server, machine, pct, rss_kib, start_gitreg, workdir, write_config
+from _common import ROOT, Server, github_signature, machine, pct, rss_kib, start_gitreg, workdir, write_config
 
 GROUP, NAMESPACE, API_TOKEN = "acme-infra", "acme", "bench-api-token-4567"
+WEBHOOK_SECRET = "bench-webhook-secret-0123456789"
 PAGE_BYTES = 29 * 1024 * 1024
 CLONE_BASE = "http://127.0.0.1:9/"  # nothing listens there: the index process's ls-remote fails at once
 
@@ -91,6 +94,9 @@ namespace = "{NAMESPACE}"
 token = "{API_TOKEN}"
 refresh_seconds = 3600
 {limit}
+
+[webhooks]
+github_secret = "{WEBHOOK_SECRET}"
 """
 
 
@@ -207,6 +213,61 @@ def scenario_restart(root: Path, modules: int, index: bool) -> None:
     report("while it loads", figures, f", RSS then {rss / 1024:.0f} MiB")
 
 
+async def send_webhooks(url: str, count: int) -> list[int]:
+    """`count` signed `repository` events (edited) for listed repositories, one a second; their statuses."""
+    statuses = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(count):
+            await asyncio.sleep(1.0)
+            name = f"terraform-aws-m{i * 1000:06d}"
+            repo = {
+                "id": i * 1000,
+                "name": name,
+                "full_name": f"{GROUP}/{name}",
+                "clone_url": f"{CLONE_BASE}{name}.git",
+            }
+            body = json.dumps({"action": "edited", "repository": {**repo, "html_url": "https://github.example/"}})
+            headers = {
+                "X-GitHub-Event": "repository",
+                "X-GitHub-Delivery": f"bench-{time.time()}-{i}",
+                "X-Hub-Signature-256": github_signature(WEBHOOK_SECRET, body.encode()),
+                "Content-Type": "application/json",
+            }
+            async with session.post(url, data=body, headers=headers) as resp:
+                statuses.append(resp.status)
+    return statuses
+
+
+def scenario_webhooks(root: Path, modules: int, index: bool, count: int = 10) -> None:
+    fake, api_url = start_fake(0)  # up: it answers 404 for each repository a webhook names
+    work = workdir("org-hostile-webhooks-")
+    try:
+        write_orgs_json(work / "orgs.json", api_url, modules)
+        server = start_gitreg(
+            ["--config", str(write_config(work / "c.toml", config_text(api_url, work, root, index)))],
+            work / "log",
+            root=root,
+        )
+        try:
+            loaded = logged(server, "org listings loaded")
+            while not loaded():
+                time.sleep(0.2)
+            time.sleep(15.0 if index else 3.0)  # the load's own work (and telling the index process) over
+
+            async def run() -> tuple[dict[str, float], list[int]]:
+                sent = asyncio.ensure_future(send_webhooks(server.url + "/webhooks/github", count))
+                figures = await probe(server.url + "/healthz", sent.done, 2.0)
+                return figures, await sent
+
+            figures, statuses = asyncio.run(run())
+            applied = server.log.read_text().count("does not list it here")
+        finally:
+            server.stop()
+    finally:
+        fake.kill()
+    report(f"{count} webhooks, {modules:,} modules", figures, f", statuses {sorted(set(statuses))}, {applied} applied")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the source tree whose gitreg runs")
@@ -224,6 +285,8 @@ def main() -> int:
     if "restart" in only:
         scenario_restart(args.root, 0, ix)  # the baseline: the same start with an empty listing
         scenario_restart(args.root, args.restart_modules, ix)
+    if "webhooks" in only:
+        scenario_webhooks(args.root, args.restart_modules, ix)
     return 0
 
 
