@@ -14,7 +14,8 @@ and reports the slowest answer and the 99th percentile (a blocked loop shows as 
 - `webhooks`: the same listing loaded (the API up), then 10 signed GitHub `repository` webhooks, one
   a second, each for a listed repository the API answers 404 for (so each removes a module).
 
-    python bench/org_hostile.py [--root PATH] [--only page,pages,restart,webhooks] [--restart-modules N] [--index]
+    python bench/org_hostile.py [--root PATH] [--only page,pages,restart,webhooks] [--restart-modules N]
+        [--pages N] [--index] [--redis URL]
 
 `--root` runs the gitreg of another checkout (e.g. `git worktree add /tmp/before <commit>`) to
 measure before/after. Target: no `/healthz` answer over 50 ms; the port open within 1 s.
@@ -72,6 +73,9 @@ def start_fake(repos: int, padding: int = 0, down: bool = False) -> tuple[Proces
     return proc, out.get(timeout=300)
 
 
+REDIS: list[str] = []  # --redis: the URL of a Redis every run shares ([cache] backend = "redis")
+
+
 def config_text(api_url: str, storage: Path, root: Path, index: bool) -> str:
     # 300 pages are 30,000 repositories: past the default max_repositories where there is one.
     has_limit = "OrgConfig.max_repositories" in (root / "gitreg/config/parse.py").read_text()
@@ -97,7 +101,7 @@ refresh_seconds = 3600
 
 [webhooks]
 github_secret = "{WEBHOOK_SECRET}"
-"""
+""" + "".join(f'\n[cache]\nbackend = "redis"\nredis_url = "{url}"\n' for url in REDIS)
 
 
 async def probe(url: str, until: Any, settle: float = 1.0, limit: float = 600.0) -> dict[str, float]:
@@ -130,7 +134,16 @@ def report(name: str, figures: dict[str, float], extra: str = "") -> None:
     )
 
 
+def flush_redis() -> None:
+    """Each run starts from an empty Redis (the owners of the last run would be adopted, not published)."""
+    import redis
+
+    for url in REDIS:
+        redis.Redis.from_url(url).flushdb()
+
+
 def scenario_listing(root: Path, name: str, repos: int, padding: int, index: bool) -> None:
+    flush_redis()
     fake, api_url = start_fake(repos, padding)
     work = workdir(f"org-hostile-{name.split()[0]}-")
     try:
@@ -145,6 +158,11 @@ def scenario_listing(root: Path, name: str, repos: int, padding: int, index: boo
             figures = asyncio.run(probe(server.url + "/healthz", done, 10.0 if index else 1.0))
             rss_after = rss_kib(server.proc.pid)
             outcome = [line for line in server.log.read_text().splitlines() if "org github" in line][-1:]
+            if REDIS:
+                import redis
+
+                owners = redis.Redis.from_url(REDIS[0]).hlen("gitreg:owners")
+                outcome.append(f"redis holds {owners} owners")
         finally:
             server.stop()
     finally:
@@ -275,7 +293,9 @@ def main() -> int:
     parser.add_argument("--restart-modules", type=int, default=230_000)
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--index", action="store_true", help="the index process on (the default of [index])")
+    parser.add_argument("--redis", help="a Redis URL: [cache] backend = redis (flushed before each run)")
     args = parser.parse_args()
+    REDIS.extend([args.redis] if args.redis else [])
     only, ix = set(args.only.split(",")), args.index
     print(f"org listings against the serving loop ({machine()}); gitreg from {args.root}, index {('off', 'on')[ix]}")
     if "page" in only:
