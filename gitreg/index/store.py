@@ -68,10 +68,6 @@ log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 2.0
 DATES_KEPT = 4096  # tag dates remembered, so a monorepo's modules cost one read per tag
-# The serving process freezes what the index process sent out of the collector's walks once the
-# index is complete, and every this many entries before: while a large org is first indexed, each
-# full collection walked every entry taken so far (230,000 modules: up to 0.2 s of the loop, #22).
-FREEZE_EVERY = 5000
 # While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
 VIEW_STALE_SECONDS = 1.0
 
@@ -132,7 +128,6 @@ class ModuleIndex:
         self._complete = False
         self.stats = IndexStats()
         self._remote_queued = 0  # the index process's queue depth (take_status)
-        self._unfrozen = 0  # entries taken since the last keep_long_lived (take_status)
         self._builder = IndexBuilder(
             self, sources, resolve, versions, refresh_seconds, org_info, self.on_gone.emit, listed, leading
         )
@@ -324,18 +319,15 @@ class ModuleIndex:
         """Entries the index process built (or dropped, or found untagged), replacing these only (serving process)."""
         for entry in entries:
             self.put(entry)
-            self._unfrozen += 1
         for address in dropped:
             self.drop(address, None)  # the index process logged why
         for address, found in (untagged or {}).items():
             self.mark_untagged(address, found)
-            self._unfrozen += 1
 
     def take_status(self, complete: bool, queued: int, stats: Mapping[str, float]) -> None:
         """The index process's progress (serving process): /readyz and /metrics show it."""
-        if (complete and not self._complete) or self._unfrozen >= FREEZE_EVERY:  # (sent one by one)
+        if complete and not self._complete:  # the entries it sent one by one, all here
             keep_long_lived()
-            self._unfrozen = 0
         self._complete = complete
         self._remote_queued = queued
         for name, value in stats.items():
