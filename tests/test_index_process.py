@@ -382,3 +382,64 @@ def test_a_stopped_index_process_is_killed_and_started_again(github, git_http, t
     log = "".join(server.log)
     assert f"the index process (pid {first}) sent nothing for {SILENCE_SECONDS:.0f} s" in log, log
     assert "Traceback" not in log, log
+
+
+async def test_a_large_org_change_reaches_the_index_process_whole_in_parts_with_the_loop_free_between(tmp_path):
+    """230,000 addresses told at once held the serving loop for about a second (#22): a change larger
+    than ORGS_PART goes in parts, each pickled on its own turn of the loop, taken whole at the last."""
+    import asyncio
+
+    from gitreg.core.names import ModuleAddress
+    from gitreg.index.parse_workers import FRAME
+    from gitreg.index.process import ORGS_PART, IndexProcess, IndexSide
+    from gitreg.index.protocol import OrgsChanged, Seed, decode_command
+    from gitreg.index.store import ModuleIndex
+    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.orgs.model import OrgChanges, OrgRepo
+    from gitreg.registry.catalog import Catalog
+    from gitreg.registry.resolve import Resolver
+    from gitreg.registry.tags import TagCache
+    from gitreg.replicas.memory import MemoryShared
+    from tests.conftest import make_config
+
+    config = make_config([])
+
+    def side(name: str) -> tuple[ModuleIndex, OrgCatalog, Catalog]:
+        index = ModuleIndex(tmp_path / name, dict, lambda a: None, None, None, 60)  # type: ignore[arg-type]
+        orgs = OrgCatalog(config, None)
+        return index, orgs, Catalog(config, tmp_path / name / "catalog.json", Resolver(config, orgs), MemoryShared())
+
+    def repo(i: int) -> OrgRepo:
+        url = f"https://git.example/acme/terraform-aws-m{i:05d}.git"
+        address = ModuleAddress("acme", f"m{i:05d}", "aws")
+        return OrgRepo(address, url, url, "", "", (), False, "", f"acme/terraform-aws-m{i:05d}", 0)
+
+    repos = [repo(i) for i in range(ORGS_PART * 2 + 5)]
+    index, orgs, catalog = side("serving")
+    orgs.follow(repos, [], complete=True)
+    cache = TagCache(config.cache, None)  # type: ignore[arg-type]
+    process = IndexProcess(config, index, catalog, orgs, cache, MemoryShared())
+    process.commands.hold()  # as while the index process starts: what is sent is kept, in order
+    process.orgs_changed(OrgChanges(added=frozenset(r.address for r in repos)))
+    frames: list[bytes] = []
+    while True:
+        held = b"".join(process.commands._outbox or [])
+        frames = []
+        while held:
+            (size,) = FRAME.unpack(held[: FRAME.size])
+            frames.append(held[FRAME.size : FRAME.size + size])
+            held = held[FRAME.size + size :]
+        if frames and not decode_command(frames[-1]).more:  # type: ignore[union-attr]
+            break
+        await asyncio.sleep(0)  # the loop runs between parts
+    parts = [decode_command(frame) for frame in frames]
+    assert all(isinstance(p, OrgsChanged) and len(p.repos) <= ORGS_PART for p in parts)
+    assert len(parts) > 2
+
+    index2, orgs2, catalog2 = side("index")
+    there = IndexSide(Seed(config, 20, False), index2, catalog2, orgs2, cache, None)  # type: ignore[arg-type]
+    for part in parts[:-1]:
+        there.apply(part)
+    assert not orgs2.modules()  # nothing taken before the last part
+    there.apply(parts[-1])
+    assert set(orgs2.modules()) == {r.address for r in repos}

@@ -95,3 +95,48 @@ async def test_an_owner_planted_in_redis_that_the_api_does_not_list_is_never_ser
     await until(client.app[ORGS].complete)
     await until(lambda: served_by(client) == OWNER)
     assert await versions_of(client) == ["1.0.0"]
+
+
+async def test_a_first_listing_s_new_owners_are_all_recorded_in_redis_in_batches_and_earlier_ones_adopted(
+    redis_server,
+):
+    """30,000 new owners after a first listing were 30,000 tasks on the serving loop (#22): they are
+    queued and recorded REPUBLISH_BATCH to a pipeline, each earlier owner Redis holds adopted."""
+    import json
+
+    from gitreg.replicas.owning import SharedOwners
+    from gitreg.replicas.pinning import REPUBLISH_BATCH
+
+    client = redis.asyncio.from_url(redis_server.url)
+    await client.hset("t:owners", "acme/m00007/aws", "1.0 earlier-holder")
+    owners = SharedOwners(client, "t:owners", "t:channel", lambda kind, **fields: json.dumps(fields))
+    adopted: list[tuple[str, str, float]] = []
+    owners.on_owner.connect(lambda address, holder, since: adopted.append((address, holder, since)))
+    calls = 0
+
+    async def call(awaitable):
+        nonlocal calls
+        calls += 1
+        return await awaitable
+
+    count = REPUBLISH_BATCH * 2 + 7
+    started = [owners.queue(f"acme/m{i:05d}/aws", f"holder-{i}", 2.0, "") for i in range(count)]
+    assert started == [True] + [False] * (count - 1)  # one drain for them all
+    await owners.drain(call)
+    assert calls == 3  # round trips, not one per owner
+    held = await client.hgetall("t:owners")
+    assert len(held) == count and held[b"acme/m00007/aws"] == b"1.0 earlier-holder"
+    assert held[b"acme/m00008/aws"] == b"2.0 holder-8"
+    assert ("acme/m00007/aws", "earlier-holder", 1.0) in adopted
+
+    async def down(awaitable):
+        awaitable.close()
+        raise ConnectionError("redis is down")
+
+    assert owners.queue("acme/late/aws", "holder-late", 3.0, "")
+    await owners.drain(down)  # dropped: the next (re)connect publishes every owner again
+    assert owners.queue("acme/later/aws", "holder-later", 3.0, "")  # a new drain starts
+    await owners.drain(call)
+    assert await client.hget("t:owners", "acme/late/aws") is None
+    assert await client.hget("t:owners", "acme/later/aws") == b"3.0 holder-later"
+    await client.aclose()

@@ -28,6 +28,11 @@ class ModuleAddress:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}/{self.system}"
 
+    def __reduce__(self) -> tuple[type[ModuleAddress], tuple[str, str, str]]:
+        # Pickled (to the index process) from its fields: pickle's default reads `__dict__`, which
+        # CPython then keeps, one new dict per address for the collector to walk for good (#22).
+        return ModuleAddress, (self.namespace, self.name, self.system)
+
 
 _NAME_EXPECTED = "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
 _SYSTEM_EXPECTED = "1-64 lowercase letters and digits"

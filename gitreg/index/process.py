@@ -42,13 +42,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import asdict
 from enum import Enum
+from typing import Any
 
 from gitreg.config.model import Config
 from gitreg.core.errors import GitregError
@@ -108,6 +111,10 @@ READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every add
 ENTRY_MODULE = "gitreg.indexer"  # `python -m` this: the index process
 
 
+# A large listing change (a first listing, orgs.json loaded: 230,000 addresses) is told in parts
+# of this many addresses, the loop free between them: gathered and pickled at once it held the
+# serving loop for about a second (#22). The index process takes the parts together, at the last.
+ORGS_PART = 2000
 LEADING_CHECK_SECONDS = 0.5  # with Redis: how soon the index process hears of a lease change
 # What the index process keeps of the serving process's environment, besides what its git needs
 # (runner.INHERITED, and SSH_AUTH_SOCK: it lists tags over ssh too): how Python finds gitreg.
@@ -179,6 +186,14 @@ class CommandPipe:
         """Someone asked for details not on disk yet (the serving ModuleIndex's on_wanted)."""
         self.send(Want(address, version))
 
+    async def room(self) -> None:
+        """Wait (SILENCE_SECONDS at most) while the running process has a quarter of max_pending
+        unread: a change sent in parts is paced by the reader, never dropped as a stall."""
+        stdin = self._stdin
+        if stdin is not None and stdin.transport.get_write_buffer_size() > self.max_pending // 4:
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                await asyncio.wait_for(stdin.drain(), SILENCE_SECONDS)
+
     def hold(self) -> None:
         """A process is starting: keep what is sent until it runs."""
         self._outbox = []
@@ -221,6 +236,7 @@ class IndexProcess:
         self.log_json = log_json  # the serving process logs JSON lines: so does the index process
         self._told_leading = True
         self._tasks: set[asyncio.Task[None]] = set()
+        self._org_changes: deque[OrgChanges] = deque()  # large changes being told in parts, in order
         self.starts = 0
         self._stopping = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None  # the one running
@@ -239,9 +255,45 @@ class IndexProcess:
             self.commands.send(TagsFetched(key, dict(tags.tags)))
 
     def orgs_changed(self, changes: OrgChanges) -> None:
-        """An enumeration or a repository webhook changed the org listing."""
-        repos = [repo for a in changes.added | changes.changed if (repo := self.orgs.get(a)) is not None]
-        self.commands.send(OrgsChanged(repos, sorted(changes.removed), sorted(changes.all), self.orgs.complete()))
+        """An enumeration or a repository webhook changed the org listing: told at once, or in parts
+        of ORGS_PART addresses from a task when large (after those told before it, in order)."""
+        size = len(changes.added) + len(changes.changed) + len(changes.removed) + len(changes.pushed)
+        if not self._org_changes and size <= ORGS_PART:
+            self._tell_part(changes.added | changes.changed, list(changes.removed), list(changes.all), more=False)
+            return
+        self._org_changes.append(changes)
+        if len(self._org_changes) == 1:
+            self._spawn(self._tell_orgs())
+
+    def _tell_part(
+        self, updated: Iterable[ModuleAddress], gone: list[ModuleAddress], concerned: list[ModuleAddress], more: bool
+    ) -> None:
+        repos = [repo for a in updated if (repo := self.orgs.get(a)) is not None]
+        self.commands.send(OrgsChanged(repos, gone, concerned, self.orgs.complete(), more))
+
+    async def _tell_orgs(self) -> None:
+        """Tell the queued changes, each in parts, the loop free (and the reader caught up) between them."""
+        while self._org_changes:
+            changes = self._org_changes[0]
+            updated = itertools.chain(changes.added, changes.changed)
+            gone = iter(changes.removed)
+            concerned = itertools.chain(changes.added, changes.changed, changes.removed, changes.pushed)
+            while True:
+                some = list(itertools.islice(updated, ORGS_PART))
+                dropped = list(itertools.islice(gone, ORGS_PART))
+                touched = list(itertools.islice(concerned, ORGS_PART))
+                if not (some or dropped or touched):
+                    break
+                self._tell_part(some, dropped, touched, more=True)
+                await asyncio.sleep(0)
+                await self.commands.room()
+            self._tell_part((), [], [], more=False)
+            self._org_changes.popleft()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def adopt(self, text: str) -> None:
         """With Redis, a follower: the leader's index, loaded here and given to the index process."""
@@ -293,9 +345,7 @@ class IndexProcess:
             case Status(complete, queued, stats):
                 self.index.take_status(complete, queued, stats)
             case Written():
-                task = asyncio.ensure_future(self._publish())
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._publish())
 
     # --- its life ---------------------------------------------------------------------------------
 
@@ -445,12 +495,16 @@ class IndexSide:
         self.orgs = orgs
         self.cache = cache
         self.registry = registry
+        self._org_parts: list[OrgsChanged] = []  # a large listing change's parts so far
 
     def apply(self, command: Command) -> None:
         match command:
-            case OrgsChanged(repos, gone, concerned, complete):
-                self.orgs.follow(repos, gone, complete)
-                self.index.notice(concerned)
+            case OrgsChanged(more=True):
+                self._org_parts.append(command)
+            case OrgsChanged(complete=complete):
+                parts, self._org_parts = [*self._org_parts, command], []
+                self.orgs.follow([r for p in parts for r in p.repos], [a for p in parts for a in p.gone], complete)
+                self.index.notice(sorted({a for p in parts for a in p.concerned}))
             case Remember(address):
                 with contextlib.suppress(GitregError):
                     self.catalog.remember(self.registry.resolve(address))

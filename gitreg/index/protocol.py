@@ -47,6 +47,7 @@ class OrgsChanged:
     gone: list[ModuleAddress]
     concerned: list[ModuleAddress]  # every module added, changed or removed: indexed again
     complete: bool  # every org had its first listing
+    more: bool = False  # a part of a large change: the rest follows, taken all together at the last part
 
 
 @dataclass(frozen=True)

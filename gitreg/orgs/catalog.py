@@ -30,7 +30,6 @@ from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
-from gitreg.forges.hosts import host
 from gitreg.orgs.combine import (
     KEEP_LONG_LIVED_AT,
     Combined,
@@ -47,8 +46,10 @@ from gitreg.orgs.model import (
     OrgRepo,
     OrgReport,
     OrgState,
+    change,
     evaluate,
-    patch,
+    owns,
+    patched,
 )
 from gitreg.orgs.owners import Owners
 from gitreg.orgs.refresh import OrgRefresher
@@ -336,8 +337,8 @@ class OrgCatalog:
         for s in self._orgs:
             if s.config.provider != event.provider:
                 continue
-            now_here = _owns(s, event.full_name)
-            before_here = event.old_full_name is not None and _owns(s, event.old_full_name)
+            now_here = owns(s, event.full_name)
+            before_here = event.old_full_name is not None and owns(s, event.old_full_name)
             if not (now_here or before_here):
                 continue
             concerned += 1
@@ -348,12 +349,12 @@ class OrgCatalog:
             if not fetched:
                 continue
             if s.lock.locked():  # (before waiting for the rebuild: see OrgRefresher.enumerate's journal)
-                s.journal.append(_change(s, s.records, event, record))
+                s.journal.append(change(s, s.records, event, record))
             async with self._rebuilding:  # the listing patched is the one installed now
                 assert s.records is not None  # (never None again once listed)
-                dropped, record = _change(s, s.records, event, record)
-                records = dict(s.records)
-                patch(records, dropped, record)
+                records, record = await asyncio.get_running_loop().run_in_executor(
+                    self._store.executor, patched, s, s.records, event, record
+                )
                 if before_here and event.old_full_name and event.old_full_name.lower() in records:
                     self.refresh_soon(s.index)  # whether the old name is gone is the listing's to say
                 log.info(
@@ -564,37 +565,6 @@ class OrgCatalog:
         self._identities = None
 
 
-def _change(
-    s: OrgState, records: Mapping[str, RepoRecord], event: RepositoryEvent, found: RepoRecord | None
-) -> tuple[tuple[str, ...], RepoRecord | None]:
-    """What the API's answer about `event`'s repository does to org `s`'s listing `records`: the
-    names it drops, and the record it puts in (None when the repository is not the org's)."""
-    if found is not None and not _owns(s, found.full_name):
-        # Moved out of the org (as the API says): its record, by id, leaves the listing.
-        return tuple(key for key, rec in records.items() if found.id and rec.id == found.id), None
-    return _confirmed_gone(records, event, found), found
-
-
-def _confirmed_gone(
-    records: Mapping[str, RepoRecord], event: RepositoryEvent, found: RepoRecord | None
-) -> tuple[str, ...]:
-    """The listed names the API's answer about `event`'s repository removes.
-
-    Found: none by name (patch() drops the record of the same id, its old name). Not found
-    (404): what the event asked about, by project id when it was asked by id, else by name.
-    """
-    if found is not None:
-        return ()
-    if event.project_id is not None:
-        return tuple(key for key, rec in records.items() if rec.id == event.project_id)
-    return (event.full_name.lower(),) if event.full_name.lower() in records else ()
-
-
 def _by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:
     """A listing's records by lowercased full name (how OrgState.records holds them)."""
     return {r.full_name.lower(): r for r in records}
-
-
-def _owns(s: OrgState, full_name: str) -> bool:
-    """True when the repository `full_name` is one org `s` lists (by its host's rule)."""
-    return host(s.config.provider).owns(s.config.group, full_name)

@@ -471,9 +471,9 @@ class RedisShared:
             self._spawn(self.owners.republish_quietly(lambda e: describe(e, self.config.redis_url)))
 
     def publish_owner(self, address: str, holder: str, since: float, replaces: str) -> None:
-        """Record a new owner in the background (Redis down: the next (re)connect publishes it)."""
-        if self._up:
-            self._spawn(self._quiet_call(self.owners.publish(address, holder, since, replaces)))
+        """Record a new owner in the background, batched (Redis down: the next (re)connect publishes it)."""
+        if self._up and self.owners.queue(address, holder, since, replaces):
+            self._spawn(self.owners.drain(self._call))
 
     # --- the index ----------------------------------------------------------------------------------
 

@@ -215,7 +215,8 @@ async def _orgs(app: web.Application) -> AsyncIterator[None]:
         orgs.follow(app[SEED].orgs, (), app[SEED].orgs_complete)
     else:  # with Redis, owners are shared like pins: the earliest holder on any replica wins
         shared = app[SHARED]
-        orgs.owners.on_held.connect(shared.publish_owner)
+        if shared.is_shared:  # (alone: 30,000 new owners after a first listing, and no call for each)
+            orgs.owners.on_held.connect(shared.publish_owner)
         shared.on_owner.connect(orgs.adopt_owner)
         orgs.on_loaded.connect(lambda: shared.share_owners(orgs.owners.entries))
     app[METRICS].watch_orgs(orgs)
