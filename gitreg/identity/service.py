@@ -38,6 +38,7 @@ class Identities:
     def __init__(
         self,
         config: Config,
+        static: TokenChecker,
         resolver: Resolver,
         shared: SharedState,
         session: Callable[[], aiohttp.ClientSession],
@@ -45,7 +46,7 @@ class Identities:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.enabled = config.auth.enabled
-        self.static = TokenChecker(config.auth)
+        self.static = static
         self.login = login
         self.oidc = OidcIssuers(config.auth.oidc, session, clock)
         self.forges = tuple(ForgeAccess(f, config.orgs, session, shared, clock) for f in config.auth.forges)
@@ -69,6 +70,10 @@ class Identities:
         static = self.static.caller(presented)
         if static is not None:
             return static.principal
+        return await self.authenticate_dynamic(presented)
+
+    async def authenticate_dynamic(self, presented: str) -> Principal:
+        """`authenticate` for a token that is not a static one (the caller has looked that up already)."""
         if self.login is not None:
             found = await self.login.principal(presented)
             if found is not None:

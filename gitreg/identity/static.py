@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 from gitreg.config.model import AuthConfig, TokenConfig
@@ -27,10 +26,14 @@ class TokenChecker:
         # SHA-256: the time a lookup takes depends only on the presented token's digest, never
         # on where it and a configured token differ (see `caller`). The first of equal tokens wins.
         self._callers: dict[bytes, tuple[TokenConfig, StaticCaller]] = {}
+        # A page session names its token by `token_id` (not a secret): looked up, not recomputed per page.
+        self._by_id: dict[str, StaticCaller] = {}
         for token in reversed(config.tokens):
-            principal = static_principal(token)
-            caller = StaticCaller(principal, Visibility(namespaces=principal.namespaces))
+            scope = frozenset(token.namespaces) if token.namespaces is not None else None
+            principal = Principal("static", f"token:{token_id(token)[:12]}", namespaces=scope)
+            caller = StaticCaller(principal, Visibility(namespaces=scope))
             self._callers[token_digest(token.token)] = (token, caller)
+            self._by_id[token_id(token)] = caller
 
     @property
     def enabled(self) -> bool:
@@ -56,20 +59,11 @@ class TokenChecker:
         # attacker would need SHA-256 preimages. Not even the token's length shows.
         return self._callers.get(digest(presented.strip()))
 
-    def by_id(self, found: str) -> TokenConfig | None:
-        """The configured token whose `token_id` is `found` (not a secret: a page session names it)."""
-        return next((token for token in self._tokens if token_id(token) == found), None)
+    def by_id(self, found: str) -> StaticCaller | None:
+        """The caller of the configured token whose `token_id` is `found` (not a secret: a page session names it)."""
+        return self._by_id.get(found)
 
 
 def token_id(token: TokenConfig) -> str:
     """A stable, non-secret name of a configured token: the start of its SHA-256 (hex)."""
     return token_digest(token.token).hex()[:32]
-
-
-# A configured token's principal is the same on every request (warm path: no digest, no frozenset
-# made again); bounded, though the configured tokens are few.
-@functools.lru_cache(maxsize=1024)
-def static_principal(token: TokenConfig) -> Principal:
-    """The `static` principal of a configured token, named `token:<its id's first 12 hex digits>`."""
-    scope = frozenset(token.namespaces) if token.namespaces is not None else None
-    return Principal("static", f"token:{token_id(token)[:12]}", namespaces=scope)

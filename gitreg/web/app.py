@@ -262,7 +262,9 @@ async def _hosts_http(app: web.Application) -> AsyncIterator[None]:
 async def _identities(app: web.Application) -> AsyncIterator[None]:
     """Who a bearer token is and what it may read (asking the Git hosts through the hosts' HTTP session)."""
     config, login = app[CONFIG], app.get(LOGIN_TOKENS)
-    identities = app[IDENTITIES] = Identities(config, app[_RESOLVER], app[SHARED], app[_HOSTS_HTTP], login, app[CLOCK])
+    identities = app[IDENTITIES] = Identities(
+        config, app[AUTH], app[_RESOLVER], app[SHARED], app[_HOSTS_HTTP], login, app[CLOCK]
+    )
     app[METRICS].watch_identities(identities.api_stats)
     yield
 

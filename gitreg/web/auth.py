@@ -16,6 +16,7 @@ from gitreg.core.errors import Unauthorized
 from gitreg.core.names import parse_address
 from gitreg.core.secrets import bearer_token
 from gitreg.identity.model import Principal
+from gitreg.identity.service import NO_TOKEN
 from gitreg.identity.static import TokenChecker, token_id
 from gitreg.identity.visibility import Visibility
 from gitreg.observability.logs import CREDENTIAL_KEY, WHO_KEY
@@ -88,7 +89,9 @@ async def authorize(request: web.Request) -> str:
         _record(request, principal, static.visibility)
         _check_static(request, identities, principal)
         return principal.kind
-    principal = await identities.authenticate(presented)
+    if not presented:
+        raise Unauthorized(NO_TOKEN)
+    principal = await identities.authenticate_dynamic(presented)
     await admit(request, principal)
     m = request.match_info
     namespace = m.get("namespace")

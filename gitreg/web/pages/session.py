@@ -23,7 +23,6 @@ from gitreg.forges.oauth import HostGrant
 from gitreg.identity.issued import TOKEN_PREFIX
 from gitreg.identity.model import Principal
 from gitreg.identity.oauth import LoginFlows
-from gitreg.identity.static import static_principal
 from gitreg.web.auth import admit, token_id
 from gitreg.web.keys import AUTH, CONFIG, LOGINS
 from gitreg.web.origin import base_url, origin, public_origin, request_origin
@@ -83,8 +82,8 @@ async def _principal_from_cookie(request: web.Request) -> tuple[bool, Principal 
         # None: expired, revoked, or the host refused its refresh.
         return (True, principal) if principal is not None else (False, None)
     # Not a secret: the signed cookie's MAC was checked above. None: removed from the config since.
-    token = request.app[AUTH].by_id(found)
-    return (True, static_principal(token)) if token is not None else (False, None)
+    caller = request.app[AUTH].by_id(found)
+    return (True, caller.principal) if caller is not None else (False, None)
 
 
 def guarded(handler: Handler) -> Handler:
