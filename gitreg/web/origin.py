@@ -9,6 +9,7 @@ and `[server] public_url`, when set, wins over all of it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from urllib.parse import urlsplit
@@ -59,7 +60,13 @@ def from_trusted_proxy(request: web.Request) -> bool:
         peer = ipaddress.ip_address(request.remote)
     except ValueError:
         return False  # a Unix socket: no address to trust
-    return any(peer in ipaddress.ip_network(p, strict=False) for p in proxies)
+    return any(peer in network for network in _networks(proxies))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """`[server] trusted_proxies` parsed once (config checked them), not on every request."""
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
 
 
 def request_origin(request: web.Request) -> str | None:
@@ -73,6 +80,12 @@ def request_origin(request: web.Request) -> str | None:
         # A chain of proxies appends: the first value is what the client used.
         scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
         host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
+    return _checked_origin(scheme, host)
+
+
+# Clients send the same few Hosts: each is checked and spelled once (archive downloads ask per request).
+@functools.lru_cache(maxsize=256)
+def _checked_origin(scheme: str, host: str) -> str | None:
     if scheme.lower() not in ("http", "https") or not valid_host(host):
         return None
     return origin(scheme, host)
