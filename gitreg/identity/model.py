@@ -9,7 +9,6 @@ from gitreg.config.model import ForgeAuthConfig
 
 # The credential kinds, as /metrics counts them (never by person: a name is unbounded).
 CredentialKind = Literal["static", "forge", "login", "oidc"]
-CREDENTIAL_KINDS: tuple[CredentialKind, ...] = ("static", "forge", "login", "oidc")
 
 
 @dataclass(frozen=True)

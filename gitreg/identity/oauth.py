@@ -57,7 +57,6 @@ CODE_SECONDS = 60.0  # Terraform redeems its code at once
 _CHALLENGE_RE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url(SHA-256), no padding
 _VERIFIER_RE = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 section 4.1
 _STATE_MAX = 512
-SESSION_KIND_SECONDS = 12 * 3600.0
 
 
 class LoginRefused(GitregError):

@@ -58,6 +58,3 @@ class Visibility:
     def by_namespace(self) -> frozenset[str] | None:
         """The namespaces a listing may be narrowed to up front (None: no narrowing)."""
         return self.namespaces
-
-
-EVERYTHING = Visibility()
