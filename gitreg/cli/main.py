@@ -190,7 +190,7 @@ def prepare_storage(path: str) -> str | None:
     return None
 
 
-def _serve(config: Config, workers: int = 1) -> int:
+def _serve(config: Config, workers: int = 1, log_format: str = "text") -> int:
     if _refuse_nothing_to_serve(config):
         return EXIT_CONFIG
     if workers < 1:
@@ -220,8 +220,12 @@ def _serve(config: Config, workers: int = 1) -> int:
         if workers > 1:
             from gitreg.cli.workers import run_workers
 
-            return run_workers(config, workers, lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True)))
-        asyncio.run(run_server(config, ssl_context))
+            return run_workers(
+                config,
+                workers,
+                lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True, log_format=log_format)),
+            )
+        asyncio.run(run_server(config, ssl_context, log_format=log_format))
     except ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return EXIT_CONFIG
@@ -513,4 +517,4 @@ def _main(argv: Sequence[str] | None) -> int:
         return _check(config, args.probe, flag_rules=len(args.module))
     if args.command == "tokens":
         return tokens.run(config, args)
-    return _serve(config, args.workers)
+    return _serve(config, args.workers, args.log_format)

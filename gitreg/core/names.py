@@ -122,6 +122,8 @@ def check_request(request: _Request) -> None:
     whole = "namespace" in segments and "name" in segments and "system" in segments
     if whole:  # a whole address: checked (and remembered) as the handler will check it
         parse_address(segments["namespace"], segments["name"], segments["system"])
+        if not raw_query and len(segments) == 3:
+            return  # the warm path (versions): the address was all there was to check
     for key, value in segments.items():
         if key in _SEGMENTS:
             if not whole:

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from gitreg.config.model import AuthConfig, TokenConfig
-from gitreg.core.secrets import digest, token_digest
+from gitreg.core.secrets import bearer_token, digest, token_digest
 from gitreg.identity.model import Principal
 from gitreg.identity.visibility import Visibility
+
+# Authorization headers remembered (see TokenChecker.by_header): only headers that named a
+# configured token get in, but one token can be written many ways (case, spaces).
+MAX_HEADERS = 1024
 
 
 class StaticCaller(NamedTuple):
@@ -28,6 +32,7 @@ class TokenChecker:
         self._callers: dict[bytes, tuple[TokenConfig, StaticCaller]] = {}
         # A page session names its token by `token_id` (not a secret): looked up, not recomputed per page.
         self._by_id: dict[str, StaticCaller] = {}
+        self._by_header: dict[str, StaticCaller] = {}
         for token in reversed(config.tokens):
             scope = frozenset(token.namespaces) if token.namespaces is not None else None
             principal = Principal("static", f"token:{token_id(token)[:12]}", namespaces=scope)
@@ -49,6 +54,23 @@ class TokenChecker:
         """The caller (principal, visibility) of the configured token `presented` is, or None; made once."""
         found = self._lookup(presented)
         return None if found is None else found[1]
+
+    def by_header(self, header: str) -> StaticCaller | None:
+        """The caller of an `Authorization` header value (`Bearer <token>`) naming a configured token, or None.
+
+        The warm path: clients send the same header again and again, so a header that named a
+        configured token is remembered as sent, and found again by one dict lookup, without
+        hashing the token anew. A dict compares two keys' characters only after their keyed
+        hashes (SipHash: the key is random per process, the hash of a remembered header depends on
+        its token) matched in all 64 bits: a header that is not remembered is turned away on its
+        own hash, whatever it holds, so timing says nothing about a remembered one either.
+        """
+        found = self._by_header.get(header)
+        if found is None:
+            found = self.caller(bearer_token(header))
+            if found is not None and len(self._by_header) < MAX_HEADERS:
+                self._by_header[header] = found
+        return found
 
     def _lookup(self, presented: str | None) -> tuple[TokenConfig, StaticCaller] | None:
         if not presented:

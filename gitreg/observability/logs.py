@@ -33,6 +33,8 @@ SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "ex
 _USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
 # The key of an access line's fields in the JSON log.
 HTTP_FIELD = "http"
+# AccessLogger's `log_format` (aiohttp's `access_log_format`) for `--log-format json`.
+JSON_FORMAT = "json"
 # The attribute a batch of access lines rides on: (AccessEntry, line) pairs (read by JsonFormatter).
 ACCESS_FIELD = "access"
 
@@ -52,7 +54,7 @@ def mask_query(raw_path: str) -> str:
 
 
 class AccessEntry(NamedTuple):
-    """What the access log keeps of one request until its line is written."""
+    """What the JSON access log keeps of one request until its line is written."""
 
     created: float  # time.time() when the response was done
     remote: str | None
@@ -88,22 +90,23 @@ class AccessEntry(NamedTuple):
 
 
 class _Batch:
-    """The access lines of one event-loop iteration, written together once it ends."""
+    """The access log's items of one event-loop iteration, written together once it ends: text
+    lines, or (JSON) entries, each made into its line and object when written."""
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
-        self.entries: list[AccessEntry] = []
+        self.items: list[str | AccessEntry] = []
 
-    def add(self, entry: AccessEntry) -> None:
-        if not self.entries:
+    def add(self, item: Any) -> None:
+        if not self.items:
             # No reference to the loop is kept: it is the key of AccessLogger._batches.
             asyncio.get_running_loop().call_soon(self.flush)
-        self.entries.append(entry)
+        self.items.append(item)
 
     def flush(self) -> None:
-        entries, self.entries = self.entries, []
-        if entries:
-            write_access_lines(self.logger, entries)
+        items, self.items = self.items, []
+        if items:
+            write_access_lines(self.logger, items)
 
 
 # The same few callers make most requests: each name made safe once (bounded: names are not).
@@ -118,24 +121,49 @@ def _clf_time(second: int) -> str:
     return time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(second))
 
 
-def access_line(entry: AccessEntry) -> str:
-    """One combined-log-format line plus the duration in seconds."""
-    raw_path, version = entry.raw_path, entry.http_version
-    path = mask_query(raw_path) if "?" in raw_path else raw_path
-    path, referer = mask_user_info(path), mask_user_info(entry.referer)
+def _line(
+    created: float,
+    remote: str | None,
+    method: str,
+    raw_path: str,
+    version: tuple[int, int],
+    status: int,
+    body_length: int,
+    referer: str | None,
+    user_agent: str | None,
+    duration: float,
+    user: str,
+) -> str:
+    """The one place a line is made: from a request (text format) or from an entry (JSON's `message`)."""
+    if "?" in raw_path:
+        raw_path = mask_query(raw_path)
     return (
-        f'{entry.remote or "-"} - {entry.who} [{_clf_time(int(entry.created))}] "{entry.method} {path} '
-        f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{referer or "-"}" '
-        f'"{entry.user_agent or "-"}" {entry.duration:.6f}'
+        f'{remote or "-"} - {_user_field(user)} [{_clf_time(int(created))}] "{method} {mask_user_info(raw_path)} '
+        f'HTTP/{version[0]}.{version[1]}" {status} {body_length} "{mask_user_info(referer or "") or "-"}" '
+        f'"{user_agent or "-"}" {duration:.6f}'
     )
 
 
-def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> None:
-    """Hand `entries` to `logger` as ONE record.
+def access_line(entry: AccessEntry) -> str:
+    """One combined-log-format line plus the duration in seconds."""
+    return _line(*entry)
 
-    The message is the lines joined by newlines; `record.access` holds the (entry, line) pairs.
+
+def write_access_lines(logger: logging.Logger, items: list[str | AccessEntry]) -> None:
+    """Hand `items` (text lines, or JSON entries) to `logger` as ONE record.
+
+    The message is the lines joined by newlines; for entries, `record.access` holds the
+    (entry, line) pairs, which JsonFormatter writes as one object each.
     """
-    lines = [access_line(entry) for entry in entries]
+    access: list[tuple[AccessEntry, str]] = []
+    lines: list[str] = []
+    for item in items:
+        if isinstance(item, AccessEntry):
+            line = access_line(item)
+            access.append((item, line))
+            lines.append(line)
+        else:
+            lines.append(item)
     record = logger.makeRecord(
         logger.name,
         logging.INFO,
@@ -144,7 +172,7 @@ def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> No
         "\n".join(lines),
         (),  # no %-arguments: the lines are the message
         None,
-        extra={ACCESS_FIELD: list(zip(entries, lines, strict=True))},
+        extra={ACCESS_FIELD: access},
     )
     logger.handle(record)
 
@@ -187,11 +215,11 @@ class AccessLogger(AbstractAccessLogger):
     The Authorization header is never logged, nor the values of sensitive query parameters.
 
     Written in batches, because the logging machinery costs more than answering a warm
-    request (bench/warm_path.py): `log` only notes the request, and at the end of the
-    event-loop iteration every line noted in it goes out as one LogRecord, the lines joined
-    by newlines (for a "%(message)s" handler the bytes are the same as one record per line).
-    The record's `access` attribute holds (entry, line) pairs, so JsonFormatter still writes
-    one JSON object per request, with that request's own time.
+    request (bench/warm_path.py): `log` makes the request's line (or, for the JSON log, notes
+    its entry), and at the end of the event-loop iteration every line of it goes out as one
+    LogRecord, the lines joined by newlines (for a "%(message)s" handler the bytes are the same
+    as one record per line). For the JSON log the record's `access` attribute holds (entry,
+    line) pairs, so JsonFormatter still writes one JSON object per request, with its own time.
     """
 
     # aiohttp makes one AccessLogger per connection; the batch is shared per loop and logger.
@@ -205,9 +233,15 @@ class AccessLogger(AbstractAccessLogger):
         """Skip building the line when INFO is off (`--log-level warning`)."""
         return self.logger.isEnabledFor(logging.INFO)
 
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logger, log_format)
+        # JSON_FORMAT (`--log-format json`): entries, each written as its line and its fields.
+        # Otherwise (text) the line itself, made here: nothing else is kept of the request.
+        self._entries = log_format == JSON_FORMAT
+
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
         headers = request.headers
-        entry = AccessEntry(
+        item = (AccessEntry if self._entries else _line)(
             time.time(),
             request.remote,
             request.method,
@@ -225,11 +259,11 @@ class AccessLogger(AbstractAccessLogger):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not called from a running loop: nothing to batch with
-                write_access_lines(self.logger, [entry])
+                write_access_lines(self.logger, [item])
                 return
             batches = self._batches.setdefault(loop, {})
             batch = self._batch = batches.setdefault(self.logger.name, _Batch(self.logger))
-        batch.add(entry)
+        batch.add(item)
 
 
 class JsonFormatter(logging.Formatter):

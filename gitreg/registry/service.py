@@ -45,7 +45,7 @@ class _Derived:
     """What the warm path derives from one fetched tag list, computed once per fetch."""
 
     versions: dict[str, ModuleVersions] = field(default_factory=dict)  # by tag_prefix
-    answers: dict[tuple[str, str], str] = field(default_factory=dict)  # (tag_prefix, address) -> versions JSON
+    answers: dict[tuple[str, ModuleAddress], bytes] = field(default_factory=dict)  # (tag_prefix, address) -> JSON
 
 
 class _DerivedByTagList:
@@ -122,19 +122,38 @@ class Registry:
         """A module was served with versions: a wildcard rule's module becomes listable."""
         self.catalog.remember(resolved)
 
-    async def versions_answer(self, address: ModuleAddress) -> str:
-        """The versions endpoint's JSON text, rendered once per fetched tag list and address."""
+    def versions_answer_now(self, address: ModuleAddress) -> bytes | None:
+        """`versions_answer` when all it needs is at hand, without waiting: the org listed, the
+        repository's tag list fresh in the cache and its versions selected (the warm path, one
+        call and no coroutine); None otherwise (then `versions_answer` waits for what is missing)."""
+        if self.resolver.must_wait(address):
+            return None
+        resolved = self.resolver.resolve(address)
+        tags = self.cache.fresh(resolved.repository)
+        if tags is None:
+            return None
+        derived = self._derived.of(tags)
+        found = derived.versions.get(resolved.rule.tag_prefix)
+        return None if found is None else self._answer(address, resolved, derived, found)
+
+    async def versions_answer(self, address: ModuleAddress) -> bytes:
+        """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
         resolved, derived, found = await self._versions(address)
+        return self._answer(address, resolved, derived, found)
+
+    def _answer(
+        self, address: ModuleAddress, resolved: ResolvedModule, derived: _Derived, found: ModuleVersions
+    ) -> bytes:
         if found.versions:
             self.served(resolved)
-        key = (resolved.rule.tag_prefix, str(address))
+        key = (resolved.rule.tag_prefix, address)
         text = derived.answers.get(key)
         if text is None:
             # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
             # module's source link when it is an http(s) URL: the repository's web page, when known.
-            source = urls.web_url(resolved.clone_url) or key[1]
+            source = urls.web_url(resolved.clone_url) or str(address)
             body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-            text = derived.answers[key] = json.dumps(body)
+            text = derived.answers[key] = json.dumps(body).encode()
         return text
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:

@@ -470,7 +470,7 @@ def create_app(
     """
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(
-        middlewares=[request_middleware(metrics)],
+        middlewares=[request_middleware(metrics, config.auth.enabled)],
         client_max_size=64 * 1024,
         # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.
         handler_args={"logger": ServerLogger(logging.getLogger("aiohttp.server"))},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from gitreg.core.errors import Unauthorized
 from gitreg.core.names import parse_address
@@ -25,10 +25,8 @@ from gitreg.web.keys import IDENTITIES
 if TYPE_CHECKING:
     from gitreg.identity.service import Identities
 
-__all__ = ["PRINCIPAL_KEY", "SCOPE_KEY", "TokenChecker", "admit", "authorize", "token_id", "visibility"]
+__all__ = ["PRINCIPAL_KEY", "TokenChecker", "admit", "authorize", "token_id", "visibility"]
 
-# The caller's namespaces (None: all of them), recorded on the request by `admit`.
-SCOPE_KEY = web.RequestKey[frozenset[str] | None]("scope")
 # Who the caller is (identity/model.py), recorded beside the scope; absent on an open registry.
 PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
 # What the caller sees in lists, search and pages (asked of the Git host once per recheck_seconds).
@@ -55,7 +53,6 @@ def _record(request: web.Request, principal: Principal | None, seen: Visibility 
         request[PRINCIPAL_KEY] = principal
         request[WHO_KEY] = principal.name
         request[CREDENTIAL_KEY] = principal.kind
-    request[SCOPE_KEY] = principal.namespaces if principal is not None else None
     if seen is not None:
         request[VISIBILITY_KEY] = seen
 
@@ -76,12 +73,9 @@ async def authorize(request: web.Request) -> str:
     namespace-scoped token's namespaces (lists are filtered by `visibility`). Returns the
     caller's credential kind (for the metrics).
     """
-    header = request.headers.get("Authorization", "")
-    presented = bearer_token(header)
-    if header and presented is None:
-        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
+    header = request.headers.get(hdrs.AUTHORIZATION, "")
     identities = request.app[IDENTITIES]
-    static = identities.static.caller(presented)
+    static = identities.static.by_header(header) if header else None
     if static is not None:
         # A static token (the warm path): its principal and visibility were made once, and its
         # reading is decided by namespace: nothing to await, nothing to allocate.
@@ -89,6 +83,9 @@ async def authorize(request: web.Request) -> str:
         _record(request, principal, static.visibility)
         _check_static(request, identities, principal)
         return principal.kind
+    presented = bearer_token(header)
+    if header and presented is None:
+        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
     if not presented:
         raise Unauthorized(NO_TOKEN)
     principal = await identities.authenticate_dynamic(presented)
@@ -106,6 +103,8 @@ async def authorize(request: web.Request) -> str:
 
 def _check_static(request: web.Request, identities: Identities, principal: Principal) -> None:
     """`identities.check_read`/`check_namespace` for a static principal, without a coroutine."""
+    if principal.namespaces is None:  # every namespace: nothing to refuse (check_request checks the segments)
+        return
     m = request.match_info
     namespace = m.get("namespace")
     if namespace is None:

@@ -54,19 +54,21 @@ class _Route(NamedTuple):
     priority: Priority
     page: bool
     archive: bool
+    matched: bool  # False for the router's 404/405 (no resource: nothing to protect)
+    open: bool  # served without a registry credential (OPEN_PATHS)
 
 
 def _route(route: AbstractRoute, known: dict[AbstractRoute, _Route]) -> _Route:
     resource = route.resource
     label = resource.canonical if resource is not None else UNMATCHED_ROUTE
     priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
-    found = _Route(label, priority, is_page(route), route.name == "archive")
+    found = _Route(label, priority, is_page(route), route.name == "archive", resource is not None, label in OPEN_PATHS)
     if resource is not None:  # not a 404/405's route, made anew for each request: the app's routes are few
         known[route] = found
     return found
 
 
-def request_middleware(metrics: Metrics) -> Middleware:
+def request_middleware(metrics: Metrics, auth_enabled: bool) -> Middleware:
     """The one middleware: time and count every request, check it (token, then input), run the
     handler, and shape every failure as JSON, never a traceback.
 
@@ -75,6 +77,7 @@ def request_middleware(metrics: Metrics) -> Middleware:
     """
     routes: dict[AbstractRoute, _Route] = {}
     credentials = metrics.credentials.counts
+    observe = metrics.observe_request
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -89,7 +92,8 @@ def request_middleware(metrics: Metrics) -> Middleware:
                 response = await _page(request, handler)
             else:
                 try:
-                    credential = await authorize_request(request, info)
+                    if auth_enabled and info.matched and not info.open:
+                        credential = await authorize_request(request, info)
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)
@@ -110,7 +114,7 @@ def request_middleware(metrics: Metrics) -> Middleware:
         finally:
             GIT_PRIORITY.reset(priority)
             method = request.method if request.method in METHODS else OTHER_METHOD
-            metrics.observe_request(info.label, method, status, time.perf_counter() - started)
+            observe(info.label, method, status, time.perf_counter() - started)
             credentials[credential or request.get(CREDENTIAL_KEY, "none")] += 1
 
     return middleware
@@ -171,16 +175,15 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def authorize_request(request: web.Request, route: _Route) -> str:
-    """Require a registry credential on the API when registry auth is on (tokens, forges or oidc);
-    the caller's credential kind (`none` when none was needed)."""
-    # A path no route serves (404, or 405 for a method) holds nothing to protect: the router's
-    # answer goes out as it is, so a typo'd URL says "no such endpoint", not "needs a token".
-    if request.match_info.http_exception is not None:
+    """Require a registry credential on an API route that is not open, when registry auth is on
+    (tokens, forges or oidc); the caller's credential kind.
+
+    A path no route serves (404, or 405 for a method) is not asked: it holds nothing to protect,
+    and the router's answer goes out as it is, so a typo'd URL says "no such endpoint", not
+    "needs a token".
+    """
+    if route.archive and "signature" in request.query:
+        # Terraform fetches the archive without its token: the signed URL is the authorization.
+        request.app[SIGNER].verify(request.path, request.query)
         return "none"
-    if request.app[CONFIG].auth.enabled and request.path not in OPEN_PATHS:
-        if route.archive and "signature" in request.query:
-            # Terraform fetches the archive without its token: the signed URL is the authorization.
-            request.app[SIGNER].verify(request.path, request.query)
-            return "none"
-        return await authorize(request)
-    return "none"
+    return await authorize(request)

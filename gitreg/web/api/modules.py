@@ -30,6 +30,8 @@ from gitreg.web.origin import base_url
 routes = web.RouteTableDef()
 
 DISCOVERY = {"modules.v1": "/v1/modules/"}
+# A JSON answer's one header, as `web.json_response` sets it (for bodies made once, as bytes).
+JSON_HEADERS = {"Content-Type": "application/json; charset=utf-8"}
 
 
 @routes.get("/.well-known/terraform.json")
@@ -71,8 +73,9 @@ async def versions(request: web.Request) -> web.Response:
     """The module's versions, as the single-element `modules` list clients expect."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    text = await request.app[REGISTRY].versions_answer(address)
-    return web.json_response(text=text)
+    registry = request.app[REGISTRY]
+    body = registry.versions_answer_now(address) or await registry.versions_answer(address)
+    return web.Response(body=body, headers=JSON_HEADERS)
 
 
 @routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/download")
