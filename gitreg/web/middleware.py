@@ -86,7 +86,8 @@ def request_middleware(metrics: Metrics, auth_enabled: bool) -> Middleware:
         info = routes.get(route) or _route(route, routes)
         priority = GIT_PRIORITY.set(info.priority)
         status = 500
-        credential = None  # known here once the token is checked; else as recorded on the request
+        # The caller's credential kind once known; else (a page, a refused token) as recorded on the request.
+        credential = None
         try:
             if info.page:
                 response = await _page(request, handler)
@@ -94,6 +95,8 @@ def request_middleware(metrics: Metrics, auth_enabled: bool) -> Middleware:
                 try:
                     if auth_enabled and info.matched and not info.open:
                         credential = await authorize_request(request, info)
+                    else:
+                        credential = "none"
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)
