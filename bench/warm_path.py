@@ -53,22 +53,29 @@ def start_bare(base: Path, versions_body: str, location: str, cpus: str | None =
     return server
 
 
-def operator(args: argparse.Namespace) -> int:
-    """`--operator`: a wildcard rule, a bearer token, the access log on, wrk -t1 -c50, nothing pinned."""
-    base = workdir("warm-operator")
-    repo = GitRepo(base / "repos", "terraform-null-hello")
-    repo.commit({"main.tf": 'output "x" { value = 1 }\n'})
-    for i in range(20):
-        repo.tag(f"v1.{i}.0")
+def operator_config(base: Path, auth: bool = True) -> Path:
+    """The operator scenario's config (a wildcard rule over `base`/repos, `[auth] tokens` unless not
+    `auth`); its repository made the first time."""
+    if not (base / "repos" / "terraform-null-hello.git").exists():
+        repo = GitRepo(base / "repos", "terraform-null-hello")
+        repo.commit({"main.tf": 'output "x" { value = 1 }\n'})
+        for i in range(20):
+            repo.tag(f"v1.{i}.0")
     template = (base / "repos" / "terraform-{system}-{name}.git").as_uri().replace("%7B", "{").replace("%7D", "}")
-    config = write_config(
-        base / "gitreg.toml",
+    tokens = f'[auth]\ntokens = ["{OPERATOR_TOKEN}"]\n' if auth else ""
+    return write_config(
+        base / ("gitreg.toml" if auth else "gitreg-open.toml"),
         (
-            f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state"}"\n'
-            f'[auth]\ntokens = ["{OPERATOR_TOKEN}"]\n'
+            f'[cache]\nttl_seconds = 3600\n[storage]\npath = "{base / "state"}"\n{tokens}'
             f'[[modules]]\nnamespace = "demo"\nrepository = "{template}"\n'
         ),
     )
+
+
+def operator(args: argparse.Namespace) -> int:
+    """`--operator`: a wildcard rule, a bearer token, the access log on, wrk -t1 -c50, nothing pinned."""
+    base = workdir("warm-operator")
+    config = operator_config(base)
     path = "/v1/modules/demo/hello/null/versions"
     headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
     gitreg = start_gitreg(["--config", str(config)], base / "gitreg.log")

@@ -193,6 +193,22 @@ async def test_a_configured_token_opens_the_api_however_the_scheme_is_spelled(cl
         assert resp.status == 200, (authorization, await resp.text())
 
 
+@pytest.mark.slow  # a thousand requests
+async def test_a_token_keeps_its_scope_and_keeps_working_however_often_and_however_written(client):
+    # The warm path remembers a header that named a token (identity/static.py): asked again, the
+    # same header still reads only the token's namespaces, and past the bound of remembered
+    # spellings the token still works (looked up by its digest, as the first time).
+    from gitreg.identity.static import MAX_HEADERS
+
+    for _ in range(3):
+        assert (await client.get("/v1/modules/acme/vpc/aws/versions", headers=bearer(CI))).status == 200
+        await assert_error(await client.get("/v1/modules/other/secret/aws/versions", headers=bearer(CI)), 403)
+    for spaces in range(1, MAX_HEADERS + 20):
+        resp = await client.get("/v1/modules", headers={"Authorization": "Bearer" + " " * spaces + ADMIN})
+        assert resp.status == 200, spaces
+    await assert_error(await client.get("/v1/modules", headers=bearer(ADMIN + "x")), 401, "not valid")
+
+
 async def test_a_stored_hash_is_not_itself_a_token(client):
     # Someone who reads the config file learns sha256:..., which must not open anything.
     for presented in (
