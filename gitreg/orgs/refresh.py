@@ -21,7 +21,7 @@ import aiohttp
 
 from gitreg.forges.base import ForgeError, RepoRecord
 from gitreg.forges.hosts import client_for
-from gitreg.orgs.model import Evaluated, OrgState, patch
+from gitreg.orgs.model import Evaluated, OrgState, by_name, patch
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class OrgRefresher:
                 if not records and s.records:
                     was = len(s.records)
                     log.warning("org %s: the API now lists no repositories at all (it listed %d)", s.config.label, was)
-                listing = {r.full_name.lower(): r for r in records}
+                listing = by_name(records)
                 evaluated: Evaluated | None = await self._listings.evaluated(s, listing)  # (off the loop)
                 for dropped, record in s.journal:
                     patch(listing, dropped, record)
