@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gitreg.core.errors import GitregError
@@ -243,12 +243,21 @@ class OwnerDraft:
 
 def owners_json(orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held]) -> list[dict[str, Any]]:
     """orgs.json's `owners`: each address with its holder's org key, full name and when first held."""
-    out = []
+    return list(owner_items(orgs, held))
+
+
+def owner_items(orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held]) -> Iterator[dict[str, Any]]:
+    """`owners_json`'s items one at a time (orgs.json is written item by item)."""
     for address, (org, name, since) in sorted(held.items()):
         provider, api_url, group = org_key(orgs[org])
-        item = {"address": str(address), "provider": provider, "api_url": api_url, "group": group}
-        out.append({**item, "full_name": name, "since": since})
-    return out
+        yield {
+            "address": str(address),
+            "provider": provider,
+            "api_url": api_url,
+            "group": group,
+            "full_name": name,
+            "since": since,
+        }
 
 
 def parse_owners(orgs: Sequence[OrgState], items: Any) -> dict[ModuleAddress, Held]:

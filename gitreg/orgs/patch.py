@@ -152,6 +152,7 @@ def install_touched(
         listing[address] = repo
         served.by_repository.setdefault(repo.repository, set()).add(address)
         orgs[repo.org].modules[address] = repo
+        touched.add(repo.org)
     for address, repos in settled.claims.items():
         if len(repos) > 1:
             served.contested[address] = repos
