@@ -37,7 +37,6 @@ from gitreg.orgs.combine import (
     Combined,
     Inputs,
     OrgView,
-    by_repository,
     combine_paused,
     evaluate_kept,
 )
@@ -55,7 +54,7 @@ from gitreg.orgs.model import (
     patched,
 )
 from gitreg.orgs.owners import Owners
-from gitreg.orgs.patch import Served, identities, install_touched, patch_org, reindex, settle_patch
+from gitreg.orgs.patch import Served, followed, identities, install_touched, patch_org, reindex, settle_patch
 from gitreg.orgs.refresh import OrgRefresher
 from gitreg.orgs.store import OrgStore, read_owners
 from gitreg.storage.files import keep_long_lived
@@ -67,6 +66,9 @@ log = logging.getLogger(__name__)
 FIRST_LISTING_WAIT = 8.0
 # How long a GitLab webhook waits for the one project it names (GitLab gives up after 10 s).
 WEBHOOK_FETCH_SECONDS = 8.0
+# orgs.json is written this long after a webhook changed a listing, with whatever changed meanwhile
+# (writing 230,000 repositories costs a second of CPU: a burst of webhooks writes once).
+WEBHOOK_WRITE_DELAY = 5.0
 # At start, orgs.json gets this long to load before the port opens (a usual file loads well
 # within it, so the first requests find the listing); a larger one goes on loading behind.
 LOAD_BEFORE_SERVING = 0.3
@@ -364,7 +366,7 @@ class OrgCatalog:
                     f"lists {record.full_name[:200]}" if record is not None else "does not list it here",
                 )
         if concerned:
-            self._store.flush_soon()
+            self._store.flush_soon(WEBHOOK_WRITE_DELAY)
         return concerned
 
     async def _patch(self, s: OrgState, event: RepositoryEvent, found: RepoRecord | None) -> RepoRecord | None:
@@ -584,17 +586,14 @@ class OrgCatalog:
 
         `complete`: every org has its first listing there (until then nothing is dropped from the index).
         """
-        new = dict(self._listing)
+        gone = list(gone)
         for address in gone:
-            new.pop(address, None)
             self._resolved.pop(address, None)
-        for repo in repos:
-            new[repo.address] = repo
+        new = followed(self._listing, self._by_repository, repos, gone)
         if complete:
             for s in self._orgs:
                 if s.records is None:
                     s.records = {}  # listed by the serving process: nothing to wait for here
         self._generation += 1
         self._listing = new
-        self._by_repository = by_repository(new)
         self._identities = None

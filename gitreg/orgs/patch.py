@@ -168,6 +168,29 @@ def install_touched(
     return diff(old, new, frozenset())
 
 
+def followed(
+    listing: Mapping[ModuleAddress, OrgRepo],
+    index: dict[str, set[ModuleAddress]],
+    repos: Iterable[OrgRepo],
+    gone: Iterable[ModuleAddress],
+) -> dict[ModuleAddress, OrgRepo]:
+    """`listing` with `repos` put in and `gone` taken out (the index process following the serving one's
+    changes), and its by-repository `index` updated in place (rebuilt whole for every webhook, it cost
+    the index process 0.4-4 s of collections at 230,000 modules, on the cores the serving one needs)."""
+    new = dict(listing)
+    for address in gone:
+        old = new.pop(address, None)
+        if old is not None:
+            _unindex(index, old.repository, address)
+    for repo in repos:
+        old = new.get(repo.address)
+        if old is not None:
+            _unindex(index, old.repository, repo.address)
+        new[repo.address] = repo
+        index.setdefault(repo.repository, set()).add(repo.address)
+    return new
+
+
 def _unindex(index: dict[str, set[ModuleAddress]], repository: str, address: ModuleAddress) -> None:
     found = index.get(repository)
     if found is not None:

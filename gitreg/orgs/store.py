@@ -118,6 +118,7 @@ class OrgStore:
         self._dirty = False
         self._write_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._soon: asyncio.Task[None] | None = None  # a flush_soon waiting its delay
 
     def changed(self) -> None:
         """The listings differ from what the file holds: the next flush writes it."""
@@ -169,15 +170,25 @@ class OrgStore:
                 self._dirty = True
                 log.warning("could not write %s: %s", self.path, e)
 
-    def flush_soon(self) -> None:
-        """Flush in a task of its own (a webhook's answer does not wait for the disk)."""
-        task = asyncio.ensure_future(self.flush())
+    def flush_soon(self, delay: float = 0.0) -> None:
+        """Flush in a task of its own (a webhook's answer does not wait for the disk), after `delay`
+        seconds: what changes meanwhile is written with it (one write for a burst of webhooks)."""
+        if self._soon is not None:
+            return  # one is due: it writes this change too
+        self._soon = task = asyncio.ensure_future(self._flush_after(delay))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _flush_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._soon = None  # (a change from here on asks for a write of its own)
+        await self.flush()
 
     async def close(self) -> None:
         """At shutdown: let pending flushes finish (a flush cancelled in the middle of its write
         would leave the listing marked written when it may not be), then write what changed."""
+        if self._soon is not None:
+            self._soon.cancel()  # (still waiting: the last flush below writes its change)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.flush()
 
