@@ -379,7 +379,7 @@ class OrgCatalog:
             )
             await self._take([(s, records, None)], None)
             return record
-        p = await loop.run_in_executor(self._store.executor, patch_org, s, event, found, protocols)
+        p = await loop.run_in_executor(self._store.executor, patch_org, s, event, found, protocols, self._listing)
         if not p.changed:
             return p.record
         # From here on no await: the addresses touched are settled and installed in one go.
@@ -388,7 +388,7 @@ class OrgCatalog:
         s.stats.repositories = len(p.records)
         self._owners.install_part(settled.draft, before)
         served = Served(self._listing, self._by_repository, self._contested, self._shadowed)
-        changes = install_touched(served, self._orgs, before, settled)
+        changes = install_touched(served, self._orgs, before, settled, p.listing)
         self._generation += 1
         self._listing = served.listing
         if self._identities is not None and self._identity is not None:

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import RepoRecord, RepositoryEvent
-from gitreg.orgs.combine import Clash, OrgView, conflict, diff, first_claim
+from gitreg.orgs.combine import KEEP_LONG_LIVED_AT, Clash, OrgView, conflict, diff, first_claim
 from gitreg.orgs.model import OrgChanges, OrgRepo, OrgState, change, evaluate, patch
 from gitreg.orgs.owners import OwnerDraft, Owners
+from gitreg.storage.files import collector_paused
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,31 @@ class OrgPatch:
     added: tuple[OrgRepo, ...]
     record: RepoRecord | None
     changed: bool  # the records differ from the ones installed
+    listing: dict[ModuleAddress, OrgRepo]  # a copy of the served listing, to install the patch in
 
 
-def patch_org(s: OrgState, event: RepositoryEvent, found: RepoRecord | None, protocols: tuple[str, ...]) -> OrgPatch:
+def patch_org(
+    s: OrgState,
+    event: RepositoryEvent,
+    found: RepoRecord | None,
+    protocols: tuple[str, ...],
+    listing: Mapping[ModuleAddress, OrgRepo],
+) -> OrgPatch:
     """What the API's answer `found` about `event`'s repository does to org `s`'s listing (a thread's
-    work: the copy of a 230,000-repository listing and its by-id scans; `s` is only read)."""
+    work: the copies of a 230,000-repository listing and its by-id scans; `s` and the served `listing`
+    are only read). What it makes is kept out of the collector's walks (a young collection walking
+    the copies held the loop 50-75 ms on a busy machine), as a rebuild's is (orgs.combine)."""
+    with collector_paused(keep=len(listing) >= KEEP_LONG_LIVED_AT):
+        return _patch_org(s, event, found, protocols, listing)
+
+
+def _patch_org(
+    s: OrgState,
+    event: RepositoryEvent,
+    found: RepoRecord | None,
+    protocols: tuple[str, ...],
+    listing: Mapping[ModuleAddress, OrgRepo],
+) -> OrgPatch:
     records = s.records or {}
     dropped, record = change(s, records, event, found)
     copy = dict(records)
@@ -62,7 +83,8 @@ def patch_org(s: OrgState, event: RepositoryEvent, found: RepoRecord | None, pro
         added = tuple(new)
         claims = [*claims, *new]
         ignored = {**ignored, **why}
-    return OrgPatch(copy, claims, ignored, removed, added, record, bool(gone) or fresh)
+    changed = bool(gone) or fresh
+    return OrgPatch(copy, claims, ignored, removed, added, record, changed, dict(listing) if changed else {})
 
 
 @dataclass
@@ -132,12 +154,16 @@ class Served:
 
 
 def install_touched(
-    served: Served, orgs: Sequence[OrgState], before: Mapping[ModuleAddress, Sequence[OrgRepo]], settled: Settled
+    served: Served,
+    orgs: Sequence[OrgState],
+    before: Mapping[ModuleAddress, Sequence[OrgRepo]],
+    settled: Settled,
+    listing: dict[ModuleAddress, OrgRepo],
 ) -> OrgChanges:
-    """Take `settled` into `served` and each org's modules and counts; what changed (as `diff` says)."""
+    """Take `settled` into `served` (its new listing: `listing`, a copy of the one served, as requests and
+    threads hold that one) and each org's modules and counts; what changed (as `diff` says)."""
     old = {a: repo for a in settled.owners if (repo := served.listing.get(a)) is not None}
     new = {a: repo for a, repo in settled.owners.items() if repo is not None}
-    listing = dict(served.listing)  # (a copy in C: requests and threads hold the one installed)
     touched: set[int] = set()
     for address, repo in old.items():
         listing.pop(address, None)

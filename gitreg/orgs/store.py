@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,7 @@ class OrgStore:
                 return
             # A snapshot (references to listings never mutated, a copy of the owners), encoded on a thread.
             listed = [(s.config, s.enumerated_at, s.records) for s in self._orgs if s.records is not None]
-            held = self.owners.snapshot() if self.owners is not None else None
+            held = self.owners.snapshot if self.owners is not None else None  # (copied on the thread)
             self._dirty = False
             if self.owners is not None:
                 self.owners.dirty = False
@@ -194,13 +194,16 @@ class OrgStore:
 
 
 def _write(
-    path: Path, listed: Sequence[Listed], orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held] | None
+    path: Path,
+    listed: Sequence[Listed],
+    orgs: Sequence[OrgState],
+    held: Callable[[], Mapping[ModuleAddress, Held]] | None,
 ) -> None:
-    """Write a snapshot taken on the loop (on a thread: 230,000 repositories take seconds to encode),
-    the collector paused: what it makes is freed as it goes, and collections walking it on this thread
-    held the GIL, so the event loop, 40-130 ms at a time (#22)."""
+    """Write a snapshot taken on the loop (the owners copied here), on a thread (230,000 repositories
+    take seconds to encode), the collector paused: what it makes is freed as it goes, and collections
+    walking it on this thread held the GIL, so the event loop, 40-130 ms at a time (#22)."""
     with collector_paused():
-        owners = owner_items(orgs, held) if held is not None else None
+        owners = owner_items(orgs, held()) if held is not None else None
         write_atomically(path, _pieces(listed, owners), _TMP_PREFIX)
 
 

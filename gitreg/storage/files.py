@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -51,16 +52,36 @@ def collector_paused(keep: bool = False) -> Iterator[None]:
     end (`gc.freeze`, see keep_long_lived), else the first collection after the pause walks every
     object made during it (a million: 0.1-0.4 s holding the GIL, so the event loop too, wherever
     it runs). No collection first: it would be that very walk.
+
+    Pauses on several threads at once nest: the collector runs again when the last one ends (the
+    first to end re-enabled it under the others: a webhook's patch ended in the middle of orgs.json's
+    write, whose collections then held the loop, #22).
     """
-    enabled = gc.isenabled()
-    gc.disable()
+    with _PAUSE_LOCK:
+        if _PAUSED.count == 0:
+            _PAUSED.enabled = gc.isenabled()
+        _PAUSED.count += 1
+        gc.disable()
     try:
         yield
         if keep:
             gc.freeze()
     finally:
-        if enabled:
-            gc.enable()
+        with _PAUSE_LOCK:
+            _PAUSED.count -= 1
+            if _PAUSED.count == 0 and _PAUSED.enabled:
+                gc.enable()
+
+
+class _Paused:
+    """How many collector_paused() run now, and whether the collector ran before the first."""
+
+    count = 0
+    enabled = False
+
+
+_PAUSED = _Paused()
+_PAUSE_LOCK = threading.Lock()
 
 
 def drained(items: list[T]) -> Iterator[T]:
