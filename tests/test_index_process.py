@@ -343,7 +343,7 @@ async def test_a_stopped_index_process_never_makes_the_serving_process_buffer_wi
         pipe.on_stalled = stalled.append
         pipe.hold()
         assert proc.stdin is not None
-        pipe.open(proc.stdin, Seed(Config(), 20, False))
+        pipe.open(proc.stdin, encode_command(Seed(Config(), 20, False)))
         # 60 changed 50,000-tag lists (about 2.6 MB each) while it does not read.
         tags = TagsFetched("https://git.example/acme/x.git", {f"v1.0.{i}": f"{i:040x}" for i in range(50_000)})
         size = len(encode_command(tags))

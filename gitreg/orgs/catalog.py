@@ -57,7 +57,7 @@ from gitreg.orgs.owners import Owners
 from gitreg.orgs.patch import Served, followed, identities, install_touched, patch_org, reindex, settle_patch
 from gitreg.orgs.refresh import OrgRefresher
 from gitreg.orgs.store import OrgStore, read_owners
-from gitreg.storage.files import keep_long_lived
+from gitreg.storage.files import keep_long_lived, run_file_work
 
 log = logging.getLogger(__name__)
 
@@ -351,8 +351,9 @@ class OrgCatalog:
             fetched, record = await self._described(s, event)
             if not fetched:
                 continue
-            if s.lock.locked():  # (before waiting for the rebuild: see OrgRefresher.enumerate's journal)
-                s.journal.append(change(s, s.records, event, record))
+            if s.lock.locked():  # (before waiting for the rebuild: see OrgRefresher.enumerate's journal; by-id
+                # scans of 230,000 records: on a thread)
+                s.journal.append(await run_file_work(self._store.executor, change, s, s.records, event, record))
             async with self._rebuilding:  # the listing patched is the one installed now
                 record = await self._patch(s, event, record)
                 if before_here and event.old_full_name and event.old_full_name.lower() in (s.records or {}):
