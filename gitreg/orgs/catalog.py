@@ -389,7 +389,7 @@ class OrgCatalog:
         s.stats.repositories = len(p.records)
         self._owners.install_part(settled.draft, before)
         served = Served(self._listing, self._by_repository, self._contested, self._shadowed)
-        changes = install_touched(served, self._orgs, before, settled, p.listing)
+        changes = install_touched(served, self._orgs, before, settled, p)
         self._generation += 1
         self._listing = served.listing
         if self._identities is not None and self._identity is not None:

@@ -41,6 +41,7 @@ class OrgPatch:
     record: RepoRecord | None
     changed: bool  # the records differ from the ones installed
     listing: dict[ModuleAddress, OrgRepo]  # a copy of the served listing, to install the patch in
+    base: Mapping[ModuleAddress, OrgRepo]  # the served listing it copied
 
 
 def patch_org(
@@ -84,7 +85,8 @@ def _patch_org(
         claims = [*claims, *new]
         ignored = {**ignored, **why}
     changed = bool(gone) or fresh
-    return OrgPatch(copy, claims, ignored, removed, added, record, changed, dict(listing) if changed else {})
+    served = dict(listing) if changed else {}
+    return OrgPatch(copy, claims, ignored, removed, added, record, changed, served, listing)
 
 
 @dataclass
@@ -158,10 +160,11 @@ def install_touched(
     orgs: Sequence[OrgState],
     before: Mapping[ModuleAddress, Sequence[OrgRepo]],
     settled: Settled,
-    listing: dict[ModuleAddress, OrgRepo],
+    p: OrgPatch,
 ) -> OrgChanges:
-    """Take `settled` into `served` (its new listing: `listing`, a copy of the one served, as requests and
+    """Take `settled` into `served` (its new listing: the patch's copy of the one served, as requests and
     threads hold that one) and each org's modules and counts; what changed (as `diff` says)."""
+    listing = p.listing if p.base is served.listing else dict(served.listing)  # (replaced meanwhile: copied)
     old = {a: repo for a in settled.owners if (repo := served.listing.get(a)) is not None}
     new = {a: repo for a, repo in settled.owners.items() if repo is not None}
     touched: set[int] = set()
