@@ -12,7 +12,8 @@ and reports the slowest answer and the 99th percentile (a blocked loop shows as 
 - `restart`: a start with an orgs.json of 230,000 modules and their owners (the API down): the seconds until the
   port answers, then the probe while the file loads.
 - `webhooks`: the same listing loaded (the API up), then 10 signed GitHub `repository` webhooks, one
-  a second, each for a listed repository the API answers 404 for (so each removes a module).
+  a second, each for a listed repository the API answers 404 for (so each removes a module); probed
+  until 10 s after the last is answered (orgs.json is written 5 s after a webhook).
 
     python bench/org_hostile.py [--root PATH] [--only page,pages,restart,webhooks] [--restart-modules N]
         [--pages N] [--index] [--redis URL]
@@ -231,8 +232,9 @@ def scenario_restart(root: Path, modules: int, index: bool) -> None:
     report("while it loads", figures, f", RSS then {rss / 1024:.0f} MiB")
 
 
-async def send_webhooks(url: str, count: int) -> list[int]:
-    """`count` signed `repository` events (edited) for listed repositories, one a second; their statuses."""
+async def send_webhooks(url: str, count: int) -> list[tuple[int, float]]:
+    """`count` signed `repository` events (edited) for listed repositories, one a second; their statuses
+    and answer times (s)."""
     statuses = []
     async with aiohttp.ClientSession() as session:
         for i in range(count):
@@ -251,8 +253,10 @@ async def send_webhooks(url: str, count: int) -> list[int]:
                 "X-Hub-Signature-256": github_signature(WEBHOOK_SECRET, body.encode()),
                 "Content-Type": "application/json",
             }
+            started = time.perf_counter()
             async with session.post(url, data=body, headers=headers) as resp:
-                statuses.append(resp.status)
+                await resp.read()
+                statuses.append((resp.status, time.perf_counter() - started))
     return statuses
 
 
@@ -272,9 +276,9 @@ def scenario_webhooks(root: Path, modules: int, index: bool, count: int = 10) ->
                 time.sleep(0.2)
             time.sleep(15.0 if index else 3.0)  # the load's own work (and telling the index process) over
 
-            async def run() -> tuple[dict[str, float], list[int]]:
+            async def run() -> tuple[dict[str, float], list[tuple[int, float]]]:
                 sent = asyncio.ensure_future(send_webhooks(server.url + "/webhooks/github", count))
-                figures = await probe(server.url + "/healthz", sent.done, 2.0)
+                figures = await probe(server.url + "/healthz", sent.done, 10.0)
                 return figures, await sent
 
             figures, statuses = asyncio.run(run())
@@ -283,7 +287,10 @@ def scenario_webhooks(root: Path, modules: int, index: bool, count: int = 10) ->
             server.stop()
     finally:
         fake.kill()
-    report(f"{count} webhooks, {modules:,} modules", figures, f", statuses {sorted(set(statuses))}, {applied} applied")
+    took = sorted(seconds for _, seconds in statuses)
+    codes = sorted({status for status, _ in statuses})
+    answered = f"answered in {took[len(took) // 2]:.2f} s (median), {took[-1]:.2f} s (max)"
+    report(f"{count} webhooks, {modules:,} modules", figures, f", statuses {codes}, {applied} applied, {answered}")
 
 
 def main() -> int:

@@ -79,6 +79,7 @@ from gitreg.index.protocol import (
     decode_report,
     encode_command,
     encode_report,
+    encode_seed,
 )
 from gitreg.index.store import ModuleIndex
 from gitreg.orgs.catalog import OrgCatalog
@@ -198,10 +199,11 @@ class CommandPipe:
         """A process is starting: keep what is sent until it runs."""
         self._outbox = []
 
-    def open(self, stdin: asyncio.StreamWriter, seed: Seed) -> None:
-        """It runs: the seed first, then what was held."""
+    def open(self, stdin: asyncio.StreamWriter, seed: bytes) -> None:
+        """It runs: the seed first (`encode_seed`), then what was held."""
         outbox, self._outbox = self._outbox or [], None
-        stdin.write(encode_command(seed) + b"".join(outbox))
+        for command in (seed, *outbox):  # (not joined: a seed of 230,000 org modules is 44 MB)
+            stdin.write(command)
         self._stdin = stdin
 
     def detach(self) -> asyncio.StreamWriter | None:
@@ -408,7 +410,8 @@ class IndexProcess:
     async def _run(self, resync: bool) -> int | None:
         self.commands.hold()
         self._told_leading = self.shared.leading()
-        seed = self._seed(resync)
+        # Pickled on a thread (230,000 org modules: 1.1-1.3 s); what is sent meanwhile is held.
+        seed = await asyncio.get_running_loop().run_in_executor(None, encode_seed, self._seed(resync))
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -4,6 +4,8 @@
   resolution into a synthetic rule, repository webhooks applied, subscribers told of changes.
 - `combine`: the orgs' claims combined into one listing, each address served by its owner
   (`owners`: who holds each address), computed on a thread from a snapshot.
+- `patch`: a repository webhook's change to one org's listing, settled against the owners and
+  installed for the few addresses it touches (the listing is not combined again).
 - `model`: the data (`OrgRepo`, `OrgChanges`, `OrgReport`, per-org `OrgState`) and `evaluate`,
   the rule that turns a host's repository records into modules.
 - `refresh`: each org's enumeration through its host's API client, and its background schedule.

@@ -19,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Executor
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,10 @@ from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
 from gitreg.orgs.combine import (
     KEEP_LONG_LIVED_AT,
+    Clash,
     Combined,
     Inputs,
     OrgView,
-    by_repository,
     combine_paused,
     evaluate_kept,
 )
@@ -46,15 +47,17 @@ from gitreg.orgs.model import (
     OrgRepo,
     OrgReport,
     OrgState,
+    by_name,
     change,
     evaluate,
     owns,
     patched,
 )
 from gitreg.orgs.owners import Owners
+from gitreg.orgs.patch import Served, followed, identities, install_touched, patch_org, reindex, settle_patch
 from gitreg.orgs.refresh import OrgRefresher
 from gitreg.orgs.store import OrgStore, read_owners
-from gitreg.storage.files import keep_long_lived
+from gitreg.storage.files import keep_long_lived, run_file_work
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,9 @@ log = logging.getLogger(__name__)
 FIRST_LISTING_WAIT = 8.0
 # How long a GitLab webhook waits for the one project it names (GitLab gives up after 10 s).
 WEBHOOK_FETCH_SECONDS = 8.0
+# orgs.json is written this long after a webhook changed a listing, with whatever changed meanwhile
+# (writing 230,000 repositories costs a second of CPU: a burst of webhooks writes once).
+WEBHOOK_WRITE_DELAY = 5.0
 # At start, orgs.json gets this long to load before the port opens (a usual file loads well
 # within it, so the first requests find the listing); a larger one goes on loading behind.
 LOAD_BEFORE_SERVING = 0.3
@@ -79,7 +85,9 @@ class OrgCatalog:
             self._namespaces.setdefault(state.config.namespace, []).append(state)
         self._listing: dict[ModuleAddress, OrgRepo] = {}
         self._by_repository: dict[str, set[ModuleAddress]] = {}
-        self._identities: dict[str, set[str]] | None = None  # built on the first webhook after a change
+        self._identities: dict[str, set[str]] | None = None  # built on the first webhook after a rebuild
+        self._identity: Callable[[str], str | None] | None = None  # (how it was built)
+        self._contested: dict[ModuleAddress, list[OrgRepo]] = {}  # every claim to each address claimed twice or more
         self._resolved: dict[ModuleAddress, tuple[OrgRepo, ResolvedModule]] = {}
         self._shadowed: dict[int, dict[str, str]] = {}  # org index -> full_name -> why (an address conflict)
         self._clashes_logged: set[tuple[ModuleAddress, str, str]] = set()
@@ -179,13 +187,8 @@ class OrgCatalog:
         """
         index = self._identities
         if index is None:
-            index = {}
-            for repo in self._listing.values():
-                for url in (repo.repository, repo.clone_url, repo.web_url):
-                    key = identity(url) if url else None
-                    if key is not None:
-                        index.setdefault(key, set()).add(repo.repository)
-            self._identities = index
+            index = self._identities = identities(self._listing.values(), identity)
+            self._identity = identity
         found: dict[str, None] = {}
         for url in urls:
             key = identity(url)
@@ -245,7 +248,7 @@ class OrgCatalog:
         loop = asyncio.get_running_loop()
         taken: list[tuple[OrgState, dict[str, RepoRecord], Evaluated | None]] = []
         for s, records, _ in found:  # on a thread: 230,000 repositories take seconds
-            listing = await loop.run_in_executor(self._store.executor, _by_name, records)
+            listing = await loop.run_in_executor(self._store.executor, by_name, records)
             taken.append((s, listing, await self.evaluated(s, listing)))
         if taken:
             async with self._rebuilding:  # every org at once: one rebuild
@@ -348,14 +351,12 @@ class OrgCatalog:
             fetched, record = await self._described(s, event)
             if not fetched:
                 continue
-            if s.lock.locked():  # (before waiting for the rebuild: see OrgRefresher.enumerate's journal)
-                s.journal.append(change(s, s.records, event, record))
+            if s.lock.locked():  # (before waiting for the rebuild: see OrgRefresher.enumerate's journal; by-id
+                # scans of 230,000 records: on a thread)
+                s.journal.append(await run_file_work(self._store.executor, change, s, s.records, event, record))
             async with self._rebuilding:  # the listing patched is the one installed now
-                assert s.records is not None  # (never None again once listed)
-                records, record = await asyncio.get_running_loop().run_in_executor(
-                    self._store.executor, patched, s, s.records, event, record
-                )
-                if before_here and event.old_full_name and event.old_full_name.lower() in records:
+                record = await self._patch(s, event, record)
+                if before_here and event.old_full_name and event.old_full_name.lower() in (s.records or {}):
                     self.refresh_soon(s.index)  # whether the old name is gone is the listing's to say
                 log.info(
                     "org %s: %s webhook %s %s: the API %s",
@@ -365,10 +366,42 @@ class OrgCatalog:
                     event.full_name[:200],
                     f"lists {record.full_name[:200]}" if record is not None else "does not list it here",
                 )
-                await self._take([(s, records, None)], None)
         if concerned:
-            self._store.flush_soon()
+            self._store.flush_soon(WEBHOOK_WRITE_DELAY)
         return concerned
+
+    async def _patch(self, s: OrgState, event: RepositoryEvent, found: RepoRecord | None) -> RepoRecord | None:
+        """Apply the API's answer `found` about `event`'s repo to org `s`'s listing, the rebuild lock held
+        (orgs.patch: only the addresses touched are settled); the record it put in."""
+        loop, protocols = asyncio.get_running_loop(), self.config.git.protocols
+        if not self.complete():  # (an org not listed yet: its claims are not all known, combined whole)
+            records, record = await loop.run_in_executor(
+                self._store.executor, patched, s, s.records or {}, event, found
+            )
+            await self._take([(s, records, None)], None)
+            return record
+        p = await loop.run_in_executor(self._store.executor, patch_org, s, event, found, protocols, self._listing)
+        if not p.changed:
+            return p.record
+        # From here on no await: the addresses touched are settled and installed in one go.
+        before, settled = settle_patch(self._orgs, s, p, self._owners, self._listing, self._contested)
+        s.records, s.claims, s.ignored = p.records, p.claims, p.ignored
+        s.stats.repositories = len(p.records)
+        self._owners.install_part(settled.draft, before)
+        served = Served(self._listing, self._by_repository, self._contested, self._shadowed)
+        changes = install_touched(served, self._orgs, before, settled, p)
+        self._generation += 1
+        self._listing = served.listing
+        if self._identities is not None and self._identity is not None:
+            now = [repo for repo in settled.owners.values() if repo is not None]
+            reindex(self._identities, self._identity, chain(*before.values()), now, self._by_repository)
+        for address in changes.removed:
+            self._resolved.pop(address, None)
+        self._log_clashes(settled.clashes)
+        self._store.changed()
+        if changes:
+            self.on_change.emit(changes)
+        return p.record
 
     async def _described(self, s: OrgState, event: RepositoryEvent) -> tuple[bool, RepoRecord | None]:
         """The repository `event` names, as the API describes it now (one call): None when it says 404.
@@ -515,13 +548,23 @@ class OrgCatalog:
         self._by_repository = combined.by_repository
         self._identities = None
         self._shadowed = combined.conflicts
+        self._contested = combined.contested
         for s in self._orgs:
             s.modules = combined.modules[s.index]
             s.stats.modules = len(s.modules)
             s.stats.conflicts = len(combined.conflicts.get(s.index, ()))
         for address in combined.changes.removed:
             self._resolved.pop(address, None)
-        for key, repo, why in combined.clashes:
+        self._log_clashes(combined.clashes)
+        changes = combined.changes
+        if changes or announce or self._owners.dirty:
+            self._store.changed()  # (the owners' flag is cleared by the write)
+            if changes or announce:
+                self.on_change.emit(changes)
+
+    def _log_clashes(self, clashes: Iterable[Clash]) -> None:
+        """Log each conflict once (by address, claimant and owner), however often it is settled again."""
+        for key, repo, why in clashes:
             if key not in self._clashes_logged:
                 self._clashes_logged.add(key)
                 log.warning(
@@ -531,11 +574,6 @@ class OrgCatalog:
                     repo.address,
                     why,
                 )
-        changes = combined.changes
-        if changes or announce or self._owners.dirty:
-            self._store.changed()  # (the owners' flag is cleared by the write)
-            if changes or announce:
-                self.on_change.emit(changes)
 
     @staticmethod
     def _keep(listing: Mapping[ModuleAddress, OrgRepo]) -> None:
@@ -549,22 +587,14 @@ class OrgCatalog:
 
         `complete`: every org has its first listing there (until then nothing is dropped from the index).
         """
-        new = dict(self._listing)
+        gone = list(gone)
         for address in gone:
-            new.pop(address, None)
             self._resolved.pop(address, None)
-        for repo in repos:
-            new[repo.address] = repo
+        new = followed(self._listing, self._by_repository, repos, gone)
         if complete:
             for s in self._orgs:
                 if s.records is None:
                     s.records = {}  # listed by the serving process: nothing to wait for here
         self._generation += 1
         self._listing = new
-        self._by_repository = by_repository(new)
         self._identities = None
-
-
-def _by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:
-    """A listing's records by lowercased full name (how OrgState.records holds them)."""
-    return {r.full_name.lower(): r for r in records}

@@ -58,6 +58,7 @@ class Combined:
     clashes: list[Clash]
     changes: OrgChanges
     owners: OwnerDraft
+    contested: dict[ModuleAddress, list[OrgRepo]]  # every claim to each address claimed more than once
 
 
 def combine(inputs: Inputs) -> Combined:
@@ -75,7 +76,7 @@ def combine(inputs: Inputs) -> Combined:
     new: dict[ModuleAddress, OrgRepo] = {}
     conflicts: dict[int, dict[str, str]] = {}
     clashes: list[Clash] = []
-    first = _first_claim(orgs)
+    first = first_claim(orgs)
     for address, repos in claims.items():
         owner = draft.settle(address, repos, first)
         if owner is not None:
@@ -84,15 +85,16 @@ def combine(inputs: Inputs) -> Combined:
             continue
         for repo in repos:
             if repo is not owner:
-                key, why = _conflict(orgs, draft, repo, owner)
+                key, why = conflict(orgs, draft, repo, owner)
                 conflicts.setdefault(repo.org, {})[repo.full_name] = why
                 clashes.append((key, repo, why))
     draft.forget_gone(claims)
+    contested = {address: repos for address, repos in claims.items() if len(repos) > 1}
     modules: dict[int, dict[ModuleAddress, OrgRepo]] = {v.index: {} for v in inputs.orgs}
     for address, repo in new.items():
         modules[repo.org][address] = repo
     changes = diff(inputs.old, new, _recent(orgs, inputs.since))
-    return Combined(new, by_repository(new), modules, conflicts, clashes, changes, draft)
+    return Combined(new, by_repository(new), modules, conflicts, clashes, changes, draft, contested)
 
 
 def combine_paused(inputs: Inputs) -> Combined:
@@ -120,7 +122,7 @@ def by_repository(listing: Mapping[ModuleAddress, OrgRepo]) -> dict[str, set[Mod
     return index
 
 
-def _first_claim(orgs: Mapping[int, OrgView]) -> Callable[[list[OrgRepo]], OrgRepo]:
+def first_claim(orgs: Mapping[int, OrgView]) -> Callable[[list[OrgRepo]], OrgRepo]:
     """Of claims to an address nobody holds yet: the earlier org's, then the oldest repository's
     (the lowest id: created first), never the first by name (`aaa-...` sorts before anyone)."""
 
@@ -133,7 +135,7 @@ def _first_claim(orgs: Mapping[int, OrgView]) -> Callable[[list[OrgRepo]], OrgRe
     return lambda repos: min(repos, key=age)
 
 
-def _conflict(
+def conflict(
     orgs: Mapping[int, OrgView], draft: OwnerDraft, repo: OrgRepo, owner: OrgRepo | None
 ) -> tuple[tuple[ModuleAddress, str, str], str]:
     """Why `repo` does not serve its address (its owner holds it), and the key it is logged once by."""

@@ -195,17 +195,27 @@ def evaluate(
     return claims, ignored
 
 
-def patch(records: dict[str, RepoRecord], dropped: tuple[str, ...], record: RepoRecord | None) -> None:
+def by_name(records: Iterable[RepoRecord]) -> dict[str, RepoRecord]:
+    """A listing's records by lowercased full name (how OrgState.records holds them)."""
+    return {r.full_name.lower(): r for r in records}
+
+
+def patch(records: dict[str, RepoRecord], dropped: tuple[str, ...], record: RepoRecord | None) -> list[str]:
     """Drop repositories by full name, then put `record` in (a webhook's change to a listing, as the API
-    described the repository): under its name now, its old name (the same id) dropped."""
-    for name in dropped:
-        records.pop(name.lower(), None)
+    described the repository): under its name now, its old name (the same id) dropped. The names
+    whose record it removed, or replaced with a different one."""
+    gone = [name.lower() for name in dropped if records.pop(name.lower(), None) is not None]
     if record is not None:
         key = record.full_name.lower()
         if record.id:
             for old in [k for k, rec in records.items() if rec.id == record.id and k != key]:
                 del records[old]
+                gone.append(old)
+        before = records.get(key)
+        if before is not None and before != record:
+            gone.append(key)
         records[key] = record
+    return gone
 
 
 def patched(

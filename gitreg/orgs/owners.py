@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gitreg.core.errors import GitregError
@@ -120,10 +120,29 @@ class Owners:
         """A copy to settle a listing on (off the loop): `listed`, the orgs that will have a listing."""
         return OwnerDraft(self._orgs, self.snapshot(), listed, self._clock())
 
+    def draft_of(self, addresses: Iterable[ModuleAddress], listed: frozenset[int]) -> OwnerDraft:
+        """A draft of only the holders of `addresses` (a webhook's patch settles those alone; a copy of
+        230,000 holders took 74 ms of the loop per webhook); taken back by `install_part`."""
+        held = {a: h for a in addresses if (h := self._held.get(a)) is not None}
+        return OwnerDraft(self._orgs, held, listed, self._clock())
+
     def install(self, draft: OwnerDraft) -> None:
         """Take what `draft` settled (on the loop; no owner changed since it was made): log each owner
         found gone, tell subscribers of each new holder."""
         self._held = draft.held
+        self._took(draft)
+
+    def install_part(self, draft: OwnerDraft, addresses: Iterable[ModuleAddress]) -> None:
+        """Take what a `draft_of(addresses)` settled for those addresses (the others are left as they are)."""
+        for address in addresses:
+            held = draft.held.get(address)
+            if held is None:
+                self._held.pop(address, None)
+            else:
+                self._held[address] = held
+        self._took(draft)
+
+    def _took(self, draft: OwnerDraft) -> None:
         self.version += 1
         self.dirty |= draft.changed
         for address, gone, name, replaced in draft.replaced:
@@ -224,12 +243,21 @@ class OwnerDraft:
 
 def owners_json(orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held]) -> list[dict[str, Any]]:
     """orgs.json's `owners`: each address with its holder's org key, full name and when first held."""
-    out = []
+    return list(owner_items(orgs, held))
+
+
+def owner_items(orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held]) -> Iterator[dict[str, Any]]:
+    """`owners_json`'s items one at a time (orgs.json is written item by item)."""
     for address, (org, name, since) in sorted(held.items()):
         provider, api_url, group = org_key(orgs[org])
-        item = {"address": str(address), "provider": provider, "api_url": api_url, "group": group}
-        out.append({**item, "full_name": name, "since": since})
-    return out
+        yield {
+            "address": str(address),
+            "provider": provider,
+            "api_url": api_url,
+            "group": group,
+            "full_name": name,
+            "since": since,
+        }
 
 
 def parse_owners(orgs: Sequence[OrgState], items: Any) -> dict[ModuleAddress, Held]:

@@ -21,7 +21,7 @@ import aiohttp
 
 from gitreg.forges.base import ForgeError, RepoRecord
 from gitreg.forges.hosts import client_for
-from gitreg.orgs.model import Evaluated, OrgState, patch
+from gitreg.orgs.model import Evaluated, OrgState, by_name, patch
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +90,16 @@ class OrgRefresher:
                 if not records and s.records:
                     was = len(s.records)
                     log.warning("org %s: the API now lists no repositories at all (it listed %d)", s.config.label, was)
-                listing = {r.full_name.lower(): r for r in records}
-                evaluated: Evaluated | None = await self._listings.evaluated(s, listing)  # (off the loop)
-                for dropped, record in s.journal:
-                    patch(listing, dropped, record)
-                if s.journal:
+                # Off the loop: keyed by name (230,000 records: 55-63 ms), evaluated, the journal replayed
+                # (by-id scans: 38 ms an entry), until no webhook added to it meanwhile.
+                loop = asyncio.get_running_loop()
+                listing = await loop.run_in_executor(None, by_name, records)
+                evaluated: Evaluated | None = await self._listings.evaluated(s, listing)
+                replayed = 0
+                while replayed < len(s.journal):
+                    entries = s.journal[replayed:]
+                    await loop.run_in_executor(None, _replay, listing, entries)
+                    replayed += len(entries)
                     evaluated = None  # webhooks changed it meanwhile: evaluated again, with their changes
                 s.journal.clear()
                 # (From the journal's replay until the listing is installed, a webhook's change to
@@ -147,6 +152,12 @@ class OrgRefresher:
                 log.exception("org %s: enumeration failed", s.config.label)
                 ok = False
             delay = next_delay(s, ok)
+
+
+def _replay(listing: dict[str, RepoRecord], journal: list[tuple[tuple[str, ...], RepoRecord | None]]) -> None:
+    """Apply webhooks' changes to a listing enumerated meanwhile (on a thread; `listing` is not shared yet)."""
+    for dropped, record in journal:
+        patch(listing, dropped, record)
 
 
 def _failed(s: OrgState, e: ForgeError) -> None:

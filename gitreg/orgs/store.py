@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,8 @@ from gitreg.config.model import OrgConfig
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import RepoRecord
 from gitreg.orgs.model import OrgState
-from gitreg.orgs.owners import Held, Owners, owners_json, parse_owners
-from gitreg.storage.files import collector_paused, drained, json_document, remove_leftovers, write_atomically
+from gitreg.orgs.owners import Held, Owners, owner_items, parse_owners
+from gitreg.storage.files import collector_paused, drained, json_pieces, remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -50,25 +50,32 @@ Loaded = tuple[OrgState, list[RepoRecord], float | None]
 Listed = tuple[OrgConfig, float | None, Mapping[str, RepoRecord]]
 
 
-def encode(orgs: Iterable[OrgState], owners: list[dict[str, Any]] | None = None) -> str:
+def encode(orgs: Iterable[OrgState], owners: Iterable[dict[str, Any]] | None = None) -> str:
     """The orgs.json document of the orgs that have a listing (and who owns each address: orgs.owners)."""
     return _encode([(s.config, s.enumerated_at, s.records) for s in orgs if s.records is not None], owners)
 
 
-def _encode(listed: Sequence[Listed], owners: list[dict[str, Any]] | None) -> str:
-    entries = [
-        json_document(
+def _encode(listed: Sequence[Listed], owners: Iterable[dict[str, Any]] | None) -> str:
+    return "".join(_pieces(listed, owners))
+
+
+def _pieces(listed: Sequence[Listed], owners: Iterable[dict[str, Any]] | None) -> Iterator[str]:
+    """The document in pieces, each repository and owner encoded by itself (one json.dumps of 230,000
+    of them holds the GIL, so the event loop, for 0.3 s), never joined (see write_atomically)."""
+    entries = (
+        json_pieces(
             {"provider": org.provider, "api_url": org.api_url, "group": org.group, "enumerated_at": enumerated_at},
-            "repositories",
-            (json.dumps(r.to_json()) for _, r in sorted(records.items())),
+            # In the listing's order: sorting 230,000 (name, record) pairs is one C call that held the
+            # GIL, so the loop, for 0.2 s when they came in the API's order (#22).
+            {"repositories": (json.dumps(r.to_json()) for r in records.values())},
         )
         for org, enumerated_at, records in listed
-    ]
-    if owners is None:
-        return json_document({"format": FORMAT}, "orgs", entries)
-    # The owners item by item too (one json.dumps of 230,000 of them holds the GIL for 0.3 s).
-    held = json_document({"format": FORMAT}, "owners", (json.dumps(o) for o in owners))
-    return f"{held[:-1]}, {json_document({}, 'orgs', entries)[1:]}"
+    )
+    lists: dict[str, Iterable[str | Iterable[str]]] = {}
+    if owners is not None:
+        lists["owners"] = (json.dumps(o) for o in owners)
+    lists["orgs"] = entries
+    return json_pieces({"format": FORMAT}, lists)
 
 
 def decode(data: Any, orgs: Sequence[OrgState]) -> list[Loaded]:
@@ -111,6 +118,7 @@ class OrgStore:
         self._dirty = False
         self._write_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._soon: asyncio.Task[None] | None = None  # a flush_soon waiting its delay
 
     def changed(self) -> None:
         """The listings differ from what the file holds: the next flush writes it."""
@@ -142,7 +150,7 @@ class OrgStore:
                 return
             # A snapshot (references to listings never mutated, a copy of the owners), encoded on a thread.
             listed = [(s.config, s.enumerated_at, s.records) for s in self._orgs if s.records is not None]
-            held = self.owners.snapshot() if self.owners is not None else None
+            held = self.owners.snapshot if self.owners is not None else None  # (copied on the thread)
             self._dirty = False
             if self.owners is not None:
                 self.owners.dirty = False
@@ -162,24 +170,41 @@ class OrgStore:
                 self._dirty = True
                 log.warning("could not write %s: %s", self.path, e)
 
-    def flush_soon(self) -> None:
-        """Flush in a task of its own (a webhook's answer does not wait for the disk)."""
-        task = asyncio.ensure_future(self.flush())
+    def flush_soon(self, delay: float = 0.0) -> None:
+        """Flush in a task of its own (a webhook's answer does not wait for the disk), after `delay`
+        seconds: what changes meanwhile is written with it (one write for a burst of webhooks)."""
+        if self._soon is not None:
+            return  # one is due: it writes this change too
+        self._soon = task = asyncio.ensure_future(self._flush_after(delay))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _flush_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._soon = None  # (a change from here on asks for a write of its own)
+        await self.flush()
 
     async def close(self) -> None:
         """At shutdown: let pending flushes finish (a flush cancelled in the middle of its write
         would leave the listing marked written when it may not be), then write what changed."""
+        if self._soon is not None:
+            self._soon.cancel()  # (still waiting: the last flush below writes its change)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.flush()
 
 
 def _write(
-    path: Path, listed: Sequence[Listed], orgs: Sequence[OrgState], held: Mapping[ModuleAddress, Held] | None
+    path: Path,
+    listed: Sequence[Listed],
+    orgs: Sequence[OrgState],
+    held: Callable[[], Mapping[ModuleAddress, Held]] | None,
 ) -> None:
-    """Write a snapshot taken on the loop (on a thread: 230,000 repositories take seconds to encode)."""
-    write_atomically(path, _encode(listed, owners_json(orgs, held) if held is not None else None), _TMP_PREFIX)
+    """Write a snapshot taken on the loop (the owners copied here), on a thread (230,000 repositories
+    take seconds to encode), the collector paused: what it makes is freed as it goes, and collections
+    walking it on this thread held the GIL, so the event loop, 40-130 ms at a time (#22)."""
+    with collector_paused():
+        owners = owner_items(orgs, held()) if held is not None else None
+        write_atomically(path, _pieces(listed, owners), _TMP_PREFIX)
 
 
 def read_owners(path: Path) -> Any:
