@@ -271,7 +271,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         access = getattr(record, ACCESS_FIELD, None)
-        if isinstance(access, list):
+        if isinstance(access, list) and access:
             # A batch of access lines: one object per request.
             return "\n".join(
                 self._dumps(
