@@ -97,7 +97,7 @@ class _Batch:
         self.logger = logger
         self.items: list[str | AccessEntry] = []
 
-    def add(self, item: Any) -> None:
+    def add(self, item: str | AccessEntry) -> None:
         if not self.items:
             # No reference to the loop is kept: it is the key of AccessLogger._batches.
             asyncio.get_running_loop().call_soon(self.flush)

@@ -122,28 +122,9 @@ class Registry:
         """A module was served with versions: a wildcard rule's module becomes listable."""
         self.catalog.remember(resolved)
 
-    def versions_answer_now(self, address: ModuleAddress) -> bytes | None:
-        """`versions_answer` when all it needs is at hand, without waiting: the org listed, the
-        repository's tag list fresh in the cache and its versions selected (the warm path, one
-        call and no coroutine); None otherwise (then `versions_answer` waits for what is missing)."""
-        if self.resolver.must_wait(address):
-            return None
-        resolved = self.resolver.resolve(address)
-        tags = self.cache.fresh(resolved.repository)
-        if tags is None:
-            return None
-        derived = self._derived.of(tags)
-        found = derived.versions.get(resolved.rule.tag_prefix)
-        return None if found is None else self._answer(address, resolved, derived, found)
-
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
         resolved, derived, found = await self._versions(address)
-        return self._answer(address, resolved, derived, found)
-
-    def _answer(
-        self, address: ModuleAddress, resolved: ResolvedModule, derived: _Derived, found: ModuleVersions
-    ) -> bytes:
         if found.versions:
             self.served(resolved)
         key = (resolved.rule.tag_prefix, address)

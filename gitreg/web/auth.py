@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PRINCIPAL_KEY", "TokenChecker", "admit", "authorize", "token_id", "visibility"]
 
-# Who the caller is (identity/model.py), recorded beside the scope; absent on an open registry.
+# Who the caller is (identity/model.py); absent on an open registry.
 PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
 # What the caller sees in lists, search and pages (asked of the Git host once per recheck_seconds).
 VISIBILITY_KEY = web.RequestKey[Visibility]("visibility")

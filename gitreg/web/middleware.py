@@ -54,15 +54,17 @@ class _Route(NamedTuple):
     priority: Priority
     page: bool
     archive: bool
-    matched: bool  # False for the router's 404/405 (no resource: nothing to protect)
-    open: bool  # served without a registry credential (OPEN_PATHS)
+    # Needs a registry credential when auth is on: a route of the app's (a 404/405 holds
+    # nothing to protect) that is not open (OPEN_PATHS).
+    guarded: bool
 
 
 def _route(route: AbstractRoute, known: dict[AbstractRoute, _Route]) -> _Route:
     resource = route.resource
     label = resource.canonical if resource is not None else UNMATCHED_ROUTE
     priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
-    found = _Route(label, priority, is_page(route), route.name == "archive", resource is not None, label in OPEN_PATHS)
+    guarded = resource is not None and label not in OPEN_PATHS
+    found = _Route(label, priority, is_page(route), route.name == "archive", guarded)
     if resource is not None:  # not a 404/405's route, made anew for each request: the app's routes are few
         known[route] = found
     return found
@@ -93,7 +95,7 @@ def request_middleware(metrics: Metrics, auth_enabled: bool) -> Middleware:
                 response = await _page(request, handler)
             else:
                 try:
-                    if auth_enabled and info.matched and not info.open:
+                    if auth_enabled and info.guarded:
                         credential = await authorize_request(request, info)
                     else:
                         credential = "none"
