@@ -12,8 +12,8 @@ wrk, the machine's noise moves it far less than requests/s, which is what the ta
 - `operator`: gitreg as `gitreg serve` runs it (access log on, static bearer token);
 - `no access log`: the access logger replaced by one that writes nothing;
 - `no auth`: and no `[auth] tokens` (the token is sent and not asked for);
-- `pass-through middleware`: and gitreg's request middleware replaced by one that only awaits
-  the handler;
+- `unwrapped handlers`: and the routes registered without gitreg's request wrapper
+  (middleware.Routes: timing, metrics, input checks, error shaping);
 - `constant handler`: and the versions handler answering the same bytes without looking anything up;
 - `bare`: bench/bare_server.py's aiohttp app (no middleware, no access log).
 
@@ -34,7 +34,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -45,7 +44,7 @@ from warm_path import operator_config
 
 PATH = "/v1/modules/demo/hello/null/versions"
 CONNECTIONS, PIPELINED = 25, 8
-PARTS = ["operator", "no access log", "no auth", "pass-through middleware", "constant handler", "bare"]
+PARTS = ["operator", "no access log", "no auth", "unwrapped handlers", "constant handler", "bare"]
 
 
 async def _client(port: int, requests: int) -> None:
@@ -86,16 +85,10 @@ def _app(part: int, config_path: str, body: bytes) -> web.AppRunner:
     from gitreg.web import app as webapp
     from gitreg.web.api import modules
 
-    if part >= PARTS.index("pass-through middleware"):
+    if part >= PARTS.index("unwrapped handlers"):
+        from gitreg.web.middleware import Routes
 
-        def passing(*_: Any) -> Any:
-            @web.middleware
-            async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-                return await handler(request)  # type: ignore[no-any-return]
-
-            return middleware
-
-        webapp.request_middleware = passing  # type: ignore[attr-defined,assignment]
+        Routes._api = lambda self, handler, label: handler  # type: ignore[method-assign]
     if part >= PARTS.index("constant handler"):
 
         async def constant(request: web.Request) -> web.Response:

@@ -90,7 +90,7 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
-from gitreg.web.middleware import request_middleware
+from gitreg.web.middleware import Routes
 from gitreg.web.pages.views import add_ui
 from gitreg.web.signing import UrlSigner
 
@@ -470,7 +470,6 @@ def create_app(
     """
     metrics = Metrics()  # this app's own registry: no process-wide state
     app = web.Application(
-        middlewares=[request_middleware(metrics, config.auth.enabled)],
         client_max_size=64 * 1024,
         # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.
         handler_args={"logger": ServerLogger(logging.getLogger("aiohttp.server"))},
@@ -501,10 +500,12 @@ def create_app(
         contexts.append(_storage_scan)
     contexts.append(_readiness)  # keep last: ready only when every service above is up
     app.cleanup_ctx.extend(contexts)
-    app.add_routes(routes)
-    app.add_routes(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
-    app.add_routes(webhook_routes)
-    app.add_routes(oauth_routes)
-    add_ui(app)
+    table = Routes(app, metrics, config.auth.enabled)  # each handler wrapped (middleware.py)
+    table.add(routes)
+    table.add(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
+    table.add(webhook_routes)
+    table.add(oauth_routes)
+    table.add(add_ui(app), page=True)
+    table.add_unrouted()
     app.on_shutdown.append(_stopping)
     return app

@@ -25,7 +25,7 @@ from gitreg.web.keys import IDENTITIES
 if TYPE_CHECKING:
     from gitreg.identity.service import Identities
 
-__all__ = ["PRINCIPAL_KEY", "TokenChecker", "admit", "authorize", "token_id", "visibility"]
+__all__ = ["PRINCIPAL_KEY", "TokenChecker", "admit", "authorize", "authorize_static", "token_id", "visibility"]
 
 # Who the caller is (identity/model.py); absent on an open registry.
 PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
@@ -65,29 +65,40 @@ async def visibility(request: web.Request) -> Visibility:
     return found
 
 
+def authorize_static(request: web.Request) -> str | None:
+    """`authorize` for a configured static token, without a coroutine (the warm path): the
+    credential kind once the caller is recorded and its namespaces checked (403), or None when
+    the header names no configured token (then `authorize` decides)."""
+    header = request.headers.get(hdrs.AUTHORIZATION)
+    if not header:
+        return None
+    identities = request.app[IDENTITIES]
+    static = identities.static.by_header(header)
+    if static is None:
+        return None
+    # Its principal and visibility were made once, and its reading is decided by namespace.
+    principal = static.principal
+    _record(request, principal, static.visibility)
+    _check_static(request, identities, principal)
+    return principal.kind
+
+
 async def authorize(request: web.Request) -> str:
     """Authenticate the request's bearer token, record the caller, and refuse what it may not read (403).
 
     A route naming a whole module address asks whether the caller can read that module (for a Git
     host identity: its repository, as the host says); one naming only a namespace checks a
     namespace-scoped token's namespaces (lists are filtered by `visibility`). Returns the
-    caller's credential kind (for the metrics).
+    caller's credential kind (for the metrics). The caller (middleware.py) tried
+    `authorize_static` first.
     """
     header = request.headers.get(hdrs.AUTHORIZATION, "")
-    identities = request.app[IDENTITIES]
-    static = identities.static.by_header(header) if header else None
-    if static is not None:
-        # A static token (the warm path): its principal and visibility were made once, and its
-        # reading is decided by namespace: nothing to await, nothing to allocate.
-        principal = static.principal
-        _record(request, principal, static.visibility)
-        _check_static(request, identities, principal)
-        return principal.kind
     presented = bearer_token(header)
     if header and presented is None:
         raise Unauthorized("the Authorization header must be 'Bearer <token>'")
     if not presented:
         raise Unauthorized(NO_TOKEN)
+    identities = request.app[IDENTITIES]
     principal = await identities.authenticate_dynamic(presented)
     await admit(request, principal)
     m = request.match_info

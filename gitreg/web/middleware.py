@@ -1,4 +1,4 @@
-"""The request middleware and the one error renderer: every failure leaves as `{"errors": ["..."]}`.
+"""The request wrappers (`Routes`) and the one error renderer: every failure leaves as `{"errors": ["..."]}`.
 
 Domain errors are raised deep (GitregError and its kinds) and shaped here, once; pages get
 HTML errors and the security headers instead (pages/views.py renders them).
@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import NamedTuple
+from collections.abc import Iterable
 
-from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
-from aiohttp.web_urldispatcher import AbstractRoute
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
 
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
@@ -23,11 +22,10 @@ from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE,
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.api.oauth import OAUTH_PATHS
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
-from gitreg.web.auth import authorize
+from gitreg.web.auth import authorize, authorize_static
 from gitreg.web.errors import error_response
 from gitreg.web.keys import CONFIG, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
-from gitreg.web.pages.views import is_page
 
 log = logging.getLogger(__name__)
 
@@ -38,67 +36,70 @@ OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/
 # The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
 # first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
 # sets BACKGROUND itself (gitpool.background_task).
+ARCHIVE_ROUTE = "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME
 INSTALL_ROUTES = frozenset(
     {
         "/v1/modules/{namespace}/{name}/{system}/versions",
         "/v1/modules/{namespace}/{name}/{system}/{version}/download",
-        "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
+        ARCHIVE_ROUTE,
     }
 )
+# The name of the route that answers every path no other route serves.
+UNROUTED = "unrouted"
 
 
-class _Route(NamedTuple):
-    """What the middleware needs of a route, worked out once per route (the warm path)."""
+class Routes:
+    """Registers the app's routes, each handler wrapped: timed and counted, checked (token, then
+    input), and every failure shaped (JSON for the API, an HTML page for the pages), never a
+    traceback. A path no route serves reaches `unrouted` (404, or 405 with Allow), registered last.
 
-    label: str  # the metrics' route label: the route's template
-    priority: Priority
-    page: bool
-    archive: bool
-    # Needs a registry credential when auth is on: a route of the app's (a 404/405 holds
-    # nothing to protect) that is not open (OPEN_PATHS).
-    guarded: bool
-
-
-def _route(route: AbstractRoute, known: dict[AbstractRoute, _Route]) -> _Route:
-    resource = route.resource
-    label = resource.canonical if resource is not None else UNMATCHED_ROUTE
-    priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
-    guarded = resource is not None and label not in OPEN_PATHS
-    found = _Route(label, priority, is_page(route), route.name == "archive", guarded)
-    if resource is not None:  # not a 404/405's route, made anew for each request: the app's routes are few
-        known[route] = found
-    return found
-
-
-def request_middleware(metrics: Metrics, auth_enabled: bool) -> Middleware:
-    """The one middleware: time and count every request, check it (token, then input), run the
-    handler, and shape every failure as JSON, never a traceback.
-
-    One middleware, not one per concern: each layer costs a coroutine and a call per request,
-    which shows on the warm path (bench/warm_path.py --operator).
+    A wrapper per route, not an app middleware: aiohttp runs an app's middlewares through two
+    more coroutine layers per request (a partial and its own `_fix_request_current_app`), and a
+    route's facts (label, priority, whether it needs a token) are known here once instead of
+    looked up per request (bench/warm_path.py --operator).
     """
-    routes: dict[AbstractRoute, _Route] = {}
-    credentials = metrics.credentials.counts
-    observe = metrics.observe_request
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        route = request.match_info.route
-        info = routes.get(route) or _route(route, routes)
-        priority = GIT_PRIORITY.set(info.priority)
-        status = 500
-        # The caller's credential kind once known; else (a page, a refused token) as recorded on the request.
-        credential = None
-        try:
-            if info.page:
-                response = await _page(request, handler)
-            else:
+    def __init__(self, app: web.Application, metrics: Metrics, auth_enabled: bool) -> None:
+        self.app = app
+        self.observe = metrics.observe_request
+        self.credentials = metrics.credentials.counts
+        self.auth_enabled = auth_enabled
+
+    def add(self, table: Iterable[web.AbstractRouteDef], page: bool = False) -> None:
+        """Register `table`'s routes (`page`: browser pages, with HTML errors and the security headers)."""
+        for route in table:
+            if not isinstance(route, web.RouteDef):
+                raise TypeError(f"only plain routes are wrapped, not {route!r}")
+            kwargs = dict(route.kwargs)
+            allow_head = kwargs.pop("allow_head", True)
+            resource = self.app.router.add_resource(route.path, name=kwargs.pop("name", None))
+            handler = (self._page if page else self._api)(route.handler, resource.canonical)
+            if route.method == hdrs.METH_GET and allow_head:
+                resource.add_route(hdrs.METH_HEAD, handler, **kwargs)
+            resource.add_route(route.method, handler, **kwargs)
+
+    def add_unrouted(self) -> None:
+        """The last route: any method on any path no other route serves (404, or 405 with Allow)."""
+        self.app.router.add_route(hdrs.METH_ANY, "/{path:.*}", self._api(_unrouted, UNMATCHED_ROUTE), name=UNROUTED)
+
+    def _api(self, handler: Handler, label: str) -> Handler:
+        git_priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
+        archive = label == ARCHIVE_ROUTE
+        # Needs a registry credential: auth is on, the route is not open (OPEN_PATHS), and it is
+        # a route of the app's (a path no route serves holds nothing to protect).
+        guarded = self.auth_enabled and label != UNMATCHED_ROUTE and label not in OPEN_PATHS
+        observe, credentials = self.observe, self.credentials
+
+        async def api(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            priority = GIT_PRIORITY.set(git_priority)
+            status = 500
+            # The caller's credential kind once known; else (a refused token) as recorded on the request.
+            credential = None if guarded else "none"
+            try:
                 try:
-                    if auth_enabled and info.guarded:
-                        credential = await authorize_request(request, info)
-                    else:
-                        credential = "none"
+                    if guarded:
+                        credential = await _authorize(request, archive)
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)
@@ -108,21 +109,60 @@ def request_middleware(metrics: Metrics, auth_enabled: bool) -> Middleware:
                         log.exception("unhandled error on %s %s", request.method, request.path)
                         answer = error_response(500, "internal error in gitreg; the server log has details")
                     response = answer
-            status = response.status
-            return response
-        except web.HTTPException as e:  # redirects (3xx) are raised, not returned
-            status = e.status
-            raise
-        except asyncio.CancelledError:
-            status = 499  # the client went away (nginx's convention)
-            raise
-        finally:
-            GIT_PRIORITY.reset(priority)
-            method = request.method if request.method in METHODS else OTHER_METHOD
-            observe(info.label, method, status, time.perf_counter() - started)
-            credentials[credential or request.get(CREDENTIAL_KEY, "none")] += 1
+                status = response.status
+                return response
+            except web.HTTPException as e:  # redirects (3xx) are raised, not returned
+                status = e.status
+                raise
+            except asyncio.CancelledError:
+                status = 499  # the client went away (nginx's convention)
+                raise
+            finally:
+                GIT_PRIORITY.reset(priority)
+                method = request.method
+                observe(label, method if method in METHODS else OTHER_METHOD, status, time.perf_counter() - started)
+                credentials[credential or request.get(CREDENTIAL_KEY, "none")] += 1
 
-    return middleware
+        return api
+
+    def _page(self, handler: Handler, label: str) -> Handler:
+        observe, credentials = self.observe, self.credentials
+
+        async def page(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            priority = GIT_PRIORITY.set(Priority.BROWSE)
+            status = 500
+            try:
+                response = await _page(request, handler)
+                status = response.status
+                return response
+            except web.HTTPException as e:  # redirects (3xx) are raised, not returned
+                status = e.status
+                raise
+            except asyncio.CancelledError:
+                status = 499
+                raise
+            finally:
+                GIT_PRIORITY.reset(priority)
+                method = request.method
+                observe(label, method if method in METHODS else OTHER_METHOD, status, time.perf_counter() - started)
+                # The caller's credential kind as the session guard recorded it.
+                credentials[request.get(CREDENTIAL_KEY, "none")] += 1
+
+        page.__doc__ = handler.__doc__
+        return page
+
+
+async def _unrouted(request: web.Request) -> web.StreamResponse:
+    """No route serves this path with this method: 405 with Allow when another method would be
+    served (as aiohttp's router answers), else 404."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource.name != UNROUTED:
+            allowed |= (await resource.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
 
 
 def _error_answer(request: web.Request, e: Exception) -> web.StreamResponse | None:
@@ -179,16 +219,15 @@ async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-async def authorize_request(request: web.Request, route: _Route) -> str:
+async def _authorize(request: web.Request, archive: bool) -> str:
     """Require a registry credential on an API route that is not open, when registry auth is on
     (tokens, forges or oidc); the caller's credential kind.
 
     A path no route serves (404, or 405 for a method) is not asked: it holds nothing to protect,
-    and the router's answer goes out as it is, so a typo'd URL says "no such endpoint", not
-    "needs a token".
+    so a typo'd URL says "no such endpoint", not "needs a token".
     """
-    if route.archive and "signature" in request.query:
+    if archive and "signature" in request.query:
         # Terraform fetches the archive without its token: the signed URL is the authorization.
         request.app[SIGNER].verify(request.path, request.query)
         return "none"
-    return await authorize(request)
+    return authorize_static(request) or await authorize(request)

@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_urldispatcher import AbstractRoute
 
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress, check_version, parse_address
@@ -216,32 +215,45 @@ async def module_file(request: web.Request) -> web.Response:
     return web.Response(body=data, content_type=content_type, headers=headers)
 
 
-def add_ui(app: web.Application) -> None:
-    """Register the pages (when `[ui] enabled`), the static files and the session signer."""
+def add_ui(app: web.Application) -> web.RouteTableDef:
+    """Set up the pages (when `[ui] enabled`: the session signer, the README workers); their
+    routes and the static files', for the app to register as pages (middleware.Routes)."""
+    pages = web.RouteTableDef()
     config = app[CONFIG]
     if not config.ui.enabled:
-        return
+        return pages
     app[SESSIONS] = Sessions(config.auth.signing_key or secrets.token_hex(32))
     app[READMES] = Readmes()
     app.cleanup_ctx.append(_readme_workers)
-    app.router.add_get("/", guarded(index_page), name="ui-index")
-    app.router.add_get("/modules", guarded(namespace_page), name="ui-modules")
-    app.router.add_get("/modules/", guarded(namespace_page), name="ui-modules-slash")
-    app.router.add_get("/modules/{namespace}", guarded(namespace_page), name="ui-namespace")
-    app.router.add_get("/modules/{namespace}/{name}", guarded(name_page), name="ui-name")
-    app.router.add_get("/modules/{namespace}/{name}/{system}", guarded(module_page), name="ui-module")
-    app.router.add_get("/modules/{namespace}/{name}/{system}/{version}", guarded(module_page), name="ui-version")
-    app.router.add_get(
-        "/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", guarded(module_file), name="ui-file"
-    )
-    app.router.add_get("/login", login_form, name="ui-login-form")
-    app.router.add_post("/login", login, name="ui-login")
-    app.router.add_get("/login/with/{forge}", sign_in, name="ui-signin")
-    app.router.add_post("/logout", logout, name="ui-logout")
-    app.router.add_static("/static/", HERE / "static", name="ui-static", append_version=True)
-    app.router.add_get("/favicon.ico", _favicon, name="ui-favicon")
+    pages.get("/", name="ui-index")(guarded(index_page))
+    pages.get("/modules", name="ui-modules")(guarded(namespace_page))
+    pages.get("/modules/", name="ui-modules-slash")(guarded(namespace_page))
+    pages.get("/modules/{namespace}", name="ui-namespace")(guarded(namespace_page))
+    pages.get("/modules/{namespace}/{name}", name="ui-name")(guarded(name_page))
+    pages.get("/modules/{namespace}/{name}/{system}", name="ui-module")(guarded(module_page))
+    pages.get("/modules/{namespace}/{name}/{system}/{version}", name="ui-version")(guarded(module_page))
+    pages.get("/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", name="ui-file")(guarded(module_file))
+    pages.get("/login", name="ui-login-form")(login_form)
+    pages.post("/login", name="ui-login")(login)
+    pages.get("/login/with/{forge}", name="ui-signin")(sign_in)
+    pages.post("/logout", name="ui-logout")(logout)
+    pages.get("/static/{file:.+}", name="ui-static")(_static)
+    pages.get("/favicon.ico", name="ui-favicon")(_favicon)
     # Registered last: any other path under /modules/ is the 404 page, never the API's JSON.
-    app.router.add_get("/modules/{rest:.+}", guarded(no_page), name="ui-no-page")
+    pages.get("/modules/{rest:.+}", name="ui-no-page")(guarded(no_page))
+    return pages
+
+
+# The static files, by name: nothing else under /static/ is served (no path is ever joined).
+STATIC_FILES = frozenset(path.name for path in (HERE / "static").iterdir() if path.is_file())
+
+
+async def _static(request: web.Request) -> web.FileResponse:
+    """`/static/<file>`: the stylesheet, the script and the icons (ETag, Last-Modified, ranges: FileResponse's)."""
+    name = request.match_info["file"]
+    if name not in STATIC_FILES:
+        raise web.HTTPNotFound()
+    return web.FileResponse(HERE / "static" / name)
 
 
 async def _favicon(request: web.Request) -> web.FileResponse:
@@ -253,8 +265,3 @@ async def _readme_workers(app: web.Application) -> AsyncIterator[None]:
     """The README workers live as long as the app (started on first use, killed at cleanup)."""
     yield
     await app[READMES].close()
-
-
-def is_page(route: AbstractRoute) -> bool:
-    """True for the browser pages and their static files (HTML errors, security headers)."""
-    return bool(route.name and route.name.startswith("ui-"))
