@@ -13,7 +13,7 @@ import re
 import time
 import weakref
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import unquote_plus
 
 from aiohttp import web
@@ -22,11 +22,24 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from gitreg.core import urls
 
-# Who made a request (the principal's name: a username, `oidc:<project>`, `token:<id>`; never a
-# token) and the kind of credential it presented: set by the web layer, read by the access log
-# and the metrics (by kind only).
-WHO_KEY = web.RequestKey[str]("who")
-CREDENTIAL_KEY = web.RequestKey[str]("credential")
+
+class Who(Protocol):
+    """Who made a request, as the access log and the metrics see it (identity's Principal is one)."""
+
+    @property
+    def name(self) -> str:
+        """The access log's user field: a username, `oidc:<project>`, `token:<id>`; never a token."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The kind of credential presented (the metrics' label)."""
+        ...
+
+
+# The caller of a request, recorded by the web layer once its credential is checked (absent
+# when none was), read here and by the metrics; the web layer reads the same entry as its Principal.
+WHO_KEY = web.RequestKey[Who]("who")
 # Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
 SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires")
 # Characters a name in the access line's user field may not hold (spaces and quotes would split it).
@@ -139,7 +152,7 @@ def _made(done: list[_Done], entries: bool) -> list[str | AccessEntry]:
                 headers.get("Referer", ""),
                 headers.get("User-Agent", ""),
                 duration,
-                request.get(WHO_KEY, ""),
+                who.name if (who := request.get(WHO_KEY)) is not None else "",
             )
         )
     return made

@@ -45,14 +45,18 @@ class Resolver:
             raise ModuleNotFound(f"module {address} is not served by this registry: no [[modules]] rule matches it")
         return resolved
 
-    async def resolve_listed(self, address: ModuleAddress) -> ResolvedModule:
-        """resolve(), after an org's first listing when the address may be one of its modules."""
-        if (
+    def must_wait(self, address: ModuleAddress) -> bool:
+        """True while an org's first listing is under way and `address` may be one of its modules."""
+        return (
             self.orgs is not None
             and not self.orgs.complete()
             and (address.namespace, address.name, address.system) not in self.rules.explicit
             and self.orgs.get(address) is None  # listed already, from a first page
-        ):
+        )
+
+    async def resolve_listed(self, address: ModuleAddress) -> ResolvedModule:
+        """resolve(), after an org's first listing when the address may be one of its modules."""
+        if self.orgs is not None and self.must_wait(address):
             await self.orgs.wait_listed(address.namespace)  # only until the org's first listing
         return self.resolve(address)
 

@@ -94,7 +94,24 @@ class Registry:
         resolved, _, found = await self._versions(address)
         return resolved, found
 
+    def _ready(self, address: ModuleAddress) -> tuple[ResolvedModule, _Derived, ModuleVersions] | None:
+        """What `_versions` finds when nothing needs waiting for (the warm path, without a
+        coroutine): the org listed, the repository's tags fresh in the cache, their versions
+        selected; None otherwise."""
+        if self.resolver.must_wait(address):
+            return None
+        resolved = self.resolver.resolve(address)
+        tags = self.cache.fresh(resolved.repository)
+        if tags is None:
+            return None
+        derived = self._derived.of(tags)
+        found = derived.versions.get(resolved.rule.tag_prefix)
+        return None if found is None else (resolved, derived, found)
+
     async def _versions(self, address: ModuleAddress) -> tuple[ResolvedModule, _Derived, ModuleVersions]:
+        ready = self._ready(address)
+        if ready is not None:
+            return ready
         resolved = await self.resolver.resolve_listed(address)
         tags = await self.cache.get(resolved.repository)
         derived = self._derived.of(tags)
@@ -122,9 +139,18 @@ class Registry:
         """A module was served with versions: a wildcard rule's module becomes listable."""
         self.catalog.remember(resolved)
 
+    def versions_answer_now(self, address: ModuleAddress) -> bytes | None:
+        """`versions_answer` when nothing needs waiting for (see `_ready`), else None."""
+        ready = self._ready(address)
+        return None if ready is None else self._answer(address, *ready)
+
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
-        resolved, derived, found = await self._versions(address)
+        return self._answer(address, *await self._versions(address))
+
+    def _answer(
+        self, address: ModuleAddress, resolved: ResolvedModule, derived: _Derived, found: ModuleVersions
+    ) -> bytes:
         if found.versions:
             self.served(resolved)
         key = (resolved.rule.tag_prefix, address)

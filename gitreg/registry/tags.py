@@ -91,8 +91,24 @@ class TagCache:
         # Told of each repository whose fetched tags differ from what was cached (the index listens).
         self.on_fetched: Signal[[str]] = Signal()
 
+    def fresh(self, key: str) -> TagList | None:
+        """The tag list of repository `key` when the cache holds it fresh (a hit), else None
+        (then `get` decides: a stale list, a refresh, a remembered failure). No coroutine."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now = self._clock()
+        if now >= entry.expires or self._negative.recall(key, now) is not None:
+            return None
+        self._entries.move_to_end(key)
+        self.stats.hits += 1
+        return self._serve(entry, now)
+
     async def get(self, key: str) -> TagList:
         """The tag list of repository `key`, from cache or one coalesced upstream call."""
+        found = self.fresh(key)
+        if found is not None:
+            return found
         now = self._clock()
         negative = self._negative.recall(key, now)
         if negative is not None:
@@ -101,9 +117,6 @@ class TagCache:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
-            if now < entry.expires:
-                self.stats.hits += 1
-                return self._serve(entry, now)
             if self._servable_stale(entry, now):
                 if now < entry.retry_at:
                     # The last refresh failed moments ago: do not hammer a host that is down.

@@ -8,7 +8,7 @@ with `admit`; list, search and the pages then ask `visibility(request)`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aiohttp import hdrs, web
 
@@ -19,7 +19,7 @@ from gitreg.identity.model import Principal
 from gitreg.identity.service import NO_TOKEN
 from gitreg.identity.static import TokenChecker, token_id
 from gitreg.identity.visibility import Visibility
-from gitreg.observability.logs import CREDENTIAL_KEY, WHO_KEY
+from gitreg.observability.logs import WHO_KEY
 from gitreg.web.keys import IDENTITIES
 
 if TYPE_CHECKING:
@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PRINCIPAL_KEY", "TokenChecker", "admit", "authorize", "authorize_static", "token_id", "visibility"]
 
-# Who the caller is (identity/model.py); absent on an open registry.
-PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
+# Who the caller is (identity/model.py); absent on an open registry. The access log's and the
+# metrics' WHO_KEY, read as what this layer stores there: one entry, set once per request.
+PRINCIPAL_KEY = cast("web.RequestKey[Principal]", WHO_KEY)
 # What the caller sees in lists, search and pages (asked of the Git host once per recheck_seconds).
 VISIBILITY_KEY = web.RequestKey[Visibility]("visibility")
 
@@ -51,8 +52,6 @@ async def admit(request: web.Request, principal: Principal | None) -> None:
 def _record(request: web.Request, principal: Principal | None, seen: Visibility | None) -> None:
     if principal is not None:
         request[PRINCIPAL_KEY] = principal
-        request[WHO_KEY] = principal.name
-        request[CREDENTIAL_KEY] = principal.kind
     if seen is not None:
         request[VISIBILITY_KEY] = seen
 
@@ -76,9 +75,9 @@ def authorize_static(request: web.Request) -> str | None:
     static = identities.static.by_header(header)
     if static is None:
         return None
-    # Its principal and visibility were made once, and its reading is decided by namespace.
-    principal = static.principal
-    _record(request, principal, static.visibility)
+    # Its principal was made once, and its reading is decided by namespace (its visibility, made
+    # once too, is what `visibility` asks of the identities when a list needs it).
+    principal = request[PRINCIPAL_KEY] = static.principal
     _check_static(request, identities, principal)
     return principal.kind
 

@@ -17,7 +17,7 @@ from aiohttp.typedefs import Handler
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
-from gitreg.observability.logs import CREDENTIAL_KEY
+from gitreg.observability.logs import WHO_KEY
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.api.oauth import OAUTH_PATHS
@@ -99,7 +99,10 @@ class Routes:
             try:
                 try:
                     if guarded:
-                        credential = await _authorize(request, archive)
+                        # A configured static token without a coroutine (the warm path); else the whole way.
+                        credential = None if archive else authorize_static(request)
+                        if credential is None:
+                            credential = await _authorize(request, archive)
                     # Every path segment and query parameter, before any handler, rule or git call.
                     check_request(request)
                     response = await handler(request)
@@ -121,7 +124,7 @@ class Routes:
                 GIT_PRIORITY.reset(priority)
                 method = request.method
                 observe(label, method if method in METHODS else OTHER_METHOD, status, time.perf_counter() - started)
-                credentials[credential or request.get(CREDENTIAL_KEY, "none")] += 1
+                credentials[credential or _kind(request)] += 1
 
         return api
 
@@ -147,10 +150,16 @@ class Routes:
                 method = request.method
                 observe(label, method if method in METHODS else OTHER_METHOD, status, time.perf_counter() - started)
                 # The caller's credential kind as the session guard recorded it.
-                credentials[request.get(CREDENTIAL_KEY, "none")] += 1
+                credentials[_kind(request)] += 1
 
         page.__doc__ = handler.__doc__
         return page
+
+
+def _kind(request: web.Request) -> str:
+    """The credential kind of the caller recorded on `request`; "none" when none was."""
+    who = request.get(WHO_KEY)
+    return "none" if who is None else who.kind
 
 
 async def _unrouted(request: web.Request) -> web.StreamResponse:
