@@ -6,12 +6,14 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import re
 import urllib.request
 from pathlib import Path
 
 import prometheus_client
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitreg.web.app import create_app
@@ -258,6 +260,54 @@ async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
         logged = int(re.search(r'" \d{3} (\d+) "', lines[path]).group(1))
         assert logged == len(bodies[path]), (path, lines[path])
     assert re.search(r'" 200 0 "', head_line), head_line  # HEAD sends the headers only
+
+
+async def test_access_lines_are_written_in_blocks_and_the_rest_at_shutdown():
+    # Lines go to `logging` 256 at a time or a quarter of a second after the first, and whatever
+    # is held back when the server stops is written then (run_server calls write_pending).
+    from aiohttp import ClientSession
+
+    from gitreg.observability.logs import WRITE_LINES, AccessLogger
+
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger("tests.access-blocks")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/x", ok)
+    runner = web.AppRunner(app, access_log_class=AccessLogger, access_log=logger)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/x"
+    try:
+        async with ClientSession() as session:
+            for i in range(3):
+                async with session.get(f"{url}?n={i}") as resp:
+                    assert resp.status == 200
+            await asyncio.sleep(0.02)
+            assert records == []  # made, held back for a block
+            AccessLogger.write_pending()
+            [record] = records
+            assert [line.split('"')[1] for line in record.getMessage().split("\n")] == [
+                f"GET /x?n={i} HTTP/1.1" for i in range(3)
+            ]
+            records.clear()
+            for _ in range(WRITE_LINES):  # a full block is written without waiting
+                async with session.get(url) as resp:
+                    await resp.read()
+            await asyncio.sleep(0.02)
+            assert len(records) == 1 and len(records[0].getMessage().split("\n")) == WRITE_LINES
+    finally:
+        await runner.cleanup()
+        logger.removeHandler(handler)
 
 
 @pytest.mark.slow

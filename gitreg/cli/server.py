@@ -86,6 +86,7 @@ async def run_server(
         log.info("shutting down: finishing in-flight requests")
     finally:
         await runner.cleanup()
+        AccessLogger.write_pending()  # the access lines still held back (written in blocks)
 
 
 def announce(config: Config, addresses: list[Any], scheme: str) -> list[str]:

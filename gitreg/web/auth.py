@@ -64,14 +64,13 @@ async def visibility(request: web.Request) -> Visibility:
     return found
 
 
-def authorize_static(request: web.Request) -> str | None:
+def authorize_static(request: web.Request, identities: Identities) -> str | None:
     """`authorize` for a configured static token, without a coroutine (the warm path): the
     credential kind once the caller is recorded and its namespaces checked (403), or None when
     the header names no configured token (then `authorize` decides)."""
     header = request.headers.get(hdrs.AUTHORIZATION)
     if not header:
         return None
-    identities = request.app[IDENTITIES]
     static = identities.static.by_header(header)
     if static is None:
         return None

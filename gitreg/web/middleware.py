@@ -17,6 +17,7 @@ from aiohttp.typedefs import Handler
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
+from gitreg.identity.service import Identities
 from gitreg.observability.logs import WHO_KEY
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
@@ -24,7 +25,7 @@ from gitreg.web.api.oauth import OAUTH_PATHS
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
 from gitreg.web.auth import authorize, authorize_static
 from gitreg.web.errors import error_response
-from gitreg.web.keys import CONFIG, SIGNER
+from gitreg.web.keys import CONFIG, IDENTITIES, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,13 @@ class Routes:
         self.observe = metrics.observe_request
         self.credentials = metrics.credentials.counts
         self.auth_enabled = auth_enabled
+        # The identities (made by a cleanup context), kept once the app started: the warm path's
+        # token check then looks nothing up in the app.
+        self.identities: Identities | None = None
+        app.on_startup.append(self._started)  # after every cleanup context's start
+
+    async def _started(self, app: web.Application) -> None:
+        self.identities = app.get(IDENTITIES)
 
     def add(self, table: Iterable[web.AbstractRouteDef], page: bool = False) -> None:
         """Register `table`'s routes (`page`: browser pages, with HTML errors and the security headers)."""
@@ -89,6 +97,7 @@ class Routes:
         # a route of the app's (a path no route serves holds nothing to protect).
         guarded = self.auth_enabled and label != UNMATCHED_ROUTE and label not in OPEN_PATHS
         observe, credentials = self.observe, self.credentials
+        routes = self
 
         async def api(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
@@ -100,7 +109,9 @@ class Routes:
                 try:
                     if guarded:
                         # A configured static token without a coroutine (the warm path); else the whole way.
-                        credential = None if archive else authorize_static(request)
+                        identities = routes.identities
+                        if not archive and identities is not None:
+                            credential = authorize_static(request, identities)
                         if credential is None:
                             credential = await _authorize(request, archive)
                     # Every path segment and query parameter, before any handler, rule or git call.
@@ -239,4 +250,4 @@ async def _authorize(request: web.Request, archive: bool) -> str:
         # Terraform fetches the archive without its token: the signed URL is the authorization.
         request.app[SIGNER].verify(request.path, request.query)
         return "none"
-    return authorize_static(request) or await authorize(request)
+    return authorize_static(request, request.app[IDENTITIES]) or await authorize(request)
