@@ -201,7 +201,7 @@ class ModuleRule:
         """How many of namespace/name/system the rule fixes."""
         return sum(v is not None for v in (self.namespace, self.name, self.system))
 
-    @property
+    @functools.cached_property  # read on every request, like specificity
     def explicit(self) -> bool:
         """True when the rule names exactly one module."""
         return self.specificity == 3
