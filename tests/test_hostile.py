@@ -285,6 +285,7 @@ async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_
     method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "PROPFIND"]),
 )
 @example(path="/modules/he%2Fllo/he%2Fllo/he%2Fllo", method="GET")  # a web page's 404 (found by this test)
+@example(path="/a%0D%0Ab", method="GET")  # a line break in the decoded path: still JSON (found by this test)
 async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_bounded_metric_label(
     app_client, path, method
 ):

@@ -88,7 +88,9 @@ class Routes:
 
     def add_unrouted(self) -> None:
         """The last route: any method on any path no other route serves (404, or 405 with Allow)."""
-        self.app.router.add_route(hdrs.METH_ANY, "/{path:.*}", self._api(_unrouted, UNMATCHED_ROUTE), name=UNROUTED)
+        # `[\s\S]`, not `.`: a path may hold a line break once decoded (`/a%0D%0Ab`).
+        handler = self._api(_unrouted, UNMATCHED_ROUTE)
+        self.app.router.add_route(hdrs.METH_ANY, r"/{path:[\s\S]*}", handler, name=UNROUTED)
 
     def _api(self, handler: Handler, label: str) -> Handler:
         git_priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
@@ -147,7 +149,7 @@ class Routes:
             priority = GIT_PRIORITY.set(Priority.BROWSE)
             status = 500
             try:
-                response = await _page(request, handler)
+                response = await _page_answer(request, handler)
                 status = response.status
                 return response
             except web.HTTPException as e:  # redirects (3xx) are raised, not returned
@@ -216,7 +218,7 @@ def _error_answer(request: web.Request, e: Exception) -> web.StreamResponse | No
     return None
 
 
-async def _page(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _page_answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A browser page: its own session check, HTML errors, and the security headers on every answer."""
     try:
         response: web.StreamResponse = await handler(request)
