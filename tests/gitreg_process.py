@@ -30,7 +30,8 @@ class GitregProcess:
         self.cwd = cwd or ROOT
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
-        self.log: list[str] = []
+        self.log: list[str] = []  # every line it printed so far (all of them once stopped)
+        self._pump: threading.Thread | None = None
 
     def start(self, timeout: float = 20) -> GitregProcess:
         """Start and wait until the server says where it listens."""
@@ -55,7 +56,8 @@ class GitregProcess:
                     found.set()
             found.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         if not found.wait(timeout) or not self.url:
             self.stop()
             raise RuntimeError("gitreg did not start:\n" + "".join(self.log))
@@ -85,6 +87,20 @@ class GitregProcess:
             self.proc.kill()
             self.proc.wait()
             raise
+        finally:
+            if self._pump is not None:
+                self._pump.join(5)  # its last lines read: `log` is whole
+
+    def wait_for_log(self, needle: str, timeout: float = 10) -> list[str]:
+        """The lines holding `needle`, once there is one (access lines are written in blocks,
+        within a quarter of a second)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = [line for line in self.log if needle in line]
+            if lines:
+                return lines
+            time.sleep(0.05)
+        raise AssertionError(f"no log line with {needle}:\n" + "".join(self.log[-50:]))
 
     def __enter__(self) -> GitregProcess:
         return self.start()

@@ -96,7 +96,7 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
             assert not (tmp_path / "home" / ".netrc").exists()
             result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
             assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
-            log = "".join(server.log)
+        log = "".join(server.log)
         seen = git_http.requests()
     dirs = installed_dirs(work)
     # the monorepo module: only its own directory, at the module root
@@ -276,7 +276,7 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
         )
         with urllib.request.urlopen(request, timeout=10) as resp:
             location = json.loads(resp.read())["location"]
-        log = "".join(server.log)
+    log = "".join(server.log)
     output = bad.stdout + bad.stderr
     assert bad.returncode != 0, output
     assert "checksums did not match" in output.lower(), output

@@ -401,7 +401,7 @@ def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_pat
         # Real discovery over TLS; the token from the CLI config's credentials block, stored hashed in gitreg.
         hashed = module_dir(tmp_path, "hashed", f"{host}/other/secret/aws")
         via_hash = terraform.run(["init", "-input=false", "-no-color"], cwd=hashed, env=env)
-        log = "".join(server.log)
+    log = "".join(server.log)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert installed(allowed) == {"m": "1.0.0"}
     assert refused.returncode != 0

@@ -232,7 +232,7 @@ def test_terraform_login_then_init_installs_what_the_person_can_read_and_nothing
         status, metrics = api(f"{server.url}/metrics", None, ca)
         assert 'gitreg_requests_by_credential_total{kind="login"}' in metrics
         assert "alice" not in metrics
-        log = "".join(server.log)
+    log = "".join(server.log)
     assert re.search(r' - alice \[[^]]+\] "GET /v1/modules/demo/hello/null/versions ', log), log[-3000:]
     assert token not in log and all(g.access not in log for g in gitlab.grants)
     listed = run_gitreg("tokens", "list", "--config", str(tmp_path / "gitreg.toml"))

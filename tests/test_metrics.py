@@ -213,12 +213,7 @@ def _get(url: str, headers: dict[str, str] | None = None) -> int:
 
 
 async def _wait_for_log(proc: GitregProcess, needle: str) -> list[str]:
-    for _ in range(100):
-        lines = [line for line in proc.log if needle in line]
-        if lines:
-            return lines
-        await asyncio.sleep(0.05)
-    raise AssertionError("no log line with " + needle + ":\n" + "".join(proc.log))
+    return await asyncio.to_thread(proc.wait_for_log, needle)
 
 
 @pytest.mark.slow

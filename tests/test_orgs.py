@@ -772,7 +772,7 @@ def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, 
                     GIT_CONFIG_GLOBAL=str(tmp_path / "home" / ".gitconfig"),
                 ),
             )
-            log = "".join(server.log)
+        log = "".join(server.log)
         assert fake.requests("/repos"), "gitreg listed the org through the API"
     assert result.returncode == 0, f"{terraform.name} init failed:\n{result.stdout}\n{result.stderr}\n{log}"
     assert "Downloading registry.example.test/acme/vpc/aws 1.1.0 for vpc" in result.stdout
