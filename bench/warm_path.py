@@ -2,7 +2,7 @@
 side by side with a bare aiohttp handler returning the same JSON, in one run (wrk).
 
     python bench/warm_path.py [--seconds 10] [--rounds 3] [--connections 32] [--quick]
-    python bench/warm_path.py --operator [--seconds 10] [--rounds 5]
+    python bench/warm_path.py --operator [--seconds 10] [--rounds 5] [--before CHECKOUT] [--no-access-log-too]
 
 Target: gitreg reaches at least 75% of the bare handler's requests/s.
 
@@ -82,6 +82,10 @@ def operator(args: argparse.Namespace) -> int:
     servers = {"gitreg": gitreg}
     if args.before:  # the same scenario on another checkout (e.g. the commit before a change), in the same run
         servers["gitreg before"] = start_gitreg(["--config", str(config)], base / "before.log", root=args.before)
+    if args.no_access_log_too:  # what the access line costs: the same server without it, in the same rounds
+        servers["gitreg --log-level warning"] = start_gitreg(
+            ["--config", str(config), "--log-level", "warning"], base / "quiet.log"
+        )
     try:
         request = urllib.request.Request(gitreg.url + path, headers=headers)
         with urllib.request.urlopen(request) as resp:  # also warms the tag cache
@@ -99,6 +103,7 @@ def operator(args: argparse.Namespace) -> int:
         for server in servers.values():
             server.stop()
     before = f" --before {args.before}" if args.before else ""
+    before += " --no-access-log-too" if args.no_access_log_too else ""
     print(
         f"# warm path, operator scenario: python bench/warm_path.py --operator --seconds {args.seconds} "
         f"--rounds {args.rounds} --connections {args.connections}{before}: wrk -t1 -c{args.connections} "
@@ -134,6 +139,11 @@ def main() -> int:
     parser.add_argument("--operator", action="store_true", help="the operator scenario (see above); never pinned")
     parser.add_argument(
         "--before", type=Path, metavar="CHECKOUT", help="with --operator: also run the gitreg of this source tree"
+    )
+    parser.add_argument(
+        "--no-access-log-too",
+        action="store_true",
+        help="with --operator: also run gitreg with --log-level warning (no access log), in the same rounds",
     )
     args = parser.parse_args()
     if args.quick:
