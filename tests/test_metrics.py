@@ -257,13 +257,16 @@ async def test_access_log_counts_the_body_bytes_not_the_headers(repo, tmp_path):
     assert re.search(r'" 200 0 "', head_line), head_line  # HEAD sends the headers only
 
 
-async def test_access_lines_are_written_in_blocks_and_the_rest_at_shutdown():
-    # Lines go to `logging` 256 at a time or a quarter of a second after the first, and whatever
-    # is held back when the server stops is written then (run_server calls write_pending).
+async def test_access_lines_are_written_in_blocks_and_the_rest_at_shutdown(monkeypatch):
+    # Lines go to `logging` 256 at a time or WRITE_SECONDS after the first, and whatever is held
+    # back when the server stops is written then (run_server calls write_pending). The wait is
+    # set long here, so no timer fires before the test looks, and then short, to see it fire.
     from aiohttp import ClientSession
 
+    from gitreg.observability import logs
     from gitreg.observability.logs import WRITE_LINES, AccessLogger
 
+    monkeypatch.setattr(logs, "WRITE_SECONDS", 600)
     records: list[logging.LogRecord] = []
     logger = logging.getLogger("tests.access-blocks")
     logger.setLevel(logging.INFO)
@@ -282,26 +285,38 @@ async def test_access_lines_are_written_in_blocks_and_the_rest_at_shutdown():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/x"
+
+    def lines() -> list[str]:
+        return [line for record in records for line in record.getMessage().split("\n")]
+
     try:
         async with ClientSession() as session:
             for i in range(3):
                 async with session.get(f"{url}?n={i}") as resp:
                     assert resp.status == 200
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)
             assert records == []  # made, held back for a block
             AccessLogger.write_pending()
-            [record] = records
-            assert [line.split('"')[1] for line in record.getMessage().split("\n")] == [
-                f"GET /x?n={i} HTTP/1.1" for i in range(3)
-            ]
+            assert len(records) == 1
+            assert [line.split('"')[1] for line in lines()] == [f"GET /x?n={i} HTTP/1.1" for i in range(3)]
             records.clear()
             for _ in range(WRITE_LINES):  # a full block is written without waiting
                 async with session.get(url) as resp:
                     await resp.read()
-            await asyncio.sleep(0.02)
-            assert len(records) == 1 and len(records[0].getMessage().split("\n")) == WRITE_LINES
+            await asyncio.sleep(0.05)
+            assert len(records) == 1 and len(lines()) == WRITE_LINES
+            records.clear()
+            monkeypatch.setattr(logs, "WRITE_SECONDS", 0.05)
+            async with session.get(url + "?late") as resp:
+                await resp.read()
+            for _ in range(200):  # written by the timer, without a block or a shutdown
+                if records:
+                    break
+                await asyncio.sleep(0.05)
+            assert [line.split('"')[1] for line in lines()] == ["GET /x?late HTTP/1.1"]
     finally:
         await runner.cleanup()
+        AccessLogger.write_pending()
         logger.removeHandler(handler)
 
 
