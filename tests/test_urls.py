@@ -14,7 +14,7 @@ import re
 from urllib.parse import urlsplit
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from gitreg.config.parse import parse_config
@@ -163,6 +163,8 @@ def test_mask_of_any_text_leaves_no_user_info_a_password_could_hide_in(text):
     path=paths,
 )
 def test_web_url_never_carries_user_info(scheme, user, password, host, port, path):
+    # A password that is also part of the host or path would be "in" the URL without leaking.
+    assume(password not in host and password not in path)
     if scheme == "scp":
         url = f"{user}@{host}:{path}.git"
     else:

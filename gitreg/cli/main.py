@@ -190,7 +190,7 @@ def prepare_storage(path: str) -> str | None:
     return None
 
 
-def _serve(config: Config, workers: int = 1, log_format: str = "text") -> int:
+def _serve(config: Config, workers: int = 1) -> int:
     if _refuse_nothing_to_serve(config):
         return EXIT_CONFIG
     if workers < 1:
@@ -220,12 +220,8 @@ def _serve(config: Config, workers: int = 1, log_format: str = "text") -> int:
         if workers > 1:
             from gitreg.cli.workers import run_workers
 
-            return run_workers(
-                config,
-                workers,
-                lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True, log_format=log_format)),
-            )
-        asyncio.run(run_server(config, ssl_context, log_format=log_format))
+            return run_workers(config, workers, lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True)))
+        asyncio.run(run_server(config, ssl_context))
     except ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return EXIT_CONFIG
@@ -517,4 +513,4 @@ def _main(argv: Sequence[str] | None) -> int:
         return _check(config, args.probe, flag_rules=len(args.module))
     if args.command == "tokens":
         return tokens.run(config, args)
-    return _serve(config, args.workers, args.log_format)
+    return _serve(config, args.workers)

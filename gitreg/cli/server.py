@@ -32,17 +32,15 @@ async def run_server(
     ssl_context: ssl.SSLContext | None,
     reuse_port: bool = False,
     on_serving: Callable[[str], None] | None = None,
-    log_format: str = "text",
 ) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and release everything.
 
-    `on_serving` is called with the first URL served, once requests are answered (`gitreg demo`);
-    `log_format` is `--log-format` (the access log keeps JSON entries, or makes text lines).
+    `on_serving` is called with the first URL served, once requests are answered (`gitreg demo`).
     """
     from aiohttp import web
 
     from gitreg.index.process import serve_role
-    from gitreg.observability.logs import JSON_FORMAT, AccessLogger
+    from gitreg.observability.logs import AccessLogger
     from gitreg.web.app import create_app
     from gitreg.web.listener import Listener, ListeningSocket, loop_exception
 
@@ -53,7 +51,6 @@ async def run_server(
         create_app(config, role=serve_role(config)),
         handle_signals=False,
         access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
-        access_log_format=JSON_FORMAT if log_format == "json" else "text",
         shutdown_timeout=10,
         # A client that hangs up cancels its handler, so git work it queued is dropped before
         # it starts (gitpool) instead of running for nobody. aiohttp's default keeps it running.

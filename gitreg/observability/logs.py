@@ -46,8 +46,6 @@ SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "ex
 _USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
 # The key of an access line's fields in the JSON log.
 HTTP_FIELD = "http"
-# AccessLogger's `log_format` (aiohttp's `access_log_format`) for `--log-format json`.
-JSON_FORMAT = "json"
 # The attribute a batch of access lines rides on: (AccessEntry, line) pairs (read by JsonFormatter).
 ACCESS_FIELD = "access"
 
@@ -67,7 +65,7 @@ def mask_query(raw_path: str) -> str:
 
 
 class AccessEntry(NamedTuple):
-    """What the JSON access log keeps of one request until its line is written."""
+    """What the access log keeps of one request until its line is written."""
 
     created: float  # time.time() when the response was done
     remote: str | None
@@ -112,7 +110,7 @@ class _Batch:
     """The access log's requests, made into lines at the end of each event-loop iteration and
     written in blocks.
 
-    `log` keeps only (time, request, response, duration); the lines (or JSON entries) are made
+    `log` keeps only (time, request, response, duration); their entries are made
     once the iteration ends, one after another in one loop: the same steps for each request, run
     together, cost less than a line made amid each request's own work. The request and its
     response live until then; every field read is fixed by then (peer address, headers, status,
@@ -122,11 +120,10 @@ class _Batch:
     (bench/warm_path.py --operator: 42.4 -> 40.2 µs of CPU a request, same run).
     """
 
-    def __init__(self, logger: logging.Logger, entries: bool) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
-        self.entries = entries  # JSON: AccessEntry items; else text lines
         self.items: list[_Done] = []
-        self.made: list[str | AccessEntry] = []
+        self.made: list[AccessEntry] = []
         self.timer: asyncio.TimerHandle | None = None
 
     def add(self, item: _Done) -> None:
@@ -138,7 +135,7 @@ class _Batch:
     def make(self) -> None:
         """Make the lines of the requests noted so far; write them when enough wait."""
         items, self.items = self.items, []
-        self.made += _made(items, self.entries)
+        self.made += _made(items)
         if len(self.made) >= WRITE_LINES:
             self.write()
         elif self.made and self.timer is None:
@@ -158,15 +155,14 @@ class _Batch:
 _Done = tuple[float, web.BaseRequest, web.StreamResponse, float]
 
 
-def _made(done: list[_Done], entries: bool) -> list[str | AccessEntry]:
-    """The access lines (or, `entries`, the JSON log's entries) of requests answered."""
-    make = AccessEntry if entries else _line
-    made: list[str | AccessEntry] = []
+def _made(done: list[_Done]) -> list[AccessEntry]:
+    """The access entries of requests answered."""
+    made: list[AccessEntry] = []
     add = made.append
     for created, request, response, duration in done:
         headers = request.headers
         add(
-            make(
+            AccessEntry(
                 created,
                 request.remote,
                 request.method,
@@ -195,49 +191,25 @@ def _clf_time(second: int) -> str:
     return time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(second))
 
 
-def _line(
-    created: float,
-    remote: str | None,
-    method: str,
-    raw_path: str,
-    version: tuple[int, int],
-    status: int,
-    body_length: int,
-    referer: str | None,
-    user_agent: str | None,
-    duration: float,
-    user: str,
-) -> str:
-    """The one place a line is made: from a request (text format) or from an entry (JSON's `message`)."""
-    if "?" in raw_path:
-        raw_path = mask_query(raw_path)
+def access_line(entry: AccessEntry) -> str:
+    """One combined-log-format line plus the duration in seconds (the text log's line, the JSON log's `message`)."""
+    raw_path, version = entry.raw_path, entry.http_version
+    path = mask_query(raw_path) if "?" in raw_path else raw_path
+    path, referer = mask_user_info(path), mask_user_info(entry.referer)
     return (
-        f'{remote or "-"} - {_user_field(user)} [{_clf_time(int(created))}] "{method} {mask_user_info(raw_path)} '
-        f'HTTP/{version[0]}.{version[1]}" {status} {body_length} "{mask_user_info(referer or "") or "-"}" '
-        f'"{user_agent or "-"}" {duration:.6f}'
+        f'{entry.remote or "-"} - {entry.who} [{_clf_time(int(entry.created))}] "{entry.method} {path} '
+        f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{referer or "-"}" '
+        f'"{entry.user_agent or "-"}" {entry.duration:.6f}'
     )
 
 
-def access_line(entry: AccessEntry) -> str:
-    """One combined-log-format line plus the duration in seconds."""
-    return _line(*entry)
+def write_access_lines(logger: logging.Logger, entries: list[AccessEntry]) -> None:
+    """Hand `entries` to `logger` as ONE record.
 
-
-def write_access_lines(logger: logging.Logger, items: list[str | AccessEntry]) -> None:
-    """Hand `items` (text lines, or JSON entries) to `logger` as ONE record.
-
-    The message is the lines joined by newlines; for entries, `record.access` holds the
-    (entry, line) pairs, which JsonFormatter writes as one object each.
+    The message is the lines joined by newlines; `record.access` holds the (entry, line) pairs,
+    which JsonFormatter writes as one object each.
     """
-    access: list[tuple[AccessEntry, str]] = []
-    lines: list[str] = []
-    for item in items:
-        if isinstance(item, AccessEntry):
-            line = access_line(item)
-            access.append((item, line))
-            lines.append(line)
-        else:
-            lines.append(item)
+    lines = [access_line(entry) for entry in entries]
     record = logger.makeRecord(
         logger.name,
         logging.INFO,
@@ -246,7 +218,7 @@ def write_access_lines(logger: logging.Logger, items: list[str | AccessEntry]) -
         "\n".join(lines),
         (),  # no %-arguments: the lines are the message
         None,
-        extra={ACCESS_FIELD: access},
+        extra={ACCESS_FIELD: list(zip(entries, lines, strict=True))},
     )
     logger.handle(record)
 
@@ -298,7 +270,7 @@ class AccessLogger(AbstractAccessLogger):
     """
 
     # aiohttp makes one AccessLogger per connection; the batch is shared per loop and logger.
-    _batches: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, bool], _Batch]]] = (
+    _batches: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]]] = (
         weakref.WeakKeyDictionary()
     )
     _batch: _Batch | None = None  # this connection's (found once)
@@ -307,12 +279,6 @@ class AccessLogger(AbstractAccessLogger):
     def enabled(self) -> bool:
         """Skip building the line when INFO is off (`--log-level warning`)."""
         return self.logger.isEnabledFor(logging.INFO)
-
-    def __init__(self, logger: logging.Logger, log_format: str) -> None:
-        super().__init__(logger, log_format)
-        # JSON_FORMAT (`--log-format json`): entries, each written as its line and its fields.
-        # Otherwise (text) the line alone.
-        self._entries = log_format == JSON_FORMAT
 
     @classmethod
     def write_pending(cls) -> None:
@@ -328,11 +294,10 @@ class AccessLogger(AbstractAccessLogger):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not called from a running loop: nothing to batch with
-                write_access_lines(self.logger, _made([item], self._entries))
+                write_access_lines(self.logger, _made([item]))
                 return
             batches = self._batches.setdefault(loop, {})
-            key = (self.logger.name, self._entries)
-            batch = self._batch = batches.setdefault(key, _Batch(self.logger, self._entries))
+            batch = self._batch = batches.setdefault(self.logger.name, _Batch(self.logger))
         batch.add(item)
 
 

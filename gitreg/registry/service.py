@@ -139,18 +139,9 @@ class Registry:
         """A module was served with versions: a wildcard rule's module becomes listable."""
         self.catalog.remember(resolved)
 
-    def versions_answer_now(self, address: ModuleAddress) -> bytes | None:
-        """`versions_answer` when nothing needs waiting for (see `_ready`), else None."""
-        ready = self._ready(address)
-        return None if ready is None else self._answer(address, *ready)
-
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
-        return self._answer(address, *await self._versions(address))
-
-    def _answer(
-        self, address: ModuleAddress, resolved: ResolvedModule, derived: _Derived, found: ModuleVersions
-    ) -> bytes:
+        resolved, derived, found = await self._versions(address)
         if found.versions:
             self.served(resolved)
         key = (resolved.rule.tag_prefix, address)

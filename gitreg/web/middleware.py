@@ -81,7 +81,7 @@ class Routes:
             kwargs = dict(route.kwargs)
             allow_head = kwargs.pop("allow_head", True)
             resource = self.app.router.add_resource(route.path, name=kwargs.pop("name", None))
-            handler = (self._page if page else self._api)(route.handler, resource.canonical)
+            handler = self._wrap(route.handler, resource.canonical, page)
             if route.method == hdrs.METH_GET and allow_head:
                 resource.add_route(hdrs.METH_HEAD, handler, **kwargs)
             resource.add_route(route.method, handler, **kwargs)
@@ -89,42 +89,41 @@ class Routes:
     def add_unrouted(self) -> None:
         """The last route: any method on any path no other route serves (404, or 405 with Allow)."""
         # `[\s\S]`, not `.`: a path may hold a line break once decoded (`/a%0D%0Ab`).
-        handler = self._api(_unrouted, UNMATCHED_ROUTE)
+        handler = self._wrap(_unrouted, UNMATCHED_ROUTE, page=False)
         self.app.router.add_route(hdrs.METH_ANY, r"/{path:[\s\S]*}", handler, name=UNROUTED)
 
-    def _api(self, handler: Handler, label: str) -> Handler:
+    def _wrap(self, handler: Handler, label: str, page: bool) -> Handler:
         git_priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
         archive = label == ARCHIVE_ROUTE
-        # Needs a registry credential: auth is on, the route is not open (OPEN_PATHS), and it is
-        # a route of the app's (a path no route serves holds nothing to protect).
-        guarded = self.auth_enabled and label != UNMATCHED_ROUTE and label not in OPEN_PATHS
+        # Needs a registry credential: auth is on, an API route (pages have their session guard),
+        # not open (OPEN_PATHS), and a route of the app's (a path no route serves holds nothing).
+        guarded = self.auth_enabled and not page and label != UNMATCHED_ROUTE and label not in OPEN_PATHS
         observe, credentials = self.observe, self.credentials
         routes = self
 
-        async def api(request: web.Request) -> web.StreamResponse:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             priority = GIT_PRIORITY.set(git_priority)
             status = 500
-            # The caller's credential kind once known; else (a refused token) as recorded on the request.
-            credential = None if guarded else "none"
+            # The caller's credential kind once known; else (a page's visitor, a refused token) as
+            # recorded on the request.
+            credential = "none" if not guarded and not page else None
             try:
-                try:
-                    if guarded:
-                        # A configured static token without a coroutine (the warm path); else the whole way.
-                        identities = routes.identities
-                        if not archive and identities is not None:
-                            credential = authorize_static(request, identities)
-                        if credential is None:
-                            credential = await _authorize(request, archive)
-                    # Every path segment and query parameter, before any handler, rule or git call.
-                    check_request(request)
-                    response = await handler(request)
-                except Exception as e:  # CancelledError is no Exception: it goes on, counted below
-                    answer = _error_answer(request, e)
-                    if answer is None:
-                        log.exception("unhandled error on %s %s", request.method, request.path)
-                        answer = error_response(500, "internal error in gitreg; the server log has details")
-                    response = answer
+                if page:
+                    response = await _page_answer(request, handler)
+                else:
+                    try:
+                        if guarded:
+                            credential = _authorize_now(request, archive, routes.identities) or await authorize(request)
+                        # Every path segment and query parameter, before any handler, rule or git call.
+                        check_request(request)
+                        response = await handler(request)
+                    except Exception as e:  # CancelledError is no Exception: it goes on, counted below
+                        answer = _error_answer(request, e)
+                        if answer is None:
+                            log.exception("unhandled error on %s %s", request.method, request.path)
+                            answer = error_response(500, "internal error in gitreg; the server log has details")
+                        response = answer
                 status = response.status
                 return response
             except web.HTTPException as e:  # redirects (3xx) are raised, not returned
@@ -139,34 +138,8 @@ class Routes:
                 observe(label, method if method in METHODS else OTHER_METHOD, status, time.perf_counter() - started)
                 credentials[credential or _kind(request)] += 1
 
-        return api
-
-    def _page(self, handler: Handler, label: str) -> Handler:
-        observe, credentials = self.observe, self.credentials
-
-        async def page(request: web.Request) -> web.StreamResponse:
-            started = time.perf_counter()
-            priority = GIT_PRIORITY.set(Priority.BROWSE)
-            status = 500
-            try:
-                response = await _page_answer(request, handler)
-                status = response.status
-                return response
-            except web.HTTPException as e:  # redirects (3xx) are raised, not returned
-                status = e.status
-                raise
-            except asyncio.CancelledError:
-                status = 499
-                raise
-            finally:
-                GIT_PRIORITY.reset(priority)
-                method = request.method
-                observe(label, method if method in METHODS else OTHER_METHOD, status, time.perf_counter() - started)
-                # The caller's credential kind as the session guard recorded it.
-                credentials[_kind(request)] += 1
-
-        page.__doc__ = handler.__doc__
-        return page
+        wrapped.__doc__ = handler.__doc__
+        return wrapped
 
 
 def _kind(request: web.Request) -> str:
@@ -241,9 +214,11 @@ async def _page_answer(request: web.Request, handler: Handler) -> web.StreamResp
     return response
 
 
-async def _authorize(request: web.Request, archive: bool) -> str:
-    """Require a registry credential on an API route that is not open, when registry auth is on
-    (tokens, forges or oidc); the caller's credential kind.
+def _authorize_now(request: web.Request, archive: bool, identities: Identities | None) -> str | None:
+    """The credential kind of a request that needs one (an API route that is not open, registry
+    auth on), when it is decided without asking anyone: a signed archive URL, a configured static
+    token (the warm path, no coroutine); None when `authorize` has to (a 401 or 403 raised as
+    they are).
 
     A path no route serves (404, or 405 for a method) is not asked: it holds nothing to protect,
     so a typo'd URL says "no such endpoint", not "needs a token".
@@ -252,4 +227,4 @@ async def _authorize(request: web.Request, archive: bool) -> str:
         # Terraform fetches the archive without its token: the signed URL is the authorization.
         request.app[SIGNER].verify(request.path, request.query)
         return "none"
-    return authorize_static(request, request.app[IDENTITIES]) or await authorize(request)
+    return authorize_static(request, identities or request.app[IDENTITIES])

@@ -73,8 +73,7 @@ async def versions(request: web.Request) -> web.Response:
     """The module's versions, as the single-element `modules` list clients expect."""
     m = request.match_info
     address = parse_address(m["namespace"], m["name"], m["system"])
-    registry = request.app[REGISTRY]
-    body = registry.versions_answer_now(address) or await registry.versions_answer(address)
+    body = await request.app[REGISTRY].versions_answer(address)
     return web.Response(body=body, headers=JSON_HEADERS)
 
 
