@@ -88,7 +88,7 @@ def _app(part: int, config_path: str, body: bytes) -> web.AppRunner:
     if part >= PARTS.index("unwrapped handlers"):
         from gitreg.web.middleware import Routes
 
-        Routes._api = lambda self, handler, label: handler  # type: ignore[method-assign]
+        Routes._wrap = lambda self, handler, label, page: handler  # type: ignore[method-assign]
     if part >= PARTS.index("constant handler"):
 
         async def constant(request: web.Request) -> web.Response:
