@@ -16,6 +16,7 @@ import sys
 
 from aiohttp import web
 
+from gitreg.core.loop import run_main
 from gitreg.index.parse_workers import FRAME
 from gitreg.index.process import NICENESS, READ_LIMIT, IndexSide, ReportFeed, Role
 from gitreg.index.protocol import Seed, decode_command
@@ -76,7 +77,7 @@ def main() -> int:
     write_fd = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     configure_logging(seed.log_level, "json" if seed.log_json else "text", serve=True)
-    asyncio.run(_child(seed, stdin, write_fd))
+    run_main(_child(seed, stdin, write_fd))
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import logging
 import os
@@ -22,6 +21,7 @@ from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
 from gitreg.config.rules import shadowed_rules
 from gitreg.core.errors import BadRequest, ConfigError, GitregError, ModuleNotFound
+from gitreg.core.loop import run_main
 from gitreg.core.names import parse_address
 from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
@@ -220,8 +220,8 @@ def _serve(config: Config, workers: int = 1) -> int:
         if workers > 1:
             from gitreg.cli.workers import run_workers
 
-            return run_workers(config, workers, lambda cfg: asyncio.run(run_server(cfg, ssl_context, reuse_port=True)))
-        asyncio.run(run_server(config, ssl_context))
+            return run_workers(config, workers, lambda cfg: run_main(run_server(cfg, ssl_context, reuse_port=True)))
+        run_main(run_server(config, ssl_context))
     except ListenError as e:
         print(f"gitreg: cannot listen on {config.server.host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return EXIT_CONFIG
@@ -270,7 +270,7 @@ def _demo(args: argparse.Namespace) -> int:
         )
 
     try:
-        asyncio.run(run_server(config, None, on_serving=serving))
+        run_main(run_server(config, None, on_serving=serving))
     except ListenError as e:
         print(f"gitreg: cannot listen on {args.host}:{args.port}: {e.strerror} (try --port 0)", file=sys.stderr)
         return EXIT_CONFIG
@@ -328,7 +328,7 @@ def _report_redis(config: Config) -> bool:
 
     assert config.cache.redis_url is not None  # required with backend = "redis"
     shown = mask_url(config.cache.redis_url)
-    problem = asyncio.run(check_redis(config.cache.redis_url))
+    problem = run_main(check_redis(config.cache.redis_url))
     if problem is not None:
         print(
             f"error: cache.redis_url: redis at {shown} does not answer: {problem} "
@@ -379,7 +379,7 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     resolver = Resolver(config, orgs)
     key = (address.namespace, address.name, address.system)
     if key not in resolver.rules.explicit and orgs.serves_namespace(address.namespace):
-        asyncio.run(enumerate_orgs(config, orgs))
+        run_main(enumerate_orgs(config, orgs))
     try:
         resolved = resolver.resolve(address)
     except ModuleNotFound:
@@ -432,7 +432,7 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
         return EXIT_OK
     from gitreg.orgs.probe import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
 
-    reports = asyncio.run(probe_orgs(config))
+    reports = run_main(probe_orgs(config))
     failed = False
     for report in reports:
         org = report.org

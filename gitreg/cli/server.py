@@ -46,6 +46,7 @@ async def run_server(
 
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exception)
+    log.debug("event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)  # uvloop.Loop (core/loop.py)
     idle = config.server.idle_timeout_seconds
     runner = web.AppRunner(
         create_app(config, role=serve_role(config)),

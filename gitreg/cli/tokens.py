@@ -8,13 +8,13 @@ every replica shares; `revoke` writes both, so a running server refuses the toke
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gitreg.config.model import Config
+from gitreg.core.loop import run_main
 from gitreg.identity.issued import FILE_NAME, IssuedRecord, IssuedTokens
 from gitreg.replicas.connection import RedisDown
 from gitreg.replicas.logins import SharedLogins
@@ -90,4 +90,4 @@ def run(config: Config, args: argparse.Namespace) -> int:
         print("gitreg: no tokens are issued here: terraform login needs [auth] signing_key and", file=sys.stderr)
         print("  an [[auth.forges]] entry with oauth_client_id and oauth_client_secret", file=sys.stderr)
         return EXIT_CONFIG
-    return asyncio.run(_tokens(config, args.action, getattr(args, "selector", None)))
+    return run_main(_tokens(config, args.action, getattr(args, "selector", None)))

@@ -9,7 +9,8 @@ that runs too long, and an address-space limit caps what one file can cost.
 
 Each worker is `python -I -c ...` with an empty environment (no secret of the server reaches
 it), in a process group of its own (a Ctrl-C in the terminal is for the server, which then kills
-it), at a lower CPU priority. Not in a session of its own: on Linux that is a scheduling group of
+it; the worker makes the group as its first step: uvloop's subprocesses take no `process_group`),
+at a lower CPU priority. Not in a session of its own: on Linux that is a scheduling group of
 its own (autogroup), with a whole share of the CPU beside the server whatever its niceness.
 Requests go in as length-prefixed pickles (the child trusts its parent); answers come back
 as length-prefixed JSON (the parent does not trust what was computed from hostile input, so
@@ -44,7 +45,10 @@ FRAME = struct.Struct(">Q")
 # The worker imports the gitreg that started it (a checkout may shadow an installed copy).
 # The checkout or site-packages that holds gitreg, for the worker's sys.path (resolved once, at import).
 _ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from gitreg.index.parse_workers import serve; serve(sys.argv[2])"
+_BOOT = (
+    "import os, sys; os.setpgid(0, 0); sys.path.insert(0, sys.argv[1]); "
+    "from gitreg.index.parse_workers import serve; serve(sys.argv[2])"
+)
 
 Call = Callable[[Any], Awaitable[Any]]
 
@@ -180,7 +184,6 @@ class ParseWorkers:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             env={},
-            process_group=0,
         )
         worker = _Worker(proc)
         self._running.add(worker)
