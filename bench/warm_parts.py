@@ -17,8 +17,10 @@ wrk, the machine's noise moves it far less than requests/s, which is what the ta
 - `constant handler`: and the versions handler answering the same bytes without looking anything up;
 - `bare`: bench/bare_server.py's aiohttp app (no middleware, no access log).
 
-The switched-off variants replace parts of gitreg in the benchmark's process, which is what an
-attribution needs; the `operator` row runs gitreg unchanged.
+Every row runs on gitreg's event loop (uvloop, `gitreg.core.loop.run_main`), the bare one too:
+the rows differ by gitreg's own work only. The switched-off variants replace parts of gitreg in
+the benchmark's process, which is what an attribution needs; the `operator` row runs gitreg
+unchanged.
 """
 
 from __future__ import annotations
@@ -132,8 +134,10 @@ def child(args: argparse.Namespace) -> int:
     for handler in [*logging.getLogger().handlers, *logging.getLogger("aiohttp.access").handlers]:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(log_to)
+    from gitreg.core.loop import run_main
+
     body = Path(args.body).read_bytes()
-    figures = asyncio.run(_measure(args.part, args.config, body, args.requests, args.rounds))
+    figures = run_main(_measure(args.part, args.config, body, args.requests, args.rounds))  # every row on gitreg's loop
     print(json.dumps(figures))
     return 0
 

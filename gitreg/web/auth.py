@@ -77,7 +77,8 @@ def authorize_static(request: web.Request, identities: Identities) -> str | None
     # Its principal was made once, and its reading is decided by namespace (its visibility, made
     # once too, is what `visibility` asks of the identities when a list needs it).
     principal = request[PRINCIPAL_KEY] = static.principal
-    _check_static(request, identities, principal)
+    if principal.namespaces is not None:  # else every namespace: nothing to refuse (check_request checks the segments)
+        _check_static(request, identities, principal)
     return principal.kind
 
 
@@ -111,9 +112,8 @@ async def authorize(request: web.Request) -> str:
 
 
 def _check_static(request: web.Request, identities: Identities, principal: Principal) -> None:
-    """`identities.check_read`/`check_namespace` for a static principal, without a coroutine."""
-    if principal.namespaces is None:  # every namespace: nothing to refuse (check_request checks the segments)
-        return
+    """`identities.check_read`/`check_namespace` for a static principal limited to some namespaces,
+    without a coroutine."""
     m = request.match_info
     namespace = m.get("namespace")
     if namespace is None:

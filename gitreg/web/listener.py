@@ -95,15 +95,14 @@ class Listener(web.BaseSite):
 
 
 def loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """asyncio's error handler, except that running out of file descriptors is one line, no traceback.
+    """The event loop's error handler, except that running out of file descriptors is one line, no traceback.
 
-    When accept() fails for want of descriptors, asyncio stops accepting for a second and
-    tries again by itself; the traceback it would log says nothing more.
+    A connection that arrives while no descriptor is left never gets here: uvloop (libuv)
+    accepts it on a descriptor kept in reserve and closes it at once. What can (a callback that
+    opens a file or a pipe, on another event loop) says nothing more in a traceback.
     """
     exc = context.get("exception")
     if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES:
-        log.warning(
-            "%s: %s; new connections wait until others close", context.get("message", "out of resources"), exc.strerror
-        )
+        log.warning("%s: %s", context.get("message", "out of resources"), exc.strerror)
         return
     loop.default_exception_handler(context)
