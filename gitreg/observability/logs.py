@@ -67,7 +67,7 @@ def mask_query(raw_path: str) -> str:
 class AccessEntry(NamedTuple):
     """What the access log keeps of one request until its line is written."""
 
-    created: float  # time.time() when the response was done
+    created: float  # time.time() at the end of the loop iteration in which the response was done
     remote: str | None
     method: str
     raw_path: str

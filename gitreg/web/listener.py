@@ -98,8 +98,8 @@ def loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     """The event loop's error handler, except that running out of file descriptors is one line, no traceback.
 
     A connection that arrives while no descriptor is left never gets here: uvloop (libuv)
-    accepts it on a descriptor kept in reserve and closes it at once. What can (a callback that
-    opens a file or a pipe, on another event loop) says nothing more in a traceback.
+    accepts it on a descriptor kept in reserve and closes it at once. Any other callback that
+    runs out (opening a file or a pipe) is one warning too: a traceback would say nothing more.
     """
     exc = context.get("exception")
     if isinstance(exc, OSError) and exc.errno in OUT_OF_RESOURCES:
