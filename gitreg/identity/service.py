@@ -69,7 +69,7 @@ class Identities:
         # Looked up by digest first (identity/static.py: timing says nothing about the stored tokens).
         static = self.static.caller(presented)
         if static is not None:
-            return static.principal
+            return static
         return await self.authenticate_dynamic(presented)
 
     async def authenticate_dynamic(self, presented: str) -> Principal:

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from gitreg.config.model import AuthConfig, TokenConfig
 from gitreg.core.secrets import bearer_token, digest, token_digest
 from gitreg.identity.model import Principal
-from gitreg.identity.visibility import Visibility
 
 # Authorization headers remembered (see TokenChecker.by_header): only headers that named a
 # configured token get in, but one token can be written many ways (case, spaces).
 MAX_HEADERS = 1024
-
-
-class StaticCaller(NamedTuple):
-    """A configured token's caller, made once: who it is and what it sees (the same on every request)."""
-
-    principal: Principal
-    visibility: Visibility
 
 
 class TokenChecker:
@@ -29,16 +19,16 @@ class TokenChecker:
         # Every token is kept as its SHA-256, and a presented token is looked up by its own
         # SHA-256: the time a lookup takes depends only on the presented token's digest, never
         # on where it and a configured token differ (see `caller`). The first of equal tokens wins.
-        self._callers: dict[bytes, tuple[TokenConfig, StaticCaller]] = {}
+        # Each token's principal is made once: the same on every request.
+        self._callers: dict[bytes, tuple[TokenConfig, Principal]] = {}
         # A page session names its token by `token_id` (not a secret): looked up, not recomputed per page.
-        self._by_id: dict[str, StaticCaller] = {}
-        self._by_header: dict[str, StaticCaller] = {}
+        self._by_id: dict[str, Principal] = {}
+        self._by_header: dict[str, Principal] = {}
         for token in reversed(config.tokens):
             scope = frozenset(token.namespaces) if token.namespaces is not None else None
             principal = Principal("static", f"token:{token_id(token)[:12]}", namespaces=scope)
-            caller = StaticCaller(principal, Visibility(namespaces=scope))
-            self._callers[token_digest(token.token)] = (token, caller)
-            self._by_id[token_id(token)] = caller
+            self._callers[token_digest(token.token)] = (token, principal)
+            self._by_id[token_id(token)] = principal
 
     @property
     def enabled(self) -> bool:
@@ -50,13 +40,13 @@ class TokenChecker:
         found = self._lookup(presented)
         return None if found is None else found[0]
 
-    def caller(self, presented: str | None) -> StaticCaller | None:
-        """The caller (principal, visibility) of the configured token `presented` is, or None; made once."""
+    def caller(self, presented: str | None) -> Principal | None:
+        """The principal of the configured token `presented` is, or None; made once."""
         found = self._lookup(presented)
         return None if found is None else found[1]
 
-    def by_header(self, header: str) -> StaticCaller | None:
-        """The caller of an `Authorization` header value (`Bearer <token>`) naming a configured token, or None.
+    def by_header(self, header: str) -> Principal | None:
+        """The principal of an `Authorization` header value (`Bearer <token>`) naming a configured token, or None.
 
         The warm path: clients send the same header again and again, so a header that named a
         configured token is remembered as sent, and found again by one dict lookup, without
@@ -72,7 +62,7 @@ class TokenChecker:
                 self._by_header[header] = found
         return found
 
-    def _lookup(self, presented: str | None) -> tuple[TokenConfig, StaticCaller] | None:
+    def _lookup(self, presented: str | None) -> tuple[TokenConfig, Principal] | None:
         if not presented:
             return None
         # A dict keyed by digests, not a comparison with each: the key is the SHA-256 of what the
@@ -81,8 +71,8 @@ class TokenChecker:
         # attacker would need SHA-256 preimages. Not even the token's length shows.
         return self._callers.get(digest(presented.strip()))
 
-    def by_id(self, found: str) -> StaticCaller | None:
-        """The caller of the configured token whose `token_id` is `found` (not a secret: a page session names it)."""
+    def by_id(self, found: str) -> Principal | None:
+        """The principal of the configured token whose `token_id` is `found` (not a secret: a page session names it)."""
         return self._by_id.get(found)
 
 

@@ -110,9 +110,9 @@ class _Batch:
     """The access log's requests, made into lines at the end of each event-loop iteration and
     written in blocks.
 
-    `log` keeps only (time, request, response, duration); their entries are made
-    once the iteration ends, one after another in one loop: the same steps for each request, run
-    together, cost less than a line made amid each request's own work. The request and its
+    `log` keeps only (request, response, duration); their entries are made once the iteration
+    ends, with its end as their time, one after another in one loop: the same steps for each
+    request, run together, cost less than a line made amid each request's own work. The request and its
     response live until then; every field read is fixed by then (peer address, headers, status,
     bytes sent). The lines go to `logging` as one record per block (WRITE_LINES, or WRITE_SECONDS
     after the first), not per iteration: each record costs a LogRecord, the handler's work and a
@@ -153,13 +153,11 @@ _Done = tuple[web.BaseRequest, web.StreamResponse, float]
 def _made(done: list[_Done], created: float) -> list[AccessEntry]:
     """The access entries of requests answered, at `created` (time.time())."""
     made: list[AccessEntry] = []
-    add = made.append
-    new = tuple.__new__  # AccessEntry's own __new__ is a Python function: one call less a line
     for request, response, duration in done:
         headers = request.headers
         status = response.status
         who = request.get(WHO_KEY)
-        fields = (
+        entry = AccessEntry(
             created,
             request.remote,
             request.method,
@@ -172,7 +170,7 @@ def _made(done: list[_Done], created: float) -> list[AccessEntry]:
             duration,
             "" if who is None else who.name,
         )
-        add(new(AccessEntry, fields))
+        made.append(entry)
     return made
 
 
@@ -190,15 +188,11 @@ def _clf_time(second: int) -> str:
 
 def access_line(entry: AccessEntry) -> str:
     """One combined-log-format line plus the duration in seconds (the text log's line, the JSON log's `message`)."""
-    raw_path, version, referer = entry.raw_path, entry.http_version, entry.referer
+    raw_path, version = entry.raw_path, entry.http_version
     path = mask_query(raw_path) if "?" in raw_path else raw_path
-    # (mask_user_info's own first test, made here: most lines have no `@`, and no call is cheaper)
-    if "@" in path:
-        path = mask_user_info(path)
-    if "@" in referer:
-        referer = mask_user_info(referer)
+    path, referer = mask_user_info(path), mask_user_info(entry.referer)
     return (
-        f'{entry.remote or "-"} - {_user_field(entry.user)} [{_clf_time(int(entry.created))}] "{entry.method} {path} '
+        f'{entry.remote or "-"} - {entry.who} [{_clf_time(int(entry.created))}] "{entry.method} {path} '
         f'HTTP/{version[0]}.{version[1]}" {entry.status} {entry.body_length} "{referer or "-"}" '
         f'"{entry.user_agent or "-"}" {entry.duration:.6f}'
     )

@@ -141,8 +141,7 @@ class Registry:
 
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
-        # The warm path takes a fresh answer without awaiting a coroutine (_versions would take it too).
-        resolved, derived, found = self._ready(address) or await self._versions(address)
+        resolved, derived, found = await self._versions(address)
         if found.versions:
             self.served(resolved)
         key = (resolved.rule.tag_prefix, address)

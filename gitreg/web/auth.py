@@ -71,14 +71,13 @@ def authorize_static(request: web.Request, identities: Identities) -> str | None
     header = request.headers.get(hdrs.AUTHORIZATION)
     if not header:
         return None
-    static = identities.static.by_header(header)
-    if static is None:
+    principal = identities.static.by_header(header)
+    if principal is None:
         return None
-    # Its principal was made once, and its reading is decided by namespace (its visibility, made
-    # once too, is what `visibility` asks of the identities when a list needs it).
-    principal = request[PRINCIPAL_KEY] = static.principal
-    if principal.namespaces is not None:  # else every namespace: nothing to refuse (check_request checks the segments)
-        _check_static(request, identities, principal)
+    # Made once per configured token; its reading is decided by namespace (a list asks
+    # `visibility`, which the identities derive from those namespaces).
+    request[PRINCIPAL_KEY] = principal
+    _check_static(request, identities, principal)
     return principal.kind
 
 
@@ -112,8 +111,9 @@ async def authorize(request: web.Request) -> str:
 
 
 def _check_static(request: web.Request, identities: Identities, principal: Principal) -> None:
-    """`identities.check_read`/`check_namespace` for a static principal limited to some namespaces,
-    without a coroutine."""
+    """`identities.check_read`/`check_namespace` for a static principal, without a coroutine."""
+    if principal.namespaces is None:  # every namespace: nothing to refuse (check_request checks the segments)
+        return
     m = request.match_info
     namespace = m.get("namespace")
     if namespace is None:

@@ -82,8 +82,8 @@ async def _principal_from_cookie(request: web.Request) -> tuple[bool, Principal 
         # None: expired, revoked, or the host refused its refresh.
         return (True, principal) if principal is not None else (False, None)
     # Not a secret: the signed cookie's MAC was checked above. None: removed from the config since.
-    caller = request.app[AUTH].by_id(found)
-    return (True, caller.principal) if caller is not None else (False, None)
+    principal = request.app[AUTH].by_id(found)
+    return (True, principal) if principal is not None else (False, None)
 
 
 def guarded(handler: Handler) -> Handler:
