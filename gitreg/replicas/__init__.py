@@ -6,9 +6,15 @@
 - `memory`: `MemoryShared`, this process alone (`[cache] backend = "memory"`, the index
   process, the services' defaults).
 - `redis`: `RedisShared`, replicas sharing Redis; an optimisation of local truth, never a
-  dependency (its docstring tells how).
+  dependency (its docstring tells how). It owns the connection (`wire`: what its parts use of
+  it) and hands each concern to one part:
+- `tags`: `SharedTags`, tag lists behind one lock per repository, and invalidations.
+- `lease`: `SharedIndex`, the index lease and the index the leader publishes.
+- `counts`: `SharedDownloads`, download counts summed across replicas.
 - `pinning`: `SharedPins`, moved-tag records in Redis: the earliest pin wins on every replica,
   each replica's pins on disk published again at every (re)connect.
+- `owning`: `SharedOwners`, org module owners: the earliest holder wins on every replica.
+- `access`: `SharedAccess`, Git hosts' "can read" answers, asked once across replicas.
 - `logins`: `SharedLogins`, the tokens `terraform login` and sign-in issued (digests, host
   tokens sealed) and their one-time codes, shared so that every replica accepts and revokes alike.
 - `values`: what is read back from Redis, checked (only values gitreg itself writes).

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from gitreg.core.events import Signal
 from gitreg.replicas.connection import OP_TIMEOUT_SECONDS
-from gitreg.replicas.pinning import REPUBLISH_BATCH, Call
+from gitreg.replicas.pinning import REPUBLISH_BATCH
+from gitreg.replicas.wire import Call
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

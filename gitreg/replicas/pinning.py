@@ -17,12 +17,13 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gitreg.core.events import Signal
 from gitreg.git.remote import SHA_RE
 from gitreg.replicas.connection import OP_TIMEOUT_SECONDS, RedisDown
+from gitreg.replicas.wire import Call
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -48,7 +49,6 @@ return value
 REPUBLISH_BATCH = 500
 
 Entries = Callable[[], list[tuple[str, str, str, float]]]
-Call = Callable[[Awaitable[Any]], Awaitable[Any]]  # RedisShared._call: timed, RedisDown on failure
 
 
 class SharedPins:
