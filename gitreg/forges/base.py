@@ -1,4 +1,4 @@
-"""What every Git host's API client shares: pages, rate limits, records, webhook events.
+"""What every Git host's API client shares: pages, rate limits, errors, counters; and `Host`.
 
 One client per `[[orgs]]` entry, on the app's `aiohttp.ClientSession`. Listings follow every
 page (`Link: rel="next"`, or GitLab's `X-Next-Page`), only ever on the API's own origin, so the
@@ -7,8 +7,8 @@ token never goes anywhere else. Rate limits are respected: a `429`, or a `403` w
 and tries again; a longer wait fails the listing, and the caller keeps its last good one.
 
 A host module (`github`, `gitlab`) subclasses `ForgeClient` for its URLs, headers and record
-fields, turns its webhook payloads into `TagEvent`/`RepositoryEvent`, checks its deliveries'
-signatures, and describes itself in one `Host`. The same client, given a person's own token
+fields (`records.read_record`), turns its webhook payloads into `payloads.TagEvent`/`RepositoryEvent`,
+checks its deliveries' signatures, and describes itself in one `Host`. The same client, given a person's own token
 (`hosts.user_client`), answers identity/'s questions: `username`, `can_read`, `member_repositories`.
 """
 
@@ -24,15 +24,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
 
 from gitreg import __version__
 from gitreg.config.model import OrgConfig
-from gitreg.core.errors import GitregError
 from gitreg.core.urls import GitUrl, mask, parse
+from gitreg.forges.records import OnPage, RepoRecord
 
 log = logging.getLogger(__name__)
 
@@ -55,112 +55,6 @@ MAX_RATE_WAITS = 3
 MAX_RATE_WAIT_SECONDS = 300.0
 USER_AGENT = f"gitreg/{__version__}"
 _LINK_NEXT_RE = re.compile(r'<([^>]*)>\s*;\s*rel="?next"?')
-
-
-@dataclass(frozen=True)
-class RepoRecord:
-    """One repository as its host's API describes it, provider-neutral."""
-
-    id: str
-    name: str  # GitHub `name`; GitLab `path` (the URL slug, not the display name)
-    full_name: str  # GitHub `full_name`; GitLab `path_with_namespace`
-    https_url: str  # GitHub `clone_url`; GitLab `http_url_to_repo`
-    ssh_url: str  # GitHub `ssh_url`; GitLab `ssh_url_to_repo`
-    web_url: str  # GitHub `html_url`; GitLab `web_url`
-    description: str = ""
-    topics: tuple[str, ...] = ()
-    archived: bool = False
-    # The change marker: GitHub `pushed_at`; GitLab `updated_at` (else `last_activity_at`).
-    pushed_at: str = ""
-    # Seconds within which a later push may leave `pushed_at` unchanged (GitLab throttles it).
-    pushed_throttle: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as stored in orgs.json."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "full_name": self.full_name,
-            "https_url": self.https_url,
-            "ssh_url": self.ssh_url,
-            "web_url": self.web_url,
-            "description": self.description,
-            "topics": list(self.topics),
-            "archived": self.archived,
-            "pushed_at": self.pushed_at,
-            "pushed_throttle": self.pushed_throttle,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> RepoRecord | None:
-        """A record read back from orgs.json, or None when the entry is damaged."""
-        if not isinstance(data, dict):
-            return None
-        strings = ("id", "name", "full_name", "https_url", "ssh_url", "web_url", "description", "pushed_at")
-        if not all(isinstance(data.get(k), str) for k in strings):
-            return None
-        topics = data.get("topics")
-        throttle = data.get("pushed_throttle", 0)
-        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-            return None
-        if not isinstance(data.get("archived"), bool) or not isinstance(throttle, int) or isinstance(throttle, bool):
-            return None
-        if not data["name"] or not data["full_name"] or not data["https_url"]:
-            return None
-        return cls(
-            **{k: data[k] for k in strings}, topics=tuple(topics), archived=data["archived"], pushed_throttle=throttle
-        )
-
-
-# Given each page of a listing as it arrives (OrgCatalog: an org listed for the first time is
-# served and indexed page by page).
-OnPage = Callable[[list[RepoRecord]], None]
-
-
-def text_field(item: Mapping[str, Any], key: str, limit: int = 2048) -> str:
-    """A string field of an API object, cut at `limit`; "" when missing or not a string."""
-    value = item.get(key)
-    return value[:limit] if isinstance(value, str) else ""
-
-
-def topics_field(value: Any) -> tuple[str, ...]:
-    """A list of topics, bounded (100 of at most 100 characters); () when not a list."""
-    if not isinstance(value, list):
-        return ()
-    return tuple(t[:100] for t in value[:100] if isinstance(t, str) and t)
-
-
-@dataclass(frozen=True)
-class RecordFields:
-    """Where one host's repository object keeps the fields every RepoRecord has."""
-
-    name: str
-    full_name: str
-    full_name_limit: int
-    https_url: str
-    ssh_url: str
-    web_url: str
-
-
-def read_record(
-    item: Mapping[str, Any], fields: RecordFields, topics: Any, pushed_at: str, pushed_throttle: int = 0
-) -> RepoRecord | None:
-    """A RepoRecord from a host's object (the host reads topics and the change marker its own way);
-    None when the name, full name or HTTPS URL is missing."""
-    rec = RepoRecord(
-        id=str(item.get("id", "")),
-        name=text_field(item, fields.name, 255),
-        full_name=text_field(item, fields.full_name, fields.full_name_limit),
-        https_url=text_field(item, fields.https_url),
-        ssh_url=text_field(item, fields.ssh_url),
-        web_url=text_field(item, fields.web_url),
-        description=text_field(item, "description", 1000),
-        topics=topics_field(topics),
-        archived=item.get("archived") is True,
-        pushed_at=pushed_at,
-        pushed_throttle=pushed_throttle,
-    )
-    return rec if rec.name and rec.full_name and rec.https_url else None
 
 
 @dataclass
@@ -513,76 +407,6 @@ def _int_header(headers: Mapping[str, str], name: str) -> int | None:
 def _origin(url: GitUrl) -> tuple[str, str, int]:
     """(scheme, host, port) of a parsed URL, the port spelled out."""
     return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
-
-
-# ---- webhooks ---------------------------------------------------------------------------
-
-
-class MalformedPayload(GitregError):
-    """A webhook body is not the JSON document the host sends."""
-
-    status = 400
-
-
-@dataclass(frozen=True)
-class TagEvent:
-    """A tag was pushed, created or deleted: which repository (by its URLs) and which tag ref."""
-
-    urls: tuple[str, ...]
-    ref: str
-
-
-@dataclass(frozen=True)
-class RepositoryEvent:
-    """A repository webhook, provider-neutral: which repository to read again from the API.
-
-    It carries names only, never a record: what a payload says a repository is (its clone URL,
-    archived or not, gone or not) is a hint; the host's API answers it (orgs.OrgCatalog.apply).
-    """
-
-    provider: str
-    action: str
-    full_name: str  # the repository's name now (owner/name, or GitLab's path_with_namespace)
-    old_full_name: str | None = None  # before a rename or transfer
-    project_id: str | None = None  # GitLab: the project's id (what is fetched from the API)
-    removed: bool = False  # the payload says the repository is gone (deleted, destroyed): the API decides
-
-
-def json_payload(body: bytes, content_type: str) -> Mapping[str, Any]:
-    """The payload as a JSON object; GitHub may also send it form-encoded as `payload=...`."""
-    try:
-        text = body.decode("utf-8")
-        if content_type == "application/x-www-form-urlencoded":
-            text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
-        data = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: `[[[[...` nested deeply
-        raise MalformedPayload(f"the webhook body is not a JSON document: {str(e)[:100]}") from None
-    if not isinstance(data, dict):
-        raise MalformedPayload("the webhook body must be a JSON object")
-    return data
-
-
-def payload_urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str, ...]:
-    """The repository URLs a payload's `section` names in `fields` (at least one, or MalformedPayload)."""
-    if not isinstance(section, dict):
-        raise MalformedPayload(f"the payload has no {what} object")
-    # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
-    found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
-    if not found:
-        raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")
-    return found
-
-
-def dig(data: Any, *keys: str) -> Any:
-    """`data[k1][k2]...`, or None where a level is missing or not an object."""
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
-# ---- hosts ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

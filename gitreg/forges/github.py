@@ -21,25 +21,9 @@ import aiohttp
 
 from gitreg.config.model import OrgConfig
 from gitreg.core.secrets import digest, same_secret
-from gitreg.forges.base import (
-    PER_PAGE,
-    USER_AGENT,
-    ForgeClient,
-    ForgeError,
-    ForgeNotFound,
-    Host,
-    MalformedPayload,
-    OnPage,
-    OrgStats,
-    RecordFields,
-    RepoRecord,
-    RepositoryEvent,
-    TagEvent,
-    dig,
-    payload_urls,
-    read_record,
-    text_field,
-)
+from gitreg.forges.base import PER_PAGE, USER_AGENT, ForgeClient, ForgeError, ForgeNotFound, Host, OrgStats
+from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, dig, payload_urls
+from gitreg.forges.records import OnPage, RecordFields, RepoRecord, read_record, text_field
 
 API_VERSION = "2022-11-28"
 INSTALLATION_PREFIX = "ghs_"  # a GitHub App installation access token

@@ -16,21 +16,9 @@ from typing import Any
 from urllib.parse import quote
 
 from gitreg.core.secrets import digest, same_secret
-from gitreg.forges.base import (
-    PER_PAGE,
-    USER_AGENT,
-    ForgeClient,
-    Host,
-    MalformedPayload,
-    OnPage,
-    RecordFields,
-    RepoRecord,
-    RepositoryEvent,
-    TagEvent,
-    payload_urls,
-    read_record,
-    text_field,
-)
+from gitreg.forges.base import PER_PAGE, USER_AGENT, ForgeClient, Host
+from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, payload_urls
+from gitreg.forges.records import OnPage, RecordFields, RepoRecord, read_record, text_field
 
 TOKEN_HEADER = "X-Gitlab-Token"
 EVENT_HEADER = "X-Gitlab-Event"  # what a delivery is about (tag_event's `event`)

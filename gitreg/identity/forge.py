@@ -28,8 +28,9 @@ from gitreg.core.errors import Forbidden, IdentityUnavailable
 from gitreg.core.names import ModuleAddress
 from gitreg.core.secrets import digest
 from gitreg.core.urls import parse
-from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats, RepoRecord
+from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
 from gitreg.forges.hosts import user_client
+from gitreg.forges.records import RepoRecord
 from gitreg.identity.answers import Answers
 from gitreg.identity.model import Principal
 from gitreg.identity.visibility import Visibility, repository_path

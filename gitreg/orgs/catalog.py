@@ -30,7 +30,9 @@ from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress
-from gitreg.forges.base import ForgeError, OrgStats, RepoRecord, RepositoryEvent
+from gitreg.forges.base import ForgeError, OrgStats
+from gitreg.forges.payloads import RepositoryEvent
+from gitreg.forges.records import RepoRecord
 from gitreg.orgs.combine import (
     KEEP_LONG_LIVED_AT,
     Clash,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gitreg.config.model import OrgConfig
 from gitreg.core.names import ModuleAddress
-from gitreg.forges.base import RepoRecord
+from gitreg.forges.records import RepoRecord
 from gitreg.orgs.model import Evaluated, OrgChanges, OrgRepo, evaluate, timestamp
 from gitreg.orgs.owners import OwnerDraft
 from gitreg.storage.files import collector_paused

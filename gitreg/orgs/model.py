@@ -18,8 +18,10 @@ from gitreg.config.model import OrgConfig
 from gitreg.core.errors import UpstreamUnavailable
 from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import mask, parse
-from gitreg.forges.base import ForgeClient, OrgStats, RepoRecord, RepositoryEvent
+from gitreg.forges.base import ForgeClient, OrgStats
 from gitreg.forges.hosts import host
+from gitreg.forges.payloads import RepositoryEvent
+from gitreg.forges.records import RepoRecord
 
 # Reasons a repository is not a module, as `report()` and `gitreg check --probe` show them.
 NAME_MISMATCH = "name does not match repository_pattern {pattern!r}"

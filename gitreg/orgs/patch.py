@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitreg.core.names import ModuleAddress
-from gitreg.forges.base import RepoRecord, RepositoryEvent
+from gitreg.forges.payloads import RepositoryEvent
+from gitreg.forges.records import RepoRecord
 from gitreg.orgs.combine import KEEP_LONG_LIVED_AT, Clash, OrgView, conflict, diff, first_claim
 from gitreg.orgs.model import OrgChanges, OrgRepo, OrgState, change, evaluate, patch
 from gitreg.orgs.owners import OwnerDraft, Owners

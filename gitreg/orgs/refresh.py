@@ -19,8 +19,9 @@ from typing import Protocol
 
 import aiohttp
 
-from gitreg.forges.base import ForgeError, RepoRecord
+from gitreg.forges.base import ForgeError
 from gitreg.forges.hosts import client_for
+from gitreg.forges.records import RepoRecord
 from gitreg.orgs.model import Evaluated, OrgState, by_name, patch
 
 log = logging.getLogger(__name__)

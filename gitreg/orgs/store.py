@@ -25,7 +25,7 @@ from typing import Any
 
 from gitreg.config.model import OrgConfig
 from gitreg.core.names import ModuleAddress
-from gitreg.forges.base import RepoRecord
+from gitreg.forges.records import RepoRecord
 from gitreg.orgs.model import OrgState
 from gitreg.orgs.owners import Held, Owners, owner_items, parse_owners
 from gitreg.storage.files import collector_paused, drained, json_pieces, remove_leftovers, write_atomically

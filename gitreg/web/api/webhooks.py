@@ -37,8 +37,8 @@ from gitreg.core import urls
 from gitreg.core.errors import GitregError
 from gitreg.forges import github as github_host
 from gitreg.forges import gitlab as gitlab_host
-from gitreg.forges.base import MalformedPayload, RepositoryEvent, TagEvent, json_payload
 from gitreg.forges.hosts import HOSTS
+from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, json_payload
 from gitreg.registry.publish import Deliveries
 from gitreg.web.keys import CONFIG, METRICS, PUBLISHER
 
