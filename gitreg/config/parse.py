@@ -18,28 +18,18 @@ from typing import Any
 from gitreg.config.identity import parse_identities
 from gitreg.config.model import (
     DAY,
-    DEFAULT_API_URLS,
     DEFAULT_PROTOCOLS,
-    DEFAULT_REPOSITORY_PATTERN,
-    DOWNLOAD_PLACEHOLDERS,
     KNOWN_PROTOCOLS,
     MAX_CACHE_SECONDS,
-    MAX_REFRESH_SECONDS,
     MAX_TIMEOUT,
-    MIN_REFRESH_SECONDS,
-    PLACEHOLDERS,
     AuthConfig,
     Backend,
     CacheConfig,
-    Clone,
     Config,
     Credential,
     GitConfig,
     IndexConfig,
     ModuleRule,
-    OrgConfig,
-    Provider,
-    Ref,
     ServerConfig,
     StorageConfig,
     TokenConfig,
@@ -49,17 +39,14 @@ from gitreg.config.model import (
     default_max_queue,
     default_storage_path,
 )
+from gitreg.config.module_rules import parse_modules, parse_rule
+from gitreg.config.orgs import parse_orgs
 from gitreg.config.reader import TableReader, one_of, type_name
-from gitreg.config.rules import TEMPLATE_RE
 from gitreg.core import urls
 from gitreg.core.errors import ConfigError
-from gitreg.core.names import NAME_RE, SYSTEM_RE
+from gitreg.core.names import NAME_RE
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is a few KiB; refuse to read /dev/zero whole
-_GITHUB_OWNER_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", re.ASCII)
-_GITLAB_SEGMENT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}", re.ASCII)
-# A DNS name or IPv4 address: no scheme, user, port or path, and never starting with `-`.
-_CLONE_HOST_RE = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?", re.ASCII)
 
 
 def _validate_redis(c: TableReader, cache: CacheConfig) -> None:
@@ -95,192 +82,6 @@ def redis_url_problem(url: str) -> str | None:
     if db and not db.isdigit():
         return f"has database {db!r}; the path must be a database number like /0"
     return None
-
-
-def _check_placeholders(r: TableReader, key: str, template: str, allowed: tuple[str, ...]) -> None:
-    """Every `{placeholder}` in `template` must be one of `allowed`."""
-    for placeholder in TEMPLATE_RE.findall(template):
-        if placeholder not in allowed:
-            names = [f"{{{p}}}" for p in allowed]
-            r.error(key, f"unknown placeholder {{{placeholder}}}; use {', '.join(names[:-1])} or {names[-1]}")
-
-
-def _check_url(r: TableReader, key: str, url: str, protocols: tuple[str, ...], template: bool) -> None:
-    """A repository URL must be a transport we allow, and carry no password nor a token as its user name."""
-    if template:
-        _check_placeholders(r, key, url, PLACEHOLDERS)
-    # Placeholders are filled from grammar-checked segments: check the URL's shape with a stand-in.
-    found = urls.parse_or_reason(TEMPLATE_RE.sub("x", url) if template else url)
-    if isinstance(found, str):
-        r.error(key, f"{url!r} is {found}")
-        return
-    if found.transport not in protocols:
-        r.error(
-            key, f"transport {found.transport!r} is not allowed; allowed: {', '.join(protocols)} (see [git] protocols)"
-        )
-    if found.password is not None:
-        r.error(key, "must not contain a password; put it in [[credentials]] so it never leaves the server")
-    elif not urls.has_plain_user(found):  # a token written as the user name is a password too
-        r.error(key, "must not contain user info but a login name (git@, bot@); put a token in [[credentials]]")
-    if found.query or found.fragment:
-        r.error(key, "must not contain a query string or fragment")
-
-
-def _check_download(r: TableReader, download: str) -> None:
-    """`download` is "git", "archive" or an https:// tarball URL template (for [[modules]] and [[orgs]])."""
-    if download not in ("git", "archive"):
-        if not download.startswith("https://"):
-            r.error("download", f'must be "git", "archive" or an https:// tarball URL template, not {download!r}')
-        else:
-            _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
-
-
-def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
-    fields: dict[str, str | None] = {}
-    for key in PLACEHOLDERS:
-        value = r.str(key)
-        if value is not None:
-            grammar = SYSTEM_RE if key == "system" else NAME_RE
-            if not grammar.fullmatch(value):
-                expected = (
-                    "1-64 lowercase letters and digits"
-                    if key == "system"
-                    else "1-64 letters, digits, '-' or '_', starting and ending with a letter or digit"
-                )
-                r.error(key, f"{value!r} is not a valid {key}: expected {expected}")
-        fields[key] = value
-    repository = r.str("repository", required=True)
-    path = (r.str("path", ModuleRule.path) or "").strip("/")
-    tag_prefix = r.str("tag_prefix", ModuleRule.tag_prefix) or ""
-    clone_url = r.str("clone_url")
-    ref = r.str("ref", ModuleRule.ref)
-    download = r.str("download", ModuleRule.download) or ModuleRule.download
-    verified = r.bool("verified", ModuleRule.verified)
-    archive_root = r.str("archive_root")
-    if archive_root is not None and not download.startswith("https://"):
-        r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
-    if archive_root is not None:
-        _check_placeholders(r, "archive_root", archive_root, DOWNLOAD_PLACEHOLDERS)
-        if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
-            r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
-    _check_download(r, download)
-    if repository is not None:
-        _check_url(r, "repository", repository, protocols, template=True)
-    if clone_url is not None:
-        # What clients clone is not fetched by gitreg, so any transport the CLI understands is fine.
-        _check_url(r, "clone_url", clone_url, KNOWN_PROTOCOLS, template=True)
-    if path and any(part in ("", ".", "..") for part in path.split("/")):
-        r.error("path", f"{path!r} must be a relative path inside the repository, without '.' or '..'")
-    if path and not re.fullmatch(r"[A-Za-z0-9._/-]+", path):
-        r.error("path", f"{path!r} may contain only letters, digits, '.', '_', '-' and '/'")
-    if tag_prefix and not re.fullmatch(r"[A-Za-z0-9._/-]+", tag_prefix):
-        r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
-    checked_ref: Ref = one_of(r, "ref", ref, ("tag", "commit")) or ModuleRule.ref
-    r.finish()
-    if repository is None:
-        return None
-    return ModuleRule(
-        repository=repository,
-        namespace=fields["namespace"],
-        name=fields["name"],
-        system=fields["system"],
-        path=path,
-        tag_prefix=tag_prefix,
-        clone_url=clone_url,
-        ref=checked_ref,
-        download=download,
-        verified=verified,
-        archive_root=archive_root.strip("/") if archive_root else None,
-    )
-
-
-def _check_repository_pattern(r: TableReader, pattern: str) -> None:
-    """The pattern names {name} and {system} once each, apart, and nothing else in braces."""
-    for placeholder in ("name", "system"):
-        count = pattern.count(f"{{{placeholder}}}")
-        if count != 1:
-            r.error(
-                "repository_pattern",
-                f"must contain {{{placeholder}}} exactly once, e.g. {DEFAULT_REPOSITORY_PATTERN!r}",
-            )
-    rest = pattern.replace("{name}", "").replace("{system}", "")
-    if "{" in rest or "}" in rest:
-        r.error("repository_pattern", "only {name} and {system} may appear in braces")
-    if "{name}{system}" in pattern or "{system}{name}" in pattern:
-        r.error("repository_pattern", "{name} and {system} need a separator between them, e.g. '-'")
-    if len(pattern) > 200:
-        r.error("repository_pattern", "is longer than 200 characters")
-
-
-def _check_api_url(r: TableReader, url: str) -> None:
-    parts = urls.parse(url)  # the one URL parser
-    if parts is None or parts.is_scp or parts.scheme not in ("https", "http") or not parts.host:
-        r.error("api_url", f"{url!r} must be an https:// URL like https://gitlab.example.com/api/v4")
-        return
-    if parts.user is not None or parts.password is not None:
-        r.error("api_url", "must not contain user info; put the API token in `token`")
-    if parts.query or parts.fragment:
-        r.error("api_url", "must not contain a query string or fragment")
-
-
-def _parse_org(r: TableReader) -> OrgConfig | None:
-    provider: Provider | None = one_of(r, "provider", r.str("provider", required=True), ("gitlab", "github"))
-    api_url = r.str("api_url")
-    if api_url is None and provider is not None:
-        api_url = DEFAULT_API_URLS[provider]
-    if api_url is not None:
-        api_url = api_url.rstrip("/")
-        _check_api_url(r, api_url)
-    group = r.str("group", required=True)
-    if group is not None and provider == "github" and not _GITHUB_OWNER_RE.fullmatch(group):
-        r.error("group", f"{group!r} is not a GitHub organization or user name")
-    if group is not None and provider == "gitlab":
-        group = group.strip("/")
-        if not group or not all(_GITLAB_SEGMENT_RE.fullmatch(s) and s not in (".", "..") for s in group.split("/")):
-            r.error("group", f"{group!r} is not a GitLab group path like 'platform/terraform'")
-    namespace = r.str("namespace", required=True)
-    if namespace is not None and not NAME_RE.fullmatch(namespace):
-        r.error(
-            "namespace",
-            f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
-            "starting and ending with a letter or digit",
-        )
-    token = r.str("token") or None
-    pattern = r.str("repository_pattern", DEFAULT_REPOSITORY_PATTERN) or DEFAULT_REPOSITORY_PATTERN
-    _check_repository_pattern(r, pattern)
-    topic = r.str("topic")
-    if topic is not None and not topic.strip():
-        r.error("topic", "must not be empty; leave it out to take repositories with any topics")
-    clone: Clone = one_of(r, "clone", r.str("clone", OrgConfig.clone), ("https", "ssh")) or OrgConfig.clone
-    download = r.str("download", "git") or "git"
-    _check_download(r, download)
-    refresh = r.number(
-        "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
-    )
-    include_archived = r.bool("include_archived", False)
-    clone_hosts = tuple(h.lower() for h in r.str_list("clone_hosts"))
-    for h in clone_hosts:
-        if not _CLONE_HOST_RE.fullmatch(h):
-            r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
-    max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
-    r.finish()
-    if provider is None or api_url is None or group is None or namespace is None:
-        return None
-    return OrgConfig(
-        provider=provider,
-        api_url=api_url,
-        group=group,
-        namespace=namespace,
-        token=token,
-        repository_pattern=pattern,
-        topic=topic.strip() if topic else None,
-        clone=clone,
-        download=download,
-        refresh_seconds=refresh,
-        include_archived=include_archived,
-        clone_hosts=clone_hosts,
-        max_repositories=max_repositories,
-    )
 
 
 def _parse_tokens(a: TableReader) -> tuple[TokenConfig, ...]:
@@ -465,45 +266,6 @@ def _parse_webhooks(w: TableReader) -> WebhooksConfig:
     return webhooks
 
 
-def _parse_modules(root: TableReader, protocols: tuple[str, ...], unsigned: bool) -> list[ModuleRule]:
-    """`[[modules]]`; `unsigned`: [auth] has tokens and no signing key, which archive downloads need."""
-    modules = []
-    for i, table in enumerate(root.table_list("modules")):
-        rule = _parse_rule(TableReader(table, f"modules[{i}]", root.problems, root.env), protocols)
-        if rule is not None:
-            modules.append(rule)
-    if unsigned:
-        for i, rule in enumerate(modules):
-            if rule.download == "archive":
-                root.problems.append(
-                    f'modules[{i}].download: "archive" with registry auth ([auth] tokens, forges or oidc) needs '
-                    "[auth] signing_key, which signs the "
-                    'archive URLs Terraform fetches without its token (e.g. signing_key = "${GITREG_SIGNING_KEY}")'
-                )
-                break
-    return modules
-
-
-def _parse_orgs(root: TableReader, unsigned: bool) -> list[OrgConfig]:
-    """`[[orgs]]`, each group listed once; `unsigned` as for `_parse_modules`."""
-    orgs: list[OrgConfig] = []
-    seen_groups: dict[tuple[str, str, str], int] = {}
-    for i, table in enumerate(root.table_list("orgs")):
-        org = _parse_org(TableReader(table, f"orgs[{i}]", root.problems, root.env))
-        if org is None:
-            continue
-        group_key = (org.provider, org.api_url, org.group.lower())
-        if group_key in seen_groups:
-            root.problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{seen_groups[group_key]}]")
-        seen_groups.setdefault(group_key, i)
-        orgs.append(org)
-    if unsigned and any(org.download == "archive" for org in orgs):
-        root.problems.append(
-            'orgs: download = "archive" with registry auth ([auth] tokens, forges or oidc) needs [auth] signing_key'
-        )
-    return orgs
-
-
 def _parse_credentials(root: TableReader) -> tuple[Credential, ...]:
     credentials = []
     for i, table in enumerate(root.table_list("credentials")):
@@ -530,8 +292,8 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     ui = _parse_ui(root.section("ui"))
     webhooks = _parse_webhooks(root.section("webhooks"))
     unsigned = auth.enabled and auth.signing_key is None  # archives would need a signing key
-    modules = _parse_modules(root, gitcfg.protocols, unsigned and not a.problems_for("signing_key"))
-    orgs = _parse_orgs(root, unsigned)
+    modules = parse_modules(root, gitcfg.protocols, unsigned and not a.problems_for("signing_key"))
+    orgs = parse_orgs(root, unsigned)
     credentials = _parse_credentials(root)
     root.finish()
     if problems:
@@ -588,7 +350,7 @@ def module_rule_from_flag(value: str, protocols: tuple[str, ...] = DEFAULT_PROTO
         raise ConfigError([f"--module {value!r}: expected NAMESPACE/NAME/SYSTEM=REPOSITORY_URL"])
     table = {"namespace": parts[0], "name": parts[1], "system": parts[2], "repository": repository}
     problems: list[str] = []
-    rule = _parse_rule(TableReader(table, f"--module {address}", problems, {}), protocols)
+    rule = parse_rule(TableReader(table, f"--module {address}", problems, {}), protocols)
     if problems or rule is None:
         raise ConfigError(problems)
     return rule

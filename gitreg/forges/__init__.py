@@ -2,9 +2,12 @@
 
 One module per host, beside what they share:
 - `base`: the common API client (pages followed only on the API's own origin, rate limits
-  waited out within a budget, bounded bodies, retries), `RepoRecord`, `OrgStats`,
-  `ForgeError`, the provider-neutral webhook events (`TagEvent`, `RepositoryEvent`) and `Host`,
+  waited out within a budget, bounded bodies, retries), `OrgStats`, `ForgeError` and `Host`,
   what the rest of gitreg asks of a host.
+- `records`: `RepoRecord`, a repository as an API describes it, provider-neutral (and as
+  orgs.json stores it).
+- `payloads`: the provider-neutral webhook events (`TagEvent`, `RepositoryEvent`) and
+  `MalformedPayload`.
 - `github`, `gitlab`: the host's client (URLs, headers, record fields), its payloads turned
   into events, its deliveries' signature or token checked, and its `HOST`.
 - `hosts`: the hosts by provider name, and `client_for`.
