@@ -79,7 +79,9 @@ REDIS: list[str] = []  # --redis: the URL of a Redis every run shares ([cache] b
 
 def config_text(api_url: str, storage: Path, root: Path, index: bool) -> str:
     # 300 pages are 30,000 repositories: past the default max_repositories where there is one.
-    has_limit = "OrgConfig.max_repositories" in (root / "gitreg/config/parse.py").read_text()
+    # ([[orgs]] moved from config/parse.py to config/orgs.py: an older checkout has only the first.)
+    parsers = [root / "gitreg/config/parse.py", root / "gitreg/config/orgs.py"]
+    has_limit = any("OrgConfig.max_repositories" in p.read_text() for p in parsers if p.exists())
     limit = "max_repositories = 1000000" if has_limit else ""
     return f"""
 [index]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from gitreg.config.parse import parse_config
 from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import identity
-from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.service import OrgCatalog
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 

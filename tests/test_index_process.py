@@ -216,7 +216,7 @@ async def test_what_the_serving_process_cannot_read_from_the_index_process_is_ig
     from gitreg.core.names import ModuleAddress
     from gitreg.index.process import IndexProcess
     from gitreg.index.store import ModuleIndex
-    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.orgs.service import OrgCatalog
     from gitreg.registry.catalog import Catalog
     from gitreg.registry.resolve import Resolver
     from gitreg.registry.tags import TagCache
@@ -394,8 +394,8 @@ async def test_a_large_org_change_reaches_the_index_process_whole_in_parts_with_
     from gitreg.index.process import ORGS_PART, IndexProcess, IndexSide
     from gitreg.index.protocol import OrgsChanged, Seed, decode_command
     from gitreg.index.store import ModuleIndex
-    from gitreg.orgs.catalog import OrgCatalog
     from gitreg.orgs.model import OrgChanges, OrgRepo
+    from gitreg.orgs.service import OrgCatalog
     from gitreg.registry.catalog import Catalog
     from gitreg.registry.resolve import Resolver
     from gitreg.registry.tags import TagCache
@@ -451,8 +451,8 @@ def test_an_index_process_started_again_is_given_every_org_module_in_its_seed():
     from gitreg.core.names import ModuleAddress
     from gitreg.index.parse_workers import FRAME
     from gitreg.index.protocol import SEED_PART, Seed, decode_command, encode_seed
-    from gitreg.orgs.catalog import OrgCatalog
     from gitreg.orgs.model import OrgRepo
+    from gitreg.orgs.service import OrgCatalog
     from tests.conftest import make_config
 
     config = make_config([])

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from gitreg.core import urls
 from gitreg.core.names import ModuleAddress
-from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.service import OrgCatalog
 from gitreg.web.keys import ORGS
 from tests.conftest import GIT_PASSWORD, assert_error, indexed, make_config
 from tests.gitreg_process import run_gitreg

@@ -18,8 +18,8 @@ import pytest
 
 from gitreg.core import urls
 from gitreg.forges.gitlab import repository_event as gitlab_repository_event
-from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.model import ARCHIVED
+from gitreg.orgs.service import OrgCatalog
 from gitreg.web.keys import ORGS
 from tests.conftest import assert_error
 from tests.support.forges import FakeForge

@@ -22,8 +22,8 @@ from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.github import repository_event as github_repository_event
-from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.model import ARCHIVED, OrgChanges
+from gitreg.orgs.service import OrgCatalog
 from gitreg.web.keys import INDEX, ORGS
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.gitreg_process import GitregProcess, run_gitreg

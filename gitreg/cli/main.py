@@ -370,8 +370,8 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         print(f"gitreg: {e.message}", file=sys.stderr)
         return EXIT_CONFIG
     # These import aiohttp: only a probe of one address needs them.
-    from gitreg.orgs.catalog import OrgCatalog
     from gitreg.orgs.probe import enumerate_orgs
+    from gitreg.orgs.service import OrgCatalog
     from gitreg.registry.resolve import Resolver
 
     # The choice a request makes (Resolver); the orgs are listed only when one may serve it.

@@ -82,8 +82,8 @@ from gitreg.index.protocol import (
     encode_seed,
 )
 from gitreg.index.store import ModuleIndex
-from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.model import OrgChanges
+from gitreg.orgs.service import OrgCatalog
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gitreg.forges.base import OrgStats
     from gitreg.git.pool import GitPool
     from gitreg.index.store import ModuleIndex
-    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.orgs.service import OrgCatalog
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.base import SharedState
     from gitreg.storage.archives import ArchiveStore

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import TagList
     from gitreg.index.store import ModuleIndex
-    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.orgs.service import OrgCatalog
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.base import SharedState
 

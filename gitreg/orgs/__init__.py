@@ -1,7 +1,13 @@
 """Org mode: GitLab groups and GitHub organizations listed through their APIs and served as modules.
 
-- `catalog`: `OrgCatalog`, the one facade: the listing (address -> `OrgRepo`) requests read,
-  resolution into a synthetic rule, repository webhooks applied, subscribers told of changes.
+- `service`: `OrgCatalog`, the one facade the rest of gitreg asks: reading, loading,
+  enumerating, webhooks, each handed to the room below that does it.
+- `listing`: the served listing (address -> `OrgRepo`) requests read, resolution into a
+  synthetic rule, and every install into it, subscribers told of each change.
+- `rebuild`: one rebuild at a time of the combined listing, computed on a thread from a
+  snapshot (what enumerations, orgs.json and adopted owners feed).
+- `repo_events`: repository webhooks, as hints: the repository read again from the API and
+  patched into the listing.
 - `combine`: the orgs' claims combined into one listing, each address served by its owner
   (`owners`: who holds each address), computed on a thread from a snapshot.
 - `patch`: a repository webhook's change to one org's listing, settled against the owners and

@@ -1,6 +1,6 @@
 """A repository webhook's change to one org's listing, applied without combining every org again.
 
-A webhook names one repository, and the API's answer about it (orgs.catalog) changes a record or
+A webhook names one repository, and the API's answer about it (orgs.repo_events) changes a record or
 two of one org. Combining every org's claims again for that (orgs.combine: 230,000 records
 evaluated and settled on a thread, the owners copied and the replaced listing freed on the loop)
 held the event loop for hundreds of milliseconds per webhook. Here the change is computed in the
@@ -231,7 +231,7 @@ def _unindex(index: dict[str, set[ModuleAddress]], repository: str, address: Mod
 
 def identities(repos: Iterable[OrgRepo], identity: Callable[[str], str | None]) -> dict[str, set[str]]:
     """The repositories (cache keys) each URL identity (urls.identity) names: a module's https, clone
-    and web URLs all name its repository (catalog.repositories_named)."""
+    and web URLs all name its repository (OrgListing.repositories_named)."""
     index: dict[str, set[str]] = {}
     reindex(index, identity, (), repos, {})
     return index
@@ -244,7 +244,7 @@ def reindex(
     new: Iterable[OrgRepo],
     served: Mapping[str, object],
 ) -> None:
-    """Keep the URL-identity index (catalog.repositories_named) in step with a patch: the repositories
+    """Keep the URL-identity index (OrgListing.repositories_named) in step with a patch: the repositories
     no longer served leave it, the new ones join (the index of 230,000 modules is not built again)."""
     for repo in old:
         if repo.repository in served:

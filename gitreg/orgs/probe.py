@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 
 from gitreg.config.model import Config
-from gitreg.orgs.catalog import OrgCatalog
 from gitreg.orgs.model import OrgReport
+from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME
 
 

@@ -34,7 +34,7 @@ _JITTER = 0.1
 
 
 class Listings(Protocol):
-    """What enumerations feed (orgs.catalog.OrgCatalog)."""
+    """What enumerations feed (orgs.rebuild.OrgRebuilds)."""
 
     async def take_listing(
         self, s: OrgState, records: dict[str, RepoRecord], since: float | None, evaluated: Evaluated | None = None

@@ -18,7 +18,7 @@ from gitreg.config.model import Config
 from gitreg.config.rules import is_template
 from gitreg.core import urls
 from gitreg.forges.payloads import RepositoryEvent
-from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.service import OrgCatalog
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 

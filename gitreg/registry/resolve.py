@@ -12,7 +12,7 @@ from gitreg.config.model import Config
 from gitreg.config.rules import ResolvedModule, RuleIndex
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.names import ModuleAddress
-from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.service import OrgCatalog
 
 
 class Resolver:

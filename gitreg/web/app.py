@@ -44,7 +44,7 @@ from gitreg.index.store import ModuleIndex
 from gitreg.observability.collectors import ArchiveCollector, IndexCollector
 from gitreg.observability.logs import JsonFormatter, ServerLogger
 from gitreg.observability.metrics import Lifecycle, Metrics
-from gitreg.orgs.catalog import OrgCatalog
+from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from gitreg.index.protocol import Seed
     from gitreg.index.store import ModuleIndex
     from gitreg.observability.metrics import Lifecycle, Metrics
-    from gitreg.orgs.catalog import OrgCatalog
+    from gitreg.orgs.service import OrgCatalog
     from gitreg.registry.catalog import Catalog
     from gitreg.registry.publish import Publisher
     from gitreg.registry.service import Registry
