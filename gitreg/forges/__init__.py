@@ -11,6 +11,8 @@ One module per host, beside what they share:
 - `github`, `gitlab`: the host's client (URLs, headers, record fields), its payloads turned
   into events, its deliveries' signature or token checked, and its `HOST`.
 - `hosts`: the hosts by provider name, and `client_for`.
+- `host_oauth`: the hosts' OAuth, gitreg as their client (authorize URL, code exchange, refresh,
+  who the token is); the login flow that uses it is identity's (identity/oauth.py).
 
 What others send is a hint: a webhook names a repository, and the org listing (orgs) decides
 whether it serves it. Nothing here keeps state between calls but a client's own counters.

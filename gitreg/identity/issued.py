@@ -35,8 +35,8 @@ import aiohttp
 from gitreg.config.model import Config, ForgeAuthConfig
 from gitreg.core.errors import Overloaded
 from gitreg.core.secrets import token_digest
-from gitreg.forges import oauth
-from gitreg.forges.oauth import HostGrant, OAuthError
+from gitreg.forges import host_oauth as oauth
+from gitreg.forges.host_oauth import HostGrant, OAuthError
 from gitreg.identity.crypto import Sealer
 from gitreg.identity.model import Principal
 from gitreg.replicas.connection import RedisDown

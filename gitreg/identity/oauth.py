@@ -37,8 +37,8 @@ import aiohttp
 
 from gitreg.config.model import ForgeAuthConfig
 from gitreg.core.errors import GitregError, Overloaded
-from gitreg.forges import oauth
-from gitreg.forges.oauth import HostGrant, OAuthError
+from gitreg.forges import host_oauth as oauth
+from gitreg.forges.host_oauth import HostGrant, OAuthError
 from gitreg.identity.crypto import Sealer
 from gitreg.identity.issued import IssuedTokens
 

@@ -19,7 +19,7 @@ from aiohttp.typedefs import Handler
 
 from gitreg.config.model import ForgeAuthConfig
 from gitreg.core.errors import GitregError
-from gitreg.forges.oauth import HostGrant
+from gitreg.forges.host_oauth import HostGrant
 from gitreg.identity.issued import TOKEN_PREFIX
 from gitreg.identity.model import Principal
 from gitreg.identity.oauth import LoginFlows
