@@ -169,6 +169,10 @@ class OrgCatalog:
         """List org `index` through its API now; False (and the last listing kept) when that fails."""
         return await self._refresher.enumerate(index)
 
+    def refresh_soon(self, index: int) -> None:
+        """Ask the org's background loop to enumerate now (coalesced with one already running)."""
+        self._refresher.refresh_soon(index)
+
     async def flush(self) -> None:
         """Write orgs.json if the listing changed since the last write (off the event loop)."""
         await self._store.flush()
