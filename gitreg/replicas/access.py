@@ -9,13 +9,9 @@ With Redis down, each replica asks the host itself (and keeps its own answer in 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
 
 from gitreg.replicas.connection import RedisDown
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
+from gitreg.replicas.wire import Wire
 
 _VALUES = {b"1": True, b"0": False, "1": True, "0": False}
 
@@ -23,27 +19,17 @@ _VALUES = {b"1": True, b"0": False, "1": True, "0": False}
 class SharedAccess:
     """`SharedState.access` and `remember_access` for the Redis backend."""
 
-    def __init__(
-        self,
-        client: Redis,
-        prefix: str,
-        call: Callable[[Awaitable[Any]], Awaitable[Any]],
-        up: Callable[[], bool],
-        spawn: Callable[[Awaitable[Any]], None],
-    ) -> None:
-        self._client = client
-        self._prefix = prefix
-        self._call = call
-        self._up = up
-        self._spawn = spawn
+    def __init__(self, wire: Wire) -> None:
+        self._wire = wire
+        self._prefix = wire.key("access:")
         self.bad_values = 0
 
     async def access(self, key: str) -> bool | None:
         """The answer another replica stored for `key`, or None (none, not ours, or Redis down)."""
-        if not self._up():
+        if not self._wire.up():
             return None
         try:
-            raw = await self._call(self._client.get(self._prefix + key))
+            raw = await self._wire.call(self._wire.client.get(self._prefix + key))
         except RedisDown:
             return None
         found = _VALUES.get(raw) if isinstance(raw, bytes | str) else None
@@ -53,10 +39,10 @@ class SharedAccess:
 
     def remember_access(self, key: str, allowed: bool, seconds: float) -> None:
         """Store the answer for the other replicas, in the background, for `seconds`."""
-        if self._up():
-            self._spawn(self._store(key, allowed, seconds))
+        if self._wire.up():
+            self._wire.spawn(self._store(key, allowed, seconds))
 
     async def _store(self, key: str, allowed: bool, seconds: float) -> None:
         with contextlib.suppress(RedisDown):
             value = "1" if allowed else "0"
-            await self._call(self._client.set(self._prefix + key, value, px=max(1, int(seconds * 1000))))
+            await self._wire.call(self._wire.client.set(self._prefix + key, value, px=max(1, int(seconds * 1000))))

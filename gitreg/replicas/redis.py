@@ -102,7 +102,7 @@ class RedisShared:
         self.on_pin = self.pins.on_pin  # an earlier pin than this replica's
         self.owners = SharedOwners(self.client, wire.key("owners"), wire.channel, wire.message)
         self.on_owner = self.owners.on_owner  # an owner recorded in Redis
-        shared_access = SharedAccess(self.client, wire.key("access:"), self._call, lambda: self._up, self._spawn)
+        shared_access = SharedAccess(wire)
         self.access, self.remember_access = shared_access.access, shared_access.remember_access  # Git hosts' answers
         self.logins: SharedLogins | None = SharedLogins(self.client, wire.prefix, self._call, lambda: self._up)
         self._up = False
