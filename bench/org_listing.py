@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from gitreg.config.parse import parse_config
 from gitreg.core.names import ModuleAddress
-from gitreg.core.urls import identity
+from gitreg.core.urls import host_path
 from gitreg.orgs.service import OrgCatalog
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
@@ -104,11 +104,11 @@ async def run(repos: int, rounds: int) -> None:
             "git@github.com:acme-infra/terraform-aws-mod00001.git",
         )
         started = time.perf_counter()
-        assert catalog.repositories_named(payload_urls, identity)
+        assert catalog.repositories_named(payload_urls, host_path)
         first_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
         for _ in range(1000):
-            catalog.repositories_named(payload_urls, identity)
+            catalog.repositories_named(payload_urls, host_path)
         next_us = (time.perf_counter() - started) * 1000
         await fake.close()
     b, f, a = statistics.median(base), statistics.median(full), statistics.median(again)

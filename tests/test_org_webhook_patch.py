@@ -54,7 +54,7 @@ def state(catalog: OrgCatalog) -> dict[str, Any]:
     stats = catalog.stats()[0][1]
     served = {str(a): repo for a, repo in catalog.modules().items()}
     pushed = {repo.full_name: sorted(map(str, catalog.notify_pushed([repo.repository]))) for repo in served.values()}
-    named = {repo.full_name: catalog.repositories_named([repo.web_url], urls.identity) for repo in served.values()}
+    named = {repo.full_name: catalog.repositories_named([repo.web_url], urls.host_path) for repo in served.values()}
     return {
         "modules": {address: repo.full_name for address, repo in served.items()},
         "owners": sorted((address, holder) for address, holder, _ in catalog.owners.entries()),

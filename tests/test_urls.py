@@ -4,7 +4,7 @@ Webhook matching, `source` links, log masking, metric host labels, `git::` downl
 locations and config validation all read a repository address through `urls.parse`. The
 properties below generate addresses the way operators and Git hosts spell them (scp-like,
 ssh://, https:// with users, passwords, ports, `.git`, odd case) and arbitrary text, and
-check what a user would notice: one repository has one identity, no password is ever shown,
+check what a user would notice: one repository has one host/path, no password is ever shown,
 a source link never carries user info, and nothing raises.
 """
 
@@ -56,15 +56,15 @@ def test_arbitrary_text_never_raises_and_every_view_agrees_whether_it_is_a_git_u
     found = urls.parse(text)
     reason = urls.parse_or_reason(text)
     assert (found is None) == isinstance(reason, str)
-    identity, web, label, masked = (
-        urls.identity(text.strip()),
+    host_path, web, label, masked = (
+        urls.host_path(text.strip()),
         urls.web_url(text),
         urls.host_label(text),
         urls.mask(text),
     )
     assert urls.as_go_getter(text).startswith("git::")
     if found is None:
-        assert urls.transport(text) is None and identity is None and web == "" and label == "unknown"
+        assert urls.transport(text) is None and host_path is None and web == "" and label == "unknown"
         assert urls.as_go_getter(text) == "git::" + text
     else:
         assert urls.transport(text) == found.transport
@@ -85,16 +85,16 @@ def test_scp_ssh_and_https_spellings_of_one_repository_have_one_identity(user, h
         f"https://{user}@{host}:{port}/{path}.git",
         f"git://{host}/{tail}",
     ]
-    identities = {urls.identity(s) for s in spellings}
-    assert identities == {f"{host}/{path.lower()}"}, spellings
+    host_paths = {urls.host_path(s) for s in spellings}
+    assert host_paths == {f"{host}/{path.lower()}"}, spellings
     assert urls.transport(spellings[0]) == urls.transport(spellings[1]) == "ssh"
 
 
 @SETTINGS
 @given(host=hosts, path=paths, other=segments)
 def test_different_repositories_have_different_identities(host, path, other):
-    assert urls.identity(f"https://{host}/{path}") != urls.identity(f"https://{host}/{path}/{other}")
-    assert urls.identity(f"git@{host}:{path}") != urls.identity(f"git@{host}x:{path}")
+    assert urls.host_path(f"https://{host}/{path}") != urls.host_path(f"https://{host}/{path}/{other}")
+    assert urls.host_path(f"git@{host}:{path}") != urls.host_path(f"git@{host}x:{path}")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_different_repositories_have_different_identities(host, path, other):
     ],
 )
 def test_webhook_spellings_of_one_repository_have_one_identity(a, b):
-    assert urls.identity(a) == urls.identity(b) is not None
+    assert urls.host_path(a) == urls.host_path(b) is not None
 
 
 @SETTINGS
@@ -218,7 +218,7 @@ def test_an_scp_like_clone_url_becomes_an_ssh_url_go_getter_reads_as_the_same_re
     location = git_location(scp, "", ref)
     address = location.removeprefix("git::").rsplit("?ref=", 1)[0]
     assert location.startswith("git::ssh://") and urls.parse(address).is_scp is False
-    assert urls.identity(address) == urls.identity(scp)
+    assert urls.host_path(address) == urls.host_path(scp)
     assert location.endswith("?ref=" + ref.replace("+", "%2B") + "&depth=1")
 
 

@@ -6,7 +6,7 @@ host labels and `git::` download locations agree on what a URL is:
 
 - `transport(url)`: the transport git would use (`ssh` for `user@host:path`), for
   `[git] protocols` and `[[credentials]]` checks;
-- `identity(url)`: `host/path` without user, port or `.git`, for webhook matching;
+- `host_path(url)`: `host/path` without user, port or `.git`, for webhook matching;
 - `web_url(url)`: the repository's https page, never with user info, for `source` links;
 - `host_label(url)`: the host alone, for metric labels;
 - `origin_label(url)`: `host:port`, one Git service, for the git pool's per-host share;
@@ -44,8 +44,8 @@ _BAD_HOST_RE = re.compile(r"[\x00-\x20\x7f/?#@\[\]\\]")
 # The transports git knows by these names (git+ssh and ssh+git are ssh to git itself).
 _SSH_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git"})
 _WEB_SCHEMES = frozenset({"https", "http", "ssh", "git", "git+ssh", "ssh+git"})
-# Remembered answers of identity(): webhooks ask for the same few URLs on every delivery.
-_IDENTITY_CACHE = 65536
+# Remembered answers of host_path(): webhooks ask for the same few URLs on every delivery.
+_HOST_PATH_CACHE = 65536
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ def transport(url: str) -> str | None:
     return found.transport if found is not None else None
 
 
-@functools.lru_cache(maxsize=_IDENTITY_CACHE)
-def identity(url: str) -> str | None:
+@functools.lru_cache(maxsize=_HOST_PATH_CACHE)
+def host_path(url: str) -> str | None:
     """`host/path` of a Git URL, lowercased, without `.git`, user, port or trailing slashes.
 
     `https://GitHub.com/Acme/VPC.git/`, `git@github.com:acme/vpc.git`,

@@ -65,7 +65,7 @@ def payload_urls(section: Any, fields: tuple[str, ...], what: str) -> tuple[str,
     """The repository URLs a payload's `section` names in `fields` (at least one, or MalformedPayload)."""
     if not isinstance(section, dict):
         raise MalformedPayload(f"the payload has no {what} object")
-    # No real repository URL is longer; bounded, they are safe to memoize in repository_identity.
+    # No real repository URL is longer; bounded, they are safe to memoize in urls.host_path.
     found = tuple(v for f in fields if isinstance(v := section.get(f), str) and 0 < len(v) <= 2048)
     if not found:
         raise MalformedPayload(f"the payload's {what} has none of {', '.join(fields)}")

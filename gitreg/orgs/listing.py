@@ -22,7 +22,7 @@ from gitreg.forges.records import RepoRecord
 from gitreg.orgs.combine import KEEP_LONG_LIVED_AT, Clash, Combined
 from gitreg.orgs.model import OrgChanges, OrgRepo, OrgState, evaluate
 from gitreg.orgs.owners import Owners
-from gitreg.orgs.patch import OrgPatch, Served, followed, identities, install_touched, reindex, settle_patch
+from gitreg.orgs.patch import OrgPatch, Served, followed, host_paths, install_touched, reindex, settle_patch
 from gitreg.orgs.store import OrgStore
 from gitreg.storage.files import keep_long_lived
 
@@ -39,8 +39,8 @@ class OrgListing:
         self._store = store
         self.by_address: dict[ModuleAddress, OrgRepo] = {}
         self.by_repository: dict[str, set[ModuleAddress]] = {}
-        self._identities: dict[str, set[str]] | None = None  # built on the first webhook after a rebuild
-        self._identity: Callable[[str], str | None] | None = None  # (how it was built)
+        self._by_host_path: dict[str, set[str]] | None = None  # built on the first webhook after a rebuild
+        self._host_path: Callable[[str], str | None] | None = None  # (how it was built)
         self.contested: dict[ModuleAddress, list[OrgRepo]] = {}  # every claim to each address claimed twice or more
         self._resolved: dict[ModuleAddress, tuple[OrgRepo, ResolvedModule]] = {}
         self.shadowed: dict[int, dict[str, str]] = {}  # org index -> full_name -> why (an address conflict)
@@ -73,19 +73,19 @@ class OrgListing:
         self._resolved[address] = (repo, resolved)
         return resolved
 
-    def repositories_named(self, urls: Iterable[str], identity: Callable[[str], str | None]) -> list[str]:
-        """The org repositories (cache keys) that any of `urls` names, by `identity` (urls.identity).
+    def repositories_named(self, urls: Iterable[str], host_path: Callable[[str], str | None]) -> list[str]:
+        """The org repositories (cache keys) that any of `urls` names, by `host_path` (urls.host_path).
 
         A module's https, clone and web URLs all name its repository. The index is built once
         per listing change, not per webhook.
         """
-        index = self._identities
+        index = self._by_host_path
         if index is None:
-            index = self._identities = identities(self.by_address.values(), identity)
-            self._identity = identity
+            index = self._by_host_path = host_paths(self.by_address.values(), host_path)
+            self._host_path = host_path
         found: dict[str, None] = {}
         for url in urls:
-            key = identity(url)
+            key = host_path(url)
             for repository in sorted(index.get(key, ())) if key is not None else ():
                 found[repository] = None
         return list(found)
@@ -127,7 +127,7 @@ class OrgListing:
         for address, repo in added.items():
             self.by_repository.setdefault(repo.repository, set()).add(address)
             s.modules[address] = repo
-        self._identities = None
+        self._by_host_path = None
         s.stats.modules += len(added)
         self._store.changed()
         self.on_change.emit(OrgChanges(added=frozenset(added), pushed=frozenset(added)))
@@ -140,7 +140,7 @@ class OrgListing:
         self._owners.install(combined.owners)
         self.by_address = combined.listing
         self.by_repository = combined.by_repository
-        self._identities = None
+        self._by_host_path = None
         self.shadowed = combined.conflicts
         self.contested = combined.contested
         for s in self._orgs:
@@ -167,9 +167,9 @@ class OrgListing:
         changes = install_touched(served, self._orgs, before, settled, p)
         self.generation += 1
         self.by_address = served.listing
-        if self._identities is not None and self._identity is not None:
+        if self._by_host_path is not None and self._host_path is not None:
             now = [repo for repo in settled.owners.values() if repo is not None]
-            reindex(self._identities, self._identity, chain(*before.values()), now, self.by_repository)
+            reindex(self._by_host_path, self._host_path, chain(*before.values()), now, self.by_repository)
         for address in changes.removed:
             self._resolved.pop(address, None)
         self._log_clashes(settled.clashes)
@@ -192,7 +192,7 @@ class OrgListing:
                     s.records = {}  # listed by the serving process: nothing to wait for here
         self.generation += 1
         self.by_address = new
-        self._identities = None
+        self._by_host_path = None
 
     def _log_clashes(self, clashes: Iterable[Clash]) -> None:
         """Log each conflict once (by address, claimant and owner), however often it is settled again."""

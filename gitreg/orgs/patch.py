@@ -229,34 +229,34 @@ def _unindex(index: dict[str, set[ModuleAddress]], repository: str, address: Mod
             del index[repository]
 
 
-def identities(repos: Iterable[OrgRepo], identity: Callable[[str], str | None]) -> dict[str, set[str]]:
-    """The repositories (cache keys) each URL identity (urls.identity) names: a module's https, clone
+def host_paths(repos: Iterable[OrgRepo], host_path: Callable[[str], str | None]) -> dict[str, set[str]]:
+    """The repositories (cache keys) each URL's host/path (urls.host_path) names: a module's https, clone
     and web URLs all name its repository (OrgListing.repositories_named)."""
     index: dict[str, set[str]] = {}
-    reindex(index, identity, (), repos, {})
+    reindex(index, host_path, (), repos, {})
     return index
 
 
 def reindex(
     index: dict[str, set[str]],
-    identity: Callable[[str], str | None],
+    host_path: Callable[[str], str | None],
     old: Iterable[OrgRepo],
     new: Iterable[OrgRepo],
     served: Mapping[str, object],
 ) -> None:
-    """Keep the URL-identity index (OrgListing.repositories_named) in step with a patch: the repositories
+    """Keep the host/path index (OrgListing.repositories_named) in step with a patch: the repositories
     no longer served leave it, the new ones join (the index of 230,000 modules is not built again)."""
     for repo in old:
         if repo.repository in served:
             continue  # (still serving another address)
         for url in (repo.repository, repo.clone_url, repo.web_url):
-            key = identity(url) if url else None
+            key = host_path(url) if url else None
             if key is not None and key in index:
                 index[key].discard(repo.repository)
                 if not index[key]:
                     del index[key]
     for repo in new:
         for url in (repo.repository, repo.clone_url, repo.web_url):
-            key = identity(url) if url else None
+            key = host_path(url) if url else None
             if key is not None:
                 index.setdefault(key, set()).add(repo.repository)

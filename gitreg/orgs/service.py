@@ -127,9 +127,9 @@ class OrgCatalog:
                 f"yet ({errors}); try again shortly"
             )
 
-    def repositories_named(self, urls: Iterable[str], identity: Callable[[str], str | None]) -> list[str]:
-        """The org repositories (cache keys) that any of `urls` names, by `identity` (urls.identity)."""
-        return self._listing.repositories_named(urls, identity)
+    def repositories_named(self, urls: Iterable[str], host_path: Callable[[str], str | None]) -> list[str]:
+        """The org repositories (cache keys) that any of `urls` names, by `host_path` (urls.host_path)."""
+        return self._listing.repositories_named(urls, host_path)
 
     def complete(self) -> bool:
         """True when every org has a listing (enumerated, or loaded from orgs.json)."""

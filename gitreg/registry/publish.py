@@ -70,7 +70,7 @@ class Deliveries:
 
 
 def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, set[str]]:
-    """identity -> the repository URLs (cache keys) it stands for.
+    """host/path (urls.host_path) -> the repository URLs (cache keys) it stands for.
 
     From explicit rules (their `repository`, and their `clone_url`, which names the same
     repository for clients) and from every repository a wildcard rule has resolved: those
@@ -81,9 +81,9 @@ def configured_repositories(config: Config, cached: Iterable[str]) -> dict[str, 
     def add(url: str | None, key: str) -> None:
         if url is None or is_template(url):
             return
-        identity = urls.identity(url)
-        if identity is not None:
-            index.setdefault(identity, set()).add(key)
+        host_path = urls.host_path(url)
+        if host_path is not None:
+            index.setdefault(host_path, set()).add(key)
 
     for rule in config.modules:
         if not is_template(rule.repository):
@@ -99,8 +99,8 @@ def matching_repositories(config: Config, cached: Iterable[str], addresses: Iter
     index = configured_repositories(config, cached)
     found: dict[str, None] = {}
     for url in addresses:
-        identity = urls.identity(url)
-        for key in sorted(index.get(identity, ())) if identity is not None else ():
+        host_path = urls.host_path(url)
+        for key in sorted(index.get(host_path, ())) if host_path is not None else ():
             found[key] = None
     return list(found)
 
@@ -120,7 +120,7 @@ class Publisher:
         ones, ones a wildcard rule has served, and org repositories by any of their URLs."""
         addresses = list(addresses)
         keys = matching_repositories(self.config, self.cache.keys(), addresses)
-        return keys + [key for key in self.orgs.repositories_named(addresses, urls.identity) if key not in keys]
+        return keys + [key for key in self.orgs.repositories_named(addresses, urls.host_path) if key not in keys]
 
     async def repository_event(self, event: RepositoryEvent) -> int:
         """A repository event (a hint): the org listings read that repository from the API; how

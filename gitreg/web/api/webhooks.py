@@ -228,10 +228,10 @@ def webhook_hosts(config: Config) -> dict[str, list[str]]:
     """host -> repositories (masked) configured on it, for `gitreg check` (local file:// repos left out)."""
     hosts: dict[str, list[str]] = {}
     for rule in config.modules:
-        identity = urls.identity(fill_template(rule.repository, dict.fromkeys(PLACEHOLDERS, "x")))
-        if identity is None or identity.startswith("file:"):
+        host_path = urls.host_path(fill_template(rule.repository, dict.fromkeys(PLACEHOLDERS, "x")))
+        if host_path is None or host_path.startswith("file:"):
             continue
-        hosts.setdefault(identity.split("/", 1)[0], []).append(urls.mask(rule.repository))
+        hosts.setdefault(host_path.split("/", 1)[0], []).append(urls.mask(rule.repository))
     return hosts
 
 
