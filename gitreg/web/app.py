@@ -29,11 +29,10 @@ from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
 from gitreg.git.runner import GitRunner
+from gitreg.identity.door import Identities
 from gitreg.identity.issued import FILE_NAME as ISSUED_FILE
 from gitreg.identity.issued import IssuedTokens
 from gitreg.identity.oauth import LoginFlows
-from gitreg.identity.service import Identities
-from gitreg.identity.static import TokenChecker
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.files import ModuleFiles
@@ -65,7 +64,6 @@ from gitreg.web.api.oauth import oauth_routes
 from gitreg.web.api.webhooks import webhook_routes
 from gitreg.web.keys import (
     ARCHIVES,
-    AUTH,
     BROWSE,
     CACHE,
     CATALOG,
@@ -74,12 +72,10 @@ from gitreg.web.keys import (
     DETAILS,
     GIT,
     GIT_POOL,
-    IDENTITIES,
+    IDENTITY,
     INDEX,
     INDEX_PROCESS,
     LIFECYCLE,
-    LOGIN_TOKENS,
-    LOGINS,
     METRICS,
     MIRRORS,
     ORGS,
@@ -104,6 +100,7 @@ _BUDGET: web.AppKey[StorageBudget] = web.AppKey("storage_budget")
 _RESOLVER: web.AppKey[Resolver] = web.AppKey("resolver")
 # The HTTP session toward the Git hosts (their APIs and OAuth) and the CI issuers, opened on first use.
 _HOSTS_HTTP: web.AppKey[Callable[[], aiohttp.ClientSession]] = web.AppKey("hosts_http")
+_LOGINS: web.AppKey[LoginFlows] = web.AppKey("logins")
 
 
 def _storage(app: web.Application) -> Path:
@@ -261,9 +258,8 @@ async def _hosts_http(app: web.Application) -> AsyncIterator[None]:
 
 async def _identities(app: web.Application) -> AsyncIterator[None]:
     """Who a bearer token is and what it may read (asking the Git hosts through the hosts' HTTP session)."""
-    config, login = app[CONFIG], app.get(LOGIN_TOKENS)
-    identities = app[IDENTITIES] = Identities(
-        config, app[AUTH], app[_RESOLVER], app[SHARED], app[_HOSTS_HTTP], login, app[CLOCK]
+    identities = app[IDENTITY] = Identities(
+        app[CONFIG], app[_RESOLVER], app[SHARED], app[_HOSTS_HTTP], app.get(_LOGINS), app[CLOCK]
     )
     app[METRICS].watch_identities(identities.api_stats)
     yield
@@ -441,8 +437,7 @@ async def _logins(app: web.Application) -> AsyncIterator[None]:
     # Shared with the other replicas on the replicas' own Redis connection (None: this replica alone).
     tokens = IssuedTokens(config, _storage(app) / ISSUED_FILE, http, app[SHARED].logins)
     await tokens.load()
-    app[LOGINS] = LoginFlows(config.auth.forges, key, tokens, http)
-    app[LOGIN_TOKENS] = tokens  # what the Identities facade asks about a `gitreg_...` bearer token
+    app[_LOGINS] = LoginFlows(config.auth.forges, key, tokens, http)  # the identity door's
     yield
     await tokens.close()
 
@@ -479,7 +474,6 @@ def create_app(
     app[ROLE] = role
     if seed is not None:
         app[SEED] = seed
-    app[AUTH] = TokenChecker(config.auth)
     # Without a configured key (auth off: archive URLs need no signature) a random one will do.
     app[SIGNER] = UrlSigner(config.auth.signing_key or secrets.token_hex(32), config.auth.signed_url_ttl_seconds)
     app[METRICS] = metrics

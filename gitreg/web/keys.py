@@ -16,10 +16,7 @@ if TYPE_CHECKING:
     from gitreg.config.model import Config
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import GitAdapter
-    from gitreg.identity.model import LoginTokens
-    from gitreg.identity.oauth import LoginFlows
-    from gitreg.identity.service import Identities
-    from gitreg.identity.static import TokenChecker
+    from gitreg.identity.door import Identities
     from gitreg.index.browse import BrowseService
     from gitreg.index.details import DetailsService
     from gitreg.index.process import IndexProcess, Role
@@ -46,12 +43,9 @@ REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
 BROWSE: web.AppKey[BrowseService] = web.AppKey("browse")
 # "Repositories changed": a webhook here, or another replica through Redis.
 PUBLISHER: web.AppKey[Publisher] = web.AppKey("publisher")
-AUTH: web.AppKey[TokenChecker] = web.AppKey("auth")
-# Who a bearer token is and what it may read (identity/service.py): what the middleware asks.
-IDENTITIES: web.AppKey[Identities] = web.AppKey("identities")
-# The registry tokens `terraform login` issued (identity/issued.py), when a cleanup context before
-# app._identities made them: Identities tries them after the static tokens.
-LOGIN_TOKENS: web.AppKey[LoginTokens] = web.AppKey("login_tokens")
+# The identity door (identity/door.py): who is calling (bearer or page session) and what they may
+# read; also the `terraform login` and "Sign in with ..." flows (`logins`, when a host has OAuth).
+IDENTITY: web.AppKey[Identities] = web.AppKey("identity")
 MIRRORS: web.AppKey[MirrorStore] = web.AppKey("mirrors")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
 DETAILS: web.AppKey[DetailsService] = web.AppKey("details")
@@ -69,6 +63,3 @@ ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
 ROLE: web.AppKey[Role] = web.AppKey("role")
 SEED: web.AppKey[Seed] = web.AppKey("seed")  # the index process's start (Role.INDEX only)
 INDEX_PROCESS: web.AppKey[IndexProcess] = web.AppKey("index_process")  # Role.SERVE only
-# `terraform login` and "Sign in with ...": the OAuth flows and the tokens they issue (only when
-# an [[auth.forges]] entry has an OAuth application).
-LOGINS: web.AppKey[LoginFlows] = web.AppKey("logins")
