@@ -2,7 +2,8 @@
 
 Annotation-only: each key's type is an annotation (under `from __future__ import annotations`,
 never evaluated at run time), so importing a handler does not import every service module.
-The services import nothing from here; web/app.py, the one composition root, sets them.
+The services import nothing from here; web/app.py sets them from the composition root's
+Services (gitreg/services).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
     from gitreg.identity.door import Identities
     from gitreg.index.browse import BrowseService
     from gitreg.index.details import DetailsService
-    from gitreg.index.process import IndexProcess, Role
-    from gitreg.index.protocol import Seed
     from gitreg.index.store import ModuleIndex
     from gitreg.observability.metrics import Lifecycle, Metrics
     from gitreg.orgs.catalog import OrgCatalog
@@ -28,8 +27,6 @@ if TYPE_CHECKING:
     from gitreg.registry.publish import Publisher
     from gitreg.registry.service import Registry
     from gitreg.registry.tags import TagCache
-    from gitreg.replicas.base import SharedState
-    from gitreg.storage.archives import ArchiveStore
     from gitreg.storage.mirrors import MirrorStore
     from gitreg.web.signing import UrlSigner
 
@@ -52,14 +49,7 @@ DETAILS: web.AppKey[DetailsService] = web.AppKey("details")
 INDEX: web.AppKey[ModuleIndex] = web.AppKey("index")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 LIFECYCLE: web.AppKey[Lifecycle] = web.AppKey("lifecycle")
-ARCHIVES: web.AppKey[ArchiveStore] = web.AppKey("archives")
 SIGNER: web.AppKey[UrlSigner] = web.AppKey("signer")
-# What replicas share (Redis), or this process alone (memory): see gitreg/replicas.
-SHARED: web.AppKey[SharedState] = web.AppKey("shared")
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
-# What this application does (index.process.Role): all of it, serve with an index process, or be one.
-ROLE: web.AppKey[Role] = web.AppKey("role")
-SEED: web.AppKey[Seed] = web.AppKey("seed")  # the index process's start (Role.INDEX only)
-INDEX_PROCESS: web.AppKey[IndexProcess] = web.AppKey("index_process")  # Role.SERVE only
