@@ -7,7 +7,7 @@ hosts shared with the login flows. The web layer imports this module and no othe
 - who is calling: `known_caller` (no coroutine: the warm path of a configured static token) and
   `caller` (every kind, in the one order below), for a bearer header; `session_caller` for a page
   session's cookie, `session_for` at the page login form;
-- may this caller read this target: `read_now`/`check_namespace` (the namespace rule), `check_read`
+- may this caller read this target: `read_now` (the namespace rule, no coroutine), `check_read`
   (a module), `visibility_now`/`visibility` (a listing).
 
 A presented token is tried, in this order: the static `[auth] tokens` (constant time, whatever
@@ -73,6 +73,10 @@ class Identities:
     ) -> None:
         self.enabled = config.auth.enabled
         self.static = TokenChecker(config.auth)
+        # `known_caller(header)`: the caller an `Authorization` header names when no one need be asked
+        # (a configured static token: constant time, remembered by header, identity/static.py), else
+        # None. No coroutine: the warm path, and the static checker's own method (no call in between).
+        self.known_caller: Callable[[str], Principal | None] = self.static.by_header
         # `terraform login` and "Sign in with ...": the OAuth flows (None: no host has an OAuth application).
         self.logins = logins
         # The registry tokens those flows issued (a test may give a `LoginTokens` of its own).
@@ -92,18 +96,12 @@ class Identities:
 
     # ---- who is calling ---------------------------------------------------------------------
 
-    def known_caller(self, header: str) -> Principal | None:
-        """The caller an `Authorization` header names when no one need be asked (a configured static
-        token; identity/static.py: constant time, remembered by header), else None. No coroutine:
-        the warm path."""
-        return self.static.by_header(header)
-
     async def caller(self, header: str | None) -> Principal:
         """Who an `Authorization` header's bearer token stands for, trying the kinds in the module
         docstring's order; Unauthorized when none, IdentityUnavailable when the host that would say
         cannot answer."""
         if header:
-            known = self.static.by_header(header)
+            known = self.known_caller(header)
             if known is not None:
                 return known
         presented = bearer_token(header or "")
@@ -167,17 +165,14 @@ class Identities:
     # ---- what the caller may read -----------------------------------------------------------
 
     def read_now(self, principal: Principal, namespace: str) -> bool:
-        """True when `principal`'s reading is decided by namespace (static, OIDC), once `namespace` is
-        checked (Forbidden when it may not read it); False when the Git host decides (`check_read`)."""
+        """True when `principal`'s reading is decided by namespace (static, OIDC: their `namespaces`,
+        None for every one), once `namespace` is checked: Forbidden when it may not read it. False
+        when the Git host decides (`check_read`). No coroutine: the warm path."""
         if principal.kind not in BY_NAMESPACE:
             return False
-        self.check_namespace(principal, namespace)
-        return True
-
-    def check_namespace(self, principal: Principal, namespace: str) -> None:
-        """Forbidden when a namespace-scoped principal (static, oidc) may not read `namespace`."""
         if principal.namespaces is not None and namespace not in principal.namespaces:
             raise Forbidden(f"this token may not read namespace {namespace[:64]!r}")
+        return True
 
     async def check_read(self, principal: Principal, address: ModuleAddress) -> None:
         """Forbidden unless `principal` may read module `address` (a Git host identity: its repository).

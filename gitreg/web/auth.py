@@ -26,10 +26,6 @@ PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
 VISIBILITY_KEY = web.RequestKey[Visibility]("visibility")
 
 
-def _record(request: web.Request, principal: Principal) -> None:
-    request[PRINCIPAL_KEY] = request[WHO_KEY] = principal
-
-
 def caller(request: web.Request) -> Principal | None:
     """Who makes this request, as recorded (None: an open registry, or not checked)."""
     return request.get(PRINCIPAL_KEY)
@@ -47,7 +43,7 @@ async def admit(request: web.Request, principal: Principal | None) -> None:
 
 def _admit(request: web.Request, identities: Identities, principal: Principal | None) -> None:
     if principal is not None:
-        _record(request, principal)
+        request[PRINCIPAL_KEY] = request[WHO_KEY] = principal
     seen = identities.visibility_now(principal)
     if seen is not None:
         request[VISIBILITY_KEY] = seen
@@ -71,7 +67,7 @@ def authorize_static(request: web.Request, identities: Identities) -> str | None
     principal = identities.known_caller(header)
     if principal is None:
         return None
-    _record(request, principal)
+    request[PRINCIPAL_KEY] = request[WHO_KEY] = principal
     _read_now(request, identities, principal)
     return principal.kind
 
