@@ -1,8 +1,9 @@
 """`python -m gitreg.indexer`: the index process of `gitreg serve`, which starts it (not for people).
 
-Its entry point only: it reads the Seed, sets up logging as the serving process has it, builds
-the application in Role.INDEX and follows the serving process's commands until its stdin
-closes. What the two processes do and say is gitreg/index/process.py and protocol.py.
+Its entry point only: it reads the Seed, sets up logging as the serving process has it, runs
+the services of Role.INDEX (gitreg/services: no HTTP application, no port) and follows the
+serving process's commands until its stdin closes. What the two processes do and say is
+gitreg/index/process.py and protocol.py.
 """
 
 from __future__ import annotations
@@ -14,49 +15,46 @@ import signal
 import struct
 import sys
 
-from aiohttp import web
-
 from gitreg.core.loop import run_main
 from gitreg.index.parse_workers import FRAME
 from gitreg.index.process import NICENESS, READ_LIMIT, IndexSide, ReportFeed, Role
 from gitreg.index.protocol import Seed, decode_command
 from gitreg.observability.setup import configure_logging
-from gitreg.web.app import create_app
-from gitreg.web.keys import CACHE, CATALOG, INDEX, ORGS, REGISTRY
+from gitreg.services.compose import Services
 
 
 async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
-    """The index process's life: build the application in the INDEX role, follow the serving process."""
+    """The index process's life: run the services of the INDEX role, follow the serving process."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=READ_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb"))
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb"))
     out = asyncio.StreamWriter(transport, protocol, None, loop)
 
-    app = create_app(seed.config, role=Role.INDEX, seed=seed)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()  # loads index.json and starts indexing; no port is opened
-    index = app[INDEX]
-    side = IndexSide(seed, index, app[CATALOG], app[ORGS], app[CACHE], app[REGISTRY])
-    feed = ReportFeed(index, out, seed.resync)
-    index.on_written.connect(feed.written)
-    feeder = asyncio.ensure_future(feed.run())
-    loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)  # stop as when the input ends
-    try:
-        while True:
-            try:
-                size = FRAME.unpack(await reader.readexactly(FRAME.size))[0]
-                command = decode_command(await reader.readexactly(size))
-            except asyncio.IncompleteReadError:
-                break  # the serving process closed our input (stopping) or died
-            side.apply(command)
-    finally:
-        feeder.cancel()
-        await asyncio.gather(feeder, return_exceptions=True)
-        await runner.cleanup()  # index.json written once more
-        with contextlib.suppress(ConnectionError):
-            await feed.send()
-        out.close()
+    async with contextlib.AsyncExitStack() as services_running:
+        # Loads index.json and starts indexing; no HTTP application, no port.
+        services = await services_running.enter_async_context(Services(seed.config, Role.INDEX, seed=seed).running())
+        index = services.index
+        side = IndexSide(seed, index, services.catalog, services.orgs, services.cache, services.registry)
+        feed = ReportFeed(index, out, seed.resync)
+        index.on_written.connect(feed.written)
+        feeder = asyncio.ensure_future(feed.run())
+        loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)  # stop as when the input ends
+        try:
+            while True:
+                try:
+                    size = FRAME.unpack(await reader.readexactly(FRAME.size))[0]
+                    command = decode_command(await reader.readexactly(size))
+                except asyncio.IncompleteReadError:
+                    break  # the serving process closed our input (stopping) or died
+                side.apply(command)
+        finally:
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+            await services_running.aclose()  # index.json written once more
+            with contextlib.suppress(ConnectionError):
+                await feed.send()
+            out.close()
 
 
 def main() -> int:

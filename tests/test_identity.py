@@ -24,7 +24,7 @@ from gitreg.config.parse import parse_config
 from gitreg.identity.model import Principal
 from gitreg.observability.logs import AccessEntry, access_line
 from gitreg.web.app import create_app
-from gitreg.web.keys import LOGIN_TOKENS
+from gitreg.web.keys import IDENTITY
 from tests.conftest import assert_error, indexed
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
@@ -406,9 +406,8 @@ async def test_a_terraform_login_token_reads_what_the_host_says_its_person_can(t
         config = config_for(forge, tmp_path)
         person = Principal("login", "alice@127.0.0.1", forge=config.auth.forges[0], host_token=oauth_token)
         issued = IssuedTokens("gitreg-issued-registry-token-0001", person)
-        app = create_app(config)
-        app[LOGIN_TOKENS] = issued
-        client = await aiohttp_client(app)
+        client = await aiohttp_client(create_app(config))
+        client.app[IDENTITY].login = issued  # in place of the issued tokens (no OAuth application here)
         headers = bearer(issued.issued)
         assert (await client.get("/v1/modules/acme/net/aws/versions", headers=headers)).status == 200
         resp = await client.get("/v1/modules/acme/dns/aws/versions", headers=headers)

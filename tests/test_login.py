@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from gitreg.identity.issued import FILE_NAME
-from gitreg.web.keys import LOGINS
+from gitreg.web.keys import IDENTITY
 from tests.conftest import assert_error, make_config
 from tests.gitreg_process import run_gitreg
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, git_host
@@ -272,7 +272,9 @@ async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_
     assert status == 401
     # an expired token: its record says so
     token2 = await login(client)
-    store = client.app[LOGINS].tokens
+    flows = client.app[IDENTITY].logins
+    assert flows is not None
+    store = flows.tokens
     for record in store.records():
         if record.revoked is None:  # its token_days are over
             await store._save(dataclasses.replace(record, expires=time.time() - 1, updated=time.time()))

@@ -24,7 +24,7 @@ import pytest
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
 from gitreg.web.app import create_app
-from gitreg.web.keys import AUTH, GIT
+from gitreg.web.keys import GIT, IDENTITY
 from tests.conftest import indexed
 from tests.gitreg_process import GitregProcess, run_gitreg
 from tests.support.githttp import GitHttpServer
@@ -294,7 +294,7 @@ async def test_no_secret_in_the_repr_of_config_or_of_the_objects_that_hold_it(ai
         config.credentials,
     ]
     client = await aiohttp_client(create_app(config))
-    objects += [client.app[AUTH], client.app[GIT]]
+    objects += [client.app[IDENTITY].static, client.app[GIT]]
     text = "\n".join(f"{o!r}\n{o!s}" for o in objects)
     assert leaked(text) == [], text
     # repr=False hides them, it does not lose them: the config still carries every secret it was given.

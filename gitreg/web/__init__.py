@@ -1,7 +1,8 @@
-"""The HTTP face: the application factory (`app`, the one composition root: a cleanup context
-per resource), typed app keys (`keys`), the middleware with the one error renderer
-(`middleware`), authentication, signed archive URLs, the listening socket, the JSON APIs
-(`api`) and the module pages (`pages`).
+"""The HTTP face: the application factory (`app`: HTTP wired to the composition root's services,
+gitreg/services), typed app keys (`keys`), the middleware with the one error renderer
+(`middleware`), authentication (`auth`: the caller recorded, asked of the identity door),
+signed archive URLs, the listening socket, the JSON APIs (`api`) and the module pages (`pages`).
 
-May import: every package below it; nothing imports it but `gitreg.cli`.
+May import: every package below it, and of `gitreg.identity` only its door (`identity.door`:
+an import-linter contract); nothing imports it but `gitreg.cli`.
 """

@@ -1,57 +1,50 @@
 """Registry authentication on every `/v1/...` request, and what the caller may see.
 
 `Authorization: Bearer <token>`: a static `[auth] tokens` entry, a `terraform login` token, a CI
-job's OIDC JWT or a Git host's own token; identity/ (the `Identities` facade) says who it is and
-what it may read. The middleware (middleware.py) and the pages' session guard record the caller
-with `admit`; list, search and the pages then ask `visibility(request)`.
+job's OIDC JWT or a Git host's own token; the identity door (identity/door.py, the one module of
+`gitreg.identity` the web layer imports) says who it is and what it may read. The request
+wrapper (middleware.py) calls `authorize_static`, then `authorize`; the pages' session guard
+records its visitor with `admit`; list, search and the pages then ask `visibility(request)`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from aiohttp import hdrs, web
 
-from gitreg.core.errors import Unauthorized
+from gitreg.core.errors import Forbidden
 from gitreg.core.names import parse_address
-from gitreg.core.secrets import bearer_token
-from gitreg.identity.model import Principal
-from gitreg.identity.service import NO_TOKEN
-from gitreg.identity.static import TokenChecker, token_id
-from gitreg.identity.visibility import Visibility
+from gitreg.identity.door import Identities, Principal, Visibility
 from gitreg.observability.logs import WHO_KEY
-from gitreg.web.keys import IDENTITIES
+from gitreg.web.keys import IDENTITY
 
-if TYPE_CHECKING:
-    from gitreg.identity.service import Identities
+__all__ = ["PRINCIPAL_KEY", "admit", "authorize", "authorize_static", "caller", "visibility"]
 
-__all__ = ["PRINCIPAL_KEY", "TokenChecker", "admit", "authorize", "authorize_static", "token_id", "visibility"]
-
-# Who the caller is (identity/model.py); absent on an open registry. The access log's and the
-# metrics' WHO_KEY, read as what this layer stores there: one entry, set once per request.
-PRINCIPAL_KEY = cast("web.RequestKey[Principal]", WHO_KEY)
+# Who the caller is (the door's Principal); absent on an open registry. Stored beside the access
+# log's and the metrics' WHO_KEY (observability's view of the same caller: a name and a kind).
+PRINCIPAL_KEY = web.RequestKey[Principal]("principal")
 # What the caller sees in lists, search and pages (asked of the Git host once per recheck_seconds).
 VISIBILITY_KEY = web.RequestKey[Visibility]("visibility")
 
 
+def caller(request: web.Request) -> Principal | None:
+    """Who makes this request, as recorded (None: an open registry, or not checked)."""
+    return request.get(PRINCIPAL_KEY)
+
+
 async def admit(request: web.Request, principal: Principal | None) -> None:
-    """Record who makes this request (API or page) and what it may see.
+    """Record who makes this page request (the session guard's visitor; None: an open registry).
 
-    The pages' session guard calls this for a signed-in visitor (any credential kind) before the
-    page handler runs; None means an open registry (everything visible). Sets the principal, its
-    namespaces, the access log's name, the metrics' credential kind, and the visibility (for a
-    Git host identity, the host's listing of what its token sees: cached per recheck_seconds).
+    Sets the principal (the access log's name, the metrics' credential kind) and, when the door
+    decides it without asking anyone (an open registry, a namespace-scoped token), what it sees:
+    pages and lists then never wait.
     """
-    seen = None
-    if principal is None or principal.kind in ("static", "oidc"):
-        # No host to ask: decided now (namespaces only), so pages and lists never wait.
-        seen = Visibility(namespaces=principal.namespaces if principal else None)
-    _record(request, principal, seen)
+    _admit(request, request.app[IDENTITY], principal)
 
 
-def _record(request: web.Request, principal: Principal | None, seen: Visibility | None) -> None:
+def _admit(request: web.Request, identities: Identities, principal: Principal | None) -> None:
     if principal is not None:
-        request[PRINCIPAL_KEY] = principal
+        request[PRINCIPAL_KEY] = request[WHO_KEY] = principal
+    seen = identities.visibility_now(principal)
     if seen is not None:
         request[VISIBILITY_KEY] = seen
 
@@ -60,24 +53,22 @@ async def visibility(request: web.Request) -> Visibility:
     """What the caller of this request may see (asked once per request, after `admit`)."""
     found = request.get(VISIBILITY_KEY)
     if found is None:
-        found = request[VISIBILITY_KEY] = await request.app[IDENTITIES].visibility(request.get(PRINCIPAL_KEY))
+        found = request[VISIBILITY_KEY] = await request.app[IDENTITY].visibility(request.get(PRINCIPAL_KEY))
     return found
 
 
 def authorize_static(request: web.Request, identities: Identities) -> str | None:
-    """`authorize` for a configured static token, without a coroutine (the warm path): the
-    credential kind once the caller is recorded and its namespaces checked (403), or None when
-    the header names no configured token (then `authorize` decides)."""
+    """`authorize` for a caller the door knows without asking anyone (a configured static token),
+    without a coroutine (the warm path): the credential kind once the caller is recorded and its
+    namespace checked (403), or None when the door has to ask (then `authorize` decides)."""
     header = request.headers.get(hdrs.AUTHORIZATION)
     if not header:
         return None
-    principal = identities.static.by_header(header)
+    principal = identities.known_caller(header)
     if principal is None:
         return None
-    # Made once per configured token; its reading is decided by namespace (a list asks
-    # `visibility`, which the identities derive from those namespaces).
-    request[PRINCIPAL_KEY] = principal
-    _check_static(request, identities, principal)
+    request[PRINCIPAL_KEY] = request[WHO_KEY] = principal
+    _read_now(request, identities, principal)
     return principal.kind
 
 
@@ -90,34 +81,27 @@ async def authorize(request: web.Request) -> str:
     caller's credential kind (for the metrics). The caller (middleware.py) tried
     `authorize_static` first.
     """
-    header = request.headers.get(hdrs.AUTHORIZATION, "")
-    presented = bearer_token(header)
-    if header and presented is None:
-        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
-    if not presented:
-        raise Unauthorized(NO_TOKEN)
-    identities = request.app[IDENTITIES]
-    principal = await identities.authenticate_dynamic(presented)
-    await admit(request, principal)
-    m = request.match_info
-    namespace = m.get("namespace")
-    if namespace is None:
-        return principal.kind
-    if "name" in m and "system" in m:
-        await identities.check_read(principal, parse_address(namespace, m["name"], m["system"]))
-    else:
-        identities.check_namespace(principal, namespace)
+    identities = request.app[IDENTITY]
+    principal = await identities.caller(request.headers.get(hdrs.AUTHORIZATION))
+    _admit(request, identities, principal)
+    if not _read_now(request, identities, principal):
+        m = request.match_info
+        if "name" in m and "system" in m:
+            await identities.check_read(principal, parse_address(m["namespace"], m["name"], m["system"]))
     return principal.kind
 
 
-def _check_static(request: web.Request, identities: Identities, principal: Principal) -> None:
-    """`identities.check_read`/`check_namespace` for a static principal, without a coroutine."""
-    if principal.namespaces is None:  # every namespace: nothing to refuse (check_request checks the segments)
-        return
+def _read_now(request: web.Request, identities: Identities, principal: Principal) -> bool:
+    """True when the route's target is decided without asking anyone (no namespace: a listing,
+    filtered by `visibility`; a namespace-scoped principal: its namespaces, Forbidden raised);
+    False when the door asks the Git host (`check_read`)."""
     m = request.match_info
     namespace = m.get("namespace")
     if namespace is None:
-        return
-    if "name" in m and "system" in m:
-        parse_address(namespace, m["name"], m["system"])  # a bad segment: 400 before any 403, as for the others
-    identities.check_namespace(principal, namespace)
+        return True
+    try:
+        return identities.read_now(principal, namespace) or "name" not in m or "system" not in m
+    except Forbidden:
+        if "name" in m and "system" in m:
+            parse_address(namespace, m["name"], m["system"])  # a bad segment: 400 before any 403, as for the others
+        raise

@@ -2,7 +2,8 @@
 
 Annotation-only: each key's type is an annotation (under `from __future__ import annotations`,
 never evaluated at run time), so importing a handler does not import every service module.
-The services import nothing from here; web/app.py, the one composition root, sets them.
+The services import nothing from here; web/app.py sets them from the composition root's
+Services (gitreg/services).
 """
 
 from __future__ import annotations
@@ -16,14 +17,9 @@ if TYPE_CHECKING:
     from gitreg.config.model import Config
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import GitAdapter
-    from gitreg.identity.model import LoginTokens
-    from gitreg.identity.oauth import LoginFlows
-    from gitreg.identity.service import Identities
-    from gitreg.identity.static import TokenChecker
+    from gitreg.identity.door import Identities
     from gitreg.index.browse import BrowseService
     from gitreg.index.details import DetailsService
-    from gitreg.index.process import IndexProcess, Role
-    from gitreg.index.protocol import Seed
     from gitreg.index.store import ModuleIndex
     from gitreg.observability.metrics import Lifecycle, Metrics
     from gitreg.orgs.service import OrgCatalog
@@ -31,8 +27,6 @@ if TYPE_CHECKING:
     from gitreg.registry.publish import Publisher
     from gitreg.registry.service import Registry
     from gitreg.registry.tags import TagCache
-    from gitreg.replicas.base import SharedState
-    from gitreg.storage.archives import ArchiveStore
     from gitreg.storage.mirrors import MirrorStore
     from gitreg.web.signing import UrlSigner
 
@@ -46,29 +40,16 @@ REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
 BROWSE: web.AppKey[BrowseService] = web.AppKey("browse")
 # "Repositories changed": a webhook here, or another replica through Redis.
 PUBLISHER: web.AppKey[Publisher] = web.AppKey("publisher")
-AUTH: web.AppKey[TokenChecker] = web.AppKey("auth")
-# Who a bearer token is and what it may read (identity/service.py): what the middleware asks.
-IDENTITIES: web.AppKey[Identities] = web.AppKey("identities")
-# The registry tokens `terraform login` issued (identity/issued.py), when a cleanup context before
-# app._identities made them: Identities tries them after the static tokens.
-LOGIN_TOKENS: web.AppKey[LoginTokens] = web.AppKey("login_tokens")
+# The identity door (identity/door.py): who is calling (bearer or page session) and what they may
+# read; also the `terraform login` and "Sign in with ..." flows (`logins`, when a host has OAuth).
+IDENTITY: web.AppKey[Identities] = web.AppKey("identity")
 MIRRORS: web.AppKey[MirrorStore] = web.AppKey("mirrors")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
 DETAILS: web.AppKey[DetailsService] = web.AppKey("details")
 INDEX: web.AppKey[ModuleIndex] = web.AppKey("index")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 LIFECYCLE: web.AppKey[Lifecycle] = web.AppKey("lifecycle")
-ARCHIVES: web.AppKey[ArchiveStore] = web.AppKey("archives")
 SIGNER: web.AppKey[UrlSigner] = web.AppKey("signer")
-# What replicas share (Redis), or this process alone (memory): see gitreg/replicas.
-SHARED: web.AppKey[SharedState] = web.AppKey("shared")
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
-# What this application does (index.process.Role): all of it, serve with an index process, or be one.
-ROLE: web.AppKey[Role] = web.AppKey("role")
-SEED: web.AppKey[Seed] = web.AppKey("seed")  # the index process's start (Role.INDEX only)
-INDEX_PROCESS: web.AppKey[IndexProcess] = web.AppKey("index_process")  # Role.SERVE only
-# `terraform login` and "Sign in with ...": the OAuth flows and the tokens they issue (only when
-# an [[auth.forges]] entry has an OAuth application).
-LOGINS: web.AppKey[LoginFlows] = web.AppKey("logins")

@@ -17,7 +17,7 @@ from aiohttp.typedefs import Handler
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
 from gitreg.git.pool import GIT_PRIORITY, Priority
-from gitreg.identity.service import Identities
+from gitreg.identity.door import Identities
 from gitreg.observability.logs import WHO_KEY
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
@@ -25,7 +25,7 @@ from gitreg.web.api.oauth import OAUTH_PATHS
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
 from gitreg.web.auth import authorize, authorize_static
 from gitreg.web.errors import error_response
-from gitreg.web.keys import CONFIG, IDENTITIES, SIGNER
+from gitreg.web.keys import CONFIG, IDENTITY, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class Routes:
         app.on_startup.append(self._started)  # after every cleanup context's start
 
     async def _started(self, app: web.Application) -> None:
-        self.identities = app.get(IDENTITIES)
+        self.identities = app.get(IDENTITY)
 
     def add(self, table: Iterable[web.AbstractRouteDef], page: bool = False) -> None:
         """Register `table`'s routes (`page`: browser pages, with HTML errors and the security headers)."""
@@ -227,4 +227,4 @@ def _authorize_now(request: web.Request, archive: bool, identities: Identities |
         # Terraform fetches the archive without its token: the signed URL is the authorization.
         request.app[SIGNER].verify(request.path, request.query)
         return "none"
-    return authorize_static(request, identities or request.app[IDENTITIES])
+    return authorize_static(request, identities or request.app[IDENTITY])

@@ -13,14 +13,14 @@ from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.core.content import ContentKey
 from gitreg.core.names import parse_address
-from gitreg.identity.oauth import LOGIN_V1
+from gitreg.identity.door import LOGIN_V1
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CONFIG,
+    IDENTITY,
     LIFECYCLE,
-    LOGINS,
     METRICS,
     REGISTRY,
     SIGNER,
@@ -38,7 +38,9 @@ JSON_HEADERS = {"Content-Type": "application/json; charset=utf-8"}
 async def discovery(request: web.Request) -> web.Response:
     """Service discovery: where the module registry API lives, and `terraform login`'s endpoints
     when an `[[auth.forges]]` entry has an OAuth application."""
-    return web.json_response({**DISCOVERY, "login.v1": LOGIN_V1} if LOGINS in request.app else DISCOVERY)
+    return web.json_response(
+        {**DISCOVERY, "login.v1": LOGIN_V1} if request.app[IDENTITY].logins is not None else DISCOVERY
+    )
 
 
 @routes.get("/healthz")

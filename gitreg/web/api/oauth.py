@@ -20,9 +20,9 @@ from urllib.parse import unquote, urlencode
 from aiohttp import web
 
 from gitreg.core.errors import GitregError
-from gitreg.identity.oauth import LoginFlows, LoginRefused, check_terraform_request
+from gitreg.identity.door import LoginFlows, LoginRefused, check_terraform_request
 from gitreg.web.errors import error_response
-from gitreg.web.keys import LOGINS
+from gitreg.web.keys import IDENTITY
 from gitreg.web.pages.render import SECURITY_HEADERS, render
 from gitreg.web.pages.session import NONCE_COOKIE, callback_url, forge_title, signed_in
 
@@ -33,7 +33,7 @@ _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
 def _flows(request: web.Request) -> LoginFlows:
-    flows = request.app.get(LOGINS)
+    flows = request.app[IDENTITY].logins
     if flows is None:
         raise web.HTTPNotFound()  # no [[auth.forges]] entry has an OAuth application
     return flows
@@ -88,7 +88,7 @@ async def callback(request: web.Request) -> web.StreamResponse:
         forge, username, grant = await flows.exchange(flow, request.query.get("code", ""))
         if not page:
             raise web.HTTPFound(flows.terraform_code(flow, username, grant), headers=_NO_STORE)
-        return await signed_in(request, flows, forge, username, grant, str(flow["page"]["next"]), str(flow["callback"]))
+        return await signed_in(request, forge, username, grant, str(flow["page"]["next"]), str(flow["callback"]))
     except GitregError as e:  # LoginRefused, or the host unreachable (503)
         return _refused(e)
 

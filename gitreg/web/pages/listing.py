@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from gitreg.core.names import NAME_RE, SYSTEM_RE
-from gitreg.identity.visibility import Visibility
+from gitreg.identity.door import Visibility
 from gitreg.index.browse import SORTS
 from gitreg.index.model import IndexEntry
 from gitreg.web.auth import visibility

@@ -20,11 +20,9 @@ from aiohttp.typedefs import Handler
 from gitreg.config.model import ForgeAuthConfig
 from gitreg.core.errors import GitregError
 from gitreg.forges.host_oauth import HostGrant
-from gitreg.identity.issued import TOKEN_PREFIX
-from gitreg.identity.model import Principal
-from gitreg.identity.oauth import LoginFlows
-from gitreg.web.auth import admit, token_id
-from gitreg.web.keys import AUTH, CONFIG, LOGINS
+from gitreg.identity.door import LoginFlows, Principal
+from gitreg.web.auth import admit
+from gitreg.web.keys import CONFIG, IDENTITY
 from gitreg.web.origin import base_url, origin, public_origin, request_origin
 from gitreg.web.pages.render import LOGGED_IN, SECURITY_HEADERS, render
 from gitreg.web.signing import ExpiringSigner, SignatureError
@@ -76,13 +74,9 @@ async def _principal_from_cookie(request: web.Request) -> tuple[bool, Principal 
     found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
     if found is None:
         return False, None
-    flows = request.app.get(LOGINS)
-    if found.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session token
-        principal = await flows.tokens.principal(found) if flows is not None else None
-        # None: expired, revoked, or the host refused its refresh.
-        return (True, principal) if principal is not None else (False, None)
-    # Not a secret: the signed cookie's MAC was checked above. None: removed from the config since.
-    principal = request.app[AUTH].by_id(found)
+    # Not a secret: the signed cookie's MAC was checked above. None: expired, revoked, removed from
+    # the config since, or the host refused its refresh.
+    principal = await request.app[IDENTITY].session_caller(found)
     return (True, principal) if principal is not None else (False, None)
 
 
@@ -173,7 +167,7 @@ def callback_url(request: web.Request) -> str:
 
 
 def _login_page(request: web.Request, target: str, status: int = 200, error: str = "") -> web.Response:
-    flows = request.app.get(LOGINS)
+    flows = request.app[IDENTITY].logins
     forges = flows.forges if flows is not None else ()
     signins = [
         {"title": forge_title(f, forges), "href": f"/login/with/{i}?" + urlencode({"next": target})}
@@ -200,7 +194,7 @@ async def login_form(request: web.Request) -> web.Response:
 
 async def sign_in(request: web.Request) -> web.Response:
     """ "Sign in with ...": to the Git host's authorize page, this browser bound by a nonce cookie."""
-    flows = request.app.get(LOGINS)
+    flows = request.app[IDENTITY].logins
     index = request.match_info["forge"]
     if flows is None or not index.isdigit() or int(index) >= len(flows.forges):
         raise web.HTTPNotFound()
@@ -221,7 +215,6 @@ async def sign_in(request: web.Request) -> web.Response:
 
 async def signed_in(
     request: web.Request,
-    flows: LoginFlows,
     forge: ForgeAuthConfig,
     username: str,
     grant: HostGrant,
@@ -234,7 +227,7 @@ async def signed_in(
     cookie would not be sent on a redirect from here: this small page takes the browser on (meta
     refresh, and a link) as a same-site navigation, which carries the new cookie.
     """
-    issued = await flows.tokens.issue(forge, username, grant, "session", SESSION_SECONDS, callback)
+    issued = await request.app[IDENTITY].session_signed_in(forge, username, grant, SESSION_SECONDS, callback)
     response = render(request, "signed_in.html", refresh_to=_next_target(target), username=username, logged_in=False)
     _set_session(request, response, issued)
     response.del_cookie(NONCE_COOKIE, path="/oauth/callback")
@@ -270,11 +263,11 @@ async def login(request: web.Request) -> web.Response:
     form = await request.post()
     presented = str(form.get("token", "")).strip()
     target = _next_target(str(form.get("next", "/")))
-    matched = request.app[AUTH].find(presented) if presented else None
-    if matched is None:
+    session = request.app[IDENTITY].session_for(presented)
+    if session is None:
         return _login_page(request, target, 401, "That token is not valid here.")
     response = web.HTTPFound(target)
-    _set_session(request, response, token_id(matched))
+    _set_session(request, response, session)
     raise response
 
 
@@ -283,9 +276,8 @@ async def logout(request: web.Request) -> web.Response:
     if not same_origin(request):
         return _cross_site(request, "Logging out")
     found = request.app[SESSIONS].token_id(request.cookies.get(COOKIE))
-    flows = request.app.get(LOGINS)
-    if found is not None and found.startswith(TOKEN_PREFIX) and flows is not None:
-        await flows.tokens.revoke_token(found)  # the session's token dies with the cookie
+    if found is not None:
+        await request.app[IDENTITY].session_ended(found)  # a session's issued token dies with the cookie
     response = web.HTTPFound("/login" if request.app[CONFIG].auth.enabled else "/")
     response.del_cookie(COOKIE, path="/")
     raise response

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress, check_version, parse_address
-from gitreg.identity.visibility import Visibility
+from gitreg.identity.door import Visibility
 from gitreg.index.details import ModuleDetails
 from gitreg.index.files import checked_path
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry, NotListedYet

@@ -1,0 +1,9 @@
+"""The composition root: the services of one process, built from the config (`compose.Services`).
+
+One plain object builds every service (the git pool, the tag cache, the registry, the index, the
+identity door...) in dependency order and closes them in reverse; the role (index.process.Role)
+decides which a process has. The web layer wires HTTP to it (web/app.py), the index process runs
+it without any HTTP (indexer.py), and the tests get what production gets through `create_app`.
+
+May import every package below it; imported by `gitreg.web` and `gitreg.indexer`.
+"""
