@@ -741,7 +741,7 @@ def test_any_tag_is_served_so_that_the_location_names_exactly_it_or_is_skipped_w
     assert set(served) | set(skipped) == {t for t in tags if t.startswith(prefix)}
     assert all(reason for reason in skipped.values())
     for tag in served:
-        location = git_location(clone_url, "modules/x", tag)
+        location = git_location(clone_url, "modules/x", tag, shallow=True)
         # go-getter reads `git::<url>//<subdir>?<query>`: the query must decode (Go's ParseQuery,
         # '+' as space, like parse_qs) to one `ref`, exactly the tag, and `depth=1`; no fragment may appear.
         url = location.removeprefix("git::")

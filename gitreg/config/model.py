@@ -191,6 +191,9 @@ class ModuleRule:
     clone_url: str | None = None
     ref: Ref = "tag"
     download: str = "git"
+    # git mode: `&depth=1` in the location (a shallow clone of the tag). Off by default:
+    # Checkov 3.3.30 and tfmodcache 0.1.0 misread any query after `ref` and skip the module.
+    shallow: bool = False
     verified: bool = False
     # For a tarball URL template: the wrapper directory inside the tarball (a template too);
     # None means "infer it for GitHub and GitLab URLs, else the files are at the root".
@@ -237,6 +240,7 @@ class OrgConfig:
     topic: str | None = None
     clone: Clone = "https"
     download: str = "git"
+    shallow: bool = False  # as ModuleRule.shallow, for every module of the org
     refresh_seconds: float = 600.0
     include_archived: bool = False
     # Hosts besides the API's own whose clone URLs the API may name (lowercased host names).

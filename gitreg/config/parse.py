@@ -135,6 +135,14 @@ def _check_download(r: TableReader, download: str) -> None:
             _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
 
 
+def _shallow(r: TableReader, download: str) -> bool:
+    """`shallow` (git mode only): whether git locations carry `&depth=1`."""
+    shallow = r.bool("shallow", False)
+    if shallow and download != "git":
+        r.error("shallow", 'applies only with download = "git"')
+    return shallow
+
+
 def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     fields: dict[str, str | None] = {}
     for key in PLACEHOLDERS:
@@ -164,6 +172,7 @@ def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None
         if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
             r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
     _check_download(r, download)
+    shallow = _shallow(r, download)
     if repository is not None:
         _check_url(r, "repository", repository, protocols, template=True)
     if clone_url is not None:
@@ -176,6 +185,8 @@ def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None
     if tag_prefix and not re.fullmatch(r"[A-Za-z0-9._/-]+", tag_prefix):
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
     checked_ref: Ref = one_of(r, "ref", ref, ("tag", "commit")) or ModuleRule.ref
+    if shallow and checked_ref == "commit":
+        r.error("shallow", 'does not apply with ref = "commit" (git cannot clone a commit shallow)')
     r.finish()
     if repository is None:
         return None
@@ -189,6 +200,7 @@ def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None
         clone_url=clone_url,
         ref=checked_ref,
         download=download,
+        shallow=shallow,
         verified=verified,
         archive_root=archive_root.strip("/") if archive_root else None,
     )
@@ -254,6 +266,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
     clone: Clone = one_of(r, "clone", r.str("clone", OrgConfig.clone), ("https", "ssh")) or OrgConfig.clone
     download = r.str("download", "git") or "git"
     _check_download(r, download)
+    shallow = _shallow(r, download)
     refresh = r.number(
         "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
     )
@@ -276,6 +289,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         topic=topic.strip() if topic else None,
         clone=clone,
         download=download,
+        shallow=shallow,
         refresh_seconds=refresh,
         include_archived=include_archived,
         clone_hosts=clone_hosts,
