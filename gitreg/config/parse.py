@@ -257,7 +257,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
             f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
             "starting and ending with a letter or digit",
         )
-    token = r.str("token") or None
+    token = r.str("token", secret=True) or None
     pattern = r.str("repository_pattern", DEFAULT_REPOSITORY_PATTERN) or DEFAULT_REPOSITORY_PATTERN
     _check_repository_pattern(r, pattern)
     topic = r.str("topic")
@@ -309,13 +309,13 @@ def _parse_tokens(a: TableReader) -> tuple[TokenConfig, ...]:
     for i, item in enumerate(value):
         key = f"tokens[{i}]"
         if isinstance(item, str):
-            expanded = a.expand(key, item, None)
+            expanded = a.expand(key, item, None, secret=True)
             if expanded is None:  # its variable is unset: reported once, nothing more to check
                 continue
             token, namespaces = expanded, None
         elif isinstance(item, dict):
             t = TableReader(item, a.key(key), a.problems, a.env)
-            token = t.str("token", required=True) or ""
+            token = t.str("token", required=True, secret=True) or ""
             listed = t.str_list("namespaces") if "namespaces" in item else None
             namespaces = None
             if listed is not None:
@@ -339,7 +339,7 @@ def _parse_tokens(a: TableReader) -> tuple[TokenConfig, ...]:
 def _parse_credential(r: TableReader) -> Credential | None:
     url = r.str("url", required=True)
     username = r.str("username", required=True)
-    password = r.str("password", required=True)
+    password = r.str("password", required=True, secret=True)
     if url is not None and urls.transport(url) not in ("https", "http"):
         r.error("url", f"{url!r} must be an https:// (or http://) URL prefix; ssh uses keys, not passwords")
     r.finish()
@@ -425,13 +425,13 @@ def _parse_git(g: TableReader) -> GitConfig:
 
 
 def _parse_auth(a: TableReader, protocols: tuple[str, ...]) -> AuthConfig:
-    signing_key = a.str("signing_key")
+    signing_key = a.str("signing_key", secret=True)
     forges, oidc = parse_identities(a, protocols, signing_key)
     auth = AuthConfig(
         tokens=_parse_tokens(a),
         forges=forges,
         oidc=oidc,
-        metrics_token=a.str("metrics_token"),
+        metrics_token=a.str("metrics_token", secret=True),
         signing_key=signing_key,
         # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
         signed_url_ttl_seconds=a.number(
@@ -470,7 +470,9 @@ def _parse_ui(u: TableReader) -> UiConfig:
 
 
 def _parse_webhooks(w: TableReader) -> WebhooksConfig:
-    webhooks = WebhooksConfig(github_secret=w.str("github_secret"), gitlab_token=w.str("gitlab_token"))
+    webhooks = WebhooksConfig(
+        github_secret=w.str("github_secret", secret=True), gitlab_token=w.str("gitlab_token", secret=True)
+    )
     for key in ("github_secret", "gitlab_token"):
         value = getattr(webhooks, key)
         if value is not None and len(value) < 16:

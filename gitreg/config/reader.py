@@ -52,16 +52,19 @@ class TableReader:
             return None
         return self.table[key]
 
-    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+    def str(self, key: str, default: str | None = None, required: bool = False, secret: bool = False) -> str | None:
+        """A string, `${VAR}` expanded; with `secret`, a variable set but empty is a problem (see expand)."""
         value = self.raw(key, required)
         if value is None:
             return default
         if not isinstance(value, str):
             self.error(key, f"must be a string, not {type_name(value)}")
             return default
-        return self.expand(key, value, default)
+        return self.expand(key, value, default, secret)
 
-    def expand(self, key: builtins.str, value: builtins.str, default: builtins.str | None) -> builtins.str | None:
+    def expand(
+        self, key: builtins.str, value: builtins.str, default: builtins.str | None, secret: builtins.bool = False
+    ) -> builtins.str | None:
         """`value` with `${VAR}` expanded; `default` when a variable is unset (reported once, here).
 
         A value missing its variable is not checked further: "${TOKEN} is not set" is the one
@@ -72,6 +75,10 @@ class TableReader:
         if _unset(value):
             failed.append(f"is a placeholder ({UNSET_MARKER}...): set the real value")
         expanded = expand_env(value, self.env, failed.append)
+        if secret and not failed and not expanded:
+            # `GITHUB_TOKEN=` (a secret store's missing entry) would make gitreg silently anonymous (#33).
+            for var in sorted({m[1] for m in _ENV_RE.finditer(value) if m[1] and self.env.get(m[1]) == ""}):
+                failed.append(f"environment variable {var} is set but empty: set the secret, or leave the key out")
         for reason in failed:
             self.error(key, reason)
         return default if failed else expanded
