@@ -65,10 +65,9 @@ async def test_a_git_location_carries_ref_alone_unless_the_rule_asks_for_a_shall
     # the module: `depth=1` is the rule's choice (`shallow = true`), off by default.
     client = await make_client(make_config([rule(repo.url, shallow=True)]))
     assert await location_of(client, "1.1.0") == f"git::{repo.url}?ref=v1.1.0&depth=1"
-    with pytest.raises(ConfigError, match=r"modules\[0\]\.shallow: does not apply with ref = \"commit\""):
-        make_config([rule(repo.url, ref="commit", shallow=True)])
-    with pytest.raises(ConfigError, match=r"modules\[0\]\.shallow: applies only with download = \"git\""):
-        make_config([rule(repo.url, download="archive", shallow=True)])
+    for wrong in ({"ref": "commit"}, {"download": "archive"}):
+        with pytest.raises(ConfigError, match=r'modules\[0\]\.shallow: applies only with download = "git" and ref'):
+            make_config([rule(repo.url, shallow=True, **wrong)])
 
 
 async def test_download_accepts_the_version_with_a_leading_v(make_client, repo):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,7 +101,7 @@ async def test_every_step_that_meets_a_full_disk_answers_507_naming_the_storage_
         config = make_config([rule], storage={"path": str(disk)}, index={"enabled": False})
         for leave in SWEEP:
             for entry in disk.iterdir():  # a fresh start: nothing stored yet
-                subprocess.run(["rm", "-rf", str(entry)], check=True)
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             client = await make_client(config)
             filler = fill(disk, leave)
             for path in paths:

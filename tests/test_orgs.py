@@ -304,10 +304,7 @@ async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     assert resp.status == 200, await resp.text()
     # gitreg lists tags over https (with [[credentials]]); clients clone over ssh with their keys.
-    assert (
-        resp.headers["X-Terraform-Get"]
-        == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0"
-    )
+    assert resp.headers["X-Terraform-Get"] == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0"
     assert git_http.ref_advertisements("terraform-aws-vpc.git") == 1
 
 

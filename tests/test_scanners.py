@@ -282,9 +282,7 @@ def test_trivy_after_terraform_get_scans_git_mode_modules_each_terraform_install
         assert _trivy_findings(root, _base_env(tmp_path / "home"), tmp_path / client.name) == EXPECTED_TRIVY
 
 
-def test_trivy_scans_git_mode_modules_itself_but_reads_a_monorepo_path_from_the_repository_root(
-    git_registry, tmp_path
-):
+def test_trivy_scans_git_mode_modules_itself_but_reads_a_monorepo_path_from_the_repository_root(git_registry, tmp_path):
     scanners.trivy()
     host, ca = git_registry
     root = _root_module(tmp_path / "root", host)

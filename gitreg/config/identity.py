@@ -71,7 +71,7 @@ def _parse_forge(r: TableReader, protocols: tuple[str, ...]) -> ForgeAuthConfig 
         "recheck_seconds", ForgeAuthConfig.recheck_seconds, minimum=MIN_RECHECK_SECONDS, maximum=MAX_RECHECK_SECONDS
     )
     client_id = r.str("oauth_client_id") or None
-    client_secret = r.str("oauth_client_secret", secret=True) or None
+    client_secret = r.str("oauth_client_secret") or None
     if client_id is not None and client_secret is None:
         r.error("oauth_client_id", "needs oauth_client_secret too (the OAuth application's secret)")
     if client_secret is not None and client_id is None:

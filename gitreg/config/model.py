@@ -240,7 +240,6 @@ class OrgConfig:
     topic: str | None = None
     clone: Clone = "https"
     download: str = "git"
-    shallow: bool = False  # as ModuleRule.shallow, for every module of the org
     refresh_seconds: float = 600.0
     include_archived: bool = False
     # Hosts besides the API's own whose clone URLs the API may name (lowercased host names).

@@ -135,14 +135,7 @@ def _check_download(r: TableReader, download: str) -> None:
             _check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
 
 
-def _shallow(r: TableReader, download: str) -> bool:
-    """`shallow` (git mode only): whether git locations carry `&depth=1`."""
-    shallow = r.bool("shallow", False)
-    if shallow and download != "git":
-        r.error("shallow", 'applies only with download = "git"')
-    return shallow
-
-
+# long: one rule's keys read and checked in order; split up, the checks across keys would be apart
 def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     fields: dict[str, str | None] = {}
     for key in PLACEHOLDERS:
@@ -164,6 +157,7 @@ def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None
     ref = r.str("ref", ModuleRule.ref)
     download = r.str("download", ModuleRule.download) or ModuleRule.download
     verified = r.bool("verified", ModuleRule.verified)
+    shallow = r.bool("shallow", ModuleRule.shallow)
     archive_root = r.str("archive_root")
     if archive_root is not None and not download.startswith("https://"):
         r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
@@ -172,7 +166,6 @@ def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None
         if any(part in ("", ".", "..") for part in archive_root.strip("/").split("/")):
             r.error("archive_root", f"{archive_root!r} must be a relative directory name, without '.' or '..'")
     _check_download(r, download)
-    shallow = _shallow(r, download)
     if repository is not None:
         _check_url(r, "repository", repository, protocols, template=True)
     if clone_url is not None:
@@ -185,8 +178,8 @@ def _parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None
     if tag_prefix and not re.fullmatch(r"[A-Za-z0-9._/-]+", tag_prefix):
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
     checked_ref: Ref = one_of(r, "ref", ref, ("tag", "commit")) or ModuleRule.ref
-    if shallow and checked_ref == "commit":
-        r.error("shallow", 'does not apply with ref = "commit" (git cannot clone a commit shallow)')
+    if shallow and (download != "git" or checked_ref == "commit"):
+        r.error("shallow", 'applies only with download = "git" and ref = "tag" (git clones no commit shallow)')
     r.finish()
     if repository is None:
         return None
@@ -257,7 +250,7 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
             f"{namespace!r} is not a valid namespace: expected 1-64 letters, digits, '-' or '_', "
             "starting and ending with a letter or digit",
         )
-    token = r.str("token", secret=True) or None
+    token = r.str("token") or None
     pattern = r.str("repository_pattern", DEFAULT_REPOSITORY_PATTERN) or DEFAULT_REPOSITORY_PATTERN
     _check_repository_pattern(r, pattern)
     topic = r.str("topic")
@@ -266,7 +259,6 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
     clone: Clone = one_of(r, "clone", r.str("clone", OrgConfig.clone), ("https", "ssh")) or OrgConfig.clone
     download = r.str("download", "git") or "git"
     _check_download(r, download)
-    shallow = _shallow(r, download)
     refresh = r.number(
         "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
     )
@@ -289,7 +281,6 @@ def _parse_org(r: TableReader) -> OrgConfig | None:
         topic=topic.strip() if topic else None,
         clone=clone,
         download=download,
-        shallow=shallow,
         refresh_seconds=refresh,
         include_archived=include_archived,
         clone_hosts=clone_hosts,
@@ -309,13 +300,13 @@ def _parse_tokens(a: TableReader) -> tuple[TokenConfig, ...]:
     for i, item in enumerate(value):
         key = f"tokens[{i}]"
         if isinstance(item, str):
-            expanded = a.expand(key, item, None, secret=True)
+            expanded = a.expand(key, item, None)
             if expanded is None:  # its variable is unset: reported once, nothing more to check
                 continue
             token, namespaces = expanded, None
         elif isinstance(item, dict):
             t = TableReader(item, a.key(key), a.problems, a.env)
-            token = t.str("token", required=True, secret=True) or ""
+            token = t.str("token", required=True) or ""
             listed = t.str_list("namespaces") if "namespaces" in item else None
             namespaces = None
             if listed is not None:
@@ -339,7 +330,7 @@ def _parse_tokens(a: TableReader) -> tuple[TokenConfig, ...]:
 def _parse_credential(r: TableReader) -> Credential | None:
     url = r.str("url", required=True)
     username = r.str("username", required=True)
-    password = r.str("password", required=True, secret=True)
+    password = r.str("password", required=True)
     if url is not None and urls.transport(url) not in ("https", "http"):
         r.error("url", f"{url!r} must be an https:// (or http://) URL prefix; ssh uses keys, not passwords")
     r.finish()
@@ -425,13 +416,13 @@ def _parse_git(g: TableReader) -> GitConfig:
 
 
 def _parse_auth(a: TableReader, protocols: tuple[str, ...]) -> AuthConfig:
-    signing_key = a.str("signing_key", secret=True)
+    signing_key = a.str("signing_key")
     forges, oidc = parse_identities(a, protocols, signing_key)
     auth = AuthConfig(
         tokens=_parse_tokens(a),
         forges=forges,
         oidc=oidc,
-        metrics_token=a.str("metrics_token", secret=True),
+        metrics_token=a.str("metrics_token"),
         signing_key=signing_key,
         # A signed URL is a capability: Terraform uses it within seconds, a leaked one should die soon.
         signed_url_ttl_seconds=a.number(
@@ -470,9 +461,7 @@ def _parse_ui(u: TableReader) -> UiConfig:
 
 
 def _parse_webhooks(w: TableReader) -> WebhooksConfig:
-    webhooks = WebhooksConfig(
-        github_secret=w.str("github_secret", secret=True), gitlab_token=w.str("gitlab_token", secret=True)
-    )
+    webhooks = WebhooksConfig(github_secret=w.str("github_secret"), gitlab_token=w.str("gitlab_token"))
     for key in ("github_secret", "gitlab_token"):
         value = getattr(webhooks, key)
         if value is not None and len(value) < 16:

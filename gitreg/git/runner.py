@@ -113,7 +113,6 @@ def _overloaded(reason: str) -> Overloaded:
     )
 
 
-
 # The reason /readyz, `serve` and `check` give when there is no git to run (#33).
 GIT_MISSING = "git is not installed on the registry server (no `git` on PATH)"
 
@@ -121,6 +120,7 @@ GIT_MISSING = "git is not installed on the registry server (no `git` on PATH)"
 def git_found() -> bool:
     """Whether `git` is on the PATH the git processes get (they inherit it): /readyz and the start checks."""
     return shutil.which("git", path=os.environ.get("PATH", os.defpath)) is not None
+
 
 class GitRun:
     """One git process in its own process group, killed as a group.

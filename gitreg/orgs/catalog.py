@@ -128,7 +128,6 @@ class OrgCatalog:
             clone_url=repo.clone_url,
             ref="tag",
             download=org.download,
-            shallow=org.shallow,
         )
         resolved = ResolvedModule(address, rule, repo.repository, repo.clone_url)
         self._resolved[address] = (repo, resolved)
