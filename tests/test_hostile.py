@@ -795,7 +795,7 @@ async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(make
         assert resp.headers["X-Terraform-Get"] == location
         base, _, query = location.partition("?")
         assert base == f"git::{nasty_repo.url}"
-        assert parse_qs(query, strict_parsing=True) == {"ref": [tag], "depth": ["1"]}
+        assert parse_qs(query, strict_parsing=True) == {"ref": [tag]}  # ref alone: Checkov and tfmodcache read no other
 
 
 def test_check_probe_says_why_each_special_tag_is_skipped(nasty_repo):
