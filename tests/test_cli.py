@@ -399,7 +399,8 @@ async def test_readyz_is_503_with_the_reason_while_git_is_not_on_path(make_clien
     )
     client = await make_client(config)
     assert (await client.get("/readyz")).status == 200
+    path = os.environ["PATH"]
     monkeypatch.setenv("PATH", str(no_git))
     await assert_error(await client.get("/readyz"), 503, "git is not installed on the registry server")
-    monkeypatch.undo()
+    monkeypatch.setenv("PATH", path)
     assert (await client.get("/readyz")).status == 200  # it recovers by itself once git is back
