@@ -9,7 +9,7 @@ not counted: gitreg's tag cache and archives are then warm, as in steady use):
 
 - `local`: `source = "./modules/mN"`, the floor (Terraform copies nothing);
 - `archive`: gitreg, `download = "archive"` (an HTTP GET of a built .tar.gz);
-- `git-shallow`: gitreg in git mode, `ref = "tag"`: `git::...?ref=v1.9.0&depth=1`;
+- `git-shallow`: gitreg in git mode, `ref = "tag"`, `shallow = true`: `git::...?ref=v1.9.0&depth=1`;
 - `git-full`: gitreg in git mode, `ref = "commit"`: `git::...?ref=<sha>` (a full clone);
 - `direct`: no registry, `source = "git::http://.../mN.git?ref=v1.9.0"` (a full clone).
 """
@@ -141,7 +141,7 @@ def main() -> None:
     config = write_config(
         work / "gitreg.toml",
         f'[storage]\npath = "{work / "store"}"\n[git]\nprotocols = ["http"]\n'
-        f'[[modules]]\nnamespace = "shallow"\nrepository = "{base}/{{name}}.git"\n'
+        f'[[modules]]\nnamespace = "shallow"\nrepository = "{base}/{{name}}.git"\nshallow = true\n'
         f'[[modules]]\nnamespace = "full"\nrepository = "{base}/{{name}}.git"\nref = "commit"\n'
         f'[[modules]]\nnamespace = "archive"\nrepository = "{base}/{{name}}.git"\ndownload = "archive"\n',
     )

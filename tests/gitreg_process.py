@@ -23,9 +23,15 @@ class GitregProcess:
     """`python -m gitreg serve ARGS` (or `demo ARGS`) on a free port; `url` is where it listens."""
 
     def __init__(
-        self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, command: str = "serve"
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        command: str = "serve",
+        launcher: tuple[str, ...] = (sys.executable, "-m", "gitreg"),
     ) -> None:
         self.args = [command, "--port", "0", *args]
+        self.launcher = launcher  # or the installed `gitreg` script, as an operator runs it
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd or ROOT
         self.proc: subprocess.Popen[str] | None = None
@@ -37,7 +43,7 @@ class GitregProcess:
         """Start and wait until the server says where it listens."""
         env = {**self.env, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gitreg", *self.args],
+            [*self.launcher, *self.args],
             cwd=self.cwd,
             env=env,
             stdout=subprocess.PIPE,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gitreg.core.errors import ConfigError
 from gitreg.web.keys import CACHE
 from tests.conftest import GIT_PASSWORD, GIT_USER, assert_error, make_config
 from tests.support.repos import GitRepo
@@ -55,13 +56,23 @@ async def test_download_answers_with_json_body_and_x_terraform_get_header(make_c
     assert resp.status == 200
     assert resp.content_type == "application/json"
     # OpenTofu reads the body first, Terraform only the header: both must say the same.
-    assert await resp.json() == {"location": f"git::{repo.url}?ref=v1.1.0&depth=1"}
-    assert resp.headers["X-Terraform-Get"] == f"git::{repo.url}?ref=v1.1.0&depth=1"
+    assert await resp.json() == {"location": f"git::{repo.url}?ref=v1.1.0"}
+    assert resp.headers["X-Terraform-Get"] == f"git::{repo.url}?ref=v1.1.0"
+
+
+async def test_a_git_location_carries_ref_alone_unless_the_rule_asks_for_a_shallow_clone(make_client, repo):
+    # Checkov 3.3.30 and tfmodcache 0.1.0 misread any parameter after (or before) `ref` and skip
+    # the module: `depth=1` is the rule's choice (`shallow = true`), off by default.
+    client = await make_client(make_config([rule(repo.url, shallow=True)]))
+    assert await location_of(client, "1.1.0") == f"git::{repo.url}?ref=v1.1.0&depth=1"
+    for wrong in ({"ref": "commit"}, {"download": "archive"}):
+        with pytest.raises(ConfigError, match=r'modules\[0\]\.shallow: applies only with download = "git" and ref'):
+            make_config([rule(repo.url, shallow=True, **wrong)])
 
 
 async def test_download_accepts_the_version_with_a_leading_v(make_client, repo):
     client = await make_client(make_config([rule(repo.url)]))
-    assert await location_of(client, "v1.0.0") == f"git::{repo.url}?ref=v1.0.0&depth=1"
+    assert await location_of(client, "v1.0.0") == f"git::{repo.url}?ref=v1.0.0"
 
 
 async def test_ref_commit_pins_the_peeled_commit_of_an_annotated_tag(make_client, repo):
@@ -74,7 +85,7 @@ async def test_plus_in_a_tag_is_percent_encoded_in_the_location(make_client, rep
     repo.tag("v3.0.0+build.5")
     client = await make_client(make_config([rule(repo.url)]))
     assert "3.0.0+build.5" in await versions_of(client)
-    assert await location_of(client, "3.0.0+build.5") == f"git::{repo.url}?ref=v3.0.0%2Bbuild.5&depth=1"
+    assert await location_of(client, "3.0.0+build.5") == f"git::{repo.url}?ref=v3.0.0%2Bbuild.5"
 
 
 async def test_monorepo_module_gets_its_subdirectory_and_prefixed_tags(make_client, tmp_path):
@@ -99,12 +110,12 @@ async def test_monorepo_module_gets_its_subdirectory_and_prefixed_tags(make_clie
     client = await make_client(config)
     assert await versions_of(client, "acme/network/aws") == ["1.4.0"]
     location = await location_of(client, "1.4.0", "acme/network/aws")
-    assert location == "git::ssh://git@git.example.com/acme/infra.git//modules/network?ref=network/v1.4.0&depth=1"
+    assert location == "git::ssh://git@git.example.com/acme/infra.git//modules/network?ref=network/v1.4.0"
 
 
 async def test_scp_like_clone_url_becomes_an_ssh_url(make_client, repo):
     client = await make_client(make_config([rule(repo.url, clone_url="git@git.example.com:demo/hello.git")]))
-    assert await location_of(client, "1.0.0") == "git::ssh://git@git.example.com/demo/hello.git?ref=v1.0.0&depth=1"
+    assert await location_of(client, "1.0.0") == "git::ssh://git@git.example.com/demo/hello.git?ref=v1.0.0"
 
 
 async def test_wildcard_rule_fills_placeholders_from_the_request(make_client, tmp_path):
@@ -124,7 +135,7 @@ async def test_wildcard_rule_fills_placeholders_from_the_request(make_client, tm
     client = await make_client(config)
     assert await versions_of(client, "acme/vpc/aws") == ["0.1.0"]
     assert await location_of(client, "0.1.0", "acme/vpc/aws") == (
-        "git::https://git.example.com/acme/terraform-aws-vpc.git?ref=v0.1.0&depth=1"
+        "git::https://git.example.com/acme/terraform-aws-vpc.git?ref=v0.1.0"
     )
 
 
@@ -274,7 +285,7 @@ async def test_private_repository_is_listed_with_configured_credentials(make_cli
     client = await make_client(config)
     assert await versions_of(client) == ["1.0.0"]
     location = await location_of(client, "1.0.0")
-    assert location == f"git::{git_http.url('private.git')}?ref=v1.0.0&depth=1"
+    assert location == f"git::{git_http.url('private.git')}?ref=v1.0.0"
     assert GIT_PASSWORD not in location
 
 

@@ -242,7 +242,7 @@ async def test_latest_and_download_skip_prereleases(make_client, repo, tmp_path)
     assert resp.status == 302
     assert resp.headers["Location"] == "/v1/modules/demo/hello/null/1.1.0/download"
     followed = await get_json(client, "/v1/modules/demo/hello/null/download")  # the redirect works
-    assert followed == {"location": f"git::{repo.url}?ref=v1.1.0&depth=1"}
+    assert followed == {"location": f"git::{repo.url}?ref=v1.1.0"}
     # The protocol's own endpoints keep their handlers next to the new ones.
     versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
     assert versions["modules"][0]["source"] == "demo/hello/null"

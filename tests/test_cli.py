@@ -315,3 +315,92 @@ def test_a_port_in_use_fails_at_once_with_one_line_before_touching_the_storage(t
     assert elapsed < 5, elapsed  # loosely: "within a second" on a quiet machine
     assert first.proc.returncode == 0
     assert not [line for line in first.log[before:] if "index process" in line], first.log[before:]
+
+
+# ---- `check` runs serve's start checks (#33) -------------------------------------------------
+
+
+def _port(command: str) -> tuple[str, ...]:
+    return ("--port", "0") if command == "serve" else ()
+
+
+def _module_config(tmp_path: Path, storage: Path, extra: str = "") -> Path:
+    config = tmp_path / "start.toml"
+    config.write_text(
+        f'[storage]\npath = "{storage}"\n{extra}'
+        '[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "https://git.example.com/hello.git"\n'
+    )
+    return config
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_check_refuses_a_storage_path_that_is_a_file_as_serve_does(command, tmp_path):
+    storage = tmp_path / "storage"
+    storage.write_text("not a directory\n")
+    result = run_gitreg(command, "--config", str(_module_config(tmp_path, storage)), *_port(command), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"gitreg: storage.path: {str(storage)!r} exists and is not a directory" in result.stderr
+    assert "config OK" not in result.stdout
+
+
+@pytest.mark.slow  # mounts a tmpfs
+def test_check_refuses_a_read_only_storage_mount_as_serve_does(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    storage = tmp_path / "ro"
+    storage.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(storage)], check=True)
+    try:
+        config = _module_config(tmp_path, storage)
+        for command in ("check", "serve"):
+            result = run_gitreg(command, "--config", str(config), *_port(command), cwd=tmp_path)
+            assert result.returncode == 2, (command, result.stdout + result.stderr)
+            assert f"storage.path: {str(storage)!r} is not writable: Read-only file system" in result.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(storage)], check=False)
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_check_and_serve_refuse_to_start_without_git_on_path(command, tmp_path):
+    no_git = tmp_path / "bin"
+    no_git.mkdir()
+    config = _module_config(tmp_path, tmp_path / "store")
+    result = run_gitreg(command, "--config", str(config), *_port(command), env={"PATH": str(no_git)}, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "gitreg: git: git is not installed on the registry server (no `git` on PATH)" in result.stderr
+
+
+def test_check_refuses_a_secret_variable_that_is_set_but_empty_naming_key_and_variable(tmp_path):
+    config = _module_config(
+        tmp_path,
+        tmp_path / "store",
+        '[[credentials]]\nurl = "https://git.example.com/"\nusername = "x-access-token"\npassword = "${GITHUB_TOKEN}"\n'
+        '[auth]\ntokens = ["${REGISTRY_TOKEN}"]\n',
+    )
+    result = run_gitreg("check", "--config", str(config), env={"GITHUB_TOKEN": "", "REGISTRY_TOKEN": ""}, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "credentials[0].password: environment variable GITHUB_TOKEN is set but empty" in result.stderr
+    assert "auth.tokens[0]: environment variable REGISTRY_TOKEN is set but empty" in result.stderr
+    # Set, it passes; a value that is not a secret may still be empty.
+    good = run_gitreg(
+        "check", "--config", str(config), env={"GITHUB_TOKEN": "ghp_x", "REGISTRY_TOKEN": "r" * 20}, cwd=tmp_path
+    )
+    assert good.returncode == 0, good.stderr
+
+
+async def test_readyz_is_503_with_the_reason_while_git_is_not_on_path(make_client, tmp_path, monkeypatch):
+    from tests.conftest import assert_error, make_config
+
+    no_git = tmp_path / "bin"
+    no_git.mkdir()
+    config = make_config(
+        [{"namespace": "demo", "name": "hello", "system": "null", "repository": "https://git.example.com/h.git"}],
+        index={"enabled": False},
+    )
+    client = await make_client(config)
+    assert (await client.get("/readyz")).status == 200
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(no_git))
+    await assert_error(await client.get("/readyz"), 503, "git is not installed on the registry server")
+    monkeypatch.setenv("PATH", path)
+    assert (await client.get("/readyz")).status == 200  # it recovers by itself once git is back

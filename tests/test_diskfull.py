@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,3 +78,42 @@ async def test_a_full_disk_is_a_507_naming_the_storage_path_and_serving_recovers
         if download == "archive":
             resp = await client.get(archive)
             assert resp.status == 200, await resp.text()
+
+
+# Bytes left free when the first request comes: each step then meets the full disk at another
+# point (the pin's line, `git init` of the mirror, its config, the fetch's pack, the archive).
+# `git init` with ~8 KiB left failed with "failed to write new configuration file" (exit 128) and
+# no word of the disk: a 502 "could not create a mirror repository" among the 507s.
+SWEEP = (0, 2048, 4096, 6144, 8192, 10240, 12288, 16384, 24576, 32768, 49152, 98304)
+
+
+@pytest.mark.slow  # one tmpfs per download mode, filled a dozen times
+@pytest.mark.parametrize("download", ["archive", "git"])
+async def test_every_step_that_meets_a_full_disk_answers_507_naming_the_storage_path(download, make_client, tmp_path):
+    repo = big_repo(tmp_path / "repos")
+    rule = {"namespace": "demo", "name": "big", "system": "null", "repository": repo.url, "download": download}
+    if download == "git":
+        rule["ref"] = "commit"  # the first-served commit is recorded, and a mirror made
+    lookup = "/v1/modules/demo/big/null/1.0.0/download"
+    paths = (lookup, "/v1/modules/demo/big/null/1.0.0/archive.tar.gz") if download == "archive" else (lookup,)
+    seen = set()
+    with small_disk(tmp_path / "disk") as disk:
+        config = make_config([rule], storage={"path": str(disk)}, index={"enabled": False})
+        for leave in SWEEP:
+            for entry in disk.iterdir():  # a fresh start: nothing stored yet
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            client = await make_client(config)
+            filler = fill(disk, leave)
+            for path in paths:
+                resp = await client.get(path)
+                seen.add(resp.status)
+                if resp.status != 507:
+                    assert resp.status in (200, 204), (leave, path, resp.status, await resp.text())
+                    continue
+                await assert_error(resp, 507, f"[storage] path {disk} is full")
+            filler.unlink()
+            for path in paths:  # serving recovers by itself
+                resp = await client.get(path)
+                assert resp.status in (200, 204), (leave, path, await resp.text())
+            await client.close()
+    assert 507 in seen

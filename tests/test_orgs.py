@@ -293,7 +293,7 @@ async def test_versions_and_download_of_an_org_module_that_no_rule_names(make_cl
     assert await versions_of(client) == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     resp = await client.get("/v1/modules/acme/vpc/aws/1.1.0/download")
     assert resp.status == 200, await resp.text()
-    assert resp.headers["X-Terraform-Get"] == f"git::{git_http.url('terraform-aws-vpc.git')}?ref=v1.1.0&depth=1"
+    assert resp.headers["X-Terraform-Get"] == f"git::{git_http.url('terraform-aws-vpc.git')}?ref=v1.1.0"
 
 
 async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http, tmp_path):
@@ -304,10 +304,7 @@ async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     assert resp.status == 200, await resp.text()
     # gitreg lists tags over https (with [[credentials]]); clients clone over ssh with their keys.
-    assert (
-        resp.headers["X-Terraform-Get"]
-        == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0&depth=1"
-    )
+    assert resp.headers["X-Terraform-Get"] == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0"
     assert git_http.ref_advertisements("terraform-aws-vpc.git") == 1
 
 

@@ -160,6 +160,7 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
             '[git]\nprotocols = ["http"]\n'
             f'[[modules]]\nnamespace = "acme"\nname = "network"\nsystem = "aws"\n'
             f'repository = "{git_http.url("public.git")}"\npath = "modules/network"\ntag_prefix = "network/"\n'
+            "shallow = true\n"
         )
         with GitregProcess("--config", str(config)) as server:
             work = tmp_path / "work"
@@ -174,7 +175,7 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
     manifest = json.loads((work / ".terraform/modules/modules.json").read_text())
     net_dir = work / next(m["Dir"] for m in manifest["Modules"] if m["Key"] == "net")
     assert 'value = "net-1.4.0"' in (net_dir / "main.tf").read_text()
-    # A shallow clone of the tag (`depth=1`): its one commit, not the repository's history.
+    # `shallow = true`: a shallow clone of the tag (`depth=1`), its one commit, not the repository's history.
     package = work / ".terraform/modules/net"
     commits = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=package, capture_output=True, text=True)
     assert (package / ".git/shallow").exists() and commits.stdout.strip() == "1", commits

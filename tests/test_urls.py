@@ -219,7 +219,7 @@ def test_an_scp_like_clone_url_becomes_an_ssh_url_go_getter_reads_as_the_same_re
     address = location.removeprefix("git::").rsplit("?ref=", 1)[0]
     assert location.startswith("git::ssh://") and urls.parse(address).is_scp is False
     assert urls.host_path(address) == urls.host_path(scp)
-    assert location.endswith("?ref=" + ref.replace("+", "%2B") + "&depth=1")
+    assert location.endswith("?ref=" + ref.replace("+", "%2B"))
 
 
 @pytest.mark.parametrize(

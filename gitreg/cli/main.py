@@ -26,7 +26,7 @@ from gitreg.core.names import parse_address
 from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
 from gitreg.git.remote import GitAdapter
-from gitreg.git.runner import GitRunner
+from gitreg.git.runner import GIT_MISSING, GitRunner, git_found
 from gitreg.observability.setup import configure_logging
 
 log = logging.getLogger("gitreg")
@@ -40,7 +40,7 @@ EXIT_CODES = """exit codes:
   1  check --probe: a repository could not be listed or a configured module has no SemVer tag;
      check with [cache] backend = "redis": Redis does not answer; serve --workers N: a worker died
   2  the config is invalid or unreadable, or serve or demo cannot start (a port in use, a storage path
-     that is not a directory...): one line per problem on stderr"""
+     that is not a directory...; check runs the same start checks): one line per problem on stderr"""
 _WITH_EXIT_CODES: dict[str, Any] = {"epilog": EXIT_CODES, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
@@ -190,6 +190,32 @@ def prepare_storage(path: str) -> str | None:
     return None
 
 
+def start_checks(config: Config) -> tuple[ssl.SSLContext | None, list[str]]:
+    """`serve`'s start checks, which `check` runs too: the TLS files load, `[storage] path` is
+    creatable and writable, git is found. The TLS context (None without TLS) and each problem."""
+    problems = []
+    ssl_context = None
+    if config.server.tls_cert and config.server.tls_key:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ssl_context.load_cert_chain(config.server.tls_cert, config.server.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            problems.append(f"server.tls_cert/tls_key: cannot load: {e}")
+    # Checked before anything starts, so the message names the storage and not the listener.
+    problem = prepare_storage(config.storage.path)
+    if problem is not None:
+        problems.append(f"storage.path: {problem}")
+    if not git_found():
+        problems.append(f"git: {GIT_MISSING}; gitreg runs git for every module")
+    return ssl_context, problems
+
+
+def _refuse_start_problems(problems: list[str]) -> bool:
+    for problem in problems:
+        print(f"gitreg: {problem}", file=sys.stderr)
+    return bool(problems)
+
+
 def _serve(config: Config, workers: int = 1) -> int:
     if _refuse_nothing_to_serve(config):
         return EXIT_CONFIG
@@ -203,18 +229,8 @@ def _serve(config: Config, workers: int = 1) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    ssl_context = None
-    if config.server.tls_cert and config.server.tls_key:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            ssl_context.load_cert_chain(config.server.tls_cert, config.server.tls_key)
-        except (OSError, ssl.SSLError) as e:
-            print(f"gitreg: server.tls_cert/tls_key: cannot load: {e}", file=sys.stderr)
-            return EXIT_CONFIG
-    # Checked before anything starts, so the message names the storage and not the listener.
-    problem = prepare_storage(config.storage.path)
-    if problem is not None:
-        print(f"gitreg: storage.path: {problem}", file=sys.stderr)
+    ssl_context, problems = start_checks(config)
+    if _refuse_start_problems(problems):
         return EXIT_CONFIG
     try:
         if workers > 1:
@@ -292,8 +308,8 @@ def _pattern(rule: ModuleRule) -> str:
 
 
 def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int:
-    if _refuse_nothing_to_serve(config):
-        return EXIT_CONFIG
+    if _refuse_nothing_to_serve(config) or _refuse_start_problems(start_checks(config)[1]):
+        return EXIT_CONFIG  # what serve would refuse (#33)
     labels = _rule_labels(config, flag_rules)
     print(
         f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"

@@ -191,6 +191,9 @@ class ModuleRule:
     clone_url: str | None = None
     ref: Ref = "tag"
     download: str = "git"
+    # git mode: `&depth=1` in the location (a shallow clone of the tag). Off by default:
+    # Checkov 3.3.30 and tfmodcache 0.1.0 misread any query after `ref` and skip the module.
+    shallow: bool = False
     verified: bool = False
     # For a tarball URL template: the wrapper directory inside the tarball (a template too);
     # None means "infer it for GitHub and GitLab URLs, else the files are at the root".

@@ -61,6 +61,7 @@ def check_download(r: TableReader, download: str) -> None:
             check_placeholders(r, "download", download, DOWNLOAD_PLACEHOLDERS)
 
 
+# long: one rule's keys read and checked in order; split up, the checks across keys would be apart
 def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     fields: dict[str, str | None] = {}
     for key in PLACEHOLDERS:
@@ -82,6 +83,7 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     ref = r.str("ref", ModuleRule.ref)
     download = r.str("download", ModuleRule.download) or ModuleRule.download
     verified = r.bool("verified", ModuleRule.verified)
+    shallow = r.bool("shallow", ModuleRule.shallow)
     archive_root = r.str("archive_root")
     if archive_root is not None and not download.startswith("https://"):
         r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
@@ -102,6 +104,8 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     if tag_prefix and not re.fullmatch(r"[A-Za-z0-9._/-]+", tag_prefix):
         r.error("tag_prefix", f"{tag_prefix!r} may contain only letters, digits, '.', '_', '-' and '/'")
     checked_ref: Ref = one_of(r, "ref", ref, ("tag", "commit")) or ModuleRule.ref
+    if shallow and (download != "git" or checked_ref == "commit"):
+        r.error("shallow", 'applies only with download = "git" and ref = "tag" (git clones no commit shallow)')
     r.finish()
     if repository is None:
         return None
@@ -115,6 +119,7 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
         clone_url=clone_url,
         ref=checked_ref,
         download=download,
+        shallow=shallow,
         verified=verified,
         archive_root=archive_root.strip("/") if archive_root else None,
     )

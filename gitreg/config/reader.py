@@ -15,6 +15,11 @@ from typing import Any, TypeVar
 from gitreg.config.model import MAX_TIMEOUT
 
 Choice = TypeVar("Choice", bound=str)
+# Keys whose value is a secret: a `${VAR}` in one that is set but empty is a problem (#33).
+SECRET_KEYS = frozenset(
+    {"token", "tokens", "password", "signing_key", "metrics_token", "github_secret", "gitlab_token"}
+    | {"oauth_client_secret"}  # [[auth.forges]]
+)
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # A value still to be chosen: example files (deploy/kubernetes/secret.yaml) ship secrets that
 # start with this, in any case, and gitreg refuses to start with one, wherever it is used.
@@ -72,6 +77,10 @@ class TableReader:
         if _unset(value):
             failed.append(f"is a placeholder ({UNSET_MARKER}...): set the real value")
         expanded = expand_env(value, self.env, failed.append)
+        if not failed and not expanded and key.partition("[")[0] in SECRET_KEYS:
+            # `GITHUB_TOKEN=` (a secret store's missing entry) would make gitreg silently anonymous (#33).
+            for var in sorted({m[1] for m in _ENV_RE.finditer(value) if m[1] and self.env.get(m[1]) == ""}):
+                failed.append(f"environment variable {var} is set but empty: set the secret, or leave the key out")
         for reason in failed:
             self.error(key, reason)
         return default if failed else expanded

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Collection
 from typing import BinaryIO, TypeVar, cast
 
-from gitreg.core.errors import DiskFull, UpstreamTimeout, UpstreamUnavailable
+from gitreg.core.errors import DISK_FULL, DiskFull, UpstreamTimeout, UpstreamUnavailable
 from gitreg.git.failures import DISK_FULL_TEXT, last_line
 from gitreg.git.remote import SHA_RE, GitAdapter
 from gitreg.git.runner import MAX_OUTPUT_BYTES, GitRun
@@ -22,6 +22,8 @@ from gitreg.git.runner import MAX_OUTPUT_BYTES, GitRun
 T = TypeVar("T")
 
 PIN_REFS = "refs/gitreg/pins/"
+# What out_of_space writes: more than git's small files (a config, a lock, a ref) take.
+PROBE_BYTES = 64 * 1024
 
 
 class NoSuchTree(Exception):
@@ -39,12 +41,23 @@ class MirrorGit:
         self.adapter = adapter
 
     def _local(
-        self, path: str | None, args: list[str], timeout: float | None = None, stdin: BinaryIO | None = None
+        self,
+        path: str | None,
+        args: list[str],
+        timeout: float | None = None,
+        stdin: BinaryIO | None = None,
+        writes: str | None = None,
     ) -> tuple[int, str]:
-        """Run git on gitreg's own repository at `path` (no Git host involved): exit status and stdout."""
+        """Run git on gitreg's own repository at `path` (no Git host involved): exit status and stdout.
+
+        `writes`: the directory the command writes in; when it fails there and that directory has
+        no room, a DiskFull, whatever git said.
+        """
         run, out = self.adapter.runner.output(["git", *args], "", cwd=path, timeout=timeout, stdin=stdin)
         _raise_if_killed(run, f"git {args[0]}")
-        if run.proc.returncode != 0 and DISK_FULL_TEXT.search(run.error_text):
+        if run.proc.returncode != 0 and (
+            DISK_FULL_TEXT.search(run.error_text) or (writes is not None and out_of_space(writes))
+        ):
             raise DiskFull(f"git {args[0]} could not write to gitreg's disk: no space left on device")
         return run.proc.returncode, out.decode("utf-8", "replace")
 
@@ -59,7 +72,7 @@ class MirrorGit:
             with tempfile.TemporaryFile() as stdin:
                 stdin.write("".join(f"{line}\n" for line in lines).encode())
                 stdin.seek(0)
-                status, out = self._local(path, args, 60, stdin)
+                status, out = self._local(path, args, 60, stdin, writes=path)
         if status != 0:
             raise UpstreamUnavailable(f"git {args[0]} on gitreg's mirror failed (exit {status})")
         return out
@@ -69,8 +82,12 @@ class MirrorGit:
         # Absolute: git runs in gitreg's own empty HOME, not in the server's working directory.
         # No template: none of the sample hooks, description and info/exclude a repository of
         # gitreg's never uses (a quarter of the files to write, and to remove after a scratch fetch).
+        target = os.path.abspath(path)
         status, _ = self._local(
-            None, ["init", "--quiet", "--bare", "--template=", "--end-of-options", os.path.abspath(path)], timeout=60
+            None,
+            ["init", "--quiet", "--bare", "--template=", "--end-of-options", target],
+            timeout=60,
+            writes=os.path.dirname(target),
         )
         if status != 0:
             raise UpstreamUnavailable(f"could not create a mirror repository (git init exited with {status})")
@@ -81,7 +98,7 @@ class MirrorGit:
         with tempfile.TemporaryFile() as stdin:
             stdin.write(stream)
             stdin.seek(0)
-            status, _ = self._local(path, ["fast-import", "--quiet"], 60, stdin)
+            status, _ = self._local(path, ["fast-import", "--quiet"], 60, stdin, writes=path)
         if status != 0:
             raise UpstreamUnavailable(f"git fast-import into {path} failed (exit {status})")
 
@@ -114,7 +131,12 @@ class MirrorGit:
             url,
             refspec,
         ]
-        self.adapter.call(args, url, path)
+        try:
+            self.adapter.call(args, url, path)
+        except UpstreamUnavailable as e:
+            if out_of_space(path):  # git's message did not say so (a lock or config file it could not write)
+                raise DiskFull("git fetch could not write to gitreg's disk: no space left on device") from e
+            raise
 
     def has_commit(self, path: str, sha: str) -> bool:
         """True when the mirror at `path` holds commit `sha` (a validated SHA from ls-remote)."""
@@ -180,6 +202,21 @@ class MirrorGit:
         commands += [f"delete {PIN_REFS}{name}" for name in sorted(have - wanted)]
         if commands:
             self._checked(path, ["update-ref", "--stdin"], commands)
+
+
+def out_of_space(directory: str) -> bool:
+    """Whether writing in `directory` fails for want of room (ENOSPC, EDQUOT).
+
+    Asked after a git command that writes there failed: git does not always say why (`git init`
+    with a few KiB left: "failed to write new configuration file .../config.lock", exit 128).
+    """
+    try:
+        with tempfile.TemporaryFile(dir=directory) as probe:
+            probe.write(bytes(PROBE_BYTES))
+            probe.flush()
+    except OSError as e:
+        return e.errno in DISK_FULL
+    return False
 
 
 def _raise_if_killed(run: GitRun, what: str) -> None:

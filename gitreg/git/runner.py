@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -110,6 +111,15 @@ def _overloaded(reason: str) -> Overloaded:
     return Overloaded(
         f"gitreg is out of file descriptors or processes to run git ({reason}); try again in a few seconds"
     )
+
+
+# The reason /readyz, `serve` and `check` give when there is no git to run (#33).
+GIT_MISSING = "git is not installed on the registry server (no `git` on PATH)"
+
+
+def git_found() -> bool:
+    """Whether `git` is on the PATH the git processes get (they inherit it): /readyz and the start checks."""
+    return shutil.which("git", path=os.environ.get("PATH", os.defpath)) is not None
 
 
 class GitRun:
@@ -352,7 +362,7 @@ class GitRunner:
             # Not the server's working directory: a repository there would lend git its config.
             run = GitRun(args, env, cwd or self._home, subprocess.PIPE, stdin)
         except FileNotFoundError:
-            raise UpstreamUnavailable("git is not installed on the registry server") from None
+            raise UpstreamUnavailable(GIT_MISSING) from None
         except OSError as e:
             if e.errno not in OUT_OF_RESOURCES:
                 raise

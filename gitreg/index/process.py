@@ -415,6 +415,7 @@ class IndexProcess:
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
+                "-P",  # not the working directory first on sys.path: a gitreg checkout there is not imported (#33)
                 "-m",
                 ENTRY_MODULE,
                 stdin=asyncio.subprocess.PIPE,

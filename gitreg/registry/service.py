@@ -185,7 +185,7 @@ class Registry:
         if rule.download == "git":
             if rule.ref == "commit":
                 return Download(git_location(resolved.clone_url, rule.path, sha, commit=True), resolved)
-            return Download(git_location(resolved.clone_url, rule.path, found.tag), resolved)
+            return Download(git_location(resolved.clone_url, rule.path, found.tag, shallow=rule.shallow), resolved)
         if rule.download == "archive":
             return Download(f"./{ARCHIVE_NAME}", resolved, archive=ContentKey(resolved.repository, rule.path, sha))
         return Download(template_location(rule, address, found, sha), resolved)
@@ -305,13 +305,15 @@ def infer_archive_root(url: str, tag: str, sha: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of config and tags, asked on every download
-def git_location(clone_url: str, path: str, ref: str, *, commit: bool = False) -> str:
-    """`git::<url>[//<path>]?ref=<ref>&depth=1`, with `ref` percent-encoded (a `+` must reach git as `+`).
+def git_location(clone_url: str, path: str, ref: str, *, commit: bool = False, shallow: bool = False) -> str:
+    """`git::<url>[//<path>]?ref=<ref>`, with `ref` percent-encoded (a `+` must reach git as `+`).
 
-    A tag is cloned shallow (`depth=1`: go-getter runs `git clone --depth 1 --branch <tag>`), not
-    with the repository's whole history. A commit cannot be (`--branch` takes no SHA, and
-    go-getter refuses `depth` with one): `ref = "commit"` clones in full.
+    `ref` is the location's only query unless the rule says `shallow`: Checkov 3.3.30 takes all
+    after `?ref=` as the tag and tfmodcache 0.1.0 clones `<url>?<other parameters>`, so any other
+    parameter, in any order, makes them skip the module. With `shallow` (a tag only) `&depth=1`
+    follows: go-getter then runs `git clone --depth 1 --branch <tag>`. A commit cannot be cloned
+    shallow (`--branch` takes no SHA, and go-getter refuses `depth` with one).
     """
     subdir = f"//{path}" if path else ""
-    depth = "" if commit else "&depth=1"
+    depth = "&depth=1" if shallow and not commit else ""
     return f"{urls.as_go_getter(clone_url)}{subdir}?ref={quote(ref, safe='/')}{depth}"

