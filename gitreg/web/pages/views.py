@@ -174,6 +174,7 @@ async def module_page(request: web.Request) -> web.Response:
     root = rendered[0] if rendered else {}
     submodules = rendered[1 : 1 + len(details.submodules)] if details else []
     examples = rendered[1 + len(submodules) :] if details else []
+    published_at = (details.published_at if details else "") or (entry.published_at if version == entry.latest else "")
     return render(
         request,
         "module.html",
@@ -188,8 +189,8 @@ async def module_page(request: web.Request) -> web.Response:
         examples=examples,
         downloads=request.app[BROWSE].downloads(address),
         systems=request.app[BROWSE].systems(address),
-        published_at=(details.published_at if details else "")
-        or (entry.published_at if version == entry.latest else ""),
+        published_at=published_at,
+        version_dates={entry.latest.canonical: entry.published_at, version.canonical: published_at},
         # The version shown, never another's: the entry's (an org's description first) for the latest only.
         description=entry.description if version == entry.latest else (details.description if details else ""),
         details_missing=details is None,

@@ -5,6 +5,9 @@
 // - A page still being read (`<body data-reload-after="N">`: a module being indexed, a version
 //   whose details are being read) reloads itself after N seconds; without JavaScript its status
 //   message has a "Reload now" link.
+// - A filter over Inputs and Outputs (`.filter[data-filter]`, hidden without script: all stay shown).
+// - The version picker closes on Escape or a click elsewhere (it is a <details>: it opens without script).
+// - A README table wider than its box scrolls; it takes the keyboard focus so it scrolls from the keyboard.
 "use strict";
 
 function copyButtons() {
@@ -53,8 +56,72 @@ function reloadWhenRead() {
   setTimeout(() => { location.reload(); }, Math.min(seconds, 60) * 1000);
 }
 
+function filters() {
+  for (const box of document.querySelectorAll(".filter[data-filter]")) {
+    const section = box.closest(".panel");
+    const field = box.querySelector("input");
+    const count = box.querySelector(".shown-count");
+    if (!section || !field || !count) continue;
+    const items = [...section.querySelectorAll(":scope > .vars > .var")];
+    const words = (item) => item.textContent.toLowerCase();
+    const texts = new Map(items.map((item) => [item, words(item)]));
+    box.hidden = false;
+    const apply = () => {
+      const terms = field.value.toLowerCase().split(/\s+/).filter(Boolean);
+      let shown = 0;
+      for (const item of items) {
+        const text = texts.get(item);
+        item.hidden = !terms.every((t) => text.includes(t));
+        if (!item.hidden) shown += 1;
+      }
+      // A group (required, optional) with nothing left hides its heading too.
+      for (const list of section.querySelectorAll(":scope > .vars")) {
+        const empty = ![...list.children].some((item) => !item.hidden);
+        list.hidden = empty;
+        const heading = list.previousElementSibling;
+        if (heading && heading.classList.contains("group")) heading.hidden = empty;
+      }
+      count.textContent = terms.length ? `${shown} of ${items.length} shown` : "";
+    };
+    field.addEventListener("input", apply);
+    apply();
+  }
+}
+
+function picker() {
+  for (const details of document.querySelectorAll("details.picker")) {
+    document.addEventListener("click", (event) => {
+      if (details.open && !details.contains(event.target)) details.open = false;
+    });
+    details.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && details.open) {
+        details.open = false;
+        details.querySelector("summary").focus();
+      }
+    });
+  }
+}
+
+function scrollableTables() {
+  const mark = () => {
+    for (const table of document.querySelectorAll(".markdown table")) {
+      if (table.scrollWidth > table.clientWidth + 1) {
+        table.tabIndex = 0;
+        table.setAttribute("role", "region");
+        table.setAttribute("aria-label", "Table, scrolls sideways");
+      }
+    }
+  };
+  mark();
+  window.addEventListener("hashchange", mark);  // a section shown now was not laid out before
+  window.addEventListener("resize", mark);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   copyButtons();
+  filters();
+  picker();
+  scrollableTables();
   currentSection();
   reloadWhenRead();
 });
