@@ -50,6 +50,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
+from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
 from gitreg.index.files import image_type
@@ -313,9 +314,10 @@ def _list_item_open(self: RendererHTML, tokens: Sequence[Token], idx: int, optio
 def _lexer(name: str) -> Lexer | None:
     """Pygments' lexer for a fence's language (`hcl`, `terraform`, `sh`...), None when it knows none."""
     try:
-        return get_lexer_by_name(name)
+        lexer = get_lexer_by_name(name)
     except ClassNotFound:
         return None
+    return None if isinstance(lexer, TextLexer) else lexer  # `text`: plain, as on GitHub
 
 
 def _fence(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
@@ -327,8 +329,8 @@ def _fence(self: RendererHTML, tokens: Sequence[Token], idx: int, options: Optio
         return self.fence(tokens, idx, options, env)
     nonce = env["nonce"]
     spans = highlight(token.content, lexer, HtmlFormatter(nowrap=True, classprefix=f"{nonce} "))
-    kind = escapeHtml(lexer.aliases[0] if lexer.aliases else language.lower())
-    return f'<div class="{nonce} highlight highlight-source-{kind}"><pre><code>{spans}</code></pre></div>\n'
+    kind = language.lower() if language.lower() in lexer.aliases else (lexer.aliases or ["code"])[0]
+    return f'<div class="{nonce} highlight highlight-source-{escapeHtml(kind)}"><pre><code>{spans}</code></pre></div>\n'
 
 
 @functools.cache
