@@ -14,7 +14,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import axe_violations, chromium_driver
+from tests.support.browser import axe_violations, page_overflow, sized_chromium
 from tests.support.githttp import GitHttpServer
 from tests.support.realistic import labels_module, write_vpc_module
 from tests.support.repos import GitRepo
@@ -48,19 +48,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitregProcess]:
 
 
 def phone_or_desktop(width: int):  # type: ignore[no-untyped-def]
-    """A Chromium `width` px wide (below 500 px: a phone's viewport, which a window cannot be)."""
-    driver = chromium_driver(max(width, 500), 900)
-    if width < 500:
-        driver.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": 844, "deviceScaleFactor": 2, "mobile": True},
-        )
-    return driver
+    return sized_chromium(width)
 
 
 def overflow(driver) -> int:  # type: ignore[no-untyped-def]
-    """How many px the page is wider than the viewport (0: it does not scroll sideways)."""
-    return int(driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth"))
+    return page_overflow(driver)
 
 
 def shown(driver, element_id: str) -> bool:  # type: ignore[no-untyped-def]

@@ -7,7 +7,8 @@
 //   message has a "Reload now" link.
 // - A filter over Inputs and Outputs (`.filter[data-filter]`, hidden without script: all stay shown).
 // - The version picker closes on Escape or a click elsewhere (it is a <details>: it opens without script).
-// - A README table wider than its box scrolls; it takes the keyboard focus so it scrolls from the keyboard.
+// - A README table or code block wider than its box scrolls; it takes the keyboard focus, so it
+//   scrolls from the keyboard too.
 "use strict";
 
 function copyButtons() {
@@ -102,13 +103,13 @@ function picker() {
   }
 }
 
-function scrollableTables() {
+function scrollableBoxes() {
   const mark = () => {
-    for (const table of document.querySelectorAll(".markdown table")) {
-      if (table.scrollWidth > table.clientWidth + 1) {
-        table.tabIndex = 0;
-        table.setAttribute("role", "region");
-        table.setAttribute("aria-label", "Table, scrolls sideways");
+    for (const box of document.querySelectorAll(".markdown table, .markdown pre")) {
+      if (box.scrollWidth > box.clientWidth + 1 && !box.hasAttribute("tabindex")) {
+        box.tabIndex = 0;
+        box.setAttribute("role", "region");
+        box.setAttribute("aria-label", `${box.tagName === "TABLE" ? "Table" : "Code"}, scrolls sideways`);
       }
     }
   };
@@ -121,7 +122,7 @@ document.addEventListener("DOMContentLoaded", () => {
   copyButtons();
   filters();
   picker();
-  scrollableTables();
+  scrollableBoxes();
   currentSection();
   reloadWhenRead();
 });
