@@ -48,10 +48,26 @@ plain, not highlighted
 
 | Name | Description | Type | Default | Required |
 |------|-------------|------|---------|:--------:|
-| <a name="input_default_security_group_ingress"></a> [default\\_security\\_group\\_ingress](#input\\_default\\_security\\_group\\_ingress) | List of maps of ingress rules to set on the default security group of the VPC, each with its own ports and CIDR blocks | `list(map(string))` | `[]` | no |
-| <a name="input_enable_dns_hostnames"></a> [enable\\_dns\\_hostnames](#input\\_enable\\_dns\\_hostnames) | Should be true to enable DNS hostnames in the VPC | `bool` | `true` | no |
-| <a name="input_name"></a> [name](#input\\_name) | Name to be used on all the resources as identifier | `string` | n/a | yes |
 """
+    + "".join(
+        f'| <a name="input_{name}"></a> [{escaped}](#input\\_{escaped}) '
+        f"| {text} | `{kind}` | {default} | {required} |\n"
+        for name, text, kind, default, required in (
+            (
+                "default_security_group_ingress",
+                (
+                    "List of maps of ingress rules to set on the default security group of the VPC, each with"
+                    " its own ports and CIDR blocks"
+                ),
+                "list(map(string))",
+                "`[]`",
+                "no",
+            ),
+            ("enable_dns_hostnames", "Should be true to enable DNS hostnames in the VPC", "bool", "`true`", "no"),
+            ("name", "Name to be used on all the resources as identifier", "string", "n/a", "yes"),
+        )
+        for escaped in [name.replace("_", "\\_")]
+    )
 )
 
 # GitHub's HTML for each construct of GFM_README (see the module docstring for what is left out).

@@ -190,7 +190,11 @@ async def module_page(request: web.Request) -> web.Response:
         downloads=request.app[BROWSE].downloads(address),
         systems=request.app[BROWSE].systems(address),
         published_at=published_at,
-        version_dates={entry.latest.canonical: entry.published_at, version.canonical: published_at},
+        version_dates={
+            **await request.app[BROWSE].version_dates(entry),
+            entry.latest.canonical: entry.published_at,
+            version.canonical: published_at,
+        },
         # The version shown, never another's: the entry's (an org's description first) for the latest only.
         description=entry.description if version == entry.latest else (details.description if details else ""),
         details_missing=details is None,
