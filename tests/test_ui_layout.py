@@ -15,7 +15,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import axe_violations, page_overflow, sized_chromium
+from tests.support.browser import axe_violations, color_scheme, page_overflow, sized_chromium
 from tests.support.githttp import GitHttpServer
 from tests.support.realistic import labels_module, write_vpc_module
 from tests.support.repos import GitRepo
@@ -322,3 +322,11 @@ def test_the_tab_bar_shows_a_phone_that_it_scrolls(server):
         assert cue.count("linear-gradient") == 4  # the edge shadows, shown where there is more to scroll
     finally:
         driver.quit()
+
+
+def test_the_dark_scheme_passes_axe_too(server, browser):
+    color_scheme(browser, "dark")
+    for path in ("/?q=vpc", MODULE, f"{MODULE}#inputs", f"{MODULE}#resources"):
+        browser.get(server.url + path)
+        browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+        assert axe_violations(browser) == [], path

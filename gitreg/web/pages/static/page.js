@@ -64,7 +64,8 @@ function filters() {
     const count = box.querySelector(".shown-count");
     if (!section || !field || !count) continue;
     const items = [...section.querySelectorAll(":scope > .vars > .var")];
-    const words = (item) => item.textContent.toLowerCase();
+    // By name and description (not type or default), as written.
+    const words = (item) => [...item.querySelectorAll(".var-name, .var-desc")].map((e) => e.textContent).join(" ").toLowerCase();
     const texts = new Map(items.map((item) => [item, words(item)]));
     box.hidden = false;
     const apply = () => {
