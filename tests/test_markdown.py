@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from gitreg.web.pages.markdown import Links, render_markdown, slug
+from gitreg.web.pages.markdown import HIGHLIGHT_CHARS, Links, render_markdown, slug
 from tests.support.readmes import GFM_README, GITHUB
 
 FILES = "/modules/acme/vpc/aws/1.2.0/files/"
@@ -195,3 +195,13 @@ def test_a_readmes_own_html_cannot_pass_for_the_renderers_markup():
     # Each render draws its own nonce: none is left in the output.
     twice = {render_markdown("> [!TIP]\n> t\n\n- [ ] a\n", Links()) for _ in range(2)}
     assert len(twice) == 1
+
+
+def test_highlighting_stops_at_its_budget_and_the_rest_stays_plain():
+    """500 KB of highlighted HCL took 3.9 s (a <span> per token through the sanitizer), over the pages'
+    budget; past HIGHLIGHT_CHARS a README's code stays plain, as GitHub leaves large files."""
+    block = 'resource "aws_vpc" "this" {\n  cidr_block = var.cidr\n}\n'
+    first = block * (HIGHLIGHT_CHARS // len(block) - 10)
+    html = render_markdown(f"```hcl\n{first}```\n\n```hcl\n{block * 20}```\n\n```hcl\n{block}```\n", Links())
+    assert html.count('<div class="highlight highlight-source-hcl">') == 2  # the first and the last fit
+    assert f"<pre><code>{block * 20}</code></pre>" in html
