@@ -3,7 +3,8 @@
 A realistic module (tests/support/realistic.py: a terraform-docs README, 30 inputs, submodules,
 examples, a dependency served by the same registry) on a real `gitreg serve` whose `[server]
 public_url` is https://registry.example.com, so the copy-ready sources show that host and not a
-test port; headless Chromium at 1280 px and at 390 px (a phone).
+test port; headless Chromium at 1280 px and at 390 px (a phone), in the light and the dark
+colour scheme (`prefers-color-scheme`, as the visitor's system sets it).
 
     python bench/ui_screenshots.py [--out docs/images] [--extra-inputs 0]
 """
@@ -24,11 +25,16 @@ from tests.support.realistic import labels_module, write_vpc_module
 from tests.support.repos import GitRepo
 
 HOST = "registry.example.com"
-# (file name, viewport width, height, device scale, the page's fragment)
+# (file name, viewport width, height, device scale, the page's fragment, colour scheme)
 SHOTS = (
-    ("module-page.png", 1280, 900, 1, ""),
-    ("module-page-inputs.png", 1280, 900, 1, "#inputs"),
-    ("module-page-phone.png", 390, 844, 2, ""),
+    ("module-page.png", 1280, 900, 1, "", "light"),
+    ("module-page-inputs.png", 1280, 900, 1, "#inputs", "light"),
+    ("module-page-phone.png", 390, 844, 2, "", "light"),
+    *(
+        (f"module-page-{width}-{scheme}.png", width, height, scale, "", scheme)
+        for width, height, scale in ((1280, 900, 1), (390, 844, 2))
+        for scheme in ("light", "dark")
+    ),
 )
 
 
@@ -62,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         labels = labels_module(work / "repos")
         with GitregProcess("--config", str(write_config(work, vpc, labels))) as server:
             server.wait_indexed()
-            for name, width, height, scale, fragment in SHOTS:
+            for name, width, height, scale, fragment, scheme in SHOTS:
                 driver = chromium_driver(width, height)
                 try:
                     driver.execute_cdp_cmd(
                         "Emulation.setDeviceMetricsOverride",
                         {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": width < 600},
+                    )
+                    driver.execute_cdp_cmd(
+                        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
                     )
                     driver.get(f"{server.url}/modules/acme/vpc/aws{fragment}")
                     driver.save_screenshot(str(args.out / name))

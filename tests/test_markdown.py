@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from gitreg.web.pages.markdown import Links, render_markdown, slug
+from gitreg.web.pages.markdown import HIGHLIGHT_CHARS, Links, render_markdown, slug
+from tests.support.readmes import GFM_README, GITHUB
 
 FILES = "/modules/acme/vpc/aws/1.2.0/files/"
 # What terraform-docs writes (its default `markdown table` output inside the markers), under a
@@ -147,3 +148,60 @@ def test_relative_images_come_from_the_files_endpoint_relative_to_the_readmes_fo
     # Outside the module's folder with a web page: the host's raw file.
     hosted = render_markdown("![c](../../../out.png)", Links("https://github.com/a/b", "v1", links.base, "infra/vpc"))
     assert 'src="https://github.com/a/b/raw/v1/infra/out.png"' in hosted
+
+
+def flat(html: str) -> str:
+    """HTML without the line breaks markdown-it puts between block tags (GitHub's reference has none)."""
+    return re.sub(r"\s*\n\s*(?=<)|(?<=>)\n", "", html)
+
+
+def test_every_github_construct_renders_as_github_renders_it():
+    rendered = render_markdown(GFM_README, Links())
+    # Task checkboxes get a name, which GitHub's lack (and axe-core requires of a form field).
+    html = flat(rendered).replace(' aria-label="Task"', "")
+    for alert in GITHUB["alerts"]:
+        assert alert in html
+    for construct in ("blockquote", "tasks", "aligned", "kbd", "code"):
+        assert GITHUB[construct] in html, construct
+    assert GITHUB["plain code"] in rendered  # its text's own line break kept
+
+
+def test_fenced_terraform_is_highlighted_on_the_server():
+    html = render_markdown('```terraform\nresource "aws_vpc" "this" {\n  cidr = "10.0.0.0/16" # c\n}\n```\n', Links())
+    spans = [(attrs.get("class"), tag) for tag, attrs in parsed(html).tags if tag == "span"]
+    assert ("kr", "span") in spans and ("s2", "span") in spans and ("c1", "span") in spans, spans
+    assert '<span class="kr">resource</span>' in html and '<span class="c1"> # c</span>' in html
+    # A language Pygments does not know, or none: plain, escaped, as before.
+    assert (
+        render_markdown("```nosuchlanguage\n<b>x</b>\n```\n", Links())
+        == "<pre><code>&lt;b&gt;x&lt;/b&gt;\n</code></pre>\n"
+    )
+
+
+def test_a_readmes_own_html_cannot_pass_for_the_renderers_markup():
+    """Classes, checkboxes and highlighting come from the renderer only (GitHub adds its own after sanitizing)."""
+    html = render_markdown(
+        '<div class="markdown-alert markdown-alert-warning"><p class="markdown-alert-title">Warning</p></div>\n'
+        '<ul class="contains-task-list"><li class="task-list-item">'
+        '<input type="checkbox" class="task-list-item-checkbox" disabled checked> x</li></ul>\n'
+        '<span class="k highlight">y</span> <pre class="highlight">z</pre>\n\n'
+        "00000000000000000000000000000000-x and 00000000000000000000000000000000-o\n",
+        Links(),
+    )
+    found = parsed(html)
+    assert [t for t, a in found.tags if "class" in a] == []
+    assert "input" not in {t for t, _ in found.tags}
+    assert "00000000000000000000000000000000-x" in html  # a guessed placeholder stays text
+    # Each render draws its own nonce: none is left in the output.
+    twice = {render_markdown("> [!TIP]\n> t\n\n- [ ] a\n", Links()) for _ in range(2)}
+    assert len(twice) == 1
+
+
+def test_highlighting_stops_at_its_budget_and_the_rest_stays_plain():
+    """500 KB of highlighted HCL took 3.9 s (a <span> per token through the sanitizer), over the pages'
+    budget; past HIGHLIGHT_CHARS a README's code stays plain, as GitHub leaves large files."""
+    block = 'resource "aws_vpc" "this" {\n  cidr_block = var.cidr\n}\n'
+    first = block * (HIGHLIGHT_CHARS // len(block) - 10)
+    html = render_markdown(f"```hcl\n{first}```\n\n```hcl\n{block * 20}```\n\n```hcl\n{block}```\n", Links())
+    assert html.count('<div class="highlight highlight-source-hcl">') == 2  # the first and the last fit
+    assert f"<pre><code>{block * 20}</code></pre>" in html

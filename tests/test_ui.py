@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -273,3 +274,21 @@ async def test_sources_are_copy_ready_with_the_public_host_and_served_dependenci
         'Required inputs <span class="n">(3)</span>' in text and 'Optional inputs <span class="n">(27)</span>' in text
     )
     assert '<details class="value"><summary><code>[{&#34;self&#34;: true' in text
+
+
+async def test_the_version_picker_dates_each_version_from_gitregs_mirror(make_client, tmp_path):
+    """In archive mode gitreg keeps a mirror holding every tag: one read of it dates every version."""
+    repo = GitRepo(tmp_path / "repos", "vpc")
+    for version, day in (("1.0.0", "2025-01-02"), ("1.1.0", "2025-03-04"), ("2.0.0", "2025-05-06")):
+        repo.commit({"main.tf": f"# {version}\n"}, date=f"{day}T10:00:00+00:00")
+        repo.tag(f"v{version}")
+    rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url, "download": "archive"}
+    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    location = (await (await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")).json())["location"]
+    parts = urlsplit(location)
+    assert (await client.get(f"{parts.path}?{parts.query}")).status == 200  # the archive is built from the mirror
+    for shown in ("", "/1.1.0"):
+        page = await (await client.get(f"/modules/acme/vpc/aws{shown}")).text()
+        picker = page.split('<ul class="versions"', 1)[1].split("</ul>", 1)[0]
+        dates = re.findall(r'<time datetime="([^"]+)">', picker)
+        assert dates == ["2025-05-06T10:00:00Z", "2025-03-04T10:00:00Z", "2025-01-02T10:00:00Z"], shown

@@ -6,6 +6,7 @@ names and values, served by a real `gitreg serve` whose `[server] public_url` is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +15,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import axe_violations, chromium_driver
+from tests.support.browser import axe_violations, color_scheme, page_overflow, sized_chromium
 from tests.support.githttp import GitHttpServer
 from tests.support.realistic import labels_module, write_vpc_module
 from tests.support.repos import GitRepo
@@ -48,19 +49,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitregProcess]:
 
 
 def phone_or_desktop(width: int):  # type: ignore[no-untyped-def]
-    """A Chromium `width` px wide (below 500 px: a phone's viewport, which a window cannot be)."""
-    driver = chromium_driver(max(width, 500), 900)
-    if width < 500:
-        driver.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": 844, "deviceScaleFactor": 2, "mobile": True},
-        )
-    return driver
+    return sized_chromium(width)
 
 
 def overflow(driver) -> int:  # type: ignore[no-untyped-def]
-    """How many px the page is wider than the viewport (0: it does not scroll sideways)."""
-    return int(driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth"))
+    return page_overflow(driver)
 
 
 def shown(driver, element_id: str) -> bool:  # type: ignore[no-untyped-def]
@@ -131,7 +124,8 @@ def test_every_section_opens_from_its_fragment_and_from_the_keyboard(server, bro
     picker = b.find_element(By.CSS_SELECTOR, ".picker summary")
     assert picker.location["y"] < 300
     picker.send_keys(Keys.ENTER)
-    assert [li.text for li in b.find_elements(By.CSS_SELECTOR, ".versions li")] == ["5.4.0 latest", "5.3.0"]
+    versions = [li.text for li in b.find_elements(By.CSS_SELECTOR, ".versions li")]
+    assert versions[0].rsplit(" ", 1)[0] == "5.4.0 latest shown" and versions[1].startswith("5.3.0"), versions
 
 
 def test_a_submodule_anchor_opens_its_section(server, browser):
@@ -236,3 +230,103 @@ def test_the_favicon_is_an_image_and_a_namespace_name_is_a_page(server, browser)
     b.get(server.url + "/modules/acme/vpc")
     assert b.execute_script("return document.contentType") == "text/html"
     assert [a.text for a in b.find_elements(By.CSS_SELECTOR, ".module h2 a")] == ["acme/vpc/aws"]
+
+
+def visible(driver, css: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css) if e.is_displayed()]
+
+
+def test_inputs_and_outputs_filter_by_name_and_description(server, browser):
+    b = browser
+    b.get(f"{server.url}{MODULE}#inputs")
+    field = b.find_element(By.ID, "filter-inputs")
+    assert field.is_displayed() and len(visible(b, "#inputs .var")) == 230
+    field.send_keys("nat gateway")  # every word, in a name or a description
+    cards = visible(b, "#inputs .var")
+    assert 3 <= len(cards) < 10 and all("nat" in c.lower() and "gateway" in c.lower() for c in cards), cards
+    assert b.find_element(By.ID, "filter-inputs-count").text == f"{len(cards)} of 230 shown"
+    field.clear()
+    field.send_keys("CloudWatch")  # only in descriptions: flow_log_retention_in_days's
+    cards = visible(b, "#inputs .var")
+    assert [c.split("\n", 1)[0] for c in cards] == ["flow_log_retention_in_days"]
+    assert [h.split(" (")[0] for h in visible(b, "#inputs h3.group")] == ["Optional inputs"]  # no required left
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(Keys.BACKSPACE)
+    assert len(visible(b, "#inputs .var")) == 230 and b.find_element(By.ID, "filter-inputs-count").text == ""
+    b.get(f"{server.url}{MODULE}#outputs")
+    b.find_element(By.ID, "filter-outputs").send_keys("vpc_id")
+    assert [c.split("\n", 1)[0] for c in visible(b, "#outputs .var")] == ["vpc_id"]
+    assert axe_violations(b) == []
+
+
+def test_without_javascript_no_filter_shows_and_every_input_stays(server, browser):
+    b = browser
+    b.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
+    b.get(f"{server.url}{MODULE}#inputs")
+    assert not b.find_element(By.ID, "filter-inputs").is_displayed()
+    assert len(visible(b, "#inputs .var")) == 230
+    b.get(f"{server.url}{MODULE}#outputs")
+    assert not b.find_element(By.ID, "filter-outputs").is_displayed() and len(visible(b, "#outputs .var")) == 7
+    b.get(f"{server.url}{MODULE}")
+    b.find_element(By.CSS_SELECTOR, ".picker summary").click()  # a <details>: it opens without script
+    assert len(visible(b, ".versions li")) == 2
+
+
+def test_search_marks_what_matched(server, browser):
+    for query, words in (("VPC", {"vpc"}), ("tags labels", {"tags", "labels"})):
+        browser.get(server.url + "/?q=" + query.replace(" ", "+"))
+        marks = [m.text.lower() for m in browser.find_elements(By.CSS_SELECTOR, ".modules mark")]
+        assert marks and set(marks) <= words, (query, marks)
+    assert axe_violations(browser) == []
+
+
+def test_the_version_picker_opens_over_the_page_with_dates_and_badges(server, browser):
+    b = browser
+    b.get(server.url + MODULE + "/5.3.0")
+    WebDriverWait(b, 20).until(lambda d: not d.find_elements(By.ID, "details-pending"))
+    tabs = b.find_element(By.CSS_SELECTOR, ".tabs").location["y"]
+    b.find_element(By.CSS_SELECTOR, ".picker summary").click()
+    listed = b.find_element(By.CSS_SELECTOR, ".versions")
+    assert b.find_element(By.CSS_SELECTOR, ".tabs").location["y"] == tabs  # over the page, not in its flow
+    assert b.execute_script("return getComputedStyle(arguments[0]).position", listed) == "absolute"
+    rows = [li.text for li in listed.find_elements(By.TAG_NAME, "li")]
+    assert [r.rsplit(" ", 1)[0] for r in rows] == ["5.4.0 latest", "5.3.0 shown"], rows
+    dates = [t.get_attribute("datetime") for t in listed.find_elements(By.TAG_NAME, "time")]
+    assert len(dates) == 2 and all(re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:]+Z", d) for d in dates), dates
+    b.find_element(By.CSS_SELECTOR, ".picker summary").send_keys(Keys.ESCAPE)
+    assert not listed.is_displayed()
+    assert axe_violations(b) == []
+
+
+def test_unfolded_types_are_laid_out_and_resources_are_one_compact_list(server, browser):
+    b = browser
+    b.get(f"{server.url}{MODULE}#input-dhcp_options")
+    folded = b.find_element(By.CSS_SELECTOR, "#input-dhcp_options details.value")
+    folded.find_element(By.TAG_NAME, "summary").click()
+    lines = folded.find_element(By.TAG_NAME, "pre").text.split("\n")
+    assert lines[0] == "object({" and lines[-1] == "})" and "  domain_name = optional(string)" in lines, lines
+    b.get(f"{server.url}{MODULE}#resources")
+    items = b.find_elements(By.CSS_SELECTOR, "#resources .resources li")
+    assert len({i.location["x"] for i in items}) == 1  # one column
+    assert max(i.size["height"] for i in items) < 40
+    assert items[0].text == "aws_vpc.this"
+
+
+def test_the_tab_bar_shows_a_phone_that_it_scrolls(server):
+    driver = sized_chromium(390)
+    try:
+        driver.get(server.url + MODULE)
+        bar = driver.find_element(By.CSS_SELECTOR, ".tabs ul")
+        assert driver.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", bar)
+        cue = driver.execute_script("return getComputedStyle(arguments[0]).backgroundImage", bar)
+        assert cue.count("linear-gradient") == 4  # the edge shadows, shown where there is more to scroll
+    finally:
+        driver.quit()
+
+
+def test_the_dark_scheme_passes_axe_too(server, browser):
+    color_scheme(browser, "dark")
+    for path in ("/?q=vpc", MODULE, f"{MODULE}#inputs", f"{MODULE}#resources"):
+        browser.get(server.url + path)
+        browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+        assert axe_violations(browser) == [], path

@@ -1,5 +1,6 @@
 """READMEs in a real headless Chromium: terraform-docs output rendered, anchors that jump, hostile HTML
-inert, and a `file://` repository's relative images shown (served by gitreg's files endpoint)."""
+inert, a `file://` repository's relative images shown (served by gitreg's files endpoint), and every
+construct GitHub renders beyond CommonMark shown as GitHub shows it (tests/support/readmes.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.gitreg_process import GitregProcess
-from tests.support.browser import axe_violations
+from tests.support.browser import BROKEN_WORDS_JS, axe_violations, color_scheme, page_overflow, sized_chromium
+from tests.support.readmes import ALERT_TEXT, GFM_README, WIDE_HEADERS
 from tests.support.repos import GitRepo
 from tests.test_markdown import TERRAFORM_DOCS_README
 from tests.test_module_files import SVG, png
@@ -47,7 +50,10 @@ def make_repos(root: Path) -> dict[str, GitRepo]:
     (evil.work / "logo.svg").write_bytes(SVG)
     evil.commit({"README.md": HOSTILE_README, "main.tf": "# evil\n"})
     evil.tag("v1.0.0")
-    return {"docs": docs, "evil": evil}
+    gfm = GitRepo(root, "terraform-aws-gfm")
+    gfm.commit({"README.md": GFM_README, "main.tf": 'variable "name" {}\n'})
+    gfm.tag("v1.0.0")
+    return {"docs": docs, "evil": evil, "gfm": gfm}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitregProcess]:
     tmp_path = tmp_path_factory.mktemp("readmes")
     repos = make_repos(tmp_path / "repos")
     text = f'[storage]\npath = "{tmp_path / "state"}"\n'
-    for name, system in (("docs", "aws"), ("evil", "null")):
+    for name, system in (("docs", "aws"), ("evil", "null"), ("gfm", "aws")):
         text += (
             f'[[modules]]\nnamespace = "acme"\nname = "{name}"\nsystem = "{system}"\nrepository = "{repos[name].url}"\n'
         )
@@ -135,3 +141,99 @@ def test_a_hostile_html_readme_stays_inert(server, browser):
     # The README's `id="readme"` could not take the page's own: it is user-content-readme.
     assert b.find_element(By.ID, "readme") == readme and b.find_elements(By.ID, "user-content-readme")
     assert 'window.pwned = "script"' not in readme.text and "svg-script" not in readme.text  # dropped, not shown
+
+
+GFM = "/modules/acme/gfm/aws"
+STYLE_JS = "return getComputedStyle(document.querySelector(arguments[0]))[arguments[1]]"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_github_construct_shows_as_github_shows_it(server, browser, scheme):
+    b = browser
+    color_scheme(b, scheme)
+    b.get(server.url + GFM)
+    b.get_log("browser")  # only this page's messages below
+    b.get(server.url + GFM)
+
+    def style(css: str, name: str) -> str:
+        return str(b.execute_script(STYLE_JS, css, name))
+
+    def px(css: str, name: str) -> float:
+        return float(style(css, name).removesuffix("px"))
+
+    readme = b.find_element(By.ID, "readme")
+    text = readme.text
+    for literal in ("[!NOTE]", "[!WARNING]", "[ ]", "[x]", "<kbd>", ":---"):
+        assert literal not in text, literal
+    # Alerts: GitHub's `markdown-alert` box, a bar on the left and its title in the kind's colour.
+    colours = set()
+    for kind, words in ALERT_TEXT.items():
+        box = f"#readme .markdown-alert-{kind.lower()}"
+        assert b.find_element(By.CSS_SELECTOR, f"{box} .markdown-alert-title").text == kind.capitalize()
+        assert words in b.find_element(By.CSS_SELECTOR, box).text
+        assert px(box, "borderLeftWidth") >= 3
+        assert style(f"{box} .markdown-alert-title", "color") == style(box, "borderLeftColor")
+        colours.add(style(box, "borderLeftColor"))
+    assert len(colours) == len(ALERT_TEXT)  # one colour per kind
+    # A quotation has a bar, in the muted colour.
+    assert px("#readme blockquote", "borderLeftWidth") >= 3
+    # Task lists: disabled checkboxes (ticked where `[x]`), no bullets.
+    boxes = readme.find_elements(By.CSS_SELECTOR, "input[type=checkbox]")
+    assert [(x.is_enabled(), x.is_selected()) for x in boxes] == [(False, True), (False, False), (False, False)]
+    assert style("#readme .task-list-item", "listStyleType") == "none"
+    # Fenced HCL highlighted: keywords, strings and comments each in their colour, none the text's.
+    plain = style("#readme .highlight pre", "color")
+    colours = {style(f"#readme .highlight .{c}", "color") for c in ("kr", "s2", "c1")}
+    assert len(colours) == 3 and plain not in colours, (plain, colours)
+    assert style("#readme .highlight .c1", "fontStyle") == "italic"
+    # `:---:` centres and `---:` right-aligns, over the tables' left default (terraform-docs' Required too).
+    aligned = b.execute_script(
+        "return [...document.querySelectorAll('#readme th, #readme td')]"
+        ".map(c => [c.textContent.trim(), getComputedStyle(c).textAlign])"
+    )
+    found = dict(aligned)
+    assert (found["Left"], found["Centre"], found["Right"], found["c"], found["r"]) == (
+        "left",
+        "center",
+        "right",
+        "center",
+        "right",
+    )
+    assert found["Required"] == found["yes"] == found["no"] == "center"
+    # <kbd>: a key cap (a box with a thicker bottom edge).
+    assert style("#readme kbd", "display") == "inline-block"
+    assert px("#readme kbd", "borderBottomWidth") > px("#readme kbd", "borderTopWidth") > 0
+    assert axe_violations(b) == [], scheme
+    refused = [m["message"] for m in b.get_log("browser") if "Content Security Policy" in m["message"]]
+    assert refused == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_wide_tables_scroll_in_their_box_and_break_no_word(server, width):
+    driver = sized_chromium(width)
+    try:
+        for module in (GFM, "/modules/acme/docs/aws"):
+            driver.get(server.url + module)
+            assert page_overflow(driver) <= 0, (width, module)
+            for table in driver.find_elements(By.CSS_SELECTOR, "#readme table"):
+                assert driver.execute_script(BROKEN_WORDS_JS, table) == [], (width, module)
+                box = table.rect
+                assert box["x"] >= 0 and box["x"] + box["width"] <= width, (width, module)
+        # terraform-docs' inputs table is wider than a phone: it scrolls inside its box, from the keyboard too.
+        driver.get(server.url + GFM)
+        wide = driver.execute_script(
+            "return [...document.querySelectorAll('#readme table')].find(t => t.textContent.includes('Required'))"
+        )
+        headers = [th.text for th in wide.find_elements(By.TAG_NAME, "th")]
+        assert headers == list(WIDE_HEADERS)
+        scrolls = driver.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", wide)
+        if width == 390:
+            assert scrolls
+        if scrolls:
+            assert wide.get_attribute("tabindex") == "0"
+            driver.execute_script("arguments[0].focus()", wide)
+            wide.send_keys(Keys.ARROW_RIGHT)
+            WebDriverWait(driver, 5).until(lambda d: d.execute_script("return arguments[0].scrollLeft", wide) > 0)
+        assert axe_violations(driver) == [], width
+    finally:
+        driver.quit()

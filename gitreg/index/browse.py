@@ -114,6 +114,10 @@ class BrowseService:
         details = await self.index.stored_details(entry, shown)
         return details, sorted({*self.systems(entry.address), entry.address.system})
 
+    async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
+        """canonical -> when each version of `entry` was tagged ("" where gitreg's mirror does not say)."""
+        return await self.index.version_dates(entry)
+
     async def served_details(self, entry: IndexEntry, shown: IndexedVersion) -> ModuleDetails:
         """The details of one version from memory or disk (never git), once the registry still
         serves the module (404 otherwise); a version not read yet raises DetailsPending."""

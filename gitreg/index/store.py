@@ -240,6 +240,24 @@ class ModuleIndex:
             found = self._dates[key] = utc_timestamp(await self._reading_dates.wait(read))
         return found
 
+    async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
+        """Each version's date (canonical -> RFC 3339 UTC, "" when unknown) as far as gitreg's mirror
+        knows: one read of its tags per repository and set of versions, remembered with `published`'s."""
+        resolved = self._resolve(entry.address)
+        if resolved is None:
+            return {}
+        keys = {v.canonical: (resolved.repository, v.tag, v.sha) for v in entry.versions}
+        # Read once for this set of versions, even when the mirror lacks some of their tags.
+        marker = (resolved.repository, entry.latest.sha, f"{len(entry.versions)} versions")
+        if marker not in self._dates and any(k not in self._dates for k in keys.values()):
+            dates = await self._details.mirrors.known_tag_dates(resolved.repository)
+            if dates is not None:  # a failed read is not remembered: the next view asks again
+                for key in keys.values():
+                    if dates.get(key[1]):  # only what was found: `published` reads the others itself
+                        self._dates[key] = utc_timestamp(dates[key[1]])
+                self._dates[marker] = ""
+        return {canonical: self._dates.get(key, "") for canonical, key in keys.items()}
+
     async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
         """The details of `version` from memory or disk, never from git: DetailsPending (503) when
         they have not been read yet, and then they are read in the background for the next ask."""

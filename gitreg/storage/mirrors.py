@@ -240,6 +240,17 @@ class MirrorStore:
         finally:
             await self._call(_remove_tree, str(tmp))
 
+    async def known_tag_dates(self, url: str) -> dict[str, str] | None:
+        """Tag name -> ISO 8601 date of every tag the mirror of `url` holds; {} with no mirror (a page
+        asks: nothing is fetched), None when it could not be read now (busy, being replaced)."""
+        path = self.path_for(url)
+        if self.scratch_only or not path.is_dir():
+            return {}
+        try:
+            return await self._git(url, self.git.tag_dates, str(path))
+        except (GitregError, OSError):
+            return None
+
     async def ensure(self, url: str, sha: str) -> Path:
         """The mirror of `url`, holding commit `sha` (cloned or fetched as needed). Call it inside hold()."""
         path = self.path_for(url)

@@ -80,3 +80,45 @@ def axe_violations(driver, impacts: tuple[str, ...] = ("serious", "critical")) -
         for v in result
         if v.get("impact") in impacts
     ]
+
+
+def sized_chromium(width: int, scheme: str = "light"):  # type: ignore[no-untyped-def]
+    """A Chromium `width` px wide (below 500 px: a phone's viewport, which a window cannot be), in
+    the `light` or `dark` colour scheme (as the visitor's system would ask for)."""
+    driver = chromium_driver(max(width, 500), 900)
+    if width < 500:
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 844, "deviceScaleFactor": 2, "mobile": True},
+        )
+    color_scheme(driver, scheme)
+    return driver
+
+
+def color_scheme(driver, scheme: str) -> None:  # type: ignore[no-untyped-def]
+    """`prefers-color-scheme` as `scheme` (light or dark) for the pages `driver` loads next."""
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
+    )
+
+
+def page_overflow(driver) -> int:  # type: ignore[no-untyped-def]
+    """How many px the page is wider than the viewport (0: it does not scroll sideways)."""
+    return int(driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth"))
+
+
+# The words (runs of non-space) inside `arguments[0]` that the browser broke across two lines.
+BROKEN_WORDS_JS = """
+const broken = [];
+const walker = document.createTreeWalker(arguments[0], NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  for (const m of node.textContent.matchAll(/\\S+/g)) {
+    const range = document.createRange();
+    range.setStart(node, m.index);
+    range.setEnd(node, m.index + m[0].length);
+    const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+    if (tops.size > 1) broken.push(m[0]);
+  }
+}
+return broken;
+"""

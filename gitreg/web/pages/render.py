@@ -15,9 +15,11 @@ from urllib.parse import urlsplit
 
 import jinja2
 from aiohttp import web
+from markupsafe import Markup, escape
 
 from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.index.search import query_terms
 from gitreg.web.auth import PRINCIPAL_KEY
 from gitreg.web.keys import CONFIG
 from gitreg.web.origin import base_url
@@ -128,9 +130,52 @@ def fold(text: str, width: int = FOLD_WIDTH) -> Folded:
     if text[:1] in "[{":
         with contextlib.suppress(ValueError):  # not JSON (a type): shown as written
             full = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    elif "\n" not in text and "{" in text:
+        full = laid_out(text)
     first = text.split("\n", 1)[0]
     short = first[: width - 1] + "…" if len(first) > width else first + " …"
     return Folded(short, full, True)
 
 
+def laid_out(text: str, indent: str = "  ") -> str:
+    """A type written on one line (`object({a = string, b = list(object({c = number}))})`, as the
+    index reads it) as Terraform's own layout: one attribute a line, nested objects indented."""
+    out: list[str] = []
+    opened: list[str] = []  # the brackets open at this point, innermost last
+    quoted = False
+    for at, c in enumerate(text):
+        if quoted or c == '"':
+            quoted = (c != '"' or not quoted) if text[at - 1 : at] != "\\" else quoted
+            out.append(c)
+        elif c in "({[":
+            opened.append(c)
+            out.append(c + (f"\n{indent * opened.count('{')}" if c == "{" else ""))
+        elif c in ")}]":
+            closing = opened.pop() if opened else ""
+            out.append((f"\n{indent * opened.count('{')}" if closing == "{" else "") + c)
+        elif c == "," and opened[-1:] == ["{"]:
+            out.append(f"\n{indent * opened.count('{')}")
+        elif c == " " and out and out[-1].endswith(("\n", " ")):
+            continue  # the space after a comma or a brace that is now a line break
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def marked(text: str, query: str) -> Markup:
+    """`text`, escaped, with each word of the search `query` found in it as `<mark>` (what matched)."""
+    _, words = query_terms(query)
+    if not words or not text:
+        return escape(text)
+    pattern = re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)), re.IGNORECASE)
+    parts: list[str] = []
+    at = 0
+    for found in pattern.finditer(text):
+        parts += [escape(text[at : found.start()]), Markup("<mark>"), escape(found.group()), Markup("</mark>")]
+        at = found.end()
+    parts.append(escape(text[at:]))
+    return Markup("").join(parts)
+
+
 _templates.globals["fold"] = fold
+_templates.filters["marked"] = marked

@@ -158,6 +158,17 @@ async def _rendered(
     }
 
 
+async def _version_dates(
+    request: web.Request, entry: IndexEntry, version: IndexedVersion, published_at: str
+) -> dict[str, str]:
+    """canonical -> date of each version for the picker: the mirror's, and the latest's and the shown one's."""
+    dates = await request.app[BROWSE].version_dates(entry)
+    for canonical, known in ((entry.latest.canonical, entry.published_at), (version.canonical, published_at)):
+        if known:
+            dates[canonical] = known
+    return dates
+
+
 async def module_page(request: web.Request) -> web.Response:
     """One module at its latest version, or at `{version}`."""
     shown = await _shown_version(request)
@@ -174,6 +185,7 @@ async def module_page(request: web.Request) -> web.Response:
     root = rendered[0] if rendered else {}
     submodules = rendered[1 : 1 + len(details.submodules)] if details else []
     examples = rendered[1 + len(submodules) :] if details else []
+    published_at = (details.published_at if details else "") or (entry.published_at if version == entry.latest else "")
     return render(
         request,
         "module.html",
@@ -188,8 +200,8 @@ async def module_page(request: web.Request) -> web.Response:
         examples=examples,
         downloads=request.app[BROWSE].downloads(address),
         systems=request.app[BROWSE].systems(address),
-        published_at=(details.published_at if details else "")
-        or (entry.published_at if version == entry.latest else ""),
+        published_at=published_at,
+        version_dates=await _version_dates(request, entry, version, published_at),
         # The version shown, never another's: the entry's (an org's description first) for the latest only.
         description=entry.description if version == entry.latest else (details.description if details else ""),
         details_missing=details is None,
