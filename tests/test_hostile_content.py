@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.index.details import MAX_TF_BYTES
+from gitreg.index.declarations import MAX_TF_BYTES
 from gitreg.web.keys import DETAILS
 from gitreg.web.pages.views import READMES
 from tests.conftest import indexed, make_config

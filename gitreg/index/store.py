@@ -39,7 +39,7 @@ from gitreg.core.events import AsyncSignal, Signal
 from gitreg.core.flight import InFlight
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
-from gitreg.index.details import DetailsService, ModuleDetails, utc_timestamp
+from gitreg.index.details import DetailsService, ModuleDetails
 from gitreg.index.model import (
     ChangeLog,
     DetailsPending,
@@ -61,6 +61,7 @@ from gitreg.index.persist import (
     parse_index,
 )
 from gitreg.index.search import View
+from gitreg.index.tree import utc_timestamp
 from gitreg.storage.files import collector_paused, keep_long_lived, run_file_work
 from gitreg.storage.state import StateFile
 
