@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
+from gitreg.config.model import IndexConfig
 from gitreg.core.errors import Overloaded
 from gitreg.core.flight import InFlight
 from gitreg.core.urls import origin_label
@@ -34,6 +35,7 @@ from gitreg.index.declarations import (
     parse_request,
     readme_of,
 )
+from gitreg.index.model import DetailsUnfinished
 from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
 from gitreg.index.tree import CommitTree, read_commit
 
@@ -46,10 +48,6 @@ if TYPE_CHECKING:  # annotations only
 
 log = logging.getLogger(__name__)
 
-# Wall-clock parsing budget of one module's details (root and submodules), `[index]
-# parse_seconds`. python-hcl2 reads about 100 KB of ordinary .tf per second; hostile files at
-# the 512 KB cap take 10-30 s.
-PARSE_SECONDS = 20.0
 CACHE_ENTRIES = 256
 
 
@@ -69,8 +67,9 @@ class DetailsService:
 
     The LRU and the in-flight map are touched from the event loop only (cachetools is not
     thread-safe). The git work runs in the app's executor; the parsing in this service's
-    worker processes (ParseWorkers), within `parse_seconds` per module, so hostile content
-    never holds the server's GIL. close() stops the workers (the app's cleanup calls it).
+    worker processes (ParseWorkers), within `parse_seconds` per module (`[index] parse_seconds`:
+    python-hcl2 reads about 100 KB of ordinary .tf a second, hostile files at the 512 KB cap take
+    10-30 s), so hostile content never holds the server's GIL. close() stops the workers (the app's cleanup calls it).
     """
 
     def __init__(
@@ -79,7 +78,7 @@ class DetailsService:
         git: MirrorGit,
         pool: GitPool,
         entries: int = CACHE_ENTRIES,
-        parse_seconds: float = PARSE_SECONDS,
+        parse_seconds: float = IndexConfig.parse_seconds,
     ) -> None:
         self.mirrors = mirrors
         self.git = git
@@ -91,7 +90,8 @@ class DetailsService:
         self.builds = 0
 
     async def get(self, resolved: ResolvedModule, tagged: TaggedVersion) -> ModuleDetails:
-        """The details of `resolved` at `tagged`; GitregError when the mirror cannot be read."""
+        """The details of `resolved` at `tagged`; GitregError when the mirror cannot be read,
+        DetailsUnfinished when the parse was cut short (nothing is cached then)."""
         key = (resolved.repository, resolved.rule.path, tagged.tag, tagged.sha)
         cached = self._cache.get(key)
         if cached is not None:
@@ -160,21 +160,27 @@ class DetailsService:
         return ModuleDetails(description, tree.published_at, root, submodules, examples)
 
     async def _ask(self, call: Callable[[Any], Any], request: dict[str, Any], shown: str) -> dict[str, Any]:
-        """One parse_request() answer from the worker, or no declarations and a note saying why."""
+        """One parse_request() answer from the worker, or no declarations and a note saying why
+        (what the file itself caused); DetailsUnfinished when the read was cut short (not a result)."""
         try:
             answer = await call(request)
         except BudgetExceeded:
-            return no_declarations(f"{shown}: not shown: parsing took longer than {self.parse_seconds:g} s")
+            raise DetailsUnfinished(
+                f"reading {shown} took longer than [index] parse_seconds ({self.parse_seconds:g} s); "
+                "the details are read again later"
+            ) from None
         except WorkerFailed as e:
             log.warning("a parse worker stopped while reading %s: %s", shown, e)
-            return no_declarations(f"{shown}: the parser stopped on it; its contents are not shown")
+            raise DetailsUnfinished(
+                f"the parse worker stopped while reading {shown}; the details are read again later"
+            ) from None
         if isinstance(answer, dict) and (
             is_declarations(answer) if "data" in request else isinstance(answer.get("description"), str)
         ):
             return answer
-        # The worker's way of saying it ran out of memory, or an answer we cannot use.
+        # The worker's way of saying it ran out of memory (its bound is per file), or an answer we cannot use.
         return no_declarations(f"{shown}: could not be parsed; its contents are not shown")
 
     async def close(self) -> None:
-        """Stop the parse workers (a build still running gets notes instead of its declarations)."""
+        """Stop the parse workers (a build still running ends with DetailsUnfinished, keeping nothing)."""
         await self.workers.close()

@@ -321,7 +321,8 @@ async def _org_listings(app: web.Application) -> AsyncIterator[None]:
 async def _details(app: web.Application) -> AsyncIterator[None]:
     """Module details read from tagged trees, by parse worker processes."""
     mirrors = app[MIRRORS]
-    details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[GIT_POOL])
+    parse_seconds = app[CONFIG].index.parse_seconds
+    details = app[DETAILS] = DetailsService(mirrors, mirrors.git, app[GIT_POOL], parse_seconds=parse_seconds)
     yield
     await details.close()  # its parse worker processes
 
