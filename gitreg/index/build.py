@@ -62,8 +62,6 @@ class Store(Protocol):
 
     async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
 
-    async def published(self, resolved: ResolvedModule, version: IndexedVersion) -> str: ...
-
 
 def _idle() -> asyncio.Event:
     event = asyncio.Event()
@@ -76,9 +74,6 @@ class _Work:
     """What the background indexing has still to do, and is doing now."""
 
     pending: OrderedDict[ModuleAddress, None] = field(default_factory=OrderedDict)
-    # New modules listed without a date: their latest tag's date is read next (a commit, no tree),
-    # so newest-first lists are right long before every module's details are built.
-    undated: OrderedDict[ModuleAddress, None] = field(default_factory=OrderedDict)
     # New modules listed with their versions, details still to build: done once nothing is
     # pending, so a large org is listed at the speed of `ls-remote`, then described.
     later: OrderedDict[ModuleAddress, None] = field(default_factory=OrderedDict)
@@ -93,7 +88,7 @@ class _Work:
     pass_listed: bool = False  # it started with every org listed: once done, the index is complete
 
     def waiting(self) -> bool:
-        return bool(self.pending or self.undated or self.later or self.wanted)
+        return bool(self.pending or self.later or self.wanted)
 
     def busy(self) -> bool:
         return self.waiting() or bool(self.active or self.reading)
@@ -191,7 +186,7 @@ class IndexBuilder:
     def depth(self) -> int:
         """Modules waiting to be (re)indexed, or being indexed."""
         work = self._work
-        return len(work.pending) + len(work.undated) + len(work.later) + len(work.wanted) + len(work.active)
+        return len(work.pending) + len(work.later) + len(work.wanted) + len(work.active)
 
     def notice(self, addresses: Iterable[ModuleAddress]) -> None:
         """(Re)index these modules soon (a new module served, an org repository changed)."""
@@ -314,7 +309,7 @@ class IndexBuilder:
                     work.reading -= 1
                 work.settle()
                 continue
-            queue = work.pending or work.undated or work.later
+            queue = work.pending or work.later
             address, _ = queue.popitem(last=False)
             if address in work.active:  # another worker has it: index it again after that one
                 queue[address] = None
@@ -322,10 +317,7 @@ class IndexBuilder:
                 continue
             work.active.add(address)
             try:
-                if queue is work.undated:
-                    await self._date(address)
-                else:
-                    await self._index(address, build=queue is work.later)
+                await self._index(address, build=queue is work.later)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -383,20 +375,6 @@ class IndexBuilder:
         if old is None or old != replace(entry, indexed_at=old.indexed_at):  # unchanged: not a change
             self.store.put(entry)
 
-    async def _date(self, address: ModuleAddress) -> None:
-        """A module listed without a date gets its latest tag's (its details come later)."""
-        entry, resolved = self.store.get(address), self._resolve(address)
-        if entry is None or resolved is None or entry.published_at or not _same_place(entry, resolved):
-            return
-        try:
-            published = await self.store.published(resolved, entry.latest)
-        except GitregError as e:
-            log.info("no tag date for %s %s yet: %s", address, entry.latest.canonical, e.message)
-            return
-        current = self.store.get(address)
-        if published and current is not None and current.latest == entry.latest and not current.published_at:
-            self.store.put(replace(current, published_at=published))
-
     async def _current_versions(
         self, address: ModuleAddress, resolved: ResolvedModule, build: bool
     ) -> tuple[ResolvedModule, tuple[IndexedVersion, ...], IndexedVersion] | None:
@@ -439,19 +417,19 @@ class IndexBuilder:
         if not build and old is None:
             # New: listed now with its versions; described later, from disk when it is there
             # (a restart that lost index.json), else built (listing is not held up by either).
-            self._work.undated[address] = None
             self._work.later[address] = None
             return _Described("", "", "", False)
         details: ModuleDetails | None = None
+        published = old.published_at if old is not None and old.latest == newest else ""
         try:
             details = await self.store.details(resolved, newest, build=True)
         except DetailsUnfinished as e:
             self._cut_short(address, newest.canonical, e)
+            published = e.published_at or published  # git gave the tag's date; only the parsing was cut short
         except GitregError as e:
             self.store.stats.failures += 1
             log.warning("no details for %s %s (listed without them): %s", address, newest.canonical, e.message)
-        if details is None:  # (the date read when it was listed stays)
-            published = old.published_at if old is not None and old.latest == newest else ""
+        if details is None:
             return _Described("", published, "", kept)
         self._retries.read(address, newest.canonical)
         return _described(details)

@@ -122,7 +122,11 @@ class DetailsService:
                 tree = await self.pool.run(
                     read_commit, self.git, str(mirror), resolved, tagged, host=origin_label(resolved.repository)
                 )
-        return await self._parse(tree)
+        try:
+            return await self._parse(tree)
+        except DetailsUnfinished as e:
+            e.published_at = tree.published_at
+            raise
 
     async def _parse(self, tree: CommitTree) -> ModuleDetails:
         """The description and each `.tf` file, parsed in a worker one by one, within one `parse_seconds` budget."""
