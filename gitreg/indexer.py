@@ -16,8 +16,9 @@ import struct
 import sys
 
 from gitreg.core.loop import run_main
+from gitreg.index.child import IndexSide, ReportFeed
 from gitreg.index.parse_workers import FRAME
-from gitreg.index.process import NICENESS, READ_LIMIT, IndexSide, ReportFeed, Role
+from gitreg.index.process import NICENESS, READ_LIMIT, Role
 from gitreg.index.protocol import Seed, decode_command
 from gitreg.observability.setup import configure_logging
 from gitreg.services.compose import Services

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.index.details import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
+from gitreg.index.declarations import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
 from gitreg.web.keys import DETAILS, MIRRORS
 from tests.conftest import assert_error, indexed, make_config, version_details
 from tests.support.repos import GitRepo

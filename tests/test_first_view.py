@@ -45,31 +45,52 @@ async def test_a_served_module_not_listed_yet_is_a_503_and_a_page_that_reloads_i
     assert (await client.get("/modules/acme/notag/aws")).status == 404
 
 
-async def test_newest_first_order_is_right_before_any_details_are_read(make_client, git_http, tmp_path):
+async def test_tag_dates_come_with_the_details_fetch_and_newest_first_is_right_once_read(
+    make_client, git_http, tmp_path
+):
     dates = {"alpha": "2024-01-05T10:00:00Z", "beta": "2026-03-01T10:00:00Z", "gamma": "2025-06-01T10:00:00Z"}
     for name, date in dates.items():
         repo = GitRepo(tmp_path / "repos", f"public-{name}")
         repo.commit({"README.md": f"# {name}\n\nZones and records.\n", "main.tf": "# m\n"}, date=date)
         repo.tag("v1.0.0")
-    git_http.hold_fetches(filtered=False)  # no module's files can be read; a tag's commit can
+    git_http.hold_fetches(filtered=False)  # listing (ls-remote) goes on; no commit can be fetched
     try:
         config = make_config(rules(git_http, list(dates)), git_http, storage={"path": str(tmp_path / "state")})
         client = await make_client(config)
         started = time.monotonic()
-        while True:
-            listed = (await get_json(client, "/v1/modules"))["modules"]
-            if len(listed) == 3 and all(m["published_at"] for m in listed):
-                break
-            assert time.monotonic() - started < 10, f"tag dates did not come with the versions: {listed}"
+        while len(listed := (await get_json(client, "/v1/modules"))["modules"]) < 3:
+            assert time.monotonic() - started < 10, listed
             await asyncio.sleep(0.05)
-        assert {m["name"]: m["published_at"] for m in listed} == dates
-        assert all(m["description"] == "" for m in listed)  # no details read yet
-        page = await (await client.get("/")).text()
-        shown = re.findall(r'href="/modules/acme/(\w+)/aws"', page)
-        assert shown == ["beta", "gamma", "alpha"], shown
+        await asyncio.sleep(1)
+        # Listed at the speed of ls-remote; no request of its own for a date (it comes with the details' fetch).
+        assert all(m["published_at"] == "" for m in (await get_json(client, "/v1/modules"))["modules"])
+        assert {r.path.split("/")[1] for r in git_http.requests() if r.method == "POST"} == {
+            f"public-{n}.git" for n in dates
+        }
+        assert git_http.ref_advertisements() == 3 + 3  # one ls-remote and one (held) details fetch each
     finally:
         git_http.release_fetches()
     await indexed(client)
+    listed = (await get_json(client, "/v1/modules"))["modules"]
+    assert {m["name"]: m["published_at"] for m in listed} == dates
+    page = await (await client.get("/")).text()
+    assert re.findall(r'href="/modules/acme/(\w+)/aws"', page) == ["beta", "gamma", "alpha"]
+
+
+async def test_the_first_index_asks_each_repository_for_its_refs_twice_at_most(make_client, git_http, tmp_path):
+    names = [f"m{i}" for i in range(6)]
+    for n in names:
+        repo = GitRepo(tmp_path / "repos", f"public-{n}")
+        repo.commit({"README.md": f"# {n}\n\nA module.\n", "main.tf": 'variable "x" {}\n'})
+        for t in range(5):
+            repo.tag(f"v1.{t}.0", annotated=t % 2 == 1, message="release")
+    config = make_config(rules(git_http, names), git_http, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    listed = (await get_json(client, "/v1/modules"))["modules"]
+    assert sorted(m["name"] for m in listed) == names and all(m["published_at"] and m["description"] for m in listed)
+    # The tag list (ls-remote) and the latest tag's files and date (one shallow fetch): before,
+    # an early read of the date added a fetch of its own (three per repository).
+    assert [git_http.ref_advertisements(f"public-{n}.git") for n in names] == [2] * len(names)
 
 
 async def test_a_version_whose_details_are_being_read_shows_its_own_header_and_a_reading_state(

@@ -390,8 +390,9 @@ async def test_a_large_org_change_reaches_the_index_process_whole_in_parts_with_
     import asyncio
 
     from gitreg.core.names import ModuleAddress
+    from gitreg.index.child import IndexSide
     from gitreg.index.parse_workers import FRAME
-    from gitreg.index.process import ORGS_PART, IndexProcess, IndexSide
+    from gitreg.index.process import ORGS_PART, IndexProcess
     from gitreg.index.protocol import OrgsChanged, Seed, decode_command
     from gitreg.index.store import ModuleIndex
     from gitreg.orgs.model import OrgChanges, OrgRepo

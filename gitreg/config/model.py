@@ -99,6 +99,9 @@ class IndexConfig:
 
     # Off: no background git at all, and nothing is listed (a registry only for `terraform init`).
     enabled: bool = True
+    # Wall-clock budget for parsing one module version's files (README description, .tf files).
+    # A read that runs out of it is not kept: it is read again later, with back-off.
+    parse_seconds: float = 20.0
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,10 @@ def _parse_storage(st: TableReader) -> StorageConfig:
 
 
 def _parse_index(ix: TableReader) -> IndexConfig:
-    index = IndexConfig(enabled=ix.bool("enabled", True))
+    index = IndexConfig(
+        enabled=ix.bool("enabled", True),
+        parse_seconds=ix.number("parse_seconds", IndexConfig.parse_seconds, minimum=0.1, maximum=3600.0),
+    )
     ix.finish()
     return index
 

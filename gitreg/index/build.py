@@ -22,13 +22,19 @@ from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import web_url
 from gitreg.git.pool import Priority, git_priority
 from gitreg.index.details import ModuleDetails
-from gitreg.index.model import IndexedVersion, IndexEntry, IndexStats, OrgInfo, Untagged
+from gitreg.index.model import DetailsUnfinished, IndexedVersion, IndexEntry, IndexStats, OrgInfo, Untagged
 from gitreg.index.search import readme_words
 
 log = logging.getLogger(__name__)
 
 # Modules indexed at once: a bounded share of the git pool, so `terraform init` goes first.
 WORKERS = 4
+# A version whose details were cut short (DetailsUnfinished: a busy host, a parse worker stopped
+# or killed) is read again after RETRY_FIRST_SECONDS, then twice as long after each failure, at
+# most RETRY_MAX_SECONDS; meanwhile its page says the details are being read (and asking again
+# does not bring the read forward: a page reloads every 2 s).
+RETRY_FIRST_SECONDS = 5.0
+RETRY_MAX_SECONDS = 600.0
 
 Sources = Callable[[], Mapping[ModuleAddress, ResolvedModule]]
 Resolve = Callable[[ModuleAddress], ResolvedModule | None]
@@ -56,8 +62,6 @@ class Store(Protocol):
 
     async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
 
-    async def published(self, resolved: ResolvedModule, version: IndexedVersion) -> str: ...
-
 
 def _idle() -> asyncio.Event:
     event = asyncio.Event()
@@ -70,9 +74,6 @@ class _Work:
     """What the background indexing has still to do, and is doing now."""
 
     pending: OrderedDict[ModuleAddress, None] = field(default_factory=OrderedDict)
-    # New modules listed without a date: their latest tag's date is read next (a commit, no tree),
-    # so newest-first lists are right long before every module's details are built.
-    undated: OrderedDict[ModuleAddress, None] = field(default_factory=OrderedDict)
     # New modules listed with their versions, details still to build: done once nothing is
     # pending, so a large org is listed at the speed of `ls-remote`, then described.
     later: OrderedDict[ModuleAddress, None] = field(default_factory=OrderedDict)
@@ -87,7 +88,7 @@ class _Work:
     pass_listed: bool = False  # it started with every org listed: once done, the index is complete
 
     def waiting(self) -> bool:
-        return bool(self.pending or self.undated or self.later or self.wanted)
+        return bool(self.pending or self.later or self.wanted)
 
     def busy(self) -> bool:
         return self.waiting() or bool(self.active or self.reading)
@@ -100,6 +101,41 @@ class _Work:
     def woken(self) -> None:
         self.idle.clear()
         self.wake.set()
+
+
+class _Retries:
+    """Versions whose details were cut short, each read again after its back-off."""
+
+    def __init__(self, again: Callable[[ModuleAddress, str], None]) -> None:
+        self._again = again
+        self._attempts: dict[tuple[ModuleAddress, str], int] = {}
+        self._timers: dict[tuple[ModuleAddress, str], asyncio.TimerHandle] = {}
+
+    def failed(self, address: ModuleAddress, canonical: str) -> float:
+        """Read it again later; the delay."""
+        key = (address, canonical)
+        attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
+        delay: float = min(RETRY_FIRST_SECONDS * 2.0 ** (attempts - 1), RETRY_MAX_SECONDS)
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._timers[key] = asyncio.get_running_loop().call_later(delay, self._due, key)
+        return delay
+
+    def _due(self, key: tuple[ModuleAddress, str]) -> None:
+        del self._timers[key]
+        self._again(*key)
+
+    def waiting(self, address: ModuleAddress, canonical: str) -> bool:
+        """Whether its next read is not due yet."""
+        return (address, canonical) in self._timers
+
+    def read(self, address: ModuleAddress, canonical: str) -> None:
+        """Its details were read: no more retries."""
+        self._attempts.pop((address, canonical), None)
+        timer = self._timers.pop((address, canonical), None)
+        if timer is not None:
+            timer.cancel()
 
 
 class _Described(NamedTuple):
@@ -140,6 +176,7 @@ class IndexBuilder:
         # With Redis: only the lease holder indexes; the others adopt() what it wrote.
         self.leading = leading or (lambda: True)
         self._work = _Work()
+        self._retries = _Retries(self._want)
 
     def start(self) -> list[asyncio.Task[None]]:
         """The scheduler and the workers, running until cancelled."""
@@ -149,7 +186,7 @@ class IndexBuilder:
     def depth(self) -> int:
         """Modules waiting to be (re)indexed, or being indexed."""
         work = self._work
-        return len(work.pending) + len(work.undated) + len(work.later) + len(work.wanted) + len(work.active)
+        return len(work.pending) + len(work.later) + len(work.wanted) + len(work.active)
 
     def notice(self, addresses: Iterable[ModuleAddress]) -> None:
         """(Re)index these modules soon (a new module served, an org repository changed)."""
@@ -161,7 +198,12 @@ class IndexBuilder:
             self._work.woken()
 
     def want(self, address: ModuleAddress, canonical: str) -> None:
-        """Read the details of this version next, in the background (someone asked for them)."""
+        """Read the details of this version next, in the background (someone asked for them),
+        unless a read of them was cut short and its back-off is not over."""
+        if not self._retries.waiting(address, canonical):
+            self._want(address, canonical)
+
+    def _want(self, address: ModuleAddress, canonical: str) -> None:
         self._work.wanted[(address, canonical)] = None
         self._work.wanted.move_to_end((address, canonical), last=False)
         self._work.woken()
@@ -171,16 +213,43 @@ class IndexBuilder:
         await asyncio.wait_for(self._work.idle.wait(), timeout)
 
     async def _read_version(self, address: ModuleAddress, canonical: str) -> None:
-        """Build one version's details in the background (at browsing priority: someone asked)."""
+        """Build one version's details in the background (at browsing priority: someone asked); the
+        latest version's also go into the module's entry (read again after a cut-short read)."""
         entry, resolved = self.store.get(address), self._resolve(address)
         version = entry.find(canonical) if entry is not None else None
         if resolved is None or version is None:
             return
         try:
             with git_priority(Priority.BROWSE):
-                await self.store.details(resolved, version, build=True)
+                details = await self.store.details(resolved, version, build=True)
+        except DetailsUnfinished as e:
+            self._cut_short(address, canonical, e)
+            return
         except GitregError as e:
             log.warning("no details for %s %s: %s", address, canonical, e.message)
+            return
+        self._retries.read(address, canonical)
+        current = self.store.get(address)
+        if details is not None and current is not None and current.latest == version and _same_place(current, resolved):
+            updated = self._described(current, _described(details))
+            if updated != current:
+                self.store.put(updated)
+
+    def _cut_short(self, address: ModuleAddress, canonical: str, e: DetailsUnfinished) -> None:
+        self.store.stats.failures += 1
+        delay = self._retries.failed(address, canonical)
+        log.warning("details of %s %s not kept: %s (read again in %.0f s)", address, canonical, e.message, delay)
+
+    def _described(self, entry: IndexEntry, described: _Described) -> IndexEntry:
+        """`entry` showing `described` (an org's own description wins over the README's)."""
+        org = self._org_info(entry.address)
+        return replace(
+            entry,
+            description=(org.description if org and org.description else described.description),
+            published_at=described.published_at,
+            words=described.words,
+            details=described.details,
+        )
 
     async def _schedule(self) -> None:
         """A pass at start and every refresh_seconds; modules no longer listable drop out.
@@ -240,7 +309,7 @@ class IndexBuilder:
                     work.reading -= 1
                 work.settle()
                 continue
-            queue = work.pending or work.undated or work.later
+            queue = work.pending or work.later
             address, _ = queue.popitem(last=False)
             if address in work.active:  # another worker has it: index it again after that one
                 queue[address] = None
@@ -248,10 +317,7 @@ class IndexBuilder:
                 continue
             work.active.add(address)
             try:
-                if queue is work.undated:
-                    await self._date(address)
-                else:
-                    await self._index(address, build=queue is work.later)
+                await self._index(address, build=queue is work.later)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -297,32 +363,17 @@ class IndexBuilder:
             source=(org.source if org and org.source else web_url(resolved.clone_url)),
             versions=versions,
             latest=newest,
-            description=(org.description if org and org.description else described.description),
-            published_at=described.published_at,
+            description="",
+            published_at="",
             verified=resolved.rule.verified,
             topics=org.topics if org else (),
-            words=described.words,
             marker=org.marker if org else "",
-            details=described.details,
             indexed_at=time.time(),
         )
+        entry = self._described(entry, described)
         self.store.stats.indexed += 1
         if old is None or old != replace(entry, indexed_at=old.indexed_at):  # unchanged: not a change
             self.store.put(entry)
-
-    async def _date(self, address: ModuleAddress) -> None:
-        """A module listed without a date gets its latest tag's (its details come later)."""
-        entry, resolved = self.store.get(address), self._resolve(address)
-        if entry is None or resolved is None or entry.published_at or not _same_place(entry, resolved):
-            return
-        try:
-            published = await self.store.published(resolved, entry.latest)
-        except GitregError as e:
-            log.info("no tag date for %s %s yet: %s", address, entry.latest.canonical, e.message)
-            return
-        current = self.store.get(address)
-        if published and current is not None and current.latest == entry.latest and not current.published_at:
-            self.store.put(replace(current, published_at=published))
 
     async def _current_versions(
         self, address: ModuleAddress, resolved: ResolvedModule, build: bool
@@ -366,20 +417,27 @@ class IndexBuilder:
         if not build and old is None:
             # New: listed now with its versions; described later, from disk when it is there
             # (a restart that lost index.json), else built (listing is not held up by either).
-            self._work.undated[address] = None
             self._work.later[address] = None
             return _Described("", "", "", False)
         details: ModuleDetails | None = None
+        published = old.published_at if old is not None and old.latest == newest else ""
         try:
             details = await self.store.details(resolved, newest, build=True)
+        except DetailsUnfinished as e:
+            self._cut_short(address, newest.canonical, e)
+            published = e.published_at or published  # git gave the tag's date; only the parsing was cut short
         except GitregError as e:
             self.store.stats.failures += 1
             log.warning("no details for %s %s (listed without them): %s", address, newest.canonical, e.message)
-        if details is None:  # (the date read when it was listed stays)
-            published = old.published_at if old is not None and old.latest == newest else ""
+        if details is None:
             return _Described("", published, "", kept)
-        words = readme_words(details.root.get("readme", ""))
-        return _Described(details.description, details.published_at, words, True)
+        self._retries.read(address, newest.canonical)
+        return _described(details)
+
+
+def _described(details: ModuleDetails) -> _Described:
+    """What an entry shows of its latest version's details (read now, or from disk)."""
+    return _Described(details.description, details.published_at, readme_words(details.root.get("readme", "")), True)
 
 
 def _same_place(entry: IndexEntry, resolved: ResolvedModule) -> bool:

@@ -23,6 +23,15 @@ class DetailsPending(Overloaded):
         super().__init__(message, retry_after=2)
 
 
+class DetailsUnfinished(Overloaded):
+    """A version's details could not be read completely now (its parse ran out of its budget, or a
+    parse worker stopped): not a result, never kept; read again later (503 meanwhile)."""
+
+    def __init__(self, message: str, published_at: str = "") -> None:
+        super().__init__(message, retry_after=5)
+        self.published_at = published_at  # the tag's date: git gave it, only the parsing was cut short
+
+
 class NotListedYet(Overloaded):
     """A module a rule or org serves that the index has not listed yet: it is being indexed; ask again
     shortly (503, never a 404: the module exists)."""

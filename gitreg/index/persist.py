@@ -60,6 +60,21 @@ def encode_index(entries: Iterable[IndexEntry], complete: bool, untagged: Mappin
     return json_document({"format": FORMAT, "complete": complete, "untagged": remembered}, "entries", encoded)
 
 
+# What gitreg 0.1 wrote as a note when a parse ran out of its budget or its worker stopped:
+# a busy host, not the file. Such details are read again (once: what is read now never has them).
+_CUT_SHORT = (": not shown: parsing took longer than ", ": the parser stopped on it; its contents are not shown")
+
+
+def cut_short(details: ModuleDetails) -> bool:
+    """Whether stored details were cut short by a transient failure (an earlier gitreg kept them)."""
+    for directory in (details.root, *details.submodules, *details.examples):
+        notes = directory.get("notes") if isinstance(directory, dict) else None
+        for note in notes if isinstance(notes, list) else ():
+            if isinstance(note, str) and any(marker in note for marker in _CUT_SHORT):
+                return True
+    return False
+
+
 class DetailsStore:
     """Details of module versions on disk (`<storage>/details/<hash>.json`): immutable per commit."""
 
@@ -70,10 +85,10 @@ class DetailsStore:
         return self.root / ContentKey(repository, path, sha).details_name
 
     def load(self, repository: str, path: str, sha: str) -> ModuleDetails | None:
-        """The stored details, or None (absent or unreadable: built again)."""
+        """The stored details, or None (absent, unreadable, or cut short: built again)."""
         try:
             data = json.loads(self._file(repository, path, sha).read_text(encoding="utf-8"))
-            return ModuleDetails(
+            details = ModuleDetails(
                 str(data["description"]),
                 str(data["published_at"]),
                 dict(data["root"]),
@@ -82,6 +97,7 @@ class DetailsStore:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        return None if cut_short(details) else details
 
     def save(self, repository: str, path: str, sha: str, details: ModuleDetails) -> None:
         """Write the details atomically."""

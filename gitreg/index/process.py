@@ -32,9 +32,8 @@ leader's index process builds, and each index.json it writes the serving process
 follower's index process builds nothing, and is given each index the serving process loads
 from the leader (it keeps it on disk, and starts from it should this replica take the lease).
 
-Here: both sides of the pipe (IndexProcess and CommandPipe serving, IndexSide and ReportFeed in
-the index process); the index process's entry point, which builds its application, is
-gitreg/indexer.py.
+Here: the serving process's side of the pipe (IndexProcess and CommandPipe); the index
+process's side is child.py (IndexSide, ReportFeed), its entry point gitreg/indexer.py.
 """
 
 from __future__ import annotations
@@ -49,17 +48,14 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from dataclasses import asdict
 from enum import Enum
 from typing import Any
 
 from gitreg.config.model import Config
-from gitreg.core.errors import GitregError
 from gitreg.core.names import ModuleAddress
-from gitreg.git.remote import TagList
 from gitreg.git.runner import INHERITED, INHERITED_FOR_SSH, inherited_environment
-from gitreg.index.model import ChangeLog, IndexEntry
 from gitreg.index.protocol import (
+    HEARTBEAT_SECONDS,
     Adopt,
     Command,
     EntryDropped,
@@ -78,14 +74,12 @@ from gitreg.index.protocol import (
     Written,
     decode_report,
     encode_command,
-    encode_report,
     encode_seed,
 )
 from gitreg.index.store import ModuleIndex
 from gitreg.orgs.model import OrgChanges
 from gitreg.orgs.service import OrgCatalog
 from gitreg.registry.catalog import Catalog
-from gitreg.registry.service import Registry
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.storage.files import run_file_work
@@ -93,10 +87,6 @@ from gitreg.storage.files import run_file_work
 log = logging.getLogger(__name__)
 
 NICENESS = 10  # added to the serving process's
-# The index process sends a change at once, then what changed meanwhile at most this often: a
-# webhook's module is listed without delay, and the first index of an org costs the serving
-# process a batch every half second, not a message per module (BENCHMARKS.md, section 13).
-FEED_SECONDS = 0.5
 RESTART_MIN_SECONDS, RESTART_MAX_SECONDS = 1.0, 60.0
 STOP_SECONDS = 10.0  # at shutdown: time to write index.json and exit before it is killed
 # A stopped (SIGSTOP) or hung index process reads nothing and says nothing. The serving process
@@ -105,7 +95,6 @@ STOP_SECONDS = 10.0  # at shutdown: time to write index.json and exit before it 
 # loads index.json), it is killed and started again with the backoff (its successor is given
 # the whole state at its start, so what was dropped is not missed).
 MAX_PENDING_BYTES = 16 << 20
-HEARTBEAT_SECONDS = 2.0
 SILENCE_SECONDS = 30.0
 STARTUP_SECONDS = 120.0
 READ_LIMIT = 64 << 20  # a line from the index process (a resync lists every address), a command
@@ -474,107 +463,3 @@ class IndexProcess:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 return
-
-
-# ---------------------------------------------------------------------------------------
-# The index process's side
-# ---------------------------------------------------------------------------------------
-
-
-class IndexSide:
-    """What the serving process's commands do in the index process (to its application's services)."""
-
-    def __init__(
-        self,
-        seed: Seed,
-        index: ModuleIndex,
-        catalog: Catalog,
-        orgs: OrgCatalog,
-        cache: TagCache,
-        registry: Registry,
-    ) -> None:
-        self.seed = seed
-        self.index = index
-        self.catalog = catalog
-        self.orgs = orgs
-        self.cache = cache
-        self.registry = registry
-        self._org_parts: list[OrgsChanged] = []  # a large listing change's parts so far
-
-    def apply(self, command: Command) -> None:
-        match command:
-            case OrgsChanged(more=True):
-                self._org_parts.append(command)
-            case OrgsChanged(complete=complete):
-                parts, self._org_parts = [*self._org_parts, command], []
-                self.orgs.follow([r for p in parts for r in p.repos], [a for p in parts for a in p.gone], complete)
-                self.index.notice(sorted({a for p in parts for a in p.concerned}))
-            case Remember(address):
-                with contextlib.suppress(GitregError):
-                    self.catalog.remember(self.registry.resolve(address))
-            case TagsFetched(key, tags):
-                self.cache.accept(key, TagList(tags))
-            case Want(address, version):
-                self.index.want(address, version)
-            case Adopt(text):
-                self.index.adopt(text)
-            case Leading(leading):
-                self.seed.leading = leading  # what the index's leading() answers (browse_services)
-                log.info("index process: %s", "builds the index" if leading else "another replica builds it")
-            case Seed():
-                log.warning("index process: a second seed; ignored")
-
-
-class ReportFeed:
-    """Sends the index's changes (at once, then batched every FEED_SECONDS), and its status when it moved."""
-
-    def __init__(self, index: ModuleIndex, out: asyncio.StreamWriter, resync: bool) -> None:
-        self.index = index
-        self.out = out
-        self._written = False
-        self._status: Status | None = None
-        self._sent = time.monotonic()  # the last report: one at least every HEARTBEAT_SECONDS
-        assert index.changes is not None, "browse_services records the index process's changes from its start"
-        self.changes: ChangeLog = index.changes
-        if resync:
-            addresses = index.addresses()  # listed and untagged
-            out.write(encode_report(Reset(frozenset(addresses))))
-            for address in addresses:
-                self.changes.record(address, index.get(address) or index.untagged(address))
-
-    async def written(self, _text: str) -> None:
-        """The index wrote index.json (ModuleIndex.on_written): the serving process publishes it
-        (with Redis, when it leads); said at once."""
-        self._written = True
-        self.changes.ready.set()
-
-    async def run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changes.ready.wait(), FEED_SECONDS)  # else: the status may have moved
-            await self.send()
-            await asyncio.sleep(FEED_SECONDS)
-
-    async def send(self) -> None:
-        changes, forgotten = self.changes.take()
-        reports: list[Report] = [
-            EntrySet(entry)
-            if isinstance(entry, IndexEntry)
-            else UntaggedSet(address, entry)
-            if entry is not None
-            else EntryDropped(address)
-            for address, entry in changes.items()
-        ]
-        reports += [Forgotten(address) for address in forgotten]
-        if self._written:
-            self._written = False
-            reports.append(Written())
-        index = self.index
-        status = Status(index.complete, index.queue_depth(), asdict(index.stats))
-        if status != self._status or reports or time.monotonic() - self._sent >= HEARTBEAT_SECONDS:
-            self._status = status  # unchanged, it is the heartbeat the serving process watches
-            reports.append(status)
-        if reports:
-            self._sent = time.monotonic()
-            self.out.write(b"".join(encode_report(report) for report in reports))
-            await self.out.drain()

@@ -22,6 +22,13 @@ from gitreg.index.parse_workers import pickled_frame
 from gitreg.orgs.model import OrgRepo
 from gitreg.storage.files import collector_paused
 
+# The index process sends a change at once, then what changed meanwhile at most this often: a
+# webhook's module is listed without delay, and the first index of an org costs the serving
+# process a batch every half second, not a message per module (BENCHMARKS.md, section 13).
+FEED_SECONDS = 0.5
+# It reports at least this often: the serving process kills one silent for longer (process.py).
+HEARTBEAT_SECONDS = 2.0
+
 # ---------------------------------------------------------------------------------------
 # Serving process -> index process
 # ---------------------------------------------------------------------------------------

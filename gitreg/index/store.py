@@ -36,10 +36,9 @@ from cachetools import LRUCache
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import AsyncSignal, Signal
-from gitreg.core.flight import InFlight
 from gitreg.core.names import ModuleAddress
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
-from gitreg.index.details import DetailsService, ModuleDetails, utc_timestamp
+from gitreg.index.details import DetailsService, ModuleDetails
 from gitreg.index.model import (
     ChangeLog,
     DetailsPending,
@@ -61,13 +60,14 @@ from gitreg.index.persist import (
     parse_index,
 )
 from gitreg.index.search import View
+from gitreg.index.tree import utc_timestamp
 from gitreg.storage.files import collector_paused, keep_long_lived, run_file_work
 from gitreg.storage.state import StateFile
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 2.0
-DATES_KEPT = 4096  # tag dates remembered, so a monorepo's modules cost one read per tag
+DATES_KEPT = 4096  # tag dates remembered for the version picker
 # While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
 VIEW_STALE_SECONDS = 1.0
 
@@ -99,8 +99,8 @@ class ModuleIndex:
         self.store = DetailsStore(root / DETAILS_DIR)
         self._resolve = resolve  # one listable module, O(1)
         self._details = details
-        self._dates: LRUCache[tuple[str, str, str], str] = LRUCache(maxsize=DATES_KEPT)  # (repository, tag, sha)
-        self._reading_dates: InFlight[tuple[str, str, str], str] = InFlight()
+        # Tag dates read from a mirror for the version picker: (repository, tag, sha) -> RFC 3339.
+        self._dates: LRUCache[tuple[str, str, str], str] = LRUCache(maxsize=DATES_KEPT)
         self.enabled = enabled
         # False in the serving process when the index process builds: load, then take() its entries.
         self.builds = builds
@@ -227,19 +227,6 @@ class ModuleIndex:
         await run_file_work(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
         return built
 
-    async def published(self, resolved: ResolvedModule, version: IndexedVersion) -> str:
-        """When `version` was tagged (RFC 3339 UTC, "" when unknown), without reading its files;
-        one read per tag of a repository (a monorepo's modules share their tags)."""
-        key = (resolved.repository, version.tag, version.sha)
-        found = self._dates.get(key)
-        if found is None:
-            mirrors = self._details.mirrors
-            read = self._reading_dates.join(
-                key, lambda: mirrors.tag_date(resolved.repository, version.tag, version.sha)
-            )
-            found = self._dates[key] = utc_timestamp(await self._reading_dates.wait(read))
-        return found
-
     async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
         """Each version's date (canonical -> RFC 3339 UTC, "" when unknown) as far as gitreg's mirror
         knows: one read of its tags per repository and set of versions, remembered with `published`'s."""
@@ -253,7 +240,7 @@ class ModuleIndex:
             dates = await self._details.mirrors.known_tag_dates(resolved.repository)
             if dates is not None:  # a failed read is not remembered: the next view asks again
                 for key in keys.values():
-                    if dates.get(key[1]):  # only what was found: `published` reads the others itself
+                    if dates.get(key[1]):  # only what was found: the others come with their details
                         self._dates[key] = utc_timestamp(dates[key[1]])
                 self._dates[marker] = ""
         return {canonical: self._dates.get(key, "") for canonical, key in keys.items()}

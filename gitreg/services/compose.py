@@ -344,7 +344,8 @@ class Services:
     async def _details(self) -> AsyncIterator[None]:
         """Module details read from tagged trees, by parse worker processes."""
         mirrors = self.mirrors
-        details = self.details = DetailsService(mirrors, mirrors.git, self.pool)
+        parse_seconds = self.config.index.parse_seconds
+        details = self.details = DetailsService(mirrors, mirrors.git, self.pool, parse_seconds=parse_seconds)
         yield
         await details.close()  # its parse worker processes
 

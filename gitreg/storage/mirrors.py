@@ -80,7 +80,6 @@ class MirrorStore:
         self._locks: dict[str, _UrlLock] = {}
         self._failures: Remembered[str, GitregError] = Remembered(error_retry_seconds, MAX_REMEMBERED, clock)
         self.fetches = 0  # fetches of trees (mirrors, scratch fetches for details and files)
-        self.date_fetches = 0  # scratch fetches of a tag's commit alone, for its date (tag_date)
         # The index process reads commits from scratch fetches only: the mirrors are the serving
         # process's (its per-URL locks, its [storage] max_bytes budget and eviction).
         self.scratch_only = scratch_only
@@ -219,24 +218,6 @@ class MirrorStore:
             await self._fetch(tmp, url, tag)
             self._check_fits(url, await self._call(tree_bytes, str(tmp)))
             yield tmp
-        finally:
-            await self._call(_remove_tree, str(tmp))
-
-    async def tag_date(self, url: str, tag: str, sha: str) -> str:
-        """The ISO 8601 date of tag `tag` of `url` (its tagger's, or its commit's): from the mirror
-        when it holds the commit, else from a scratch fetch of the tag's commit alone (no tree)."""
-        path = self.path_for(url)
-        if not self.scratch_only and path.is_dir():
-            async with self.hold(url):
-                if path.is_dir() and await self._git(url, self.git.has_commit, str(path), sha):
-                    return (await self._git(url, self.git.tag_dates, str(path))).get(tag, "")
-        self._raise_remembered(url)
-        self.date_fetches += 1
-        tmp = self.root / f"tmp-{uuid.uuid4().hex}"
-        try:
-            await self._git(url, self.git.init, str(tmp))
-            await self._git(url, self.git.fetch_tags, str(tmp), url, tag, True)
-            return (await self._git(url, self.git.tag_dates, str(tmp))).get(tag, "")
         finally:
             await self._call(_remove_tree, str(tmp))
 
