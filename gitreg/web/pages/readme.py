@@ -1,9 +1,9 @@
 """READMEs and the descriptions of inputs and outputs as page HTML, off the event loop.
 
 markdown.render_markdown is the one renderer (CommonMark and GitHub's tables, task lists and
-alerts, code highlighted by Pygments, raw HTML through the nh3 allow-list); `Readmes` runs it for the pages in parse worker processes, within a budget, and
-remembers its results per commit. The pages' Content-Security-Policy forbids inline script
-besides.
+alerts, code highlighted by Pygments, raw HTML through the nh3 allow-list); `Readmes` runs it
+for the pages in parse worker processes, within a budget, and remembers its results per commit.
+The pages' Content-Security-Policy forbids inline script besides.
 """
 
 from __future__ import annotations
