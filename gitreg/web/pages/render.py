@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 from gitreg.core.names import ModuleAddress, address_from_text
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.index.search import query_terms
-from gitreg.web.auth import PRINCIPAL_KEY
+from gitreg.web.auth import caller
 from gitreg.web.keys import CONFIG
 from gitreg.web.origin import base_url
 
@@ -53,7 +53,7 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
     """`template` rendered with `context` and what every page shows (title, login state, path)."""
     config = request.app[CONFIG]
     context.setdefault("logged_in", request.get(LOGGED_IN, False))
-    principal = request.get(PRINCIPAL_KEY)
+    principal = caller(request)
     # "Signed in as <username>" for a person signed in through a Git host.
     context.setdefault("signed_in_as", principal.name if principal is not None and principal.kind == "login" else "")
     html = _templates.get_template(template).render(
