@@ -25,6 +25,7 @@ __all__ = ["admit", "authorize", "authorize_static", "caller", "visibility"]
 # WHO_KEY (typed as observability's `Who`, which a Principal is) and read back as a Principal by
 # `caller`, checked, not cast. One entry, not a second key beside it: a request's `__setitem__`
 # costs about 0.2 µs on the warm path (measured on the 2-core CI machine, loaded).
+
 # What the caller sees in lists, search and pages (asked of the Git host once per recheck_seconds).
 VISIBILITY_KEY = web.RequestKey[Visibility]("visibility")
 
