@@ -20,7 +20,8 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import web
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress, check_version, parse_address
@@ -212,7 +213,30 @@ async def module_file(request: web.Request) -> web.Response:
         data, content_type = await request.app[BROWSE].image(entry, version, request.match_info["path"])
     except GitregError as e:
         return page_error(request, e.status, e.message)
-    return web.Response(body=data, content_type=content_type, headers=headers)
+    return web.Response(body=ImagePayload(data, content_type), headers=headers)
+
+
+class ImagePayload(payload.Payload):
+    """An image's bytes sent a piece at a time, each piece once the connection took the last: a
+    slow reader's buffer holds a piece, never a copy of the image (issue 33)."""
+
+    _value: memoryview
+    PIECE = 64 << 10
+
+    def __init__(self, value: memoryview, content_type: str) -> None:
+        super().__init__(value, content_type=content_type)
+        self._size = value.nbytes
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return bytes(self._value).decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
+        view = self._value if content_length is None else self._value[:content_length]
+        for start in range(0, view.nbytes, self.PIECE):
+            await writer.write(view[start : start + self.PIECE])  # waits while the connection's buffer is full
 
 
 def add_ui(app: web.Application) -> web.RouteTableDef:
