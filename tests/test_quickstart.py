@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import io
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -57,6 +60,47 @@ def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(client, 
     assert f"gitreg demo: stopped; removed {directory} (" in said
     assert not directory.exists()
     assert not (tmp_path / "state").exists()  # the default [storage] path ($XDG_STATE_HOME/gitreg) untouched
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+def test_the_demo_pages_copy_block_pasted_as_is_installs_with_terraform(client, tmp_path):
+    # The page offers the host the demo's CLI config maps (registry.example.test), not the
+    # address the browser is on (plain HTTP, which Terraform cannot install from), and says so.
+    if client is None:
+        require_clients()
+    demo = GitregProcess(command="demo", cwd=tmp_path).start()
+    try:
+        printed = "".join(demo.log)
+        config = re.search(r"TF_CLI_CONFIG_FILE=(\S+) terraform init$", printed, re.MULTILINE)
+        assert config, printed
+        text = _page_once_indexed(f"{demo.url}/modules/demo/hello/null")
+        block = html.unescape(re.search(r'<code id="snippet">(.*?)</code>', text, re.DOTALL).group(1))
+        assert 'source  = "registry.example.test/demo/hello/null"' in block, block
+        note = html.unescape(re.search(r'<p class="note" id="source-host">(.*?)</p>', text, re.DOTALL).group(1))
+        assert "registry.example.test" in note and demo.url in note, note
+        root = tmp_path / "pasted"
+        root.mkdir()
+        (root / "main.tf").write_text(block)
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=config.group(1))
+        result = client.run(["init", "-input=false"], root, env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
+    finally:
+        demo.stop(sig=signal.SIGINT)
+
+
+def _page_once_indexed(url: str, timeout: float = 60) -> str:
+    """The HTML of the page at `url`, once it is no longer "being indexed" (503)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as page:
+                return page.read().decode()
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def test_gitreg_demo_never_replaces_a_directory_it_did_not_make(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -244,6 +245,43 @@ async def test_every_path_under_the_pages_is_html(open_client):
     assert '<link rel="icon" href="/static/favicon.svg"' in text
     svg = await open_client.get("/static/favicon.svg")
     assert svg.status == 200 and svg.content_type == "image/svg+xml"
+
+
+def _host_note(text: str) -> str:
+    found = re.search(r'<p class="note" id="source-host">(.*?)</p>', text, re.DOTALL)
+    return html.unescape(found.group(1)) if found else ""
+
+
+@pytest.mark.parametrize(
+    ("server", "host", "says"),
+    [
+        ({}, "", "set [server] public_url"),
+        ({"public_url": "https://registry.example.com"}, "registry.example.com", "([server] public_url)"),
+        ({"registry_host": "tf.example.test"}, "tf.example.test", "([server] registry_host;"),
+    ],
+)
+async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install_from(
+    make_client, tmp_path, server, host, says
+):
+    # Terraform finds a registry over HTTPS only: a block naming this plain-HTTP address fails
+    # as pasted ("server gave HTTP response to HTTPS client"), so the page says what to use.
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
+    client = await indexed(await make_client(config))
+    reached = f"http://{client.server.host}:{client.server.port}"
+    host = host or reached.removeprefix("http://")
+    text = await (await client.get("/modules/acme/vpc/aws")).text()
+    assert f"source  = &#34;{host}/acme/vpc/aws&#34;" in text
+    note = _host_note(text)
+    assert says in note and "HTTPS" in note, note
+    assert (reached in note) == bool(server), note  # "not <this address>" once another host is named
+
+
+async def test_a_page_reached_at_public_url_says_nothing_of_hosts(make_client, tmp_path):
+    server = {"public_url": "http://registry.example.com"}
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
+    client = await indexed(await make_client(config))
+    text = await (await client.get("/modules/acme/vpc/aws", headers={"Host": "registry.example.com"})).text()
+    assert "source  = &#34;registry.example.com/acme/vpc/aws&#34;" in text and _host_note(text) == ""
 
 
 async def test_sources_are_copy_ready_with_the_public_host_and_served_dependencies_link(make_client, tmp_path):

@@ -334,6 +334,10 @@ def _parse_credential(r: TableReader) -> Credential | None:
     return Credential(url=url, username=username, password=password)
 
 
+# A module source's host: DNS labels, an optional port (what Terraform's svchost accepts, ASCII).
+_REGISTRY_HOST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?")
+
+
 def _parse_server(s: TableReader) -> ServerConfig:
     server = ServerConfig(
         host=s.str("host", ServerConfig.host) or ServerConfig.host,
@@ -341,6 +345,7 @@ def _parse_server(s: TableReader) -> ServerConfig:
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
+        registry_host=s.str("registry_host"),
         trusted_proxies=s.str_list("trusted_proxies"),
         idle_timeout_seconds=s.number(
             "idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0, maximum=MAX_TIMEOUT
@@ -351,6 +356,8 @@ def _parse_server(s: TableReader) -> ServerConfig:
         if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
+    if server.registry_host is not None and not _REGISTRY_HOST_RE.fullmatch(server.registry_host):
+        s.error("registry_host", f"{server.registry_host!r} must be a host name like registry.example.com (a port may follow)")
     for i, proxy in enumerate(server.trusted_proxies):
         try:
             ipaddress.ip_network(proxy, strict=False)

@@ -34,7 +34,7 @@ from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.readme import Readmes
-from gitreg.web.pages.render import HERE, not_found, page_error, render, served_address, snippet
+from gitreg.web.pages.render import HERE, host_note, not_found, page_error, render, served_address, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
 
 # The files endpoint's answers: a commit's files never change; an SVG can run no script, load
@@ -183,6 +183,7 @@ async def module_page(request: web.Request) -> web.Response:
         latest=entry.latest,
         versions=entry.versions,
         snippet=snippet(request, entry, version),
+        host_note=host_note(request),
         readme=root.get("readme_html", ""),
         root=root,
         submodules=submodules,
