@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import html
 import io
+import os
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -145,6 +147,72 @@ def test_the_example_config_copied_as_is_says_which_variable_is_unset_and_where(
             "or write the value in gitreg.toml)"
         ),
     ]
+
+
+def test_the_quickstart_starts_with_two_command_lines_the_demo_and_the_tests():
+    section = _readme_section("Quickstart")
+    first = re.search(r"```(\w*)\n(.*?)```", section, re.DOTALL)
+    assert first and first.group(1) == "sh", section[:400]
+    commands = [line.split("#", 1)[0].strip() for line in first.group(2).splitlines()]
+    assert [c for c in commands if c] == ["bash scripts/demo", "bash scripts/test"]
+
+
+def _fresh_clone(target: Path) -> Path:
+    """The checkout's tracked files as they are now, in `target` (a clone, with no .venv)."""
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+@pytest.mark.slow
+def test_bash_scripts_demo_in_a_fresh_clone_makes_its_venv_installs_at_the_lock_and_serves(tmp_path):
+    clients = require_clients()
+    clone = _fresh_clone(tmp_path / "clone")
+    # A newcomer's shell: no virtual environment active, python3 the system's (pip's own settings kept).
+    shell = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    shell["PATH"] = f"{Path(sys.base_prefix) / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = clean_env(tmp_path / "home")  # the second shell, where Terraform runs
+    env["PATH"] = f"{terraform_on_path(clients[0], tmp_path / 'bin')}:{env['PATH']}"
+    demo = subprocess.Popen(
+        ["bash", "scripts/demo", "--port", "0"],
+        cwd=clone,
+        env=shell,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    printed: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # until it says where to look (a venv made and installed first)
+            printed.append(line)
+            if line.startswith("The module browser:"):
+                break
+        said = "".join(printed)
+        assert "scripts/demo: creating .venv" in said and "at the locked versions" in said, said
+        command = re.search(r"^  (cd \S+ && TF_CLI_CONFIG_FILE=\S+ terraform init)$", said, re.MULTILINE)
+        assert command, said
+        result = subprocess.run(["bash", "-c", command.group(1)], env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
+        installed = subprocess.run(
+            [str(clone / ".venv/bin/python"), "-c", "import gitreg, aiohttp; print(gitreg.__file__, aiohttp.__version__)"],
+            cwd=tmp_path,
+            env=shell,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert installed[0].startswith(str(clone / ".venv")), installed  # installed, not imported from the clone
+        pinned = re.search(r"^aiohttp==(\S+)", (ROOT / "requirements.lock").read_text(), re.MULTILINE)
+        assert pinned and installed[1] == pinned.group(1)
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
+        demo.wait(30)
 
 
 def _readme_section(title: str) -> str:
