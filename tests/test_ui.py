@@ -94,6 +94,44 @@ async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_jso
     await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
 
 
+async def test_a_browser_asking_for_a_path_outside_modules_gets_the_html_404_and_api_clients_json(open_client):
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    for path in ("/nothing-here", "/v1/nope", "/modules-x"):
+        resp = await open_client.get(path, headers=browser)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+        assert "There is no page at this address." in await resp.text()
+        assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
+        await assert_error(await open_client.get(path), 404)  # curl, Terraform: the JSON shape
+        await assert_error(await open_client.get(path, headers={"Accept": "application/json"}), 404)
+    resp = await open_client.post("/healthz", headers=browser)  # another method: still 405
+    assert resp.status == 405
+
+
+async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear_after_their_first_install(
+    make_client, tmp_path
+):
+    found = repos(tmp_path)
+    template = found["vpc"].url.replace("/vpc.git", "/{name}.git")
+    rule = {"namespace": "acme", "system": "aws", "repository": template}
+    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    text = html.unescape(await (await client.get("/")).text())
+    assert "No modules." in text
+    assert "Modules that a rule with wildcards (acme/*/aws) serves appear here after their first install" in text
+    page = await client.get("/modules/acme/vpc/aws")
+    said = html.unescape(await page.text())
+    assert page.status == 404 and page.content_type == "text/html"
+    assert "Module acme/vpc/aws is not listed yet: the rule acme/*/aws serves it" in said
+    assert f'source = "{client.server.host}:{client.server.port}/acme/vpc/aws" installs it' in said
+    # No rule serves it: the plain 404.
+    other = html.unescape(await (await client.get("/modules/other/net/azurerm")).text())
+    assert "No module other/net/azurerm is listed by this registry." in other
+    # After its first install it is listed, and the note is gone.
+    assert (await client.get("/v1/modules/acme/vpc/aws/versions")).status == 200
+    await indexed(client)
+    text = await (await client.get("/")).text()
+    assert "acme/vpc/aws" in text and 'id="wildcard-note"' not in text
+
+
 async def test_no_page_starts_git(open_client, tmp_path):
     (tmp_path / "repos" / "vpc.git").rename(tmp_path / "repos" / "moved.git")  # any git call would now fail
     for path in ("/", "/?q=net", "/?namespace=acme", "/modules/acme/vpc/aws", "/modules/acme/vpc/aws/1.0.0"):

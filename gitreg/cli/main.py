@@ -288,7 +288,7 @@ def _rule_labels(config: Config, flag_rules: int) -> list[str]:
 
 
 def _pattern(rule: ModuleRule) -> str:
-    return f"{rule.namespace or '*'}/{rule.name or '*'}/{rule.system or '*'}"
+    return rule.pattern
 
 
 def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int:

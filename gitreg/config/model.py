@@ -210,6 +210,11 @@ class ModuleRule:
         """True when the rule names exactly one module."""
         return self.specificity == 3
 
+    @property
+    def pattern(self) -> str:
+        """The addresses the rule serves, as messages show them: `acme/*/aws`."""
+        return f"{self.namespace or '*'}/{self.name or '*'}/{self.system or '*'}"
+
 
 @dataclass(frozen=True)
 class Credential:
