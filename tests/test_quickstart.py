@@ -159,7 +159,12 @@ def test_the_quickstart_starts_with_two_command_lines_the_demo_and_the_tests():
 
 def _fresh_clone(target: Path) -> Path:
     """The checkout's tracked files as they are now, in `target` (a clone, with no .venv)."""
-    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in tracked.decode().split("\0"):
         if name and (ROOT / name).is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +205,11 @@ def test_bash_scripts_demo_in_a_fresh_clone_makes_its_venv_installs_at_the_lock_
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
         installed = subprocess.run(
-            [str(clone / ".venv/bin/python"), "-c", "import gitreg, aiohttp; print(gitreg.__file__, aiohttp.__version__)"],
+            [
+                str(clone / ".venv/bin/python"),
+                "-c",
+                "import gitreg, aiohttp; print(gitreg.__file__, aiohttp.__version__)",
+            ],
             cwd=tmp_path,
             env=shell,
             capture_output=True,

@@ -241,7 +241,12 @@ def test_every_route_the_app_registers_is_named_in_the_docs():
             "tokens": ["t" * 20],
             "signing_key": "s" * 40,
             "forges": [
-                {"provider": "gitlab", "url": "https://gitlab.example.com", "oauth_client_id": "i", "oauth_client_secret": "x" * 20}
+                {
+                    "provider": "gitlab",
+                    "url": "https://gitlab.example.com",
+                    "oauth_client_id": "i",
+                    "oauth_client_secret": "x" * 20,
+                }
             ],
         },
         webhooks={"github_secret": "g" * 20, "gitlab_token": "l" * 20},

@@ -254,7 +254,9 @@ def _demo(args: argparse.Namespace) -> int:
         return EXIT_OK
     config = dataclasses.replace(
         Config(),
-        server=ServerConfig(host=args.host, port=args.port, registry_host=HOST),  # the pages' blocks: the CLI config's host
+        server=ServerConfig(
+            host=args.host, port=args.port, registry_host=HOST
+        ),  # the pages' blocks: the CLI config's host
         storage=StorageConfig(path=str(demo.storage)),
         modules=(module_rule_from_flag(f"{ADDRESS}={demo.url}"),),
     )

@@ -53,7 +53,7 @@ from gitreg.config.reader import TableReader, one_of, type_name
 from gitreg.config.rules import TEMPLATE_RE
 from gitreg.core import urls
 from gitreg.core.errors import ConfigError
-from gitreg.core.names import NAME_RE, SYSTEM_RE
+from gitreg.core.names import NAME_RE, REGISTRY_HOST_RE, SYSTEM_RE
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is a few KiB; refuse to read /dev/zero whole
 _GITHUB_OWNER_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", re.ASCII)
@@ -334,10 +334,6 @@ def _parse_credential(r: TableReader) -> Credential | None:
     return Credential(url=url, username=username, password=password)
 
 
-# A module source's host: DNS labels, an optional port (what Terraform's svchost accepts, ASCII).
-_REGISTRY_HOST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?")
-
-
 def _parse_server(s: TableReader) -> ServerConfig:
     server = ServerConfig(
         host=s.str("host", ServerConfig.host) or ServerConfig.host,
@@ -356,8 +352,11 @@ def _parse_server(s: TableReader) -> ServerConfig:
         if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
-    if server.registry_host is not None and not _REGISTRY_HOST_RE.fullmatch(server.registry_host):
-        s.error("registry_host", f"{server.registry_host!r} must be a host name like registry.example.com (a port may follow)")
+    if server.registry_host is not None and not REGISTRY_HOST_RE.fullmatch(server.registry_host):
+        s.error(
+            "registry_host",
+            f"{server.registry_host!r} must be a host name like registry.example.com (a port may follow)",
+        )
     for i, proxy in enumerate(server.trusted_proxies):
         try:
             ipaddress.ip_network(proxy, strict=False)

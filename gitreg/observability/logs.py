@@ -13,8 +13,8 @@ import os
 import re
 import time
 import weakref
-from datetime import UTC, datetime
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import unquote_plus
 

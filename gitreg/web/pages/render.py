@@ -1,7 +1,8 @@
 """Rendering a page: the Jinja2 environment (autoescape on), the security headers, HTML errors.
 
 Also the small helpers whose output goes into templates (the host clients put in `source`, and
-what a page says when it was reached at another; a version constraint, a ready-to-paste `module` block). Nothing here reads git or the API.
+what a page says when it was reached at another; a version constraint, a ready-to-paste
+`module` block). Nothing here reads git or the API.
 """
 
 from __future__ import annotations
