@@ -98,8 +98,8 @@ class GitregProcess:
                 self._pump.join(5)  # its last lines read: `log` is whole
 
     def wait_for_log(self, needle: str, timeout: float = 10) -> list[str]:
-        """The lines holding `needle`, once there is one (access lines are written in blocks,
-        within a quarter of a second)."""
+        """The lines holding `needle`, once there is one (the server writes an access line as soon
+        as it answered; this process reads its output on a thread)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             lines = [line for line in self.log if needle in line]

@@ -193,6 +193,14 @@ def test_secrets_are_not_in_the_repr_of_config_objects():
     assert "git-password-0123" not in text
 
 
+@pytest.mark.parametrize("host", ["https://registry.example.com", "a b", "-x.example", "h:port", "tf.example/x", ""])
+def test_a_registry_host_that_no_module_source_can_name_is_a_config_error(host):
+    assert problems({"server": {"registry_host": host}}) == [
+        f"server.registry_host: {host!r} must be a host name like registry.example.com (a port may follow)"
+    ]
+    assert parse_config({"server": {"registry_host": "registry.example.test:8443"}}, {}).server.registry_host
+
+
 @pytest.mark.parametrize("url", ["https://[oops", "https://h:port", "ftp://h", "https://"])
 def test_bad_public_url_is_a_config_error_not_a_traceback(url):
     assert problems({"server": {"public_url": url}}) == [

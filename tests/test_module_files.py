@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import struct
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,6 +20,7 @@ import pytest
 from gitreg.index.files import NotAnImage, checked_path, sniffed
 from gitreg.web.keys import BROWSE
 from tests.conftest import indexed, make_config
+from tests.gitreg_process import GitregProcess
 from tests.support.repos import GitRepo
 from tests.test_markdown import TERRAFORM_DOCS_README
 
@@ -131,3 +140,93 @@ async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have
     links = set(re.findall(r'href="#([^"]+)"', readme))
     targets = set(re.findall(r'(?:id|name)="([^"]+)"', readme))
     assert {"user-content-inputs", "user-content-input_cidr"} <= links <= targets
+
+
+def _rss_bytes(pid: int) -> int:
+    """The resident set size of process `pid` (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _many_images_repo(root: Path, commits: int, per_commit: int, size: int) -> GitRepo:
+    """A repository of `commits` tagged commits (v1.0.0, v1.1.0...), each with `per_commit` distinct
+    images of `size` bytes (random, so every one is its own blob)."""
+    repo = GitRepo(root, "pictures")
+    for where in (repo.work, repo.bare):  # random bytes neither compress nor delta: no time spent trying
+        subprocess.run(["git", "-C", str(where), "config", "core.compression", "0"], check=True)
+        subprocess.run(["git", "-C", str(where), "config", "core.bigFileThreshold", "1m"], check=True)
+    for c in range(commits):
+        for i in range(per_commit):
+            (repo.work / f"img{i}.png").write_bytes(png(1) + os.urandom(size))
+        repo.commit({"main.tf": f"# {c}\n"})
+        repo.tag(f"v1.{c}.0")
+    return repo
+
+
+@pytest.mark.slow
+async def test_many_distinct_large_images_at_once_keep_the_servers_memory_bounded(tmp_path):
+    # 8 versions of 6 distinct 5 MB images, each asked for twice at once (96 requests): the
+    # serving process's memory stays within what the README states (64 MiB of images: 32 kept,
+    # one commit of at most 32 being read), and comes back to its start plus what is kept. Before:
+    # 8 commits read at once, each image a 5 MB `bytes` in malloc's arenas: +125 MiB, +68 after.
+    commits, per_commit, size = 8, 6, 5_000_000
+    repo = await asyncio.to_thread(_many_images_repo, tmp_path / "repos", commits, per_commit, size)
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state"}"\n'
+        f'[[modules]]\nnamespace = "acme"\nname = "pictures"\nsystem = "aws"\nrepository = "{repo.url}"\n'
+    )
+    args = ("--config", str(config))
+    urls = [f"/modules/acme/pictures/aws/1.{c}.0/files/img{i}.png" for c in range(commits) for i in range(per_commit)]
+    with GitregProcess(*args, cwd=tmp_path) as proc:
+        assert proc.proc is not None
+        pid = proc.proc.pid
+        for c in range(commits):  # the mirror made and every version's page shown once
+            await asyncio.to_thread(_shown, f"{proc.url}/modules/acme/pictures/aws/1.{c}.0")
+        start = _rss_bytes(pid)
+        peak = start
+        sampling = True
+
+        def sample() -> None:
+            nonlocal peak
+            while sampling:
+                peak = max(peak, _rss_bytes(pid))
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            with ThreadPoolExecutor(len(urls) * 2) as pool:
+                sizes = list(pool.map(lambda u: _length(proc.url + u), urls * 2))
+            assert sizes == [len(png(1)) + size] * len(urls) * 2
+        finally:
+            sampling = False
+            sampler.join()
+        await asyncio.sleep(2)
+        after = _rss_bytes(pid)
+    mib = 1 << 20
+    print(f"RSS start {start / mib:.0f} MiB, peak {peak / mib:.0f} MiB, after {after / mib:.0f} MiB")
+    assert peak - start <= 64 * mib + 24 * mib, (start / mib, peak / mib)  # the images, and serving's own
+    assert after - start <= 32 * mib + 12 * mib, (start / mib, after / mib)  # what is kept
+
+
+def _shown(url: str, timeout: float = 120) -> None:
+    """Wait until the page at `url` answers 200 (not "being indexed")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp:
+                resp.read()
+                return
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def _length(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=600) as resp:  # 8 commits read one after another, on a busy machine
+        assert resp.status == 200
+        return len(resp.read())

@@ -145,7 +145,7 @@ def test_every_install_command_honours_the_lock():
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
     installs = [line for block in blocks for line in block.splitlines() if line.startswith("pip install")]
     installs += [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines() if line.startswith("pip install")]
-    installs += re.findall(r"pip install [^\n]*", (ROOT / "scripts/test").read_text())
+    installs += re.findall(r"pip install [^\n]*", (ROOT / "scripts/venv.sh").read_text())  # scripts/test and demo
     installs += re.findall(r"^RUN pip install [^\n]*", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
     assert len(installs) >= 5, installs
     assert all("-c requirements.lock" in line for line in installs), installs

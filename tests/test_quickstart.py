@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import io
+import os
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import sys
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -59,6 +64,47 @@ def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(client, 
     assert not (tmp_path / "state").exists()  # the default [storage] path ($XDG_STATE_HOME/gitreg) untouched
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("client", CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
+def test_the_demo_pages_copy_block_pasted_as_is_installs_with_terraform(client, tmp_path):
+    # The page offers the host the demo's CLI config maps (registry.example.test), not the
+    # address the browser is on (plain HTTP, which Terraform cannot install from), and says so.
+    if client is None:
+        require_clients()
+    demo = GitregProcess(command="demo", cwd=tmp_path).start()
+    try:
+        printed = "".join(demo.log)
+        config = re.search(r"TF_CLI_CONFIG_FILE=(\S+) terraform init$", printed, re.MULTILINE)
+        assert config, printed
+        text = _page_once_indexed(f"{demo.url}/modules/demo/hello/null")
+        block = html.unescape(re.search(r'<code id="snippet">(.*?)</code>', text, re.DOTALL).group(1))
+        assert 'source  = "registry.example.test/demo/hello/null"' in block, block
+        note = html.unescape(re.search(r'<p class="note" id="source-host">(.*?)</p>', text, re.DOTALL).group(1))
+        assert "registry.example.test" in note and demo.url in note, note
+        root = tmp_path / "pasted"
+        root.mkdir()
+        (root / "main.tf").write_text(block)
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=config.group(1))
+        result = client.run(["init", "-input=false"], root, env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
+    finally:
+        demo.stop(sig=signal.SIGINT)
+
+
+def _page_once_indexed(url: str, timeout: float = 60) -> str:
+    """The HTML of the page at `url`, once it is no longer "being indexed" (503)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as page:
+                return page.read().decode()
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
 def test_gitreg_demo_never_replaces_a_directory_it_did_not_make(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me\n")
@@ -101,6 +147,81 @@ def test_the_example_config_copied_as_is_says_which_variable_is_unset_and_where(
             "or write the value in gitreg.toml)"
         ),
     ]
+
+
+def test_the_quickstart_starts_with_two_command_lines_the_demo_and_the_tests():
+    section = _readme_section("Quickstart")
+    first = re.search(r"```(\w*)\n(.*?)```", section, re.DOTALL)
+    assert first and first.group(1) == "sh", section[:400]
+    commands = [line.split("#", 1)[0].strip() for line in first.group(2).splitlines()]
+    assert [c for c in commands if c] == ["bash scripts/demo", "bash scripts/test"]
+
+
+def _fresh_clone(target: Path) -> Path:
+    """The checkout's tracked files as they are now, in `target` (a clone, with no .venv)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+@pytest.mark.slow
+def test_bash_scripts_demo_in_a_fresh_clone_makes_its_venv_installs_at_the_lock_and_serves(tmp_path):
+    clients = require_clients()
+    clone = _fresh_clone(tmp_path / "clone")
+    # A newcomer's shell: no virtual environment active, python3 the system's (pip's own settings kept).
+    shell = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    shell["PATH"] = f"{Path(sys.base_prefix) / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = clean_env(tmp_path / "home")  # the second shell, where Terraform runs
+    env["PATH"] = f"{terraform_on_path(clients[0], tmp_path / 'bin')}:{env['PATH']}"
+    demo = subprocess.Popen(
+        ["bash", "scripts/demo", "--port", "0"],
+        cwd=clone,
+        env=shell,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    printed: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # until it says where to look (a venv made and installed first)
+            printed.append(line)
+            if line.startswith("The module browser:"):
+                break
+        said = "".join(printed)
+        assert "scripts/demo: creating .venv" in said and "at the locked versions" in said, said
+        command = re.search(r"^  (cd \S+ && TF_CLI_CONFIG_FILE=\S+ terraform init)$", said, re.MULTILINE)
+        assert command, said
+        result = subprocess.run(["bash", "-c", command.group(1)], env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Downloading registry.example.test/demo/hello/null 1.2.0" in result.stdout
+        installed = subprocess.run(
+            [
+                str(clone / ".venv/bin/python"),
+                "-c",
+                "import gitreg, aiohttp; print(gitreg.__file__, aiohttp.__version__)",
+            ],
+            cwd=tmp_path,
+            env=shell,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert installed[0].startswith(str(clone / ".venv")), installed  # installed, not imported from the clone
+        pinned = re.search(r"^aiohttp==(\S+)", (ROOT / "requirements.lock").read_text(), re.MULTILINE)
+        assert pinned and installed[1] == pinned.group(1)
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
+        demo.wait(30)
 
 
 def _readme_section(title: str) -> str:

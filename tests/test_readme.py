@@ -96,9 +96,11 @@ def test_every_config_key_is_in_the_readme_configuration_table(key):
         owner, name = None, ".".join(key)
     else:
         owner, name = f"`{'.'.join(key[:-1])}`", key[-1]
-    candidates = [r for r in rows if owner is None or owner in r.split("|")[1]]
+    # An array of tables inside a section ([[auth.forges]]) has one row, named as it is written.
+    owners = (owner, owner and f"`[[{owner.strip('`')}]]`")
+    candidates = [r for r in rows if owner is None or any(o in r.split("|")[1] for o in owners if o)]
     assert candidates, f"no row for {owner} in the README's configuration table"
-    assert any(f"`{name}`" in r for r in candidates), (
+    assert any(f"`{name}`" in r or (owner is None and f"`[[{name}]]`" in r) for r in candidates), (
         f"{'.'.join(key)} is missing from the README's configuration table"
     )
 
@@ -197,3 +199,62 @@ def test_the_readme_links_the_client_and_api_docs():
     links = relative_links(README)
     assert any(link.startswith("docs/clients.md") for link in links)
     assert any(link.startswith("docs/api.md") for link in links)
+
+
+# --- routes ------------------------------------------------------------------------------------------
+
+# The catch-alls: no endpoint, what answers a path no route serves (404 or 405).
+CATCH_ALLS = {"unrouted", "ui-no-page"}
+_PATH_RE = re.compile(r"/[A-Za-z0-9._{}\[\]/-]*")
+_OPTIONAL_RE = re.compile(r"\[([^\[\]]*)\]")  # an optional part of a path
+
+
+def documented_paths(text: str) -> set[str]:
+    """Every path written in inline code (`GET /v1/modules/{namespace}`), with optional parts
+    (`/modules/{namespace}/{name}/{system}[/{version}]`) both left out and kept."""
+    found: set[str] = set()
+    for code in re.findall(r"`([^`\n]+)`", text):
+        for path in _PATH_RE.findall(code):
+            variants = {path.rstrip(".,")}
+            while any(_OPTIONAL_RE.search(v) for v in variants):
+                variants = {w for v in variants for w in (_OPTIONAL_RE.sub("", v, 1), _OPTIONAL_RE.sub(r"\1", v, 1))}
+            found |= variants
+    return found
+
+
+def test_the_route_check_reads_paths_with_optional_parts():
+    text = "`GET /modules/{namespace}/{name}/{system}[/{version}]` and `POST /login`."
+    assert documented_paths(text) == {
+        "/modules/{namespace}/{name}/{system}",
+        "/modules/{namespace}/{name}/{system}/{version}",
+        "/login",
+    }
+
+
+def test_every_route_the_app_registers_is_named_in_the_docs():
+    # The README (its HTTP API section, or wherever a section moves) or a page under docs/.
+    from gitreg.web.app import create_app
+
+    config = make_config(
+        [{"namespace": "a", "name": "b", "system": "c", "repository": "file:///nowhere"}],
+        auth={
+            "tokens": ["t" * 20],
+            "signing_key": "s" * 40,
+            "forges": [
+                {
+                    "provider": "gitlab",
+                    "url": "https://gitlab.example.com",
+                    "oauth_client_id": "i",
+                    "oauth_client_secret": "x" * 20,
+                }
+            ],
+        },
+        webhooks={"github_secret": "g" * 20, "gitlab_token": "l" * 20},
+    )
+    app = create_app(config)
+    routes = {r.canonical for r in app.router.resources() if r.name not in CATCH_ALLS}
+    assert {"/oauth/authorize", "/oauth/token", "/oauth/callback", "/login", "/webhooks/gitlab"} <= routes
+    docs = [README, *sorted((ROOT / "docs").glob("**/*.md"))]
+    documented = set().union(*(documented_paths(doc.read_text()) for doc in docs))
+    missing = sorted(routes - documented)
+    assert not missing, f"routes no document names (README.md or docs/**/*.md): {missing}"

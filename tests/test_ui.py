@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -92,6 +93,44 @@ async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_jso
         resp = await open_client.get(path)
         assert resp.status == 404 and resp.content_type == "text/html", path
     await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
+
+
+async def test_a_browser_asking_for_a_path_outside_modules_gets_the_html_404_and_api_clients_json(open_client):
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    for path in ("/nothing-here", "/v1/nope", "/modules-x"):
+        resp = await open_client.get(path, headers=browser)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+        assert "There is no page at this address." in await resp.text()
+        assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
+        await assert_error(await open_client.get(path), 404)  # curl, Terraform: the JSON shape
+        await assert_error(await open_client.get(path, headers={"Accept": "application/json"}), 404)
+    resp = await open_client.post("/healthz", headers=browser)  # another method: still 405
+    assert resp.status == 405
+
+
+async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear_after_their_first_install(
+    make_client, tmp_path
+):
+    found = repos(tmp_path)
+    template = found["vpc"].url.replace("/vpc.git", "/{name}.git")
+    rule = {"namespace": "acme", "system": "aws", "repository": template}
+    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    text = html.unescape(await (await client.get("/")).text())
+    assert "No modules." in text
+    assert "Modules that a rule with wildcards (acme/*/aws) serves appear here after their first install" in text
+    page = await client.get("/modules/acme/vpc/aws")
+    said = html.unescape(await page.text())
+    assert page.status == 404 and page.content_type == "text/html"
+    assert "Module acme/vpc/aws is not listed yet: the rule acme/*/aws serves it" in said
+    assert f'source = "{client.server.host}:{client.server.port}/acme/vpc/aws" installs it' in said
+    # No rule serves it: the plain 404.
+    other = html.unescape(await (await client.get("/modules/other/net/azurerm")).text())
+    assert "No module other/net/azurerm is listed by this registry." in other
+    # After its first install it is listed, and the note is gone.
+    assert (await client.get("/v1/modules/acme/vpc/aws/versions")).status == 200
+    await indexed(client)
+    text = await (await client.get("/")).text()
+    assert "acme/vpc/aws" in text and 'id="wildcard-note"' not in text
 
 
 async def test_no_page_starts_git(open_client, tmp_path):
@@ -245,6 +284,43 @@ async def test_every_path_under_the_pages_is_html(open_client):
     assert '<link rel="icon" href="/static/favicon.svg"' in text
     svg = await open_client.get("/static/favicon.svg")
     assert svg.status == 200 and svg.content_type == "image/svg+xml"
+
+
+def _host_note(text: str) -> str:
+    found = re.search(r'<p class="note" id="source-host">(.*?)</p>', text, re.DOTALL)
+    return html.unescape(found.group(1)) if found else ""
+
+
+@pytest.mark.parametrize(
+    ("server", "host", "says"),
+    [
+        ({}, "", "set [server] public_url"),
+        ({"public_url": "https://registry.example.com"}, "registry.example.com", "([server] public_url)"),
+        ({"registry_host": "tf.example.test"}, "tf.example.test", "([server] registry_host;"),
+    ],
+)
+async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install_from(
+    make_client, tmp_path, server, host, says
+):
+    # Terraform finds a registry over HTTPS only: a block naming this plain-HTTP address fails
+    # as pasted ("server gave HTTP response to HTTPS client"), so the page says what to use.
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
+    client = await indexed(await make_client(config))
+    reached = f"http://{client.server.host}:{client.server.port}"
+    host = host or reached.removeprefix("http://")
+    text = await (await client.get("/modules/acme/vpc/aws")).text()
+    assert f"source  = &#34;{host}/acme/vpc/aws&#34;" in text
+    note = _host_note(text)
+    assert says in note and "HTTPS" in note, note
+    assert (reached in note) == bool(server), note  # "not <this address>" once another host is named
+
+
+async def test_a_page_reached_at_public_url_says_nothing_of_hosts(make_client, tmp_path):
+    server = {"public_url": "http://registry.example.com"}
+    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
+    client = await indexed(await make_client(config))
+    text = await (await client.get("/modules/acme/vpc/aws", headers={"Host": "registry.example.com"})).text()
+    assert "source  = &#34;registry.example.com/acme/vpc/aws&#34;" in text and _host_note(text) == ""
 
 
 async def test_sources_are_copy_ready_with_the_public_host_and_served_dependencies_link(make_client, tmp_path):

@@ -250,7 +250,7 @@ def _serve(config: Config, workers: int = 1) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """`gitreg demo`: build the demo, serve it until Ctrl-C, say what to run and what stays behind."""
-    from gitreg.cli.demo import ADDRESS, DemoError, prepare
+    from gitreg.cli.demo import ADDRESS, HOST, DemoError, prepare
     from gitreg.config.model import ServerConfig, StorageConfig
 
     problem = None if 0 <= args.port <= 65535 else f"--port: must be between 0 and 65535, not {args.port}"
@@ -270,7 +270,9 @@ def _demo(args: argparse.Namespace) -> int:
         return EXIT_OK
     config = dataclasses.replace(
         Config(),
-        server=ServerConfig(host=args.host, port=args.port),
+        server=ServerConfig(
+            host=args.host, port=args.port, registry_host=HOST
+        ),  # the pages' blocks: the CLI config's host
         storage=StorageConfig(path=str(demo.storage)),
         modules=(module_rule_from_flag(f"{ADDRESS}={demo.url}"),),
     )
@@ -304,7 +306,7 @@ def _rule_labels(config: Config, flag_rules: int) -> list[str]:
 
 
 def _pattern(rule: ModuleRule) -> str:
-    return f"{rule.namespace or '*'}/{rule.name or '*'}/{rule.system or '*'}"
+    return rule.pattern
 
 
 def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int:

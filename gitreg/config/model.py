@@ -40,6 +40,10 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     public_url: str | None = None
+    # The host module sources name (`<registry_host>/ns/name/system`) on the pages' copy-ready
+    # blocks, when Terraform reaches this registry by a name its CLI config maps (a `host` block:
+    # `gitreg demo`'s registry.example.test); else public_url's host, else the browser's.
+    registry_host: str | None = None
     # Addresses (IPs or CIDRs) of TLS-terminating proxies whose X-Forwarded-Proto and
     # X-Forwarded-Host are believed (the pages' same-origin check); from anyone else they are ignored.
     trusted_proxies: tuple[str, ...] = ()
@@ -211,6 +215,11 @@ class ModuleRule:
     def explicit(self) -> bool:
         """True when the rule names exactly one module."""
         return self.specificity == 3
+
+    @property
+    def pattern(self) -> str:
+        """The addresses the rule serves, as messages show them: `acme/*/aws`."""
+        return f"{self.namespace or '*'}/{self.name or '*'}/{self.system or '*'}"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from gitreg.config.orgs import parse_orgs
 from gitreg.config.reader import TableReader, one_of, type_name
 from gitreg.core import urls
 from gitreg.core.errors import ConfigError
-from gitreg.core.names import NAME_RE
+from gitreg.core.names import NAME_RE, REGISTRY_HOST_RE
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is a few KiB; refuse to read /dev/zero whole
 
@@ -142,6 +142,7 @@ def _parse_server(s: TableReader) -> ServerConfig:
         tls_cert=s.str("tls_cert"),
         tls_key=s.str("tls_key"),
         public_url=s.str("public_url"),
+        registry_host=s.str("registry_host"),
         trusted_proxies=s.str_list("trusted_proxies"),
         idle_timeout_seconds=s.number(
             "idle_timeout_seconds", ServerConfig.idle_timeout_seconds, minimum=1.0, maximum=MAX_TIMEOUT
@@ -152,6 +153,11 @@ def _parse_server(s: TableReader) -> ServerConfig:
         if public is None or public.scheme not in ("http", "https") or public.query or public.fragment:
             s.error("public_url", f"{server.public_url!r} must be an http(s) URL like https://registry.example.com")
         server = dataclasses.replace(server, public_url=server.public_url.rstrip("/"))
+    if server.registry_host is not None and not REGISTRY_HOST_RE.fullmatch(server.registry_host):
+        s.error(
+            "registry_host",
+            f"{server.registry_host!r} must be a host name like registry.example.com (a port may follow)",
+        )
     for i, proxy in enumerate(server.trusted_proxies):
         try:
             ipaddress.ip_network(proxy, strict=False)

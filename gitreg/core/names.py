@@ -14,6 +14,11 @@ from gitreg.core.versions import TAG_VERSION_RE
 NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?", re.ASCII)
 # system: 1-64 lowercase letters and digits.
 SYSTEM_RE = re.compile(r"[a-z0-9]{1,64}", re.ASCII)
+# The host of a module source (`host/namespace/name/system`): DNS labels, an optional port.
+REGISTRY_HOST_RE = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?",
+    re.ASCII,
+)
 
 
 class ModuleAddress(NamedTuple):

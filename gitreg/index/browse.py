@@ -124,7 +124,7 @@ class BrowseService:
         self.registry.resolve(entry.address)
         return await self.index.stored_details(entry, shown)
 
-    async def image(self, entry: IndexEntry, shown: IndexedVersion, path: str) -> tuple[bytes, str]:
+    async def image(self, entry: IndexEntry, shown: IndexedVersion, path: str) -> tuple[memoryview, str]:
         """(bytes, Content-Type) of an image in the module's folder at `shown` (files.ModuleFiles.image),
         once the registry still serves the module (404 otherwise)."""
         resolved = self.registry.resolve(entry.address)

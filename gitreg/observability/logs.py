@@ -9,9 +9,11 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import re
 import time
 import weakref
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import unquote_plus
@@ -100,50 +102,105 @@ class AccessEntry(NamedTuple):
         }
 
 
-# Access lines are handed to `logging` in blocks: at WRITE_LINES waiting, or WRITE_SECONDS after
-# the first of them was made, and at shutdown (AccessLogger.write_pending).
-WRITE_LINES = 256
-WRITE_SECONDS = 0.25
-
-
 class _Batch:
-    """The access log's requests, made into lines at the end of each event-loop iteration and
-    written in blocks.
+    """The access log's requests, made into lines and written at the end of each event-loop iteration.
 
     `log` keeps only (request, response, duration); their entries are made once the iteration
     ends, with its end as their time, one after another in one loop: the same steps for each
-    request, run together, cost less than a line made amid each request's own work. The request and its
-    response live until then; every field read is fixed by then (peer address, headers, status,
-    bytes sent). The lines go to `logging` as one record per block (WRITE_LINES, or WRITE_SECONDS
-    after the first), not per iteration: each record costs a LogRecord, the handler's work and a
-    write, which cost more than the lines themselves when tens of requests share an iteration
-    (bench/warm_path.py --operator: 42.4 -> 40.2 µs of CPU a request, same run).
+    request, run together, cost less than a line made amid each request's own work. The request
+    and its response live until then; every field read is fixed by then (peer address, headers,
+    status, bytes sent). The iteration's lines are then written at once, before the next
+    iteration answers anything: a process killed (`kill -9`, the OOM killer) loses no line of a
+    request it answered. Where the logger's handlers only write the line (the text log's
+    "%(message)s", or JsonFormatter, to a stream with a file descriptor) the block is one
+    `os.write` per stream (_Sink), without a LogRecord or the handler's work; otherwise it is one
+    record for `logging`.
     """
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
         self.items: list[_Done] = []
-        self.made: list[AccessEntry] = []
-        self.timer: asyncio.TimerHandle | None = None
+        self.sinks = _sinks(logger)
 
     def make(self) -> None:
-        """Make the lines of the requests noted so far (answered in the iteration that just ended,
-        so its time is theirs); write them when enough wait."""
+        """Make and write the lines of the requests noted so far (answered in the iteration that
+        just ended, so its time is theirs)."""
         items, self.items = self.items, []
-        self.made += _made(items, time.time())
-        if len(self.made) >= WRITE_LINES:
-            self.write()
-        elif self.made and self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(WRITE_SECONDS, self.write)
-
-    def write(self) -> None:
-        """Hand every line made to `logging`, as one record."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        made, self.made = self.made, []
-        if made:
+        if not items:
+            return
+        made = _made(items, time.time())
+        if self.sinks is None:
             write_access_lines(self.logger, made)
+            return
+        lines = [access_line(entry) for entry in made]
+        for sink in self.sinks:
+            sink.write(self.logger.name, made, lines)
+
+
+class _Sink:
+    """A stream handler whose access lines are written straight to its file descriptor (see _Batch)."""
+
+    def __init__(self, handler: logging.StreamHandler[Any], fd: int, json_lines: bool) -> None:
+        self.handler = handler
+        self.fd = fd
+        self.json_lines = json_lines
+
+    def write(self, logger: str, entries: list[AccessEntry], lines: list[str]) -> None:
+        """Write `lines` (as JSON objects when the handler's format is JSON) in one `os.write`."""
+        text = json_access_lines(logger, entries, lines) if self.json_lines else "\n".join(lines)
+        data = (text + "\n").encode("utf-8", "backslashreplace")
+        handler = self.handler
+        handler.acquire()  # other threads' records to the same stream: whole lines, in order
+        try:
+            handler.stream.flush()  # what the stream still buffers goes first
+            while data:
+                data = data[os.write(self.fd, data) :]
+        except OSError:  # as logging does with a stream it cannot write to: the line is dropped
+            pass
+        finally:
+            handler.release()
+
+
+def _sinks(logger: logging.Logger) -> list[_Sink] | None:
+    """The streams the access lines of `logger` go to, when every handler that would see them only
+    writes the line (the format "%(message)s" or JsonFormatter, filters that pass access records,
+    a stream with a file descriptor); None when any does more (then `logging` writes them)."""
+    if logger.filters:
+        return None
+    sinks: list[_Sink] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if handler.level > logging.INFO:
+                continue
+            sink = _sink(handler)
+            if sink is None:
+                return None
+            sinks.append(sink)
+        current = current.parent if current.propagate else None
+    return sinks
+
+
+def _sink(handler: logging.Handler) -> _Sink | None:
+    if type(handler) not in (logging.StreamHandler, logging.FileHandler):
+        return None
+    if not all(isinstance(f, SecretFilter) for f in handler.filters):  # SecretFilter passes access records
+        return None
+    formatter = handler.formatter
+    if isinstance(formatter, JsonFormatter):
+        json_lines = True
+    elif formatter is None or (type(formatter) is logging.Formatter and formatter._fmt == "%(message)s"):
+        json_lines = False
+    else:
+        return None
+    stream = getattr(handler, "stream", None)
+    if stream is None or getattr(handler, "terminator", "\n") != "\n":
+        return None
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.StringIO and friends: no descriptor
+        return None
+    return _Sink(handler, fd, json_lines)  # type: ignore[arg-type]
 
 
 # What `AccessLogger.log` keeps of a request until its batch is written.
@@ -255,13 +312,13 @@ class AccessLogger(AbstractAccessLogger):
     `remote - - [time] "METHOD path HTTP/x.y" status bytes "referer" "user-agent" seconds`.
     The Authorization header is never logged, nor the values of sensitive query parameters.
 
-    Written in batches, because the logging machinery costs more than answering a warm
-    request (bench/warm_path.py): `log` notes the request; at the end of the event-loop
-    iteration its lines are made, and they go out in blocks (_Batch: 256 lines, or within a
-    quarter of a second, and at shutdown), each block one LogRecord, the lines joined by
-    newlines (for a "%(message)s" handler the bytes are the same as one record per line). For
-    the JSON log the record's `access` attribute holds (entry, line) pairs, so JsonFormatter
-    still writes one JSON object per request, with its own time.
+    Written per event-loop iteration, because the logging machinery costs more than answering
+    a warm request (bench/warm_path.py): `log` notes the request; at the end of the iteration
+    its lines are made and written before the next iteration answers anything (_Batch), as one
+    `os.write` per stream where the handlers only write lines, else as one LogRecord, the lines
+    joined by newlines (for a "%(message)s" handler the bytes are the same as one record per
+    line). For the JSON log the record's `access` attribute holds (entry, line) pairs, so
+    JsonFormatter still writes one JSON object per request, with its own time.
     """
 
     # aiohttp makes one AccessLogger per connection; the batch is shared per loop and logger.
@@ -277,10 +334,10 @@ class AccessLogger(AbstractAccessLogger):
 
     @classmethod
     def write_pending(cls) -> None:
-        """Write every access line this event loop still holds (at shutdown, once the last request is answered)."""
+        """Write every access line this event loop still holds (at shutdown, once the last request is answered:
+        the lines of the iteration that answered it)."""
         for batch in cls._batches.get(asyncio.get_running_loop(), {}).values():
             batch.make()
-            batch.write()
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time_taken: float) -> None:
         batch = self._batch
@@ -310,18 +367,8 @@ class JsonFormatter(logging.Formatter):
         access = getattr(record, ACCESS_FIELD, None)
         if isinstance(access, list) and access:
             # A batch of access lines: one object per request.
-            return "\n".join(
-                self._dumps(
-                    {
-                        "time": _iso(entry.created),
-                        "level": record.levelname.lower(),
-                        "logger": record.name,
-                        "message": line,
-                        HTTP_FIELD: entry.fields(),
-                    }
-                )
-                for entry, line in access
-            )
+            entries, lines = zip(*access, strict=True)
+            return json_access_lines(record.name, entries, lines)
         out: dict[str, Any] = {
             "time": _iso(record.created),
             "level": record.levelname.lower(),
@@ -339,6 +386,24 @@ class JsonFormatter(logging.Formatter):
     @staticmethod
     def _dumps(out: dict[str, Any]) -> str:
         return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def json_access_lines(logger: str, entries: Sequence[AccessEntry], lines: Sequence[str]) -> str:
+    """The JSON log's access lines: one object per request (its own time), joined by newlines."""
+    return "\n".join(
+        json.dumps(
+            {
+                "time": _iso(entry.created),
+                "level": "info",
+                "logger": logger,
+                "message": line,
+                HTTP_FIELD: entry.fields(),
+            },
+            ensure_ascii=False,
+            default=str,
+        )
+        for entry, line in zip(entries, lines, strict=True)
+    )
 
 
 def _iso(created: float) -> str:

@@ -150,13 +150,18 @@ def _kind(request: web.Request) -> str:
 
 async def _unrouted(request: web.Request) -> web.StreamResponse:
     """No route serves this path with this method: 405 with Allow when another method would be
-    served (as aiohttp's router answers), else 404."""
+    served (as aiohttp's router answers), else 404 (the HTML page when a browser asks)."""
     allowed: set[str] = set()
     for resource in request.app.router.resources():
         if resource.name != UNROUTED:
             allowed |= (await resource.resolve(request))[1]
     if allowed:
         raise web.HTTPMethodNotAllowed(request.method, allowed)
+    if "text/html" in request.headers.get("Accept", "") and request.app[CONFIG].ui.enabled:
+        # A browser (`/nothing-here` typed or followed): the pages' 404; API clients keep the JSON.
+        page = page_error(request, 404, "There is no page at this address.")
+        page.headers.update(SECURITY_HEADERS)
+        return page
     raise web.HTTPNotFound()
 
 

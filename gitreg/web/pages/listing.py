@@ -17,7 +17,7 @@ from gitreg.identity.door import Visibility
 from gitreg.index.browse import SORTS
 from gitreg.index.model import IndexEntry
 from gitreg.web.auth import visibility
-from gitreg.web.keys import BROWSE
+from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.render import not_found, render
 
 PAGE_SIZE = 20
@@ -131,6 +131,8 @@ async def index_page(request: web.Request) -> web.Response:
         first=offset + 1,
         last=offset + len(shown),
         complete=browse.complete,
+        # An empty list says why, when rules with wildcards serve modules it cannot list yet.
+        wildcards=[] if entries else [r.pattern for r in request.app[CONFIG].modules if not r.explicit],
     )
 
 

@@ -1,7 +1,8 @@
 """Rendering a page: the Jinja2 environment (autoescape on), the security headers, HTML errors.
 
-Also the small helpers whose output goes into templates (the host clients put in `source`,
-a version constraint, a ready-to-paste `module` block). Nothing here reads git or the API.
+Also the small helpers whose output goes into templates (the host clients put in `source`, and
+what a page says when it was reached at another; a version constraint, a ready-to-paste
+`module` block). Nothing here reads git or the API.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.index.search import query_terms
 from gitreg.web.auth import caller
 from gitreg.web.keys import CONFIG
-from gitreg.web.origin import base_url
+from gitreg.web.origin import base_url, public_origin, request_origin
 
 HERE = Path(__file__).parent
 # Applied to every page and static file: nothing inline, nothing from elsewhere, no framing.
@@ -77,12 +78,43 @@ def page_error(request: web.Request, status: int, message: str) -> web.Response:
 
 
 def registry_host(request: web.Request) -> str:
-    """The host clients put in `source`: `[server] public_url`'s, else the one the browser is on.
+    """The host clients put in `source`: `[server] registry_host`, else `[server] public_url`'s, else
+    the one the browser is on.
 
     The browser's `Host` (or a trusted proxy's) counts only when it is a `host[:port]` (web/origin.py).
     """
+    named = request.app[CONFIG].server.registry_host
+    if named:
+        return named
     base = base_url(request)
     return urlsplit(base).netloc if base else "registry.example.com"
+
+
+def host_note(request: web.Request) -> str:
+    """What a module page says of the host its `module` blocks name, when the address the page was
+    reached at is not `[server] public_url` and no host Terraform can install from (plain HTTP:
+    Terraform finds a registry over HTTPS only); "" otherwise."""
+    reached = request_origin(request)
+    if reached is None or reached.startswith("https://") or reached == public_origin(request):
+        return ""
+    server, host = request.app[CONFIG].server, registry_host(request)
+    if server.registry_host:
+        return (
+            f"These blocks name {host}, the host Terraform installs from ([server] registry_host; your Terraform "
+            f"CLI configuration maps it to this registry): not {reached}, where this page was reached, which "
+            "Terraform cannot use (it finds a registry over HTTPS only)."
+        )
+    if server.public_url:
+        return (
+            f"These blocks name {host}, the host Terraform installs from ([server] public_url): not {reached}, where "
+            "this page was reached, which Terraform cannot use (it finds a registry over HTTPS only)."
+        )
+    return (
+        f"Terraform finds a registry over HTTPS only: a source naming {host} installs only where a `host` block of "
+        "the Terraform CLI configuration maps that name to this registry. Use this registry's HTTPS host name "
+        "(set [server] public_url and these blocks name it), or the name your CLI configuration maps (set "
+        "[server] registry_host)."
+    )
 
 
 def constraint(version: IndexedVersion) -> str:

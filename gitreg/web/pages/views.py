@@ -20,8 +20,10 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import web
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
 
+from gitreg.config.rules import match_rule
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress, check_version, parse_address
 from gitreg.identity.door import Visibility
@@ -33,7 +35,16 @@ from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.readme import Readmes
-from gitreg.web.pages.render import HERE, not_found, page_error, render, served_address, snippet
+from gitreg.web.pages.render import (
+    HERE,
+    host_note,
+    not_found,
+    page_error,
+    registry_host,
+    render,
+    served_address,
+    snippet,
+)
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
 
 # The files endpoint's answers: a commit's files never change; an SVG can run no script, load
@@ -88,11 +99,26 @@ async def _shown_version(request: web.Request) -> tuple[IndexEntry, IndexedVersi
                 request,
                 f"Module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0.",
             )
-        return not_found(request, f"No module {address} is listed by this registry.")
+        return not_found(request, unlisted_message(request, address))
     version = entry.latest if "version" not in m else entry.find(m["version"])
     if version is None:
         return not_found(request, f"Module {address} has no version {m['version']}.")
     return entry, version
+
+
+def unlisted_message(request: web.Request, address: ModuleAddress) -> str:
+    """What the 404 page says of a module the index does not list: a wildcard rule lists a module
+    only once it served it (it cannot enumerate its repositories), which the page then says."""
+    wildcards = tuple(rule for rule in request.app[CONFIG].modules if not rule.explicit)
+    resolved = match_rule(wildcards, address)
+    if resolved is None:
+        return f"No module {address} is listed by this registry."
+    return (
+        f"Module {address} is not listed yet: the rule {resolved.rule.pattern} serves it, and lists a module "
+        "after its first install (a rule with wildcards cannot list its repositories): `terraform init` with "
+        f'source = "{registry_host(request)}/{address}" installs it (when that repository has a SemVer tag), '
+        "and this page shows it from then on."
+    )
 
 
 async def _stored_details(
@@ -194,6 +220,7 @@ async def module_page(request: web.Request) -> web.Response:
         latest=entry.latest,
         versions=entry.versions,
         snippet=snippet(request, entry, version),
+        host_note=host_note(request),
         readme=root.get("readme_html", ""),
         root=root,
         submodules=submodules,
@@ -224,7 +251,30 @@ async def module_file(request: web.Request) -> web.Response:
         data, content_type = await request.app[BROWSE].image(entry, version, request.match_info["path"])
     except GitregError as e:
         return page_error(request, e.status, e.message)
-    return web.Response(body=data, content_type=content_type, headers=headers)
+    return web.Response(body=ImagePayload(data, content_type), headers=headers)
+
+
+class ImagePayload(payload.Payload):
+    """An image's bytes sent a piece at a time, each piece once the connection took the last: a
+    slow reader's buffer holds a piece, never a copy of the image (issue 33)."""
+
+    _value: memoryview
+    PIECE = 64 << 10
+
+    def __init__(self, value: memoryview, content_type: str) -> None:
+        super().__init__(value, content_type=content_type)
+        self._size = value.nbytes
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return bytes(self._value).decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
+        view = self._value if content_length is None else self._value[:content_length]
+        for start in range(0, view.nbytes, self.PIECE):
+            await writer.write(view[start : start + self.PIECE])  # waits while the connection's buffer is full
 
 
 def add_ui(app: web.Application) -> web.RouteTableDef:
