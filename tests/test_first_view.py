@@ -67,7 +67,7 @@ async def test_tag_dates_come_with_the_details_fetch_and_newest_first_is_right_o
         assert {r.path.split("/")[1] for r in git_http.requests() if r.method == "POST"} == {
             f"public-{n}.git" for n in dates
         }
-        assert git_http.ref_advertisements() == 3 + 3  # one ls-remote and one (held) details fetch each
+        assert git_http.ref_listings() == 3  # one ls-remote each; the (held) details fetch lists no refs
     finally:
         git_http.release_fetches()
     await indexed(client)
@@ -77,20 +77,27 @@ async def test_tag_dates_come_with_the_details_fetch_and_newest_first_is_right_o
     assert re.findall(r'href="/modules/acme/(\w+)/aws"', page) == ["beta", "gamma", "alpha"]
 
 
-async def test_the_first_index_asks_each_repository_for_its_refs_twice_at_most(make_client, git_http, tmp_path):
+async def test_the_first_index_asks_each_repository_for_its_refs_once_and_keeps_the_taggers_date(
+    make_client, git_http, tmp_path
+):
     names = [f"m{i}" for i in range(6)]
-    for n in names:
+    for i, n in enumerate(names):
         repo = GitRepo(tmp_path / "repos", f"public-{n}")
-        repo.commit({"README.md": f"# {n}\n\nA module.\n", "main.tf": 'variable "x" {}\n'})
-        for t in range(5):
-            repo.tag(f"v1.{t}.0", annotated=t % 2 == 1, message="release")
+        repo.commit({"README.md": f"# {n}\n\nA module.\n", "main.tf": 'variable "x" {}\n'}, date="2020-02-03T04:05:06Z")
+        for t in range(5):  # the latest (v1.4.0) annotated in the odd modules: tagged today, its commit in 2020
+            repo.tag(f"v1.{t}.0", annotated=(t + i) % 2 == 1, message="release")
     config = make_config(rules(git_http, names), git_http, storage={"path": str(tmp_path / "state")})
     client = await indexed(await make_client(config))
-    listed = (await get_json(client, "/v1/modules"))["modules"]
-    assert sorted(m["name"] for m in listed) == names and all(m["published_at"] and m["description"] for m in listed)
-    # The tag list (ls-remote) and the latest tag's files and date (one shallow fetch): before,
-    # an early read of the date added a fetch of its own (three per repository).
-    assert [git_http.ref_advertisements(f"public-{n}.git") for n in names] == [2] * len(names)
+    listed = {m["name"]: m for m in (await get_json(client, "/v1/modules"))["modules"]}
+    assert sorted(listed) == names and all(m["description"] for m in listed.values())
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert {n: m["published_at"][:10] for n, m in listed.items()} == {
+        n: today if i % 2 else "2020-02-03" for i, n in enumerate(names)
+    }
+    # The tag list (ls-remote), then the latest tag's files and date: one shallow fetch asking for
+    # the object ls-remote named (the tag object of an annotated tag), which lists no refs. Before,
+    # the fetch asked for the tag by its name: the host listed its refs a second time.
+    assert [git_http.ref_listings(f"public-{n}.git") for n in names] == [1] * len(names)
 
 
 async def test_a_version_whose_details_are_being_read_shows_its_own_header_and_a_reading_state(
