@@ -100,6 +100,18 @@ async def test_the_first_index_asks_each_repository_for_its_refs_once_and_keeps_
     assert [git_http.ref_listings(f"public-{n}.git") for n in names] == [1] * len(names)
 
 
+async def test_a_host_speaking_protocol_v0_gives_the_details_and_the_taggers_date_too(make_client, git_http, tmp_path):
+    git_http.protocol_v0 = True  # it sends only the objects it advertises (an annotated tag's own object is)
+    repo = GitRepo(tmp_path / "repos", "public-old")
+    repo.commit({"README.md": "# old\n\nAn old host.\n", "main.tf": "# m\n"}, date="2020-02-03T04:05:06Z")
+    repo.tag("v1.0.0", annotated=True)
+    config = make_config(rules(git_http, ["old"]), git_http, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    (listed,) = (await get_json(client, "/v1/modules"))["modules"]
+    assert listed["description"] == "An old host." and listed["published_at"][:4] != "2020"
+    assert git_http.ref_listings("public-old.git") == 2  # with v0 every fetch starts with the refs
+
+
 async def test_a_version_whose_details_are_being_read_shows_its_own_header_and_a_reading_state(
     make_client, git_http, tmp_path
 ):

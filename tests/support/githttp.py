@@ -185,10 +185,11 @@ class _Handler(BaseHTTPRequestHandler):
             env["CONTENT_LENGTH"] = str(length)
         if self.headers.get("Content-Encoding"):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
-        if self.headers.get("Git-Protocol"):
+        if self.headers.get("Git-Protocol") and not owner.protocol_v0:
             env["HTTP_GIT_PROTOCOL"] = self.headers["Git-Protocol"]
         body = self.rfile.read(length) if length else b""
-        if _lists_refs(self.command, path, body, self.headers.get("Git-Protocol", "")):
+        protocol = "" if owner.protocol_v0 else self.headers.get("Git-Protocol", "")
+        if _lists_refs(self.command, path, body, protocol):
             owner._count_listing(path.lstrip("/").split("/", 1)[0])
         held = b"want " in body and (owner._hold_filtered or b"filter " not in body)
         if held:  # a fetch (protocol v0 and v2), not a ref listing
@@ -238,6 +239,7 @@ class GitHttpServer:
         self.answer: tuple[int, dict[str, str], bytes] = (200, {"Content-Type": "text/html"}, b"<html></html>")
         self.answer_path = ""  # "answer" mode: only for paths ending so ("/git-upload-pack"); git serves the rest
         self.git = shutil.which("git") or "git"
+        self.protocol_v0 = False  # True: speak protocol v0 only (it sends only advertised objects)
         self._lock = threading.Lock()
         self._advertisements: dict[str, int] = {}
         self._listings: dict[str, int] = {}
