@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import calendar
 import re
 import time
 
 import pytest
 
+from gitreg.web.keys import ORGS
 from tests.conftest import assert_error, indexed
+from tests.support.forges import FakeForge
 from tests.support.repos import GitRepo
 from tests.test_index import get_json, make_config, module_repo, rules
+from tests.test_orgs import API_TOKEN, WEBHOOKS, org_config, post_github, until
 
 pytestmark = pytest.mark.slow  # real git over HTTP, held or slowed down on purpose
 
@@ -75,6 +79,51 @@ async def test_tag_dates_come_with_the_details_fetch_and_newest_first_is_right_o
     assert {m["name"]: m["published_at"] for m in listed} == dates
     page = await (await client.get("/")).text()
     assert re.findall(r'href="/modules/acme/(\w+)/aws"', page) == ["beta", "gamma", "alpha"]
+
+
+def org_repo(tmp_path, fake: FakeForge, name: str, date: str) -> None:
+    """An org repository whose one commit and tag (lightweight: the commit's date) are of `date`, pushed then."""
+    repo = GitRepo(tmp_path / "repos", f"terraform-aws-{name}")
+    repo.commit({"README.md": f"# {name}\n\nA module.\n", "main.tf": "# m\n"}, date=date)
+    repo.tag("v1.0.0")
+    fake.add(f"terraform-aws-{name}", pushed=calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+async def newest_first(client) -> list[str]:
+    return re.findall(r'href="/modules/acme/(\w+)/aws"', await (await client.get("/")).text())
+
+
+async def test_an_org_module_is_placed_newest_first_by_its_push_time_until_its_tag_date_is_read(
+    make_client, git_http, tmp_path
+):
+    fake = await FakeForge("github", git_http, "acme-infra", token=API_TOKEN).start()
+    try:
+        org_repo(tmp_path, fake, "anew1", "2026-11-20T10:00:00Z")
+        org_repo(tmp_path, fake, "zold", "2020-05-01T10:00:00Z")
+        client = await make_client(org_config(fake, git_http, webhooks=WEBHOOKS))
+        await until(client.app[ORGS].complete)
+        await indexed(client)
+        assert await newest_first(client) == ["anew1", "zold"]  # their tag dates, read with their details
+        # A repository created today, listed while its details cannot be read yet: placed by the
+        # push time the API gave, not after the module tagged in 2020 (it was: no date, last).
+        git_http.hold_fetches()
+        try:
+            org_repo(tmp_path, fake, "anew2", "2026-11-25T10:00:00Z")
+            created = fake.github_repository_event("created", "terraform-aws-anew2")
+            resp = await post_github(client, created, "repository")
+            assert resp.status == 200, await resp.text()
+            started = time.monotonic()
+            while len(listed := (await get_json(client, "/v1/modules"))["modules"]) < 3:
+                assert time.monotonic() - started < 10, listed
+                await asyncio.sleep(0.05)
+            assert {m["name"]: m["published_at"] for m in listed}["anew2"] == ""  # the tag's date is not read yet
+            assert await newest_first(client) == ["anew2", "anew1", "zold"]
+        finally:
+            git_http.release_fetches()
+        await indexed(client)
+        assert await newest_first(client) == ["anew2", "anew1", "zold"]
+    finally:
+        await fake.close()
 
 
 async def test_the_first_index_asks_each_repository_for_its_refs_once_and_keeps_the_taggers_date(

@@ -116,8 +116,8 @@ class MirrorGit:
         self._fetch(path, url, settings, options, f"+refs/tags/{tag}:refs/tags/{tag}")
 
     def _fetch(self, path: str, url: str, settings: list[str], options: list[str], refspec: str) -> None:
-        args = ["git", *settings, "fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, refspec]
-        self.adapter.call(args, url, path)
+        fetch = ["fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, refspec]
+        self.adapter.call(["git", *settings, *fetch], url, path)
 
     def has_commit(self, path: str, sha: str) -> bool:
         """True when the mirror at `path` holds commit `sha` (a validated SHA from ls-remote)."""

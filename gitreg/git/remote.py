@@ -65,6 +65,11 @@ class TagObjects:
                 _, dropped = self._by_url.popitem(last=False)
                 self._size -= len(dropped)
 
+    def of(self, url: str) -> dict[str, tuple[str, str]]:
+        """What is known of `url`'s annotated tags (for the index process: see index.protocol.TagsFetched)."""
+        with self._lock:
+            return dict(self._by_url.get(url, {}))
+
     def want(self, url: str, tag: str, commit: str) -> str:
         """What to fetch for tag `tag` at `commit`: the tag object when the tag is annotated, else the commit."""
         with self._lock:

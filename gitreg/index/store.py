@@ -35,6 +35,7 @@ from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import AsyncSignal, Signal
 from gitreg.core.names import ModuleAddress
+from gitreg.git.remote import TagObjects
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
 from gitreg.index.model import (
@@ -220,6 +221,11 @@ class ModuleIndex:
         self.stats.details_built += 1
         await run_file_work(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
         return built
+
+    @property
+    def tag_objects(self) -> TagObjects:
+        """Annotated tags' own objects from recent ls-remotes, which details fetches ask for."""
+        return self._details.mirrors.git.adapter.tag_objects
 
     async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
         """The details of `version` from memory or disk, never from git: DetailsPending (503) when
