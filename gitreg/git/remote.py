@@ -26,8 +26,9 @@ SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 MAX_REFS = 200_000
 _MAX_LINE = 64 * 1024  # git's pkt-line limit is 65520 bytes: no ref line is longer
 # Annotated tags' own object names remembered from recent ls-remotes (see TagObjects): at most
-# this many tags in all, the repositories listed longest ago forgotten first.
-MAX_TAG_OBJECTS = 200_000
+# this many tags in all (about 150 bytes each: 8 MiB), the repositories listed longest ago
+# forgotten first. 2,500 repositories of 20 annotated tags each.
+MAX_TAG_OBJECTS = 50_000
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,21 @@ class TagObjects:
     def __init__(self, limit: int = MAX_TAG_OBJECTS) -> None:
         self._limit = limit
         self._size = 0
-        self._by_url: OrderedDict[str, dict[str, tuple[str, str]]] = OrderedDict()  # url -> tag -> (object, commit)
+        # url -> tag -> its object's name then its commit's, as bytes (a third of the hex's memory)
+        self._by_url: OrderedDict[str, dict[str, bytes]] = OrderedDict()
         self._lock = threading.Lock()  # ls-remote runs in the git pool's threads
 
     def keep(self, url: str, objects: dict[str, tuple[str, str]]) -> None:
         """Remember `url`'s annotated tags (tag -> (tag object, commit)), replacing what was known."""
-        if len(objects) > self._limit:
-            objects = {}
+        packed = {tag: bytes.fromhex(obj + commit) for tag, (obj, commit) in objects.items() if len(obj) == len(commit)}
+        if len(packed) > self._limit:
+            packed = {}
         with self._lock:
             old = self._by_url.pop(url, None)
             self._size -= len(old) if old else 0
-            if objects:
-                self._by_url[url] = objects
-                self._size += len(objects)
+            if packed:
+                self._by_url[url] = packed
+                self._size += len(packed)
             while self._size > self._limit:
                 _, dropped = self._by_url.popitem(last=False)
                 self._size -= len(dropped)
@@ -68,13 +71,23 @@ class TagObjects:
     def of(self, url: str) -> dict[str, tuple[str, str]]:
         """What is known of `url`'s annotated tags (for the index process: see index.protocol.TagsFetched)."""
         with self._lock:
-            return dict(self._by_url.get(url, {}))
+            known = dict(self._by_url.get(url, {}))
+        return {tag: _unpacked(both) for tag, both in known.items()}
 
     def want(self, url: str, tag: str, commit: str) -> str:
         """What to fetch for tag `tag` at `commit`: the tag object when the tag is annotated, else the commit."""
         with self._lock:
-            known = self._by_url.get(url, {}).get(tag)
-        return known[0] if known is not None and known[1] == commit else commit
+            both = self._by_url.get(url, {}).get(tag)
+        if both is None:
+            return commit
+        obj, peeled = _unpacked(both)
+        return obj if peeled == commit else commit
+
+
+def _unpacked(both: bytes) -> tuple[str, str]:
+    """(tag object, commit) from TagObjects' packed form."""
+    half = len(both) // 2
+    return both[:half].hex(), both[half:].hex()
 
 
 class GitAdapter:
