@@ -446,6 +446,14 @@ class GitHttpChild:
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
 
+    def ref_listings(self, repo: str = "") -> int:
+        """Times the refs of `repo` were really sent (all repos when ""): a protocol v2 `ls-refs`, or a v0
+        advertisement (with v2 an `info/refs` request advertises capabilities only; see githttp.ref_listings)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"listings {repo}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
     def requests(self) -> int:
         """Every request the server has seen (any repository, any kind: ref advertisements, fetches...)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -482,6 +490,8 @@ def _githttp_child(root: str, mode: str, delay: float) -> None:
         command, _, repo = line.rstrip("\n").partition(" ")
         if command == "count":
             print(server.ref_advertisements(repo or None), flush=True)
+        elif command == "listings":
+            print(server.ref_listings(repo or None), flush=True)
         elif command == "requests":
             print(len(server.requests()), flush=True)
     server.stop()

@@ -660,6 +660,7 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
                     f"at concurrency {args.concurrency}: {details_base:.1f} s"
                 )
             adv0, req0, api_first = git.ref_advertisements(), git.requests(), len(fake.requests())
+            listings0 = git.ref_listings()
 
             # -- first full index, with install latency of the cached module spread over it
             storage = work / "storage"
@@ -699,6 +700,7 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
             cpu_indexer = sum(cpu_seconds(pid) for pid in index_process_pids(server.proc.pid))
             pacer.join()
             index_git = git.ref_advertisements() - adv0
+            index_listings = git.ref_listings() - listings0
             index_requests = git.requests() - req0
             api_first = len(fake.requests()) - api_first
             ls_calls = metric(client, "gitreg_upstream_git_calls_total")
@@ -721,7 +723,8 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
                 f"its index process (nice +10) {cpu_indexer:.1f} s"
             )
             print(
-                f"  git server: {index_git} ref advertisements, {index_requests} requests in all; gitreg "
+                f"  git server: {index_git} ref advertisements (info/refs), {index_listings} ref listings "
+                f"(ls-refs or v0), {index_requests} requests in all; gitreg "
                 f"ls-remote calls: {ls_calls:.0f}; the fake API: {api_first} requests ({pages} pages a listing)"
             )
 

@@ -277,10 +277,9 @@ async def test_an_older_versions_details_are_read_in_the_background_never_inside
     await indexed(client)
     old = await get_json(client, "/v1/modules/acme/vnet/aws/1.0.0")
     assert old["version"] == "1.0.0" and old["description"] == "Creates a virtual network with peering and flow logs."
-    # Read with one shallow fetch of that tag (a ref advertisement, ls-refs, fetch), after the answer.
+    # Read with one shallow fetch of that tag's object (capabilities, fetch: no ls-refs), after the answer.
     assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in git_http.requests()] == [
         ("GET", "refs"),
-        ("POST", "git-upload-pack"),
         ("POST", "git-upload-pack"),
     ]
 

@@ -51,6 +51,9 @@ _CUT_SHORT = re.compile(r"remote end hung up unexpectedly|could not read from re
 _CURL_FAILED = re.compile(r"RPC failed|unable to access|curl \d+|early EOF", re.IGNORECASE)
 # gitreg's own disk, not the host: git could not write what it fetched ("unpack-objects failed" follows).
 DISK_FULL_TEXT = re.compile(r"no space left on device|disk quota exceeded", re.IGNORECASE)
+# The host refused to send an object asked for by its name (a protocol v0 server, or one that
+# allows only advertised objects): the caller asks again by the tag's name.
+_WANT_REFUSED = re.compile(r"not our ref|unadvertised object", re.IGNORECASE)
 _STATUS_LINE = re.compile(r"HTTP/[\d.]+ (\d{3})\b", re.IGNORECASE)
 _REDIRECTED = re.compile(r"returned error: 3\d\d\b")
 # What a smart-HTTP host answers to git's two requests (anything else made git fall back to
@@ -65,6 +68,10 @@ _BOILERPLATE = re.compile(
     re.IGNORECASE,
 )
 _USERINFO_RE = re.compile(r"(?<=://)[^/@\s']+@")
+
+
+class WantRefused(UpstreamUnavailable):
+    """The host would not send an object asked for by its SHA (protocol v0, or only advertised objects allowed)."""
 
 
 def check(runner: GitRunner, run: GitRun, url: str, too_large: str) -> None:
@@ -158,6 +165,8 @@ def _classify(runner: GitRunner, url: str, stderr: str, status: int | str | None
         return UpstreamUnavailable(
             f"the Git host refused gitreg's credentials for {shown}; check [[credentials]] on the registry server"
         )
+    if _WANT_REFUSED.search(stderr):
+        return WantRefused(f"the Git host of {shown} sends only the objects it advertises: {detail}")
     if _NOT_FOUND.search(stderr):
         return ModuleNotFound(f"repository {shown} does not exist upstream (or gitreg may not read it)")
     if _NOT_GIT.search(stderr):

@@ -9,17 +9,20 @@ a pinned commit stays reachable, and `git gc` keeps it, after its tag moved upst
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Collection
 from typing import BinaryIO, TypeVar, cast
 
 from gitreg.core.errors import DISK_FULL, DiskFull, UpstreamTimeout, UpstreamUnavailable
-from gitreg.git.failures import DISK_FULL_TEXT, last_line
+from gitreg.core.urls import mask
+from gitreg.git.failures import DISK_FULL_TEXT, WantRefused, last_line
 from gitreg.git.remote import SHA_RE, GitAdapter
 from gitreg.git.runner import MAX_OUTPUT_BYTES, GitRun
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 PIN_REFS = "refs/gitreg/pins/"
 # What out_of_space writes: more than git's small files (a config, a lock, a ref) take.
@@ -102,37 +105,37 @@ class MirrorGit:
         if status != 0:
             raise UpstreamUnavailable(f"git fast-import into {path} failed (exit {status})")
 
-    def fetch_tags(self, path: str, url: str, tag: str | None = None, commit_only: bool = False) -> None:
-        """Fetch every tag of `url` into the repository at `path` (tags may move: force, prune).
+    def fetch_tags(self, path: str, url: str) -> None:
+        """Fetch every tag of `url` into the repository at `path` (tags may move: force, prune)."""
+        self._fetch(path, url, [], ["--force", "--prune"], "+refs/tags/*:refs/tags/*")
 
-        With `tag`: that one tag and its commit's tree only (`--depth=1`, no history), what module
-        details need of a repository gitreg keeps no mirror of; with `commit_only` not even the
-        tree (`--filter=tree:0`: the tag's date is all the index wants; a host that does not
-        filter sends the tree). The tag name comes from the host's ref list (a valid ref name:
-        no `:` or `*`).
+    def fetch_tag(self, path: str, url: str, tag: str, sha: str) -> None:
+        """Fetch tag `tag` of `url` at commit `sha` into the repository at `path`, with that commit's
+        tree only (`--depth=1`, no history): what module details need of a repository gitreg keeps
+        no mirror of, and the tag's date (`tag_dates`).
+
+        Asked for by object name, the one `ls-remote` gave (the tag object of an annotated tag,
+        so its tagger's date comes along; else the commit): with protocol v2 git then sends no
+        ref listing of its own, so the host advertises its refs once per repository, to
+        `ls-remote`. A host that sends only advertised objects (protocol v0) is asked by the tag's
+        name instead. The tag name comes from the host's ref list (a valid ref name: no `:` or `*`).
         """
-        if tag is None:
-            settings, options, refspec = [], ["--force", "--prune"], "+refs/tags/*:refs/tags/*"
-        else:
-            # The pack is kept as it came, not unpacked into a file per object (git does that
-            # below 100 objects, which a module's tree usually is): read once, then removed.
-            settings = ["-c", "fetch.unpackLimit=1"]
-            options, refspec = ["--depth=1", "--no-tags"], f"+refs/tags/{tag}:refs/tags/{tag}"
-            if commit_only:
-                options.append("--filter=tree:0")
-        args = [
-            "git",
-            *settings,
-            "fetch",
-            "--quiet",
-            *options,
-            "--no-write-fetch-head",
-            "--end-of-options",
-            url,
-            refspec,
-        ]
+        # The pack is kept as it came, not unpacked into a file per object (git does that
+        # below 100 objects, which a module's tree usually is): read once, then removed.
+        settings, options = ["-c", "fetch.unpackLimit=1"], ["--depth=1", "--no-tags"]
+        want = self.adapter.tag_objects.want(url, tag, sha) if SHA_RE.fullmatch(sha) else ""
+        if want:
+            try:
+                self._fetch(path, url, settings, options, f"+{want}:refs/tags/{tag}")
+                return
+            except WantRefused:
+                log.info("%s sends only advertised objects: fetching tag %s by its name", mask(url), tag)
+        self._fetch(path, url, settings, options, f"+refs/tags/{tag}:refs/tags/{tag}")
+
+    def _fetch(self, path: str, url: str, settings: list[str], options: list[str], refspec: str) -> None:
+        fetch = ["fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, refspec]
         try:
-            self.adapter.call(args, url, path)
+            self.adapter.call(["git", *settings, *fetch], url, path)
         except UpstreamUnavailable as e:
             if out_of_space(path):  # git's message did not say so (a lock or config file it could not write)
                 raise DiskFull("git fetch could not write to gitreg's disk: no space left on device") from e

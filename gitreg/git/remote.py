@@ -9,6 +9,8 @@ exhaust the server's memory.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,6 +25,10 @@ SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # 200,000 tag lines (an annotated tag takes two) or 32 MiB: far above real repositories.
 MAX_REFS = 200_000
 _MAX_LINE = 64 * 1024  # git's pkt-line limit is 65520 bytes: no ref line is longer
+# Annotated tags' own object names remembered from recent ls-remotes (see TagObjects): at most
+# this many tags in all (about 150 bytes each: 8 MiB), the repositories listed longest ago
+# forgotten first. 2,500 repositories of 20 annotated tags each.
+MAX_TAG_OBJECTS = 50_000
 
 
 @dataclass(frozen=True)
@@ -34,11 +40,62 @@ class TagList:
     age: float = field(default=0.0, compare=False)
 
 
+class TagObjects:
+    """The object names of annotated tags (not their commits), as the latest `ls-remote` of each
+    repository advertised them: a details fetch asks for the tag object by its name, so the tag
+    keeps its tagger's date, without asking the host for its refs again. Bounded (MAX_TAG_OBJECTS);
+    a tag forgotten, or one whose commit changed since, is fetched by its commit (the commit's date)."""
+
+    def __init__(self, limit: int = MAX_TAG_OBJECTS) -> None:
+        self._limit = limit
+        self._size = 0
+        # url -> tag -> its object's name then its commit's, as bytes (a third of the hex's memory)
+        self._by_url: OrderedDict[str, dict[str, bytes]] = OrderedDict()
+        self._lock = threading.Lock()  # ls-remote runs in the git pool's threads
+
+    def keep(self, url: str, objects: dict[str, tuple[str, str]]) -> None:
+        """Remember `url`'s annotated tags (tag -> (tag object, commit)), replacing what was known."""
+        packed = {tag: bytes.fromhex(obj + commit) for tag, (obj, commit) in objects.items() if len(obj) == len(commit)}
+        if len(packed) > self._limit:
+            packed = {}
+        with self._lock:
+            old = self._by_url.pop(url, None)
+            self._size -= len(old) if old else 0
+            if packed:
+                self._by_url[url] = packed
+                self._size += len(packed)
+            while self._size > self._limit:
+                _, dropped = self._by_url.popitem(last=False)
+                self._size -= len(dropped)
+
+    def of(self, url: str) -> dict[str, tuple[str, str]]:
+        """What is known of `url`'s annotated tags (for the index process: see index.protocol.TagsFetched)."""
+        with self._lock:
+            known = dict(self._by_url.get(url, {}))
+        return {tag: _unpacked(both) for tag, both in known.items()}
+
+    def want(self, url: str, tag: str, commit: str) -> str:
+        """What to fetch for tag `tag` at `commit`: the tag object when the tag is annotated, else the commit."""
+        with self._lock:
+            both = self._by_url.get(url, {}).get(tag)
+        if both is None:
+            return commit
+        obj, peeled = _unpacked(both)
+        return obj if peeled == commit else commit
+
+
+def _unpacked(both: bytes) -> tuple[str, str]:
+    """(tag object, commit) from TagObjects' packed form."""
+    half = len(both) // 2
+    return both[:half].hex(), both[half:].hex()
+
+
 class GitAdapter:
     """git calls that talk to a Git host, through `runner`, their failures classified."""
 
     def __init__(self, runner: GitRunner) -> None:
         self.runner = runner
+        self.tag_objects = TagObjects()
 
     def call(self, args: list[str], url: str, cwd: str | None = None) -> str:
         """Run a git command that talks to `url` (e.g. a fetch); its stdout, bounded by MAX_OUTPUT_BYTES."""
@@ -69,7 +126,9 @@ class GitAdapter:
             f"{mask(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
             "of tag refs); gitreg refuses to read them all",
         )
-        return TagList(parser.result())
+        tags = parser.result()
+        self.tag_objects.keep(url, parser.objects(tags))
+        return TagList(tags)
 
 
 class _RefParser:
@@ -80,6 +139,7 @@ class _RefParser:
         self.lines = 0
         self._tags: dict[str, str] = {}
         self._peeled: dict[str, str] = {}
+        self._objects: dict[str, str] = {}  # annotated tag -> its tag object (result() fills it)
 
     def feed(self, raw: bytes | str) -> None:
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
@@ -100,5 +160,10 @@ class _RefParser:
 
     def result(self) -> dict[str, str]:
         tags = self._tags
+        self._objects = {name: tags[name] for name in self._peeled if name in tags}
         tags.update((name, sha) for name, sha in self._peeled.items() if name in tags)
         return tags
+
+    def objects(self, tags: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+        """After result(): annotated tag -> (its tag object, its commit)."""
+        return {name: (obj, tags[name]) for name, obj in self._objects.items()}

@@ -79,7 +79,8 @@ class IndexSide:
             case Remember(address):
                 with contextlib.suppress(GitregError):
                     self.catalog.remember(self.registry.resolve(address))
-            case TagsFetched(key, tags):
+            case TagsFetched(key, tags, objects):
+                self.index.tag_objects.keep(key, objects)
                 self.cache.accept(key, TagList(tags))
             case Want(address, version):
                 self.index.want(address, version)

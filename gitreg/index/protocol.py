@@ -72,6 +72,8 @@ class TagsFetched:
 
     key: str
     tags: dict[str, str]
+    # Its annotated tags' own objects (git.remote.TagObjects): the details fetch asks for them.
+    objects: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

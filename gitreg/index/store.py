@@ -37,6 +37,7 @@ from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import AsyncSignal, Signal
 from gitreg.core.names import ModuleAddress
+from gitreg.git.remote import TagObjects
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
 from gitreg.index.model import (
@@ -229,7 +230,7 @@ class ModuleIndex:
 
     async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
         """Each version's date (canonical -> RFC 3339 UTC, "" when unknown) as far as gitreg's mirror
-        knows: one read of its tags per repository and set of versions, remembered with `published`'s."""
+        knows: one read of its tags per repository and set of versions, remembered."""
         resolved = self._resolve(entry.address)
         if resolved is None:
             return {}
@@ -244,6 +245,11 @@ class ModuleIndex:
                         self._dates[key] = utc_timestamp(dates[key[1]])
                 self._dates[marker] = ""
         return {canonical: self._dates.get(key, "") for canonical, key in keys.items()}
+
+    @property
+    def tag_objects(self) -> TagObjects:
+        """Annotated tags' own objects from recent ls-remotes, which details fetches ask for."""
+        return self._details.mirrors.git.adapter.tag_objects
 
     async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
         """The details of `version` from memory or disk, never from git: DetailsPending (503) when

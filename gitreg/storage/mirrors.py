@@ -215,7 +215,7 @@ class MirrorStore:
         tmp = self.root / f"tmp-{uuid.uuid4().hex}"
         try:
             await self._git(url, self.git.init, str(tmp))
-            await self._fetch(tmp, url, tag)
+            await self._fetch(tmp, url, (tag, sha))
             self._check_fits(url, await self._call(tree_bytes, str(tmp)))
             yield tmp
         finally:
@@ -293,11 +293,14 @@ class MirrorStore:
             self._failures.remember(url, error)
             raise error
 
-    async def _fetch(self, path: Path, url: str, tag: str | None = None) -> None:
-        """Fetch `url`'s tags (or `tag` alone, shallow) into the repository at `path`; a failure is
-        remembered for error_retry_seconds."""
+    async def _fetch(self, path: Path, url: str, tagged: tuple[str, str] | None = None) -> None:
+        """Fetch `url`'s tags (or one (tag, commit) alone, shallow) into the repository at `path`; a
+        failure is remembered for error_retry_seconds."""
         try:
-            await self._git(url, self.git.fetch_tags, str(path), url, tag)
+            if tagged is None:
+                await self._git(url, self.git.fetch_tags, str(path), url)
+            else:
+                await self._git(url, self.git.fetch_tag, str(path), url, *tagged)
         except DiskFull:
             raise  # not remembered: serving recovers as soon as space is freed
         except GitregError as e:

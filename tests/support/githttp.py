@@ -1,6 +1,8 @@
 """Real git over smart HTTP: `git http-backend` behind a small threaded HTTP server.
 
-Basic auth, per-repository counters of ref advertisements, and switchable faults for the
+Basic auth, per-repository counters of ref advertisements (`info/refs` requests: every git call
+to a host starts with one) and of ref listings (the refs really sent: protocol v2's `ls-refs`
+command, or a protocol v0 advertisement), and switchable faults for the
 fault tests and benchmarks: "down" (closes the connection), "slow" (answers after `delay`
 seconds), "trickle" (answers at once, then sends a byte every `trickle_interval` seconds,
 forever), "garbage" (an HTML page and noise, labelled as git's answer), "error" (HTTP 500), "unauthorized" (HTTP 401),
@@ -183,9 +185,12 @@ class _Handler(BaseHTTPRequestHandler):
             env["CONTENT_LENGTH"] = str(length)
         if self.headers.get("Content-Encoding"):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
-        if self.headers.get("Git-Protocol"):
+        if self.headers.get("Git-Protocol") and not owner.protocol_v0:
             env["HTTP_GIT_PROTOCOL"] = self.headers["Git-Protocol"]
         body = self.rfile.read(length) if length else b""
+        protocol = "" if owner.protocol_v0 else self.headers.get("Git-Protocol", "")
+        if _lists_refs(self.command, path, body, protocol):
+            owner._count_listing(path.lstrip("/").split("/", 1)[0])
         held = b"want " in body and (owner._hold_filtered or b"filter " not in body)
         if held:  # a fetch (protocol v0 and v2), not a ref listing
             while not owner._fetches.wait(0.05):
@@ -234,8 +239,10 @@ class GitHttpServer:
         self.answer: tuple[int, dict[str, str], bytes] = (200, {"Content-Type": "text/html"}, b"<html></html>")
         self.answer_path = ""  # "answer" mode: only for paths ending so ("/git-upload-pack"); git serves the rest
         self.git = shutil.which("git") or "git"
+        self.protocol_v0 = False  # True: speak protocol v0 only (it sends only advertised objects)
         self._lock = threading.Lock()
         self._advertisements: dict[str, int] = {}
+        self._listings: dict[str, int] = {}
         self._requests: list[RequestRecord] = []
         self._stopping = threading.Event()
         self._fetches = threading.Event()  # set: fetches are answered
@@ -292,6 +299,10 @@ class GitHttpServer:
         with self._lock:
             self._advertisements[repo] = self._advertisements.get(repo, 0) + 1
 
+    def _count_listing(self, repo: str) -> None:
+        with self._lock:
+            self._listings[repo] = self._listings.get(repo, 0) + 1
+
     def _record(self, record: RequestRecord) -> None:
         with self._lock:
             self._requests.append(record)
@@ -302,6 +313,15 @@ class GitHttpServer:
             if repo is None:
                 return sum(self._advertisements.values())
             return self._advertisements.get(repo, 0)
+
+    def ref_listings(self, repo: str | None = None) -> int:
+        """How many times git sent its refs (answered or not): a protocol v2 `ls-refs` command, or a
+        protocol v0 advertisement. With v2 an `info/refs` request only advertises capabilities,
+        and a fetch by object name lists no refs."""
+        with self._lock:
+            if repo is None:
+                return sum(self._listings.values())
+            return self._listings.get(repo, 0)
 
     def requests(self) -> list[RequestRecord]:
         """Every request seen so far."""
@@ -316,7 +336,16 @@ class GitHttpServer:
         """Forget counted advertisements and requests."""
         with self._lock:
             self._advertisements.clear()
+            self._listings.clear()
             self._requests.clear()
+
+
+def _lists_refs(method: str, path: str, body: bytes, protocol: str) -> bool:
+    """True when this request makes git send the repository's refs (see ref_listings)."""
+    if method == "GET":
+        return path.endswith("/info/refs") and "version=2" not in protocol
+    # A v2 command request: the first pkt-line is "command=<name>" (gzip-encoded bodies are fetches).
+    return path.endswith("/git-upload-pack") and body[4:19] == b"command=ls-refs"
 
 
 def _header(headers: dict[str, str], name: str) -> str | None:
