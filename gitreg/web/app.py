@@ -90,8 +90,8 @@ from gitreg.web.keys import (
     SHARED,
     SIGNER,
 )
-from gitreg.web.middleware import Routes
 from gitreg.web.pages.views import add_ui
+from gitreg.web.routing import Routes
 from gitreg.web.signing import UrlSigner
 
 log = logging.getLogger(__name__)
@@ -500,7 +500,7 @@ def create_app(
         contexts.append(_storage_scan)
     contexts.append(_readiness)  # keep last: ready only when every service above is up
     app.cleanup_ctx.extend(contexts)
-    table = Routes(app, metrics, config.auth.enabled)  # each handler wrapped (middleware.py)
+    table = Routes(app, metrics, config.auth.enabled)  # each handler wrapped by its declared rule (routing.py)
     table.add(routes)
     table.add(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     table.add(webhook_routes)

@@ -2,7 +2,7 @@
 
 `Authorization: Bearer <token>`: a static `[auth] tokens` entry, a `terraform login` token, a CI
 job's OIDC JWT or a Git host's own token; identity/ (the `Identities` facade) says who it is and
-what it may read. The middleware (middleware.py) and the pages' session guard record the caller
+what it may read. The request wrapper (routing.py) and the pages' session guard record the caller
 with `admit`; list, search and the pages then ask `visibility(request)`.
 """
 
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, cast
 from aiohttp import hdrs, web
 
 from gitreg.core.errors import Unauthorized
-from gitreg.core.names import parse_address
 from gitreg.core.secrets import bearer_token
 from gitreg.identity.model import Principal
 from gitreg.identity.service import NO_TOKEN
 from gitreg.identity.static import TokenChecker, token_id
 from gitreg.identity.visibility import Visibility
 from gitreg.observability.logs import WHO_KEY
+from gitreg.web.address import request_address
 from gitreg.web.keys import IDENTITIES
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ async def authorize(request: web.Request) -> str:
     A route naming a whole module address asks whether the caller can read that module (for a Git
     host identity: its repository, as the host says); one naming only a namespace checks a
     namespace-scoped token's namespaces (lists are filtered by `visibility`). Returns the
-    caller's credential kind (for the metrics). The caller (middleware.py) tried
+    caller's credential kind (for the metrics). The caller (routing.py) tried
     `authorize_static` first.
     """
     header = request.headers.get(hdrs.AUTHORIZATION, "")
@@ -104,7 +104,7 @@ async def authorize(request: web.Request) -> str:
     if namespace is None:
         return principal.kind
     if "name" in m and "system" in m:
-        await identities.check_read(principal, parse_address(namespace, m["name"], m["system"]))
+        await identities.check_read(principal, request_address(request))
     else:
         identities.check_namespace(principal, namespace)
     return principal.kind
@@ -119,5 +119,5 @@ def _check_static(request: web.Request, identities: Identities, principal: Princ
     if namespace is None:
         return
     if "name" in m and "system" in m:
-        parse_address(namespace, m["name"], m["system"])  # a bad segment: 400 before any 403, as for the others
+        request_address(request)  # a bad segment: 400 before any 403, as for the others
     identities.check_namespace(principal, namespace)
