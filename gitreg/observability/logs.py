@@ -6,7 +6,6 @@ Only the classes live here; the CLI (`cli.main`) is the one place that installs 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import re
@@ -174,15 +173,12 @@ def _made(done: list[_Done], created: float) -> list[AccessEntry]:
     return made
 
 
-# The same few callers make most requests: each name made safe once (bounded: names are not).
-@functools.lru_cache(maxsize=1024)
 def _user_field(user: str) -> str:
     return _USER_UNSAFE_RE.sub("_", user)[:120] if user else "-"
 
 
-@functools.lru_cache(maxsize=4)
 def _clf_time(second: int) -> str:
-    """`[time]` of the combined log format (UTC), made once per second."""
+    """`[time]` of the combined log format (UTC)."""
     return time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(second))
 
 
