@@ -6,6 +6,7 @@ Only the classes live here; the CLI (`cli.main`) is the one place that installs 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -173,12 +174,18 @@ def _made(done: list[_Done], created: float) -> list[AccessEntry]:
     return made
 
 
+# The same few callers make most requests: each name made safe once (bounded: names are not).
+# Buys 1.6 µs of CPU a request (bench/warm_parts.py's operator request, 60 paired rounds with and
+# without it in one process, medians; under load: ~70 µs a request).
+@functools.lru_cache(maxsize=1024)
 def _user_field(user: str) -> str:
     return _USER_UNSAFE_RE.sub("_", user)[:120] if user else "-"
 
 
+# Buys 2.5 µs of CPU a request (measured as `_user_field`).
+@functools.lru_cache(maxsize=4)
 def _clf_time(second: int) -> str:
-    """`[time]` of the combined log format (UTC)."""
+    """`[time]` of the combined log format (UTC), made once per second."""
     return time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(second))
 
 

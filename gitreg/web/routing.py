@@ -112,7 +112,8 @@ class Routes:
                             credential = _authorize_now(request, signed, routes.identities) or await authorize(request)
                         # Every path segment and query parameter, before any handler, rule or git
                         # call; the module address parsed once, handed to the handler on the request.
-                        address = check_request(request, request.get(ADDRESS_KEY))
+                        # (The credential check may have parsed it first: then it is on the request.)
+                        address = check_request(request, request.get(ADDRESS_KEY) if needs_credential else None)
                         if address is not None:
                             request[ADDRESS_KEY] = address
                         response = await handler(request)
