@@ -13,7 +13,7 @@ wrk, the machine's noise moves it far less than requests/s, which is what the ta
 - `no access log`: the access logger replaced by one that writes nothing;
 - `no auth`: and no `[auth] tokens` (the token is sent and not asked for);
 - `unwrapped handlers`: and the routes registered without gitreg's request wrapper
-  (middleware.Routes: timing, metrics, input checks, error shaping);
+  (routing.Routes: timing, metrics, input checks, error shaping);
 - `constant handler`: and the versions handler answering the same bytes without looking anything up;
 - `bare`: bench/bare_server.py's aiohttp app (no middleware, no access log).
 
@@ -88,9 +88,9 @@ def _app(part: int, config_path: str, body: bytes) -> web.AppRunner:
     from gitreg.web.api import modules
 
     if part >= PARTS.index("unwrapped handlers"):
-        from gitreg.web.middleware import Routes
+        from gitreg.web.routing import Routes
 
-        Routes._wrap = lambda self, handler, label, page: handler  # type: ignore[method-assign]
+        Routes._wrap = lambda self, handler, label, rule, page: handler  # type: ignore[method-assign]
     if part >= PARTS.index("constant handler"):
 
         async def constant(request: web.Request) -> web.Response:

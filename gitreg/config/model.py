@@ -206,15 +206,15 @@ class ModuleRule:
     # None means "infer it for GitHub and GitLab URLs, else the files are at the root".
     archive_root: str | None = None
 
-    @functools.cached_property  # read on every request (frozen: computed once, kept in __dict__)
+    @property
     def specificity(self) -> int:
         """How many of namespace/name/system the rule fixes."""
         return sum(v is not None for v in (self.namespace, self.name, self.system))
 
-    @functools.cached_property  # read on every request, like specificity
+    @property
     def explicit(self) -> bool:
         """True when the rule names exactly one module."""
-        return self.specificity == 3
+        return self.namespace is not None and self.name is not None and self.system is not None
 
     @property
     def pattern(self) -> str:

@@ -54,6 +54,8 @@ class RuleIndex:
         self.wildcards = tuple(rule for rule in rules if not rule.explicit)
         # A wildcard rule's answer depends only on the address (rules never change while serving):
         # the addresses asked for most recently keep theirs, so the warm path fills no template.
+        # Buys 10.6 µs of CPU a versions request (bench/warm_parts.py's operator request, 60 paired
+        # rounds with and without it in one process, medians; under load: ~100 µs a request).
         self.wildcard: Callable[[ModuleAddress], ResolvedModule | None] = functools.lru_cache(maxsize=4096)(
             functools.partial(match_rule, self.wildcards)
         )

@@ -1,4 +1,4 @@
-"""Domain exceptions, raised deep and shaped into HTTP responses in one middleware."""
+"""Domain exceptions, raised deep and shaped into HTTP responses in one place (web/routing.py)."""
 
 from __future__ import annotations
 

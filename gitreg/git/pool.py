@@ -58,8 +58,8 @@ class Priority(IntEnum):
     BACKGROUND = 2  # webhook and refresh-ahead refreshes, mirroring for details, the org index
 
 
-# The priority of git work started in the current context. The app's middleware sets it per
-# route; outside a request (background tasks, start-up) it is BACKGROUND.
+# The priority of git work started in the current context. The request wrapper sets it per
+# route, as the route declared (web/route_rules.py); outside a request (background tasks, start-up) it is BACKGROUND.
 GIT_PRIORITY: ContextVar[Priority] = ContextVar("gitreg_git_priority", default=Priority.BACKGROUND)
 
 

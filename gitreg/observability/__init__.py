@@ -2,7 +2,7 @@
 
 - `metrics`: `Metrics` (the application's own CollectorRegistry, the request and git-call
   instruments, `GET /metrics`'s rendering and token check), `Lifecycle` (`/readyz`), the
-  request-counting middleware.
+  request counting the request wrappers (web/routing.py) call.
 - `collectors`: every Prometheus collector, each reading one part of gitreg at scrape time
   (requests, tag cache, shared state, git pool, orgs, archives, index), so the parts they
   describe know nothing of Prometheus.

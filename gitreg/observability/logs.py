@@ -232,11 +232,14 @@ def _made(done: list[_Done], created: float) -> list[AccessEntry]:
 
 
 # The same few callers make most requests: each name made safe once (bounded: names are not).
+# Buys 1.6 µs of CPU a request (bench/warm_parts.py's operator request, 60 paired rounds with and
+# without it in one process, medians; under load: ~70 µs a request).
 @functools.lru_cache(maxsize=1024)
 def _user_field(user: str) -> str:
     return _USER_UNSAFE_RE.sub("_", user)[:120] if user else "-"
 
 
+# Buys 2.5 µs of CPU a request (measured as `_user_field`).
 @functools.lru_cache(maxsize=4)
 def _clf_time(second: int) -> str:
     """`[time]` of the combined log format (UTC), made once per second."""

@@ -2,7 +2,7 @@
 
 `create_app` makes the `Services` for the config and role, runs them in one cleanup context (built
 at startup, closed at cleanup), and gives the handlers the facades they ask under typed app keys
-(keys.py); the routes are registered here, each wrapped (middleware.py), the pages by `add_ui`.
+(keys.py); the routes are registered here, each wrapped by its declared rule (routing.py), the pages by `add_ui`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from gitreg.web.keys import (
     REGISTRY,
     SIGNER,
 )
-from gitreg.web.middleware import Routes
 from gitreg.web.pages.views import add_ui
+from gitreg.web.routing import Routes
 from gitreg.web.signing import UrlSigner
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def create_app(config: Config, clock: Callable[[], float] = time.monotonic, role
     app[METRICS] = services.metrics
     app[LIFECYCLE] = services.lifecycle
     app.cleanup_ctx.append(_serving(services))
-    table = Routes(app, services.metrics, config.auth.enabled)  # each handler wrapped (middleware.py)
+    table = Routes(app, services.metrics, config.auth.enabled)  # each handler wrapped by its declared rule (routing.py)
     table.add(routes)
     table.add(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     table.add(webhook_routes)

@@ -3,20 +3,18 @@
 `Authorization: Bearer <token>`: a static `[auth] tokens` entry, a `terraform login` token, a CI
 job's OIDC JWT or a Git host's own token; the identity door (identity/door.py, the one module of
 `gitreg.identity` the web layer imports) says who it is and what it may read. The request
-wrapper (middleware.py) calls `authorize_static`, then `authorize`; the pages' session guard
+wrapper (routing.py) calls `authorize_static`, then `authorize`; the pages' session guard
 records its visitor with `admit`; list, search and the pages then ask `visibility(request)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from aiohttp import hdrs, web
 
 from gitreg.core.errors import Forbidden
-from gitreg.core.names import parse_address
 from gitreg.identity.door import Identities, Principal, Visibility
 from gitreg.observability.logs import WHO_KEY
+from gitreg.web.address import request_address
 from gitreg.web.keys import IDENTITY
 
 __all__ = ["admit", "authorize", "authorize_static", "caller", "visibility"]
@@ -79,7 +77,7 @@ def authorize_static(request: web.Request, identities: Identities) -> str | None
         try:
             identities.read_now(principal, namespace)
         except Forbidden:
-            _bad_segment_first(namespace, m)
+            _bad_segment_first(request)
             raise
     return principal.kind
 
@@ -90,7 +88,7 @@ async def authorize(request: web.Request) -> str:
     A route naming a whole module address asks whether the caller can read that module (for a Git
     host identity: its repository, as the host says); one naming only a namespace checks a
     namespace-scoped token's namespaces (lists are filtered by `visibility`). Returns the
-    caller's credential kind (for the metrics). The caller (middleware.py) tried
+    caller's credential kind (for the metrics). The caller (routing.py) tried
     `authorize_static` first.
     """
     identities = request.app[IDENTITY]
@@ -99,7 +97,7 @@ async def authorize(request: web.Request) -> str:
     if not _read_now(request, identities, principal):
         m = request.match_info
         if "name" in m and "system" in m:
-            await identities.check_read(principal, parse_address(m["namespace"], m["name"], m["system"]))
+            await identities.check_read(principal, request_address(request))
     return principal.kind
 
 
@@ -114,11 +112,12 @@ def _read_now(request: web.Request, identities: Identities, principal: Principal
     try:
         return identities.read_now(principal, namespace) or "name" not in m or "system" not in m
     except Forbidden:
-        _bad_segment_first(namespace, m)
+        _bad_segment_first(request)
         raise
 
 
-def _bad_segment_first(namespace: str, m: Mapping[str, str]) -> None:
+def _bad_segment_first(request: web.Request) -> None:
     """Before a 403 for a whole address: a bad segment is a 400 first, as for the others."""
+    m = request.match_info
     if "name" in m and "system" in m:
-        parse_address(namespace, m["name"], m["system"])
+        request_address(request)

@@ -63,6 +63,8 @@ def from_trusted_proxy(request: web.Request) -> bool:
     return any(peer in network for network in _networks(proxies))
 
 
+# Buys 26.7 µs of CPU an archive-mode download request with two trusted proxies
+# (bench/warm_parts.py's operator scenario, 40 paired rounds with and without it, medians; under load).
 @functools.lru_cache(maxsize=8)
 def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     """`[server] trusted_proxies` parsed once (config checked them), not on every request."""
@@ -83,7 +85,9 @@ def request_origin(request: web.Request) -> str | None:
     return _checked_origin(scheme, host)
 
 
-# Clients send the same few Hosts: each is checked and spelled once (archive downloads ask per request).
+# Clients send the same few Hosts: each is checked and spelled once (archive downloads ask per
+# request). Buys 2.4 µs of CPU an archive-mode download request (as `_networks`; within that
+# run's noise) and 4.2 µs a call (`timeit`, same load).
 @functools.lru_cache(maxsize=256)
 def _checked_origin(scheme: str, host: str) -> str | None:
     if scheme.lower() not in ("http", "https") or not valid_host(host):

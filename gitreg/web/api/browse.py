@@ -17,12 +17,14 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from gitreg.core.errors import BadRequest, ModuleNotFound, VersionNotFound
-from gitreg.core.names import parse_address
+from gitreg.git.pool import Priority
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexedVersion, IndexEntry
+from gitreg.web.address import request_address
 from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE
+from gitreg.web.route_rules import Access
 
 browse_routes = web.RouteTableDef()
 
@@ -133,8 +135,7 @@ def _list_response(request: web.Request, entries: list[IndexEntry]) -> web.Respo
 
 def _indexed(request: web.Request) -> IndexEntry:
     """The indexed module a `{namespace}/{name}/{system}` path names; 404 when it is not listed."""
-    m = request.match_info
-    return request.app[BROWSE].indexed(parse_address(m["namespace"], m["name"], m["system"]))
+    return request.app[BROWSE].indexed(request_address(request))
 
 
 async def _details_response(request: web.Request, entry: IndexEntry, shown: IndexedVersion) -> web.Response:
@@ -156,8 +157,8 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
 # ---------------------------------------------------------------------------------------
 
 
-@browse_routes.get("/v1/modules")
-@browse_routes.get("/v1/modules/")
+@browse_routes.get("/v1/modules", access=Access.CREDENTIAL, priority=Priority.BROWSE)
+@browse_routes.get("/v1/modules/", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def list_modules(request: web.Request) -> web.Response:
     """Every listed module the caller may see, filtered by `provider` and `verified`."""
     keep, memo_key = await _filters(request)
@@ -165,7 +166,7 @@ async def list_modules(request: web.Request) -> web.Response:
     return _list_response(request, request.app[BROWSE].listed(keep, memo_key, seen.namespaces))
 
 
-@browse_routes.get("/v1/modules/search")
+@browse_routes.get("/v1/modules/search", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def search_modules(request: web.Request) -> web.Response:
     """Search namespace, name, system, description, topics and README words; best matches first."""
     query = request.query.get("q", "").strip()
@@ -176,7 +177,7 @@ async def search_modules(request: web.Request) -> web.Response:
     return _list_response(request, request.app[BROWSE].search(query, keep, memo_key))
 
 
-@browse_routes.get("/v1/modules/{namespace}")
+@browse_routes.get("/v1/modules/{namespace}", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def list_namespace(request: web.Request) -> web.Response:
     """The listed modules of one namespace."""
     namespace = request.match_info["namespace"]
@@ -184,7 +185,7 @@ async def list_namespace(request: web.Request) -> web.Response:
     return _list_response(request, request.app[BROWSE].listed(keep, memo_key, [namespace]))
 
 
-@browse_routes.get("/v1/modules/{namespace}/{name}")
+@browse_routes.get("/v1/modules/{namespace}/{name}", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def list_systems(request: web.Request) -> web.Response:
     """The latest version of a module for every system (provider) it is listed for."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -199,23 +200,26 @@ async def list_systems(request: web.Request) -> web.Response:
     return _list_response(request, entries)
 
 
-@browse_routes.get("/v1/modules/{namespace}/{name}/{system}")
+@browse_routes.get("/v1/modules/{namespace}/{name}/{system}", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def latest_module(request: web.Request) -> web.Response:
     """The latest version of a module, with its details."""
     entry = _indexed(request)
     return await _details_response(request, entry, entry.latest)
 
 
-@browse_routes.get("/v1/modules/{namespace}/{name}/{system}/download")
+@browse_routes.get(
+    "/v1/modules/{namespace}/{name}/{system}/download", access=Access.CREDENTIAL, priority=Priority.BROWSE
+)
 async def download_latest(request: web.Request) -> web.Response:
     """302 to the download endpoint of the latest version."""
-    m = request.match_info
-    address = parse_address(m["namespace"], m["name"], m["system"])
+    address = request_address(request)
     latest = await request.app[BROWSE].latest(address)
     raise web.HTTPFound(f"/v1/modules/{address}/{latest.canonical}/download")
 
 
-@browse_routes.get("/v1/modules/{namespace}/{name}/{system}/{version}")
+@browse_routes.get(
+    "/v1/modules/{namespace}/{name}/{system}/{version}", access=Access.CREDENTIAL, priority=Priority.BROWSE
+)
 async def module_version(request: web.Request) -> web.Response:
     """One version of a module, with its details."""
     entry = _indexed(request)

@@ -12,11 +12,12 @@ from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.core.content import ContentKey
-from gitreg.core.names import parse_address
+from gitreg.git.pool import Priority
 from gitreg.git.runner import GIT_MISSING, git_found
 from gitreg.identity.door import LOGIN_V1
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
+from gitreg.web.address import request_address
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CONFIG,
@@ -27,6 +28,7 @@ from gitreg.web.keys import (
     SIGNER,
 )
 from gitreg.web.origin import base_url
+from gitreg.web.route_rules import Access
 
 routes = web.RouteTableDef()
 
@@ -35,7 +37,8 @@ DISCOVERY = {"modules.v1": "/v1/modules/"}
 JSON_HEADERS = {"Content-Type": "application/json; charset=utf-8"}
 
 
-@routes.get("/.well-known/terraform.json")
+# The first request of `terraform init` (and of `terraform login`): open, at install priority.
+@routes.get("/.well-known/terraform.json", access=Access.OPEN, priority=Priority.INSTALL)
 async def discovery(request: web.Request) -> web.Response:
     """Service discovery: where the module registry API lives, and `terraform login`'s endpoints
     when an `[[auth.forges]]` entry has an OAuth application."""
@@ -44,13 +47,13 @@ async def discovery(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/healthz")
+@routes.get("/healthz", access=Access.OPEN, priority=Priority.BROWSE)
 async def healthz(request: web.Request) -> web.Response:
     """Liveness: the server runs and answers."""
     return web.json_response({"status": "ok"})
 
 
-@routes.get("/readyz")
+@routes.get("/readyz", access=Access.OPEN, priority=Priority.BROWSE)
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: config loaded and the git pool and cache up; 503 while starting or stopping."""
     lifecycle = request.app[LIFECYCLE]
@@ -65,7 +68,7 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response(report)
 
 
-@routes.get("/metrics")
+@routes.get("/metrics", access=Access.OPEN, priority=Priority.BROWSE)  # its own metrics_token
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text format; needs `[auth] metrics_token` as a Bearer token when one is set."""
     check_metrics_token(request, request.app[CONFIG].auth.metrics_token)
@@ -73,22 +76,21 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=instruments.render(), headers={"Content-Type": instruments.content_type})
 
 
-@routes.get("/v1/modules/{namespace}/{name}/{system}/versions")
+@routes.get("/v1/modules/{namespace}/{name}/{system}/versions", access=Access.CREDENTIAL, priority=Priority.INSTALL)
 async def versions(request: web.Request) -> web.Response:
     """The module's versions, as the single-element `modules` list clients expect."""
-    m = request.match_info
-    address = parse_address(m["namespace"], m["name"], m["system"])
-    body = await request.app[REGISTRY].versions_answer(address)
+    body = await request.app[REGISTRY].versions_answer(request_address(request))
     return web.Response(body=body, headers=JSON_HEADERS)
 
 
-@routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/download")
+@routes.get(
+    "/v1/modules/{namespace}/{name}/{system}/{version}/download", access=Access.CREDENTIAL, priority=Priority.INSTALL
+)
 async def download(request: web.Request) -> web.Response:
     """Where to fetch a version: 200 with the JSON body (OpenTofu) AND X-Terraform-Get (Terraform)."""
-    m = request.match_info
-    address = parse_address(m["namespace"], m["name"], m["system"])
+    address = request_address(request)
     registry = request.app[REGISTRY]
-    answer = await registry.download(address, m["version"])
+    answer = await registry.download(address, request.match_info["version"])
     body: dict[str, object] = {}
     location = answer.location
     if answer.archive is not None:
@@ -101,7 +103,9 @@ async def download(request: web.Request) -> web.Response:
     return web.json_response(text=text, headers={"X-Terraform-Get": location})
 
 
-@functools.lru_cache(maxsize=4096)  # the warm path: the same few locations, asked again and again
+# The same few locations, asked again and again: buys 14.6 µs of CPU a download request (as
+# `git_location` in registry/service.py measures it; 42 of 60 paired rounds faster with it).
+@functools.lru_cache(maxsize=4096)
 def _location_json(location: str) -> str:
     return json.dumps({"location": location})
 
@@ -141,11 +145,17 @@ class HeldFileResponse(web.FileResponse):
             self._release()
 
 
-@routes.get("/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME, name="archive")
+# Signed: Terraform fetches the archive without its token (the download answer signs its URL).
+@routes.get(
+    "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME,
+    name="archive",
+    access=Access.SIGNED,
+    priority=Priority.INSTALL,
+)
 async def archive(request: web.Request) -> web.StreamResponse:
     """The archive of an archive-mode version (GET and HEAD). Auth: a signed URL or the registry token."""
     m = request.match_info
-    address = parse_address(m["namespace"], m["name"], m["system"])
+    address = request_address(request)
     path, release = await request.app[REGISTRY].hold_archive(address, m["version"])
     return HeldFileResponse(
         path,

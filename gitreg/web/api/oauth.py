@@ -20,13 +20,14 @@ from urllib.parse import unquote, urlencode
 from aiohttp import web
 
 from gitreg.core.errors import GitregError
+from gitreg.git.pool import Priority
 from gitreg.identity.door import LoginFlows, LoginRefused, check_terraform_request
 from gitreg.web.errors import error_response
 from gitreg.web.keys import IDENTITY
 from gitreg.web.pages.render import SECURITY_HEADERS, render
 from gitreg.web.pages.session import NONCE_COOKIE, callback_url, forge_title, signed_in
+from gitreg.web.route_rules import Access
 
-OAUTH_PATHS = frozenset({"/oauth/authorize", "/oauth/callback", "/oauth/token"})
 oauth_routes = web.RouteTableDef()
 # Nothing here may be kept by a cache: each answer is one person's.
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -50,7 +51,7 @@ def _retry_after(e: GitregError) -> dict[str, str]:
     return {"Retry-After": str(retry)} if retry is not None else {}
 
 
-@oauth_routes.get("/oauth/authorize")
+@oauth_routes.get("/oauth/authorize", access=Access.OPEN, priority=Priority.BROWSE)
 async def authorize(request: web.Request) -> web.StreamResponse:
     """Terraform's authorize request: checked, then on to the Git host (or a page to pick one)."""
     flows = _flows(request)
@@ -74,7 +75,7 @@ async def authorize(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound(flows.start(forge, callback_url(request), flows.terraform_flow(checked)), headers=_NO_STORE)
 
 
-@oauth_routes.get("/oauth/callback")
+@oauth_routes.get("/oauth/callback", access=Access.OPEN, priority=Priority.BROWSE)
 async def callback(request: web.Request) -> web.StreamResponse:
     """The host's answer: its code exchanged server-side, then Terraform's localhost URL (or the pages)."""
     flows = _flows(request)
@@ -105,7 +106,7 @@ def _client_id(request: web.Request, form_client: str | None) -> str | None:
     return unquote(user)
 
 
-@oauth_routes.post("/oauth/token")
+@oauth_routes.post("/oauth/token", access=Access.OPEN, priority=Priority.BROWSE)
 async def token(request: web.Request) -> web.Response:
     """Terraform redeems its one-time code (with its PKCE verifier) for a registry token."""
     flows = _flows(request)

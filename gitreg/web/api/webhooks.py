@@ -39,8 +39,10 @@ from gitreg.forges import github as github_host
 from gitreg.forges import gitlab as gitlab_host
 from gitreg.forges.hosts import HOSTS
 from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, json_payload
+from gitreg.git.pool import Priority
 from gitreg.registry.publish import Deliveries
 from gitreg.web.keys import CONFIG, METRICS, PUBLISHER
+from gitreg.web.route_rules import Access
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,6 @@ webhook_routes = web.RouteTableDef()
 
 GITHUB_PATH = "/webhooks/github"
 GITLAB_PATH = "/webhooks/gitlab"
-PATHS = frozenset({GITHUB_PATH, GITLAB_PATH})
 # GitHub caps payloads at 25 MB, but a tag event is a few kilobytes; 1 MiB leaves room for a
 # push with many commits and still bounds what an unauthenticated caller can make us read.
 MAX_BODY_BYTES = 1024 * 1024
@@ -169,7 +170,7 @@ async def _once(
         raise
 
 
-@webhook_routes.post(GITHUB_PATH)
+@webhook_routes.post(GITHUB_PATH, access=Access.OPEN, priority=Priority.BROWSE)  # its shared secret
 async def github(request: web.Request) -> web.Response:
     """A GitHub webhook delivery (content type application/json or form-encoded)."""
     body = await _authenticated_body(request, "github", request.app[CONFIG].webhooks.github_secret)
@@ -199,7 +200,7 @@ async def _github(request: web.Request, body: bytes) -> web.Response:
     return await _refresh(request, "github", found)
 
 
-@webhook_routes.post(GITLAB_PATH)
+@webhook_routes.post(GITLAB_PATH, access=Access.OPEN, priority=Priority.BROWSE)  # its secret token
 async def gitlab(request: web.Request) -> web.Response:
     """A GitLab webhook delivery (project hook or system hook)."""
     body = await _authenticated_body(request, "gitlab", request.app[CONFIG].webhooks.gitlab_token)

@@ -20,12 +20,14 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import payload, web
+from aiohttp import hdrs, payload, web
 from aiohttp.abc import AbstractStreamWriter
+from aiohttp.typedefs import Handler
 
 from gitreg.config.rules import match_rule
 from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress, check_version, parse_address
+from gitreg.git.pool import Priority
 from gitreg.identity.door import Visibility
 from gitreg.index.details import ModuleDetails
 from gitreg.index.files import checked_path
@@ -45,10 +47,11 @@ from gitreg.web.pages.render import (
     served_address,
     snippet,
 )
-from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
+from gitreg.web.pages.session import SESSIONS, Sessions, login, login_form, logout, sign_in
+from gitreg.web.route_rules import Access
 
 # The files endpoint's answers: a commit's files never change; an SVG can run no script, load
-# nothing and is never read as another type (its own CSP wins over the pages', see middleware).
+# nothing and is never read as another type (its own CSP wins over the pages', see routing.py).
 FILE_HEADERS = {
     "Cache-Control": "private, max-age=31536000, immutable",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
@@ -279,7 +282,7 @@ class ImagePayload(payload.Payload):
 
 def add_ui(app: web.Application) -> web.RouteTableDef:
     """Set up the pages (when `[ui] enabled`: the session signer, the README workers); their
-    routes and the static files', for the app to register as pages (middleware.Routes)."""
+    routes and the static files', each with its rule, for the app to register as pages (routing.Routes)."""
     pages = web.RouteTableDef()
     config = app[CONFIG]
     if not config.ui.enabled:
@@ -287,22 +290,29 @@ def add_ui(app: web.Application) -> web.RouteTableDef:
     app[SESSIONS] = Sessions(config.auth.signing_key or secrets.token_hex(32))
     app[READMES] = Readmes()
     app.cleanup_ctx.append(_readme_workers)
-    pages.get("/", name="ui-index")(guarded(index_page))
-    pages.get("/modules", name="ui-modules")(guarded(namespace_page))
-    pages.get("/modules/", name="ui-modules-slash")(guarded(namespace_page))
-    pages.get("/modules/{namespace}", name="ui-namespace")(guarded(namespace_page))
-    pages.get("/modules/{namespace}/{name}", name="ui-name")(guarded(name_page))
-    pages.get("/modules/{namespace}/{name}/{system}", name="ui-module")(guarded(module_page))
-    pages.get("/modules/{namespace}/{name}/{system}/{version}", name="ui-version")(guarded(module_page))
-    pages.get("/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", name="ui-file")(guarded(module_file))
-    pages.get("/login", name="ui-login-form")(login_form)
-    pages.post("/login", name="ui-login")(login)
-    pages.get("/login/with/{forge}", name="ui-signin")(sign_in)
-    pages.post("/logout", name="ui-logout")(logout)
-    pages.get("/static/{file:.+}", name="ui-static")(_static)
-    pages.get("/favicon.ico", name="ui-favicon")(_favicon)
-    # Registered last: any other path under /modules/ is the 404 page, never the API's JSON.
-    pages.get("/modules/{rest:.+}", name="ui-no-page")(guarded(no_page))
+    # Pages start git work only at BROWSE priority. SESSION: behind the page session (with registry
+    # auth on; the visitor is recorded either way); OPEN: how one signs in, and the static files.
+    GET, POST, OPEN, SESSION = hdrs.METH_GET, hdrs.METH_POST, Access.OPEN, Access.SESSION
+    table: list[tuple[str, str, str, Access, Handler]] = [
+        (GET, "/", "ui-index", SESSION, index_page),
+        (GET, "/modules", "ui-modules", SESSION, namespace_page),
+        (GET, "/modules/", "ui-modules-slash", SESSION, namespace_page),
+        (GET, "/modules/{namespace}", "ui-namespace", SESSION, namespace_page),
+        (GET, "/modules/{namespace}/{name}", "ui-name", SESSION, name_page),
+        (GET, "/modules/{namespace}/{name}/{system}", "ui-module", SESSION, module_page),
+        (GET, "/modules/{namespace}/{name}/{system}/{version}", "ui-version", SESSION, module_page),
+        (GET, "/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", "ui-file", SESSION, module_file),
+        (GET, "/login", "ui-login-form", OPEN, login_form),
+        (POST, "/login", "ui-login", OPEN, login),
+        (GET, "/login/with/{forge}", "ui-signin", OPEN, sign_in),
+        (POST, "/logout", "ui-logout", OPEN, logout),
+        (GET, "/static/{file:.+}", "ui-static", OPEN, _static),
+        (GET, "/favicon.ico", "ui-favicon", OPEN, _favicon),
+        # Registered last: any other path under /modules/ is the 404 page, never the API's JSON.
+        (GET, "/modules/{rest:.+}", "ui-no-page", SESSION, no_page),
+    ]
+    for method, path, name, access, handler in table:
+        pages.route(method, path, name=name, access=access, priority=Priority.BROWSE)(handler)
     return pages
 
 

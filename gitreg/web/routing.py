@@ -1,7 +1,10 @@
-"""The request wrappers (`Routes`) and the one error renderer: every failure leaves as `{"errors": ["..."]}`.
+"""Route registration: each route's declared rules (`Access`, git `Priority`), the request
+wrapper that applies them, and the one error renderer: every failure leaves as `{"errors": ["..."]}`.
 
-Domain errors are raised deep (GitregError and its kinds) and shaped here, once; pages get
-HTML errors and the security headers instead (pages/views.py renders them).
+Each route states its rules where it is defined (route_rules.py); `Routes.add` refuses a
+route that declares none. Domain errors are raised deep (GitregError and its kinds)
+and shaped here, once; pages get HTML errors and the security headers instead (pages/views.py
+renders them).
 """
 
 from __future__ import annotations
@@ -16,43 +19,29 @@ from aiohttp.typedefs import Handler
 
 from gitreg.core.errors import DISK_FULL, OUT_OF_RESOURCES, GitregError, Overloaded, Unauthorized, disk_full
 from gitreg.core.names import check_request
-from gitreg.git.pool import GIT_PRIORITY, Priority
+from gitreg.git.pool import GIT_PRIORITY
 from gitreg.identity.door import Identities
 from gitreg.observability.logs import WHO_KEY
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
-from gitreg.registry.service import ARCHIVE_NAME
-from gitreg.web.api.oauth import OAUTH_PATHS
-from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
+from gitreg.web.address import ADDRESS_KEY
 from gitreg.web.auth import authorize, authorize_static
 from gitreg.web.errors import error_response
 from gitreg.web.keys import CONFIG, IDENTITY, SIGNER
 from gitreg.web.pages.render import SECURITY_HEADERS, page_error
+from gitreg.web.pages.session import guarded
+from gitreg.web.route_rules import UNROUTED_RULE, Access, RouteRule, declared
 
 log = logging.getLogger(__name__)
 
-# Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
-# the webhooks their shared secrets: Git hosts cannot send a registry token; `terraform login`'s
-# endpoints are how one is had.
-OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS, *OAUTH_PATHS})
-# The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
-# first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
-# sets BACKGROUND itself (gitpool.background_task).
-ARCHIVE_ROUTE = "/v1/modules/{namespace}/{name}/{system}/{version}/" + ARCHIVE_NAME
-INSTALL_ROUTES = frozenset(
-    {
-        "/v1/modules/{namespace}/{name}/{system}/versions",
-        "/v1/modules/{namespace}/{name}/{system}/{version}/download",
-        ARCHIVE_ROUTE,
-    }
-)
 # The name of the route that answers every path no other route serves.
 UNROUTED = "unrouted"
 
 
 class Routes:
-    """Registers the app's routes, each handler wrapped: timed and counted, checked (token, then
-    input), and every failure shaped (JSON for the API, an HTML page for the pages), never a
-    traceback. A path no route serves reaches `unrouted` (404, or 405 with Allow), registered last.
+    """Registers the app's routes, each handler wrapped by its declared rule: timed and counted,
+    checked (credential or session, then input), and every failure shaped (JSON for the API, an
+    HTML page for the pages), never a traceback. A path no route serves reaches `unrouted` (404,
+    or 405 with Allow), registered last. `rules` holds every registered route's rule.
 
     A wrapper per route, not an app middleware: aiohttp runs an app's middlewares through two
     more coroutine layers per request (a partial and its own `_fix_request_current_app`), and a
@@ -65,39 +54,45 @@ class Routes:
         self.observe = metrics.observe_request
         self.credentials = metrics.credentials.counts
         self.auth_enabled = auth_enabled
+        self.rules: dict[web.AbstractRoute, RouteRule] = {}
         # The identities (made by a cleanup context), kept once the app started: the warm path's
         # token check then looks nothing up in the app.
         self.identities: Identities | None = None
+        app[ROUTES] = self
         app.on_startup.append(self._started)  # after every cleanup context's start
 
     async def _started(self, app: web.Application) -> None:
         self.identities = app.get(IDENTITY)
 
     def add(self, table: Iterable[web.AbstractRouteDef], page: bool = False) -> None:
-        """Register `table`'s routes (`page`: browser pages, with HTML errors and the security headers)."""
+        """Register `table`'s routes, each by the rule it declares (`page`: browser pages, with
+        HTML errors and the security headers)."""
         for route in table:
             if not isinstance(route, web.RouteDef):
                 raise TypeError(f"only plain routes are wrapped, not {route!r}")
             kwargs = dict(route.kwargs)
+            rule = declared(route, kwargs, page)
             allow_head = kwargs.pop("allow_head", True)
             resource = self.app.router.add_resource(route.path, name=kwargs.pop("name", None))
-            handler = self._wrap(route.handler, resource.canonical, page)
+            handler = self._wrap(route.handler, resource.canonical, rule, page)
             if route.method == hdrs.METH_GET and allow_head:
-                resource.add_route(hdrs.METH_HEAD, handler, **kwargs)
-            resource.add_route(route.method, handler, **kwargs)
+                self.rules[resource.add_route(hdrs.METH_HEAD, handler, **kwargs)] = rule
+            self.rules[resource.add_route(route.method, handler, **kwargs)] = rule
 
     def add_unrouted(self) -> None:
         """The last route: any method on any path no other route serves (404, or 405 with Allow)."""
         # `[\s\S]`, not `.`: a path may hold a line break once decoded (`/a%0D%0Ab`).
-        handler = self._wrap(_unrouted, UNMATCHED_ROUTE, page=False)
-        self.app.router.add_route(hdrs.METH_ANY, r"/{path:[\s\S]*}", handler, name=UNROUTED)
+        handler = self._wrap(_unrouted, UNMATCHED_ROUTE, UNROUTED_RULE, page=False)
+        self.rules[self.app.router.add_route(hdrs.METH_ANY, r"/{path:[\s\S]*}", handler, name=UNROUTED)] = UNROUTED_RULE
 
-    def _wrap(self, handler: Handler, label: str, page: bool) -> Handler:
-        git_priority = Priority.INSTALL if label in INSTALL_ROUTES else Priority.BROWSE
-        archive = label == ARCHIVE_ROUTE
-        # Needs a registry credential: auth is on, an API route (pages have their session guard),
-        # not open (OPEN_PATHS), and a route of the app's (a path no route serves holds nothing).
-        guarded = self.auth_enabled and not page and label != UNMATCHED_ROUTE and label not in OPEN_PATHS
+    def _wrap(self, handler: Handler, label: str, rule: RouteRule, page: bool) -> Handler:
+        git_priority = rule.priority
+        signed = rule.access is Access.SIGNED
+        # Needs a registry credential now: auth is on and the route said so. A page's session
+        # guard decides for itself (it also records the visitor with auth off).
+        needs_credential = self.auth_enabled and rule.access in (Access.CREDENTIAL, Access.SIGNED)
+        if rule.access is Access.SESSION:
+            handler = guarded(handler)
         observe, credentials = self.observe, self.credentials
         routes = self
 
@@ -107,16 +102,20 @@ class Routes:
             status = 500
             # The caller's credential kind once known; else (a page's visitor, a refused token) as
             # recorded on the request.
-            credential = "none" if not guarded and not page else None
+            credential = "none" if not needs_credential and not page else None
             try:
                 if page:
                     response = await _page_answer(request, handler)
                 else:
                     try:
-                        if guarded:
-                            credential = _authorize_now(request, archive, routes.identities) or await authorize(request)
-                        # Every path segment and query parameter, before any handler, rule or git call.
-                        check_request(request)
+                        if needs_credential:
+                            credential = _authorize_now(request, signed, routes.identities) or await authorize(request)
+                        # Every path segment and query parameter, before any handler, rule or git
+                        # call; the module address parsed once, handed to the handler on the request.
+                        # (The credential check may have parsed it first: then it is on the request.)
+                        address = check_request(request, request.get(ADDRESS_KEY) if needs_credential else None)
+                        if address is not None:
+                            request[ADDRESS_KEY] = address
                         response = await handler(request)
                     except Exception as e:  # CancelledError is no Exception: it goes on, counted below
                         answer = _error_answer(request, e)
@@ -140,6 +139,10 @@ class Routes:
 
         wrapped.__doc__ = handler.__doc__
         return wrapped
+
+
+# The app's Routes: each registered route's declared rule (`rules`).
+ROUTES = web.AppKey("routes", Routes)
 
 
 def _kind(request: web.Request) -> str:
@@ -219,16 +222,16 @@ async def _page_answer(request: web.Request, handler: Handler) -> web.StreamResp
     return response
 
 
-def _authorize_now(request: web.Request, archive: bool, identities: Identities | None) -> str | None:
-    """The credential kind of a request that needs one (an API route that is not open, registry
-    auth on), when it is decided without asking anyone: a signed archive URL, a configured static
+def _authorize_now(request: web.Request, signed: bool, identities: Identities | None) -> str | None:
+    """The credential kind of a request that needs one (a route declaring CREDENTIAL or SIGNED,
+    registry auth on), when it is decided without asking anyone: a signed archive URL, a configured static
     token (the warm path, no coroutine); None when `authorize` has to (a 401 or 403 raised as
     they are).
 
     A path no route serves (404, or 405 for a method) is not asked: it holds nothing to protect,
     so a typo'd URL says "no such endpoint", not "needs a token".
     """
-    if archive and "signature" in request.query:
+    if signed and "signature" in request.query:
         # Terraform fetches the archive without its token: the signed URL is the authorization.
         request.app[SIGNER].verify(request.path, request.query)
         return "none"
