@@ -264,6 +264,31 @@ def compile_repository_pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(r"\A" + "".join(groups.get(part) or re.escape(part) for part in parts) + r"\Z", re.ASCII)
 
 
+# A Terraform provider type: lowercase letters, digits and '-' inside (tfaddr's rule, lowercased).
+PROVIDER_TYPE_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class ProviderRule:
+    """One `[[providers]]` entry: providers `namespace/type` served from a repository's releases."""
+
+    namespace: str
+    # The repository's web URL, `{type}` filled with the provider type (required when type is "*").
+    repository: str
+    # The file of armored OpenPGP public keys that sign the releases' SHA256SUMS.
+    keys: str
+    # None: any type ("*").
+    type: str | None = None
+    # The Git host's kind and REST API root: inferred for github.com and gitlab.com, or from an
+    # [[orgs]] or [[auth.forges]] entry on the repository's host.
+    provider: Provider = "github"
+    api_url: str = "https://api.github.com"
+
+    def repository_for(self, type_: str) -> str:
+        """The repository URL serving provider type `type_`."""
+        return self.repository.replace("{type}", type_)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole, validated configuration."""
@@ -280,6 +305,7 @@ class Config:
     credentials: tuple[Credential, ...] = field(default=(), repr=False)
     source: str | None = None
     orgs: tuple[OrgConfig, ...] = ()
+    providers: tuple[ProviderRule, ...] = ()
 
 
 def default_storage_path() -> str:
