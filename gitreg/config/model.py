@@ -216,6 +216,16 @@ class Credential:
     password: str = field(repr=False)
 
 
+def credential_for(credentials: tuple[Credential, ...], url: str) -> Credential | None:
+    """The most specific `[[credentials]]` entry whose URL prefix covers `url`."""
+    best: Credential | None = None
+    for cred in credentials:
+        prefix = cred.url if cred.url.endswith("/") else cred.url + "/"
+        if (url.startswith(prefix) or url == cred.url.rstrip("/")) and (best is None or len(cred.url) > len(best.url)):
+            best = cred
+    return best
+
+
 DEFAULT_REPOSITORY_PATTERN = "terraform-{system}-{name}"
 DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
 # An org listing costs one API call per 100 repositories: more often than this hammers the

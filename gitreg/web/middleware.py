@@ -22,6 +22,7 @@ from gitreg.observability.logs import WHO_KEY
 from gitreg.observability.metrics import METHODS, OTHER_METHOD, UNMATCHED_ROUTE, Metrics
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.api.oauth import OAUTH_PATHS
+from gitreg.web.api.providers import PATHS as PROVIDER_FILE_PATHS
 from gitreg.web.api.webhooks import PATHS as WEBHOOK_PATHS
 from gitreg.web.auth import authorize, authorize_static
 from gitreg.web.errors import error_response
@@ -33,7 +34,10 @@ log = logging.getLogger(__name__)
 # Paths that stay open when registry auth is on. /metrics has its own `[auth] metrics_token`,
 # the webhooks their shared secrets: Git hosts cannot send a registry token; `terraform login`'s
 # endpoints are how one is had.
-OPEN_PATHS = frozenset({"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS, *OAUTH_PATHS})
+OPEN_PATHS = frozenset(
+    {"/.well-known/terraform.json", "/healthz", "/readyz", "/metrics", *WEBHOOK_PATHS, *OAUTH_PATHS}
+    | PROVIDER_FILE_PATHS  # signed URLs: their handler checks the signature
+)
 # The git priority of each route (gitpool.Priority): what `terraform init` asks for goes
 # first; every other route (the rest of /v1, pages, webhooks) is BROWSE. Background work
 # sets BACKGROUND itself (gitpool.background_task).

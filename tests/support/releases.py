@@ -75,14 +75,16 @@ def make_key(directory: Path, who: str = "Acme Providers <providers@acme.example
     return SigningKey(directory, fingerprint, armored.stdout)
 
 
-def provider_zip(type_: str, version: str, os_: str, arch: str) -> bytes:
-    """A provider package as goreleaser zips it: the binary alone, no directory entries."""
+def provider_zip(type_: str, version: str, os_: str, arch: str, payload: int = 0) -> bytes:
+    """A provider package as goreleaser zips it: the binary alone, no directory entries (`payload`
+    random bytes in it make a large, incompressible zip)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
         info = zipfile.ZipInfo(f"terraform-provider-{type_}_v{version}", date_time=(2026, 1, 1, 0, 0, 0))
         info.external_attr = 0o100755 << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        z.writestr(info, f"#!/bin/sh\n# stub provider {type_} {version} for {os_}_{arch}\nexit 1\n" + "x" * 4096)
+        stub = f"#!/bin/sh\n# stub provider {type_} {version} for {os_}_{arch}\nexit 1\n".encode()
+        z.writestr(info, stub + b"x" * 4096 + secrets.token_bytes(payload))
     return buffer.getvalue()
 
 
@@ -97,10 +99,11 @@ def goreleaser_assets(
     key: SigningKey | None,
     platforms: tuple[tuple[str, str], ...] = PLATFORMS,
     protocols: tuple[str, ...] | None = ("6.0",),
+    payload: int = 0,
 ) -> dict[str, bytes]:
     """A release's files as goreleaser makes them (`key` None: no signature; `protocols` None: no manifest)."""
     prefix = f"terraform-provider-{type_}_{version}"
-    files = {f"{prefix}_{os_}_{arch}.zip": provider_zip(type_, version, os_, arch) for os_, arch in platforms}
+    files = {f"{prefix}_{os_}_{arch}.zip": provider_zip(type_, version, os_, arch, payload) for os_, arch in platforms}
     if protocols is not None:
         files[f"{prefix}_manifest.json"] = json.dumps(
             {"version": 1, "metadata": {"protocol_versions": list(protocols)}}
@@ -200,7 +203,8 @@ class ReleasesMixin:
         with self._lock:
             for release in releases[f"{self.group}/{name}".lower()]:
                 if release["tag_name"] == tag:
-                    for asset in release.get("assets", {}).get("links", []) or release.get("assets", []):
+                    assets = release["assets"]
+                    for asset in assets["links"] if isinstance(assets, dict) else assets:
                         if asset["name"] == file_name:
                             stored[int(asset["id"])] = data
 

@@ -1,0 +1,162 @@
+"""providers.v1 served from a repository's releases: signed versions listed, downloads answered
+with gitreg-signed URLs that stream the private assets, refusals with their reasons."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import pytest
+
+from gitreg.web.keys import PROVIDERS
+from tests.conftest import make_config
+from tests.support.forges import FakeForge
+from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, make_key
+
+GH_TOKEN = "ghp_providerreleasesreader01"
+STATIC = "static-token-for-providers-0001"
+REPO = "terraform-provider-widget"
+
+
+@pytest.fixture(scope="session")
+def signing_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+    return make_key(tmp_path_factory.mktemp("gpg") / "home")
+
+
+@pytest.fixture(scope="session")
+def other_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+    return make_key(tmp_path_factory.mktemp("gpg-other") / "home", "Mallory <m@example.test>")
+
+
+@pytest.fixture
+async def forge(git_http):
+    fake = await FakeForge("github", git_http, "acme", token=GH_TOKEN).start()
+    fake.storage = await FakeStorage().start()
+    yield fake
+    await fake.storage.close()
+    await fake.close()
+
+
+def provider_config(forge: FakeForge, keys: Path, **sections: Any):
+    rule = {
+        "namespace": "acme",
+        "type": "*",
+        "repository": f"{forge.base_url}/acme/terraform-provider-{{type}}",
+        "keys": str(keys),
+        "provider": "github",
+        "api_url": forge.api_url,
+    }
+    org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
+    return make_config([], providers=[rule], orgs=[org], index={"enabled": False}, **sections)
+
+
+async def test_versions_list_the_signed_releases_with_protocols_and_platforms(
+    make_client, forge, signing_key, other_key, tmp_path
+):
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key, protocols=None))
+    forge.add_release(REPO, "v2.0.0-rc.1", goreleaser_assets("widget", "2.0.0-rc.1", signing_key), prerelease=True)
+    forge.add_release(REPO, "v3.0.0", goreleaser_assets("widget", "3.0.0", signing_key), draft=True)
+    forge.add_release(REPO, "v0.9.0", goreleaser_assets("widget", "0.9.0", other_key))
+    forge.add_release(REPO, "v0.8.0", goreleaser_assets("widget", "0.8.0", None))
+    forge.add_release(REPO, "not-a-version", goreleaser_assets("widget", "0.7.0", signing_key))
+    changed = goreleaser_assets("widget", "0.6.0", signing_key)
+    changed["terraform-provider-widget_0.6.0_linux_amd64.zip"] += b"changed after signing"
+    forge.add_release(REPO, "v0.6.0", changed)
+    unlisted = goreleaser_assets("widget", "0.5.0", signing_key)
+    unlisted["terraform-provider-widget_0.5.0_windows_amd64.zip"] = b"PK not in the sums"
+    forge.add_release(REPO, "v0.5.0", unlisted)
+    client = await make_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc")))
+
+    discovery = await (await client.get("/.well-known/terraform.json")).json()
+    assert discovery["providers.v1"] == "/v1/providers/"
+    resp = await client.get("/v1/providers/acme/widget/versions")
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    platforms = [{"os": "darwin", "arch": "arm64"}, {"os": "linux", "arch": "amd64"}]
+    assert body["versions"] == [
+        {"version": "2.0.0-rc.1", "protocols": ["6.0"], "platforms": platforms},
+        {"version": "1.1.0", "protocols": ["5.0"], "platforms": platforms},
+        {"version": "1.0.0", "protocols": ["6.0"], "platforms": platforms},
+    ]
+    refused = {r.tag: r.reason for r in (await client.app[PROVIDERS].listing("acme", "widget")).refused}
+    assert "not one of the configured keys" in refused["v0.9.0"]
+    assert "has no signature terraform-provider-widget_0.8.0_SHA256SUMS.sig" in refused["v0.8.0"]
+    assert "terraform-provider-widget_0.6.0_linux_amd64.zip does not match SHA256SUMS" in refused["v0.6.0"]
+    assert refused["v0.5.0"] == "SHA256SUMS does not list terraform-provider-widget_0.5.0_windows_amd64.zip"
+    assert set(refused) == {"v0.9.0", "v0.8.0", "v0.6.0", "v0.5.0"}
+    unknown = await client.get("/v1/providers/other/widget/versions")
+    assert unknown.status == 404
+
+
+async def test_a_download_answer_gives_signed_urls_that_stream_the_private_assets_without_a_token(
+    make_client, forge, signing_key, tmp_path
+):
+    files = goreleaser_assets("widget", "1.0.0", signing_key)
+    forge.add_release(REPO, "v1.0.0", files)
+    config = provider_config(
+        forge, signing_key.write(tmp_path / "keys.asc"), auth={"tokens": [STATIC], "signing_key": "k" * 40}
+    )
+    client = await make_client(config)
+    headers = {"Authorization": f"Bearer {STATIC}"}
+    assert (await client.get("/v1/providers/acme/widget/versions")).status == 401
+    resp = await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64", headers=headers)
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    name = "terraform-provider-widget_1.0.0_linux_amd64.zip"
+    assert answer["filename"] == name and (answer["os"], answer["arch"]) == ("linux", "amd64")
+    assert answer["shasum"] == hashlib.sha256(files[name]).hexdigest()
+    assert answer["protocols"] == ["6.0"]
+    (key,) = answer["signing_keys"]["gpg_public_keys"]
+    assert key["key_id"] == signing_key.fingerprint[-16:] and "BEGIN PGP PUBLIC KEY BLOCK" in key["ascii_armor"]
+    expected = {
+        "download_url": files[name],
+        "shasums_url": files["terraform-provider-widget_1.0.0_SHA256SUMS"],
+        "shasums_signature_url": files["terraform-provider-widget_1.0.0_SHA256SUMS.sig"],
+    }
+    for field, data in expected.items():
+        url = urlsplit(answer[field])
+        assert "signature=" in url.query and "expires=" in url.query and GH_TOKEN not in answer[field]
+        got = await client.get(f"{url.path}?{url.query}")  # no Authorization, as Terraform fetches them
+        assert got.status == 200, await got.text()
+        assert await got.read() == data
+        head = await client.head(f"{url.path}?{url.query}")
+        assert head.status == 200 and await head.read() == b""
+        unsigned = await client.get(url.path)
+        assert unsigned.status == 403
+    assert all("Authorization" not in h for h in forge.storage.seen)  # type: ignore[union-attr]
+    missing = await client.get("/v1/providers/acme/widget/1.0.0/download/windows/amd64", headers=headers)
+    assert missing.status == 404
+    assert (await client.get("/v1/providers/acme/widget/9.9.9/download/linux/amd64", headers=headers)).status == 404
+
+
+async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_release_is_verified_once(
+    make_client, forge, signing_key, tmp_path
+):
+    small = goreleaser_assets("widget", "1.0.0", signing_key)
+    large = goreleaser_assets("widget", "2.0.0", signing_key, payload=900_000)
+    forge.add_release(REPO, "v1.0.0", small)
+    forge.add_release(REPO, "v2.0.0", large)
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), cache={"ttl_seconds": 0})
+    client = await make_client(config)
+    for version, files in (("1.0.0", small), ("2.0.0", large)):
+        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
+        name = answer["filename"]
+        forge.replace_asset(REPO, f"v{version}", name, files[name][:-1] + bytes([files[name][-1] ^ 1]))
+        url = urlsplit(answer["download_url"])
+        resp = await client.get(f"{url.path}?{url.query}")
+        if version == "1.0.0":  # found out before the first byte left: a clear refusal
+            assert resp.status == 502
+            assert "does not match SHA256SUMS" in (await resp.json())["errors"][0]
+        else:  # found out at the last chunk: the connection is cut, the client sees a short body
+            assert resp.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+    # The list is read again (ttl 0), the releases' signatures are not checked again.
+    asset_reads = len(forge.requests("/releases/assets/"))
+    assert (await client.get("/v1/providers/acme/widget/versions")).status == 200
+    assert len(forge.requests("/releases/assets/")) == asset_reads
+    assert len(forge.requests("/releases")) > asset_reads
