@@ -63,7 +63,9 @@ async def provider_versions(request: web.Request) -> web.Response:
         }
         for v in listing.versions
     ]
-    return web.json_response({"id": f"{namespace}/{type_}", "versions": versions, "warnings": None})
+    # Terraform shows the warnings to the person running `init`: why a release is not served.
+    warnings = [f"release {r.tag} is not served: {r.reason}" for r in listing.refused] or None
+    return web.json_response({"id": f"{namespace}/{type_}", "versions": versions, "warnings": warnings})
 
 
 def _signed(request: web.Request, namespace: str, type_: str, version: str, filename: str) -> str:
