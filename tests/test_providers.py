@@ -4,6 +4,7 @@ with gitreg-signed URLs that stream the private assets, refusals with their reas
 from __future__ import annotations
 
 import hashlib
+import io
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,6 +12,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from gitreg.providers.hashes import h1_of_zip
 from gitreg.web.keys import PROVIDERS
 from tests.conftest import make_config
 from tests.support.forges import FakeForge
@@ -160,3 +162,46 @@ async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_rele
     assert (await client.get("/v1/providers/acme/widget/versions")).status == 200
     assert len(forge.requests("/releases/assets/")) == asset_reads
     assert len(forge.requests("/releases")) > asset_reads
+
+
+async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_computed_once(
+    make_client, forge, signing_key, tmp_path
+):
+    files = goreleaser_assets("widget", "1.0.0", signing_key)
+    release = forge.add_release(REPO, "v1.0.0", files)
+    zip_paths = {a["url"].split("/repos/", 1)[1] for a in release["assets"] if a["name"].endswith(".zip")}
+    forge.add_release(REPO, "v1.1.0-beta.1", goreleaser_assets("widget", "1.1.0-beta.1", signing_key))
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
+    client = await make_client(config)
+    host = f"{client.server.host}:{client.server.port}"
+    index = await client.get(f"/v1/mirror/{host}/acme/widget/index.json")
+    assert index.status == 200 and index.content_type == "application/json"
+    assert await index.json() == {"versions": {"1.1.0-beta.1": {}, "1.0.0": {}}}
+    other = await client.get("/v1/mirror/registry.terraform.io/acme/widget/index.json")
+    assert other.status == 404
+    resp = await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")
+    assert resp.status == 200, await resp.text()
+    archives = (await resp.json())["archives"]
+    assert set(archives) == {"linux_amd64", "darwin_arm64"}
+    for platform, archive in archives.items():
+        data = files[f"terraform-provider-widget_1.0.0_{platform}.zip"]
+        assert archive["hashes"] == [h1_of_zip(io.BytesIO(data)), f"zh:{hashlib.sha256(data).hexdigest()}"]
+        url = urlsplit(archive["url"])
+        assert not url.netloc and "signature=" in url.query  # resolved against the answer's own URL
+        assert await (await client.get(archive["url"])).read() == data
+
+    # Computed once: asked again (and after a restart, from the file), the zips are not read again.
+    def zip_reads() -> int:
+        return sum(r.path.split("/repos/", 1)[1] in zip_paths for r in forge.requests("/releases/assets/"))
+
+    downloads = zip_reads()
+    assert downloads == 4  # each zip once for its h1, once by the test
+    assert (await (await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"] == archives
+    await client.close()
+    again = await make_client(config)
+    host = f"{again.server.host}:{again.server.port}"
+    assert (await (await again.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"].keys() == {
+        "linux_amd64",
+        "darwin_arm64",
+    }
+    assert zip_reads() == downloads  # the new process read the h1 hashes from its file

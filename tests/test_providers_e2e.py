@@ -24,6 +24,7 @@ from tests.conftest import make_config
 from tests.support.forges import FakeForge
 from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, make_key
 from tests.support.terraform import REGISTRY_HOST, TerraformClient, clean_env
+from tests.support.tls import write_tls_files
 
 pytestmark = pytest.mark.slow
 
@@ -160,3 +161,38 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
                         body = await resp.json()
                     assert body["versions"] == []
                     assert reason in body["warnings"][0]
+
+
+async def test_terraform_installs_through_the_network_mirror_over_https(
+    terraform: TerraformClient, forge: FakeForge, keys, tmp_path
+):
+    good, _ = keys
+    files = goreleaser_assets("widget", "1.0.0", good)
+    forge.add_release("terraform-provider-widget", "v1.0.0", files)
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    write_tls_files(tls)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls / "cert.pem", tls / "key.pem")
+    config = config_for(forge, good.write(tmp_path / "keys.asc"), server={"public_url": f"https://{REGISTRY_HOST}"})
+    async with serving(config, context) as url:
+        host = url.removeprefix("https://")
+        cli = tmp_path / "terraformrc"
+        cli.write_text(
+            f'provider_installation {{\n  network_mirror {{\n    url = "{url}/v1/mirror/"\n  }}\n}}\n'
+            f'credentials "{host}" {{\n  token = "{STATIC}"\n}}\n'
+        )
+        env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(cli), SSL_CERT_FILE=str(tls / "ca.pem"))
+        work = workdir(tmp_path, "mirror")
+        status, out = await run(terraform, ["init", "-no-color"], work, env)
+        assert status == 0, out
+        assert "Installed registry.example.test/acme/widget v1.0.0" in out
+        # A mirror's hashes are not signed: the lock holds the h1 Terraform computed, which gitreg's matched.
+        assert locked_hashes(work) == {h1(files["terraform-provider-widget_1.0.0_linux_amd64.zip"])}
+
+        lock = workdir(tmp_path, "lock")
+        args = ["providers", "lock", "-no-color", f"-net-mirror={url}/v1/mirror/"]
+        status, out = await run(terraform, [*args, "-platform=linux_amd64", "-platform=darwin_arm64"], lock, env)
+        assert status == 0, out
+        both = {h1(files[f"terraform-provider-widget_1.0.0_{p}.zip"]) for p in ("linux_amd64", "darwin_arm64")}
+        assert both <= locked_hashes(lock)

@@ -16,6 +16,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import semver
@@ -29,6 +30,7 @@ from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound
 from gitreg.forges.hosts import client_for
 from gitreg.forges.records import Release
 from gitreg.forges.releases import open_asset, read_asset
+from gitreg.providers.hashstore import HashStore
 from gitreg.providers.keys import Keyring, PublicKey
 from gitreg.providers.release import (
     Candidate,
@@ -50,6 +52,8 @@ MAX_MANIFEST_BYTES = 64 * 1024
 VERIFY_CONCURRENCY = 4
 MAX_REMEMBERED = 20_000
 CHUNK = 256 * 1024
+# A mirror's version answer waits this long for `h1:` hashes not computed yet (then answers `zh:` alone).
+H1_WAIT = 8.0
 
 
 class PackageMismatch(GitregError):
@@ -87,7 +91,11 @@ class Providers:
     """Providers served from releases (see the module docstring); `start` loads the keys, `close` drops them."""
 
     def __init__(
-        self, config: Config, session: Callable[[], aiohttp.ClientSession], clock: Callable[[], float]
+        self,
+        config: Config,
+        session: Callable[[], aiohttp.ClientSession],
+        clock: Callable[[], float],
+        hashes: HashStore | None = None,
     ) -> None:
         self.config = config
         self.rules = config.providers
@@ -98,9 +106,11 @@ class Providers:
         self._reading: InFlight[tuple[str, str], Listing] = InFlight()
         self._verified: dict[tuple[object, ...], ProviderVersion | Refusal] = {}
         self._verify_slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
+        self.hashes = hashes or HashStore(Path(config.storage.path))
 
     async def start(self) -> None:
-        """Import each keys file into a GNUPGHOME of gitreg's own."""
+        """Import each keys file into a GNUPGHOME of gitreg's own; read the `h1:` hashes kept."""
+        await asyncio.to_thread(self.hashes.load)
         for rule in self.rules:
             if rule.keys not in self._keyrings:
                 self._keyrings[rule.keys] = await Keyring.load(rule.keys)
@@ -241,6 +251,16 @@ class Providers:
         """The key that signed `version`'s SHA256SUMS."""
         keys = self.keys(self.source(namespace, type_))
         return next((k for k in keys if k.key_id == version.key_id), keys[0])
+
+    async def hashes_of(self, namespace: str, type_: str, version: ProviderVersion) -> dict[Package, list[str]]:
+        """Each package's hashes for a mirror: `h1:` (computed once per zip, within H1_WAIT seconds) and `zh:`."""
+
+        async def one(package: Package) -> list[str]:
+            found = await self.hashes.h1(package.shasum, lambda: self.stream(namespace, type_, package), H1_WAIT)
+            return [found, f"zh:{package.shasum}"] if found else [f"zh:{package.shasum}"]
+
+        listed = await asyncio.gather(*(one(p) for p in version.packages))
+        return dict(zip(version.packages, listed, strict=True))
 
     # ---- a package's bytes -----------------------------------------------------------------
 

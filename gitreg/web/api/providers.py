@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -101,6 +102,41 @@ async def provider_download(request: web.Request) -> web.Response:
             "signing_keys": {"gpg_public_keys": [{"key_id": key.key_id, "ascii_armor": key.armored}]},
         }
     )
+
+
+def _mirror_host(request: web.Request, hostname: str) -> None:
+    """ModuleNotFound unless `hostname` is a name clients reach this registry by (`public_url`'s or the request's)."""
+    names = {request.host.lower()}
+    public = base_url(request)
+    if public:
+        names.add(urlsplit(public).netloc.lower())
+    if hostname.lower() not in names:
+        served = " and ".join(sorted(names))
+        raise ModuleNotFound(f"this mirror serves the providers of {served}, not {hostname[:100]!r}")
+
+
+@provider_routes.get("/v1/mirror/{hostname}/{namespace}/{type}/{file}")
+async def mirror(request: web.Request) -> web.Response:
+    """The provider network mirror: `index.json` (the versions) and `<version>.json` (each platform's
+    archive: a signed URL and its `h1:` and `zh:` hashes)."""
+    m = request.match_info
+    namespace, type_, file = m["namespace"], _type(request), m["file"]
+    _mirror_host(request, m["hostname"])
+    if not file.endswith(".json"):
+        raise ModuleNotFound(f"no such mirror file {file[:100]!r}: expected index.json or <version>.json")
+    await _readable(request, namespace, type_)
+    providers = request.app[PROVIDERS]
+    if file == "index.json":
+        listing = await providers.listing(namespace, type_)
+        return web.json_response({"versions": {v.version: {} for v in listing.versions}})
+    version = await providers.version(namespace, type_, file.removesuffix(".json"))
+    hashes = await providers.hashes_of(namespace, type_, version)
+    archives = {}
+    for package, found in hashes.items():
+        path = f"/v1/providers/{namespace}/{type_}/{version.version}/files/{package.filename}"
+        # A path without the host: resolved against this answer's URL, whichever name the client used.
+        archives[f"{package.os}_{package.arch}"] = {"url": f"{path}?{request.app[SIGNER].sign(path)}", "hashes": found}
+    return web.json_response({"archives": archives})
 
 
 @provider_routes.get(FILES_ROUTE)
