@@ -112,6 +112,14 @@ async def test_a_download_answer_gives_signed_urls_that_stream_the_private_asset
     assert answer["filename"] == name and (answer["os"], answer["arch"]) == ("linux", "amd64")
     assert answer["shasum"] == hashlib.sha256(files[name]).hexdigest()
     assert answer["protocols"] == ["6.0"]
+    assert answer["packages"] == {  # OpenTofu 1.12: every platform, zh: first (h1: once the mirror computed it)
+        f"{os_}_{arch}": {
+            "hashes": [f"zh:{hashlib.sha256(data).hexdigest()}"],
+            "package_size": len(data),
+        }
+        for os_, arch in (("linux", "amd64"), ("darwin", "arm64"))
+        for data in [files[f"terraform-provider-widget_1.0.0_{os_}_{arch}.zip"]]
+    }
     (key,) = answer["signing_keys"]["gpg_public_keys"]
     assert key["key_id"] == signing_key.fingerprint[-16:] and "BEGIN PGP PUBLIC KEY BLOCK" in key["ascii_armor"]
     expected = {
@@ -205,3 +213,47 @@ async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_com
         "darwin_arm64",
     }
     assert zip_reads() == downloads  # the new process read the h1 hashes from its file
+
+
+@pytest.mark.parametrize("provider", ["github", "gitlab"])
+async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
+    make_client, git_http, signing_key, tmp_path, provider
+):
+    org_token = {"github": GH_TOKEN, "gitlab": "glpat-providerreleasesreader"}[provider]
+    alice = {"github": "ghp_alicealicealice000001", "gitlab": "glpat-alicealicealice01"}[provider]
+    forge = await FakeForge(provider, git_http, "acme", token=org_token).start()
+    try:
+        files = {}
+        for type_ in ("widget", "gadget"):
+            forge.add(f"terraform-provider-{type_}")
+            files[type_] = goreleaser_assets(type_, "1.0.0", signing_key)
+            forge.add_release(f"terraform-provider-{type_}", "v1.0.0", files[type_], package=provider == "gitlab")
+        forge.add_user("alice", alice, sees=("terraform-provider-widget",))
+        rule = {
+            "namespace": "acme",
+            "type": "*",
+            "repository": f"{forge.base_url}/acme/terraform-provider-{{type}}",
+            "keys": str(signing_key.write(tmp_path / "keys.asc")),
+        }
+        org = {"provider": provider, "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": org_token}
+        forges = [{"provider": provider, "url": forge.base_url, "api_url": forge.api_url}]
+        config = make_config(
+            [], providers=[rule], orgs=[org], index={"enabled": False}, auth={"forges": forges, "signing_key": "k" * 40}
+        )
+        client = await make_client(config)
+        headers = {"Authorization": f"Bearer {alice}"}
+        resp = await client.get("/v1/providers/acme/widget/versions", headers=headers)
+        assert resp.status == 200, await resp.text()
+        assert [v["version"] for v in (await resp.json())["versions"]] == ["1.0.0"]
+        answer = await (
+            await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64", headers=headers)
+        ).json()
+        url = urlsplit(answer["download_url"])
+        zip_bytes = await (await client.get(f"{url.path}?{url.query}")).read()
+        assert zip_bytes == files["widget"]["terraform-provider-widget_1.0.0_linux_amd64.zip"]
+        refused = await client.get("/v1/providers/acme/gadget/versions", headers=headers)
+        assert refused.status == 403
+        assert "cannot read acme/terraform-provider-gadget" in (await refused.json())["errors"][0]
+        assert "provider acme/gadget" in (await refused.json())["errors"][0]
+    finally:
+        await forge.close()

@@ -89,8 +89,19 @@ async def provider_download(request: web.Request) -> web.Response:
     if package is None:
         raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no package for {os_}_{arch}")
     key = providers.signer(namespace, type_, version)
+    body: dict[str, object] = {}
+    if all(p.asset.size for p in version.packages):
+        # OpenTofu 1.12's `packages`: every platform's hashes go into its lock file (`h1:` once computed).
+        body["packages"] = {
+            f"{p.os}_{p.arch}": {
+                "hashes": [f"zh:{p.shasum}", *filter(None, [providers.hashes.known(p.shasum)])],
+                "package_size": p.asset.size,
+            }
+            for p in version.packages
+        }
     return web.json_response(
         {
+            **body,
             "protocols": list(version.protocols),
             "os": os_,
             "arch": arch,
