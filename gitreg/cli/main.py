@@ -317,7 +317,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
         adapter = GitAdapter(GitRunner(config.git, config.credentials, home))
-        if isinstance(probe, str) and probe.count("/") == 1:  # NAMESPACE/TYPE: a provider
+        if isinstance(probe, str) and probe.count("/") == 1 and config.providers:  # NAMESPACE/TYPE: a provider
             namespace, type_ = probe.split("/")
             return _probe_providers(config, (namespace, type_))
         if isinstance(probe, str):
