@@ -34,6 +34,7 @@ class HashStore:
         self._path = directory / FILE_NAME
         self._known: dict[str, str] = {}
         self._computing: InFlight[str, str | None] = InFlight()
+        self._writing = asyncio.Lock()
 
     def load(self) -> None:
         """Read what earlier runs computed (a missing or unreadable file: nothing known)."""
@@ -85,6 +86,6 @@ class HashStore:
         self._known[shasum] = found
         while len(self._known) > MAX_KEPT:
             self._known.pop(next(iter(self._known)))
-        document = json.dumps(self._known, sort_keys=True)
-        await asyncio.to_thread(self._write, document)
+        async with self._writing:  # one write at a time, each of everything known by then
+            await asyncio.to_thread(self._write, json.dumps(self._known, sort_keys=True))
         return found

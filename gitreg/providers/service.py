@@ -275,18 +275,25 @@ class Providers:
         digest = hashlib.sha256()
         held = b""
         size, limit = 0, package.asset.size
+        # The hash runs on a worker thread (hashlib lets go of the GIL), one chunk behind the bytes
+        # passed on: the SHA-256 costs about as much CPU as the transfer, and overlaps it.
+        hashing: asyncio.Future[None] | None = None
         try:
             async with open_asset(client, package.asset, client.asset_headers()) as resp:
                 async for chunk in resp.content.iter_chunked(CHUNK):
-                    digest.update(chunk)
                     size += len(chunk)
                     if limit is not None and size > limit:  # never more than the Content-Length announced
                         raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
+                    if hashing is not None:
+                        await hashing
+                    hashing = asyncio.ensure_future(asyncio.to_thread(digest.update, chunk))
                     if held:
                         yield held
                     held = chunk
         except ForgeError as e:
             raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
+        if hashing is not None:  # (on a failure above it just finishes, unread)
+            await hashing
         if digest.hexdigest() != package.shasum:
             log.error(
                 "provider %s/%s: %s does not match its signed SHA-256; refused", namespace, type_, package.filename

@@ -303,7 +303,7 @@ class Services:
 
         def session() -> aiohttp.ClientSession:
             if not sessions:
-                sessions.append(aiohttp.ClientSession(auto_decompress=False, trust_env=False))
+                sessions.append(aiohttp.ClientSession(auto_decompress=False, trust_env=False, read_bufsize=1 << 20))
             return sessions[0]
 
         providers = self.providers = Providers(self.config, session, self.clock)
