@@ -258,3 +258,27 @@ async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
         assert "provider acme/gadget" in (await refused.json())["errors"][0]
     finally:
         await forge.close()
+
+
+async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_paste(
+    make_client, forge, signing_key, tmp_path
+):
+    forge.add_release(REPO, "v1.2.0", goreleaser_assets("widget", "1.2.0", signing_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", None))
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"))
+    client = await make_client(config)
+    assert (await client.get("/providers/acme/widget")).status == 200
+    listed = await (await client.get("/v1/providers")).json()
+    assert listed == {
+        "providers": [{"id": "acme/widget", "namespace": "acme", "type": "widget", "versions": ["1.2.0"]}]
+    }
+    assert (await (await client.get("/v1/providers?namespace=other")).json()) == {"providers": []}
+    page = await (await client.get("/providers/acme/widget")).text()
+    host = f"{client.server.host}:{client.server.port}"
+    assert f"source  = &#34;{host}/acme/widget&#34;" in page and "version = &#34;~&gt; 1.2&#34;" in page
+    assert signing_key.fingerprint[-16:] in page and "linux_amd64" in page
+    assert "v1.1.0: the release has no signature" in page
+    index = await (await client.get("/providers")).text()
+    assert 'href="/providers/acme/widget"' in index and "1.2.0" in index
+    assert 'href="/providers"' in await (await client.get("/")).text()
+    assert (await client.get("/providers/acme/nothing")).status == 404

@@ -150,6 +150,12 @@ class Providers:
         """The keys that may sign `source`'s releases."""
         return self._keyrings[source.rule.keys].keys
 
+    def known(self) -> list[tuple[str, str]]:
+        """The providers a listing shows: each rule's fixed type, and the types of `*` rules asked for so far."""
+        found = {(r.namespace.lower(), r.type) for r in self.rules if r.type is not None}
+        found |= set(self._lists)
+        return sorted(found)
+
     # ---- releases, verified ----------------------------------------------------------------
 
     async def listing(self, namespace: str, type_: str) -> Listing:

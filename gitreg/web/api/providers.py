@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gitreg.config.model import PROVIDER_TYPE_RE
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
-from gitreg.web.auth import caller
+from gitreg.web.auth import caller, visibility
 from gitreg.web.keys import IDENTITY, PROVIDERS, SIGNER
 from gitreg.web.origin import base_url
 
@@ -48,6 +48,27 @@ async def _readable(request: web.Request, namespace: str, type_: str) -> None:
         await request.app[IDENTITY].check_read_repository(
             principal, namespace, source.repository, f"provider {namespace}/{type_}"
         )
+
+
+@provider_routes.get("/v1/providers")
+async def provider_list(request: web.Request) -> web.Response:
+    """The providers served (each rule's type, and the types of `*` rules asked for so far) the caller
+    may see, with their versions; `?namespace=` narrows it."""
+    providers = request.app[PROVIDERS]
+    seen = await visibility(request)
+    wanted = request.query.get("namespace", "").lower()
+    found = []
+    for namespace, type_ in providers.known():
+        if (wanted and namespace != wanted) or not seen.allows(
+            namespace, providers.source(namespace, type_).repository
+        ):
+            continue
+        try:
+            versions = [v.version for v in (await providers.listing(namespace, type_)).versions]
+        except GitregError:
+            versions = []
+        found.append({"id": f"{namespace}/{type_}", "namespace": namespace, "type": type_, "versions": versions})
+    return web.json_response({"providers": found})
 
 
 @provider_routes.get("/v1/providers/{namespace}/{type}/versions")

@@ -32,6 +32,7 @@ from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
+from gitreg.web.pages.providers import provider_page, providers_page
 from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import HERE, not_found, page_error, render, served_address, snippet
 from gitreg.web.pages.session import SESSIONS, Sessions, guarded, login, login_form, logout, sign_in
@@ -233,6 +234,9 @@ def add_ui(app: web.Application) -> web.RouteTableDef:
     pages.get("/modules/{namespace}/{name}/{system}", name="ui-module")(guarded(module_page))
     pages.get("/modules/{namespace}/{name}/{system}/{version}", name="ui-version")(guarded(module_page))
     pages.get("/modules/{namespace}/{name}/{system}/{version}/files/{path:.+}", name="ui-file")(guarded(module_file))
+    if config.providers:  # providers from releases (pages/providers.py)
+        pages.get("/providers", name="ui-providers")(guarded(providers_page))
+        pages.get("/providers/{namespace}/{type}", name="ui-provider")(guarded(provider_page))
     pages.get("/login", name="ui-login-form")(login_form)
     pages.post("/login", name="ui-login")(login)
     pages.get("/login/with/{forge}", name="ui-signin")(sign_in)
