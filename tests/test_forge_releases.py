@@ -78,3 +78,25 @@ async def test_gitlab_release_links_and_generic_packages_are_read_with_the_token
                 assert resp.status == 200
     finally:
         await forge.close()
+
+
+def test_release_webhook_payloads_name_the_repository_and_the_tag():
+    from gitreg.forges import github, gitlab
+    from gitreg.forges.payloads import MalformedPayload
+
+    hub = github.release_event(
+        {"action": "published", "release": {"tag_name": "v1.2.0"}, "repository": {"html_url": "https://github.com/a/b"}}
+    )
+    assert (hub.urls, hub.ref) == (("https://github.com/a/b",), "refs/tags/v1.2.0")
+    lab = gitlab.release_event(
+        {
+            "object_kind": "release",
+            "action": "create",
+            "tag": "v2.0.0",
+            "project": {"web_url": "https://gl.example/g/p"},
+        }
+    )
+    assert lab is not None and (lab.urls, lab.ref) == (("https://gl.example/g/p",), "refs/tags/v2.0.0")
+    assert gitlab.release_event({"object_kind": "push"}) is None
+    with pytest.raises(MalformedPayload):
+        github.release_event({"action": "published", "repository": {"html_url": "https://github.com/a/b"}})

@@ -4,7 +4,9 @@ with gitreg-signed URLs that stream the private assets, refusals with their reas
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -282,3 +284,31 @@ async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_past
     assert 'href="/providers/acme/widget"' in index and "1.2.0" in index
     assert 'href="/providers"' in await (await client.get("/")).text()
     assert (await client.get("/providers/acme/nothing")).status == 404
+
+
+async def test_a_release_webhook_makes_the_next_versions_answer_read_the_releases_again(
+    make_client, forge, signing_key, tmp_path
+):
+    secret = "webhook-secret-for-releases-01"
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    config = provider_config(
+        forge, signing_key.write(tmp_path / "keys.asc"), webhooks={"github_secret": secret}, cache={"ttl_seconds": 3600}
+    )
+    client = await make_client(config)
+
+    async def versions() -> list[str]:
+        return [
+            v["version"] for v in (await (await client.get("/v1/providers/acme/widget/versions")).json())["versions"]
+        ]
+
+    assert await versions() == ["1.0.0"]
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key))
+    assert await versions() == ["1.0.0"]  # cached like a tag list
+    repository = {"full_name": f"acme/{REPO}", "html_url": f"{forge.base_url}/acme/{REPO}"}
+    body = json.dumps({"action": "published", "release": {"tag_name": "v1.1.0"}, "repository": repository}).encode()
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {"X-GitHub-Event": "release", "X-Hub-Signature-256": signature, "Content-Type": "application/json"}
+    resp = await client.post("/webhooks/github", data=body, headers=headers)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["providers"] == 1
+    assert await versions() == ["1.1.0", "1.0.0"]

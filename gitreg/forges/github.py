@@ -188,6 +188,14 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     return TagEvent(payload_urls(payload.get("repository"), URL_FIELDS, "repository"), ref)
 
 
+def release_event(payload: Mapping[str, Any]) -> TagEvent:
+    """A GitHub `release` event (published, edited, deleted, ...): its repository and the release's tag."""
+    tag = dig(payload, "release", "tag_name")
+    if not isinstance(tag, str) or not tag:
+        raise MalformedPayload("a release payload needs a 'release' with a 'tag_name'")
+    return TagEvent(payload_urls(payload.get("repository"), URL_FIELDS, "repository"), f"refs/tags/{tag[:255]}")
+
+
 def repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
     """A GitHub `repository` event (created, deleted, renamed, archived, unarchived, transferred, ...).
 

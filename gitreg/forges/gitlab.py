@@ -133,6 +133,16 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     return TagEvent(payload_urls(section, URL_FIELDS, "project"), ref)
 
 
+def release_event(payload: Mapping[str, Any]) -> TagEvent | None:
+    """A GitLab `Release Hook` (`object_kind: release`: create, update, delete): its project and tag; else None."""
+    if payload.get("object_kind") != "release":
+        return None
+    tag = payload.get("tag")
+    if not isinstance(tag, str) or not tag:
+        raise MalformedPayload("a release payload needs a 'tag'")
+    return TagEvent(payload_urls(payload.get("project"), URL_FIELDS, "project"), f"refs/tags/{tag[:255]}")
+
+
 def repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:
     """A GitLab system hook (or group hook project event) about a project; None otherwise."""
     name = payload.get("event_name")

@@ -24,7 +24,7 @@ import semver
 from gitreg.config.model import Config, OrgConfig, ProviderRule, credential_for
 from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamUnavailable, VersionNotFound
 from gitreg.core.flight import InFlight
-from gitreg.core.urls import parse
+from gitreg.core.urls import host_path, parse
 from gitreg.core.versions import parse_version
 from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound
 from gitreg.forges.hosts import client_for
@@ -155,6 +155,15 @@ class Providers:
         found = {(r.namespace.lower(), r.type) for r in self.rules if r.type is not None}
         found |= set(self._lists)
         return sorted(found)
+
+    def released(self, repository_urls: tuple[str, ...]) -> int:
+        """A webhook says a repository's releases changed (a hint): its cached lists are read again
+        on the next request. How many providers it serves."""
+        named = {host_path(u) for u in repository_urls} - {None}
+        served = [key for key in self.known() if host_path(self.source(*key).repository) in named]
+        for key in served:
+            self._lists.pop(key, None)
+        return len(served)
 
     # ---- releases, verified ----------------------------------------------------------------
 
