@@ -312,3 +312,15 @@ async def test_a_release_webhook_makes_the_next_versions_answer_read_the_release
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["providers"] == 1
     assert await versions() == ["1.1.0", "1.0.0"]
+
+
+async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(make_client, forge, signing_key, tmp_path):
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    broken = tmp_path / "broken.asc"
+    broken.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nnot base64 at all\n-----END PGP PUBLIC KEY BLOCK-----\n")
+    client = await make_client(provider_config(forge, broken))
+    resp = await client.get("/v1/providers/acme/widget/versions")
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["versions"] == []
+    assert f"the keys file {broken} cannot be used" in body["warnings"][0]

@@ -31,7 +31,7 @@ from gitreg.forges.hosts import client_for
 from gitreg.forges.records import Release
 from gitreg.forges.releases import open_asset, read_asset
 from gitreg.providers.hashstore import HashStore
-from gitreg.providers.keys import Keyring, PublicKey
+from gitreg.providers.keys import Keyring, KeysError, PublicKey
 from gitreg.providers.release import (
     Candidate,
     Package,
@@ -102,6 +102,7 @@ class Providers:
         self._session = session
         self._clock = clock
         self._keyrings: dict[str, Keyring] = {}
+        self._unreadable: dict[str, str] = {}  # keys files gpg could not read: why
         self._lists: dict[tuple[str, str], tuple[float, Listing]] = {}
         self._reading: InFlight[tuple[str, str], Listing] = InFlight()
         self._verified: dict[tuple[object, ...], ProviderVersion | Refusal] = {}
@@ -112,8 +113,12 @@ class Providers:
         """Import each keys file into a GNUPGHOME of gitreg's own; read the `h1:` hashes kept."""
         await asyncio.to_thread(self.hashes.load)
         for rule in self.rules:
-            if rule.keys not in self._keyrings:
-                self._keyrings[rule.keys] = await Keyring.load(rule.keys)
+            if rule.keys not in self._keyrings and rule.keys not in self._unreadable:
+                try:
+                    self._keyrings[rule.keys] = await Keyring.load(rule.keys)
+                except KeysError as e:  # every release of its rules is refused, saying why
+                    log.error("[[providers]] keys %s: %s; no release signed for it is served", rule.keys, e)
+                    self._unreadable[rule.keys] = str(e)
 
     def close(self) -> None:
         """Remove the GNUPGHOMEs."""
@@ -224,9 +229,13 @@ class Providers:
 
     async def _check(self, client: ForgeClient, source: Source, c: Candidate) -> ProviderVersion | Refusal:
         headers = client.asset_headers()
+        keyring = self._keyrings.get(source.rule.keys)
+        if keyring is None:
+            reason = self._unreadable.get(source.rule.keys, "not loaded")
+            return Refusal(c.tag, f"the keys file {source.rule.keys} cannot be used: {reason}")
         sums = await read_asset(client, c.sums, headers, MAX_SUMS_BYTES)
         signature = await read_asset(client, c.signature, headers, MAX_SIGNATURE_BYTES)
-        signer = await self._keyrings[source.rule.keys].verify(sums, signature)
+        signer = await keyring.verify(sums, signature)
         if isinstance(signer, str):
             return Refusal(c.tag, signer)
         listed = checksums(sums)
