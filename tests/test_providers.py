@@ -324,3 +324,15 @@ async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(make
     body = await resp.json()
     assert body["versions"] == []
     assert f"the keys file {broken} cannot be used" in body["warnings"][0]
+
+
+async def test_an_org_with_providers_true_serves_its_provider_repositories(make_client, forge, signing_key, tmp_path):
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    keys = signing_key.write(tmp_path / "keys.asc")
+    org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
+    config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
+    client = await make_client(config)
+    resp = await client.get("/v1/providers/acme/widget/versions")
+    assert resp.status == 200, await resp.text()
+    assert [v["version"] for v in (await resp.json())["versions"]] == ["1.0.0"]
+    assert (await client.get("/v1/providers/acme/gadget/versions")).status == 404  # no such repository

@@ -71,3 +71,24 @@ def test_a_provider_served_twice_and_auth_without_a_signing_key_are_refused(keys
     found = problems({"auth": {"tokens": ["t" * 20]}, "providers": [rule, rule]})
     assert "providers[1]: acme/w is already served by providers[0]" in found
     assert any(p.startswith("providers: registry auth") and "signing_key" in p for p in found)
+
+
+def test_an_org_with_providers_serves_its_terraform_provider_repositories(keys):
+    org = {"provider": "github", "group": "acme", "namespace": "acme", "providers": True, "provider_keys": keys}
+    gitlab = {"provider": "gitlab", "api_url": "https://git.example.com/api/v4", "group": "infra/tf"}
+    config = parse_config(
+        {"orgs": [org, {**gitlab, "namespace": "infra", "providers": True, "provider_keys": keys}]}, {}
+    )
+    hub, lab = config.providers
+    assert (hub.namespace, hub.type, hub.keys) == ("acme", None, keys)
+    assert hub.repository_for("widget") == "https://github.com/acme/terraform-provider-widget"
+    assert lab.repository_for("dns") == "https://git.example.com/infra/tf/terraform-provider-dns"
+    assert lab.api_url == "https://git.example.com/api/v4"
+    found = problems(
+        {"orgs": [{**org, "provider_keys": None}]}
+        if False
+        else {"orgs": [{k: v for k, v in org.items() if k != "provider_keys"}]}
+    )
+    assert found == [
+        "orgs[0].provider_keys: is required with providers = true: the OpenPGP keys that sign the releases"
+    ]

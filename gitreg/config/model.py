@@ -254,6 +254,10 @@ class OrgConfig:
     # A listing with more repositories fails (the last good one stays): a runaway or hostile API
     # cannot grow the listing, orgs.json and the index without bound.
     max_repositories: int = 10_000
+    # Repositories named terraform-provider-{type} directly in the group serve provider
+    # namespace/type from their releases, signed by one of `provider_keys` (a [[providers]] rule).
+    providers: bool = False
+    provider_keys: str | None = None
 
     @property
     def pattern(self) -> re.Pattern[str]:

@@ -98,6 +98,10 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         if not _CLONE_HOST_RE.fullmatch(h):
             r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
     max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
+    providers = r.bool("providers", False)
+    provider_keys = r.str("provider_keys")
+    if providers and provider_keys is None:
+        r.error("provider_keys", "is required with providers = true: the OpenPGP keys that sign the releases")
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
         return None
@@ -115,6 +119,8 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         include_archived=include_archived,
         clone_hosts=clone_hosts,
         max_repositories=max_repositories,
+        providers=providers,
+        provider_keys=provider_keys,
     )
 
 

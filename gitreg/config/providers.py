@@ -48,15 +48,15 @@ def _check_repository(r: TableReader, repository: str, any_type: bool) -> str | 
     return found.host.lower()
 
 
-def _check_keys(r: TableReader, path: str) -> None:
+def _check_keys(r: TableReader, path: str, key: str = "keys") -> None:
     try:
         with open(path, "rb") as f:
             text = f.read(MAX_KEYS_BYTES + 1)
     except OSError as e:
-        r.error("keys", f"cannot read {path!r}: {e.strerror}")
+        r.error(key, f"cannot read {path!r}: {e.strerror}")
         return
     if len(text) > MAX_KEYS_BYTES or ARMOR_HEADER.encode() not in text:
-        r.error("keys", f"{path!r} holds no armored OpenPGP public key ({ARMOR_HEADER})")
+        r.error(key, f"{path!r} holds no armored OpenPGP public key ({ARMOR_HEADER})")
 
 
 def _host_api(
@@ -115,6 +115,29 @@ def parse_provider(
     )
 
 
+def web_root(org: OrgConfig) -> str:
+    """The Git host's web URL of an org's API: https://github.com for api.github.com, else the API's
+    URL without `/api/v3` (GitHub Enterprise Server) or `/api/v4` (GitLab)."""
+    if org.api_url == DEFAULT_API_URLS["github"]:
+        return "https://github.com"
+    return org.api_url.removesuffix("/api/v3").removesuffix("/api/v4")
+
+
+def org_rules(orgs: tuple[OrgConfig, ...]) -> list[ProviderRule]:
+    """The provider rule of each org with `providers = true`: its terraform-provider-{type} repositories."""
+    return [
+        ProviderRule(
+            namespace=org.namespace,
+            repository=f"{web_root(org)}/{org.group}/terraform-provider-{{type}}",
+            keys=org.provider_keys,
+            provider=org.provider,
+            api_url=org.api_url,
+        )
+        for org in orgs
+        if org.providers and org.provider_keys is not None
+    ]
+
+
 def parse_providers(
     root: TableReader, orgs: tuple[OrgConfig, ...], forges: tuple[ForgeAuthConfig, ...], unsigned: bool
 ) -> list[ProviderRule]:
@@ -130,6 +153,13 @@ def parse_providers(
             root.problems.append(f"providers[{i}]: {key[0]}/{key[1]} is already served by providers[{seen[key]}]")
         seen.setdefault(key, i)
         rules.append(rule)
+    for i, org in enumerate(orgs):
+        if org.providers and org.provider_keys is not None:
+            _check_keys(TableReader({}, f"orgs[{i}]", root.problems, root.env), org.provider_keys, "provider_keys")
+    for rule in org_rules(orgs):  # after the explicit rules: one of theirs for the namespace wins
+        if (rule.namespace.lower(), "*") not in seen:
+            seen[(rule.namespace.lower(), "*")] = -1
+            rules.append(rule)
     if unsigned and rules:
         root.problems.append(
             "providers: registry auth ([auth] tokens, forges or oidc) needs [auth] signing_key, which signs the "

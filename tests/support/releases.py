@@ -269,7 +269,14 @@ class ReleasesMixin:
     async def _list_releases(self, request: web.Request, full: str) -> web.Response:
         releases, _ = self._release_state()
         with self._lock:
-            found = json.loads(json.dumps(releases.get(full.lower(), [])))
+            listed = releases.get(full.lower())
+            repos: dict[str, dict[str, Any]] = getattr(self, "_repos", {})
+            known = listed is not None or any(
+                str(r.get("full_name") or r.get("path_with_namespace")).lower() == full.lower() for r in repos.values()
+            )
+            found = json.loads(json.dumps(listed or []))
+        if not known:  # as both hosts answer for a repository that does not exist (or is not visible)
+            return web.json_response({"message": "Not Found"}, status=404)
         per_page = int(request.query.get("per_page", "30"))
         page = max(1, int(request.query.get("page", "1")))
         chunk = found[(page - 1) * per_page : page * per_page]
