@@ -67,6 +67,7 @@ def _providers(r: TableReader) -> tuple[bool, str | None]:
     return providers, provider_keys
 
 
+# long: one key after another, in the order the table documents them; split up it would hide none
 def parse_org(r: TableReader) -> OrgConfig | None:
     provider: Provider | None = one_of(r, "provider", r.str("provider", required=True), ("gitlab", "github"))
     api_url = r.str("api_url")
