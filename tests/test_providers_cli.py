@@ -40,6 +40,7 @@ def test_check_probe_lists_served_provider_versions_and_the_reasons_others_are_n
         one = run_gitreg("check", "--config", str(config), "--probe", "acme/widget")
     out = result.stdout
     assert result.returncode == 1, out + result.stderr  # gadget serves nothing
+    assert "config OK: 0 module rule(s), 0 credential(s), 1 org(s), 2 provider rule(s)" in out
     assert f"provider acme/widget <- {forge.base_url}/acme/terraform-provider-widget" in out
     assert f"  1.0.0: protocols 6.0; darwin_arm64, linux_amd64; signed by key {key.fingerprint[-16:]}" in out
     assert (

@@ -299,6 +299,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
     print(
         f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
         + (f", {len(config.orgs)} org(s)" if config.orgs else "")
+        + (f", {len(config.providers)} provider rule(s)" if config.providers else "")
         + (f" from {config.source}" if config.source else "")
     )
     for hidden, winner in shadowed_rules(config.modules):
