@@ -5,10 +5,11 @@ FROM python:3.11.16-slim-bookworm@sha256:c425d915a89a6dcd3183b1797ad9bd8878caff5
 
 # git runs ls-remote, fetch and archive (gitreg kills each git with its whole process group);
 # procps gives `ps` to whoever debugs the container; openssh-client lets rules use ssh:// repositories; tini runs as PID 1, so git's helpers that
-# exit after their parent are reaped and `docker stop` (SIGTERM) reaches gitreg.
+# exit after their parent are reaped and `docker stop` (SIGTERM) reaches gitreg; gnupg (gpg, gpgv) verifies
+# the signatures of providers' releases ([[providers]] keys).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git procps openssh-client ca-certificates tini \
+    && apt-get install -y --no-install-recommends git procps openssh-client ca-certificates tini gnupg \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

@@ -19,6 +19,7 @@ from gitreg.config.model import (
     ModuleRule,
     OidcConfig,
     OrgConfig,
+    ProviderRule,
     ServerConfig,
     StorageConfig,
     TokenConfig,
@@ -58,6 +59,7 @@ def test_example_config_is_valid():
         ("orgs", OrgConfig),
         ("auth.forges", ForgeAuthConfig),
         ("auth.oidc", OidcConfig),
+        ("providers", ProviderRule),
     ],
 )
 def test_every_config_key_is_documented_in_the_example(section, cls):
@@ -83,6 +85,8 @@ def test_example_documents_only_keys_the_parser_accepts(tmp_path):
     for name in ("cert.pem", "key.pem"):
         (tmp_path / name).write_text("x")
         text = text.replace(f"/etc/gitreg/tls/{name}", str(tmp_path / name))
+    (tmp_path / "keys.asc").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    text = text.replace("/etc/gitreg/provider-keys.asc", str(tmp_path / "keys.asc"))
     data = tomllib.loads(text)
     env = dict.fromkeys(re.findall(r"\$\{(\w+)\}", text), "x" * 40)
     parse_config(data, env)

@@ -94,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
         const=True,
         default=None,
         metavar="NAMESPACE/NAME/SYSTEM",
-        help="also list each explicit module's versions and skipped tags; with an address, probe that one module "
-        "through whichever rule serves it (wildcard rules too)",
+        help="also list each explicit module's versions and skipped tags (and each provider's served and refused "
+        "releases); with an address, probe that one module through whichever rule serves it (wildcard rules too); "
+        "with NAMESPACE/TYPE, that one provider",
     )
     tokens.add_parser(sub, common)
     return parser
@@ -153,8 +154,8 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
 
 
 def module_sources(config: Config) -> int:
-    """How many sources of modules the config names: `serve` and `check` both refuse none."""
-    return len(config.modules) + len(config.orgs)
+    """How many sources of modules (and providers) the config names: `serve` and `check` both refuse none."""
+    return len(config.modules) + len(config.orgs) + len(config.providers)
 
 
 def _refuse_nothing_to_serve(config: Config) -> bool:
@@ -316,6 +317,7 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
     print(
         f"config OK: {len(config.modules)} module rule(s), {len(config.credentials)} credential(s)"
         + (f", {len(config.orgs)} org(s)" if config.orgs else "")
+        + (f", {len(config.providers)} provider rule(s)" if config.providers else "")
         + (f" from {config.source}" if config.source else "")
     )
     for hidden, winner in shadowed_rules(config.modules):
@@ -334,10 +336,13 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         return EXIT_OK
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
         adapter = GitAdapter(GitRunner(config.git, config.credentials, home))
+        if isinstance(probe, str) and probe.count("/") == 1 and config.providers:  # NAMESPACE/TYPE: a provider
+            namespace, type_ = probe.split("/")
+            return _probe_providers(config, (namespace, type_))
         if isinstance(probe, str):
             return _probe_address(config, adapter, probe, labels)
         failed = _probe(config, adapter)
-        return max(failed, _probe_orgs(config, adapter))
+        return max(failed, _probe_orgs(config, adapter), _probe_providers(config))
 
 
 def _report_redis(config: Config) -> bool:
@@ -442,6 +447,32 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
     return bool(found.versions)
+
+
+def _probe_providers(config: Config, only: tuple[str, str] | None = None) -> int:
+    """Per provider: the versions served from its releases, and each release refused with its reason."""
+    if not config.providers:
+        return EXIT_OK
+    from gitreg.providers.probe import probe_providers  # imports aiohttp: only `check --probe` needs it
+
+    failed = False
+    for report in run_main(probe_providers(config, only)):
+        print(f"\nprovider {report.namespace}/{report.type} <- {mask_url(report.repository)}")
+        if report.error is not None:
+            failed = True
+            print(f"  ERROR: {report.error}")
+            continue
+        for v in report.versions:
+            platforms = ", ".join(f"{p.os}_{p.arch}" for p in v.packages)
+            print(f"  {v.version}: protocols {', '.join(v.protocols)}; {platforms}; signed by key {v.key_id}")
+        for refused in report.refused:
+            print(f"  not served: release {refused.tag}: {refused.reason}")
+        if not report.versions:
+            failed = True
+            print("  ERROR: no release is served (publish a signed goreleaser release like v1.0.0)")
+    if only is None and any(r.type is None for r in config.providers):
+        print('(a provider rule with type = "*": probe one of its providers with --probe NAMESPACE/TYPE)')
+    return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
 def _probe_orgs(config: Config, adapter: GitAdapter) -> int:

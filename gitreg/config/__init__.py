@@ -5,7 +5,8 @@
 - `parse`: TOML -> `Config`: `load_config`, `parse_config` (one function per section), the
   validation of every key, and `module_rule_from_flag` for `--module`; what serves modules is
   read by `module_rules` (`[[modules]]`) and `orgs` (`[[orgs]]`), the identities `[auth]` opens
-  the registry to by `identity` (`[[auth.forges]]`, `[[auth.oidc]]`).
+  the registry to by `identity` (`[[auth.forges]]`, `[[auth.oidc]]`), the providers served from
+  releases by `providers` (`[[providers]]`).
 - `reader`: `TableReader`, which reads one TOML table, expands `${VAR}` and records each problem
   under its key path (`modules[2].repository: missing`) instead of raising.
 - `rules`: the `{namespace}`/`{name}`/`{system}` template syntax (`TEMPLATE_RE`, `fill_template`)

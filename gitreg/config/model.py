@@ -231,6 +231,16 @@ class Credential:
     password: str = field(repr=False)
 
 
+def credential_for(credentials: tuple[Credential, ...], url: str) -> Credential | None:
+    """The most specific `[[credentials]]` entry whose URL prefix covers `url`."""
+    best: Credential | None = None
+    for cred in credentials:
+        prefix = cred.url if cred.url.endswith("/") else cred.url + "/"
+        if (url.startswith(prefix) or url == cred.url.rstrip("/")) and (best is None or len(cred.url) > len(best.url)):
+            best = cred
+    return best
+
+
 DEFAULT_REPOSITORY_PATTERN = "terraform-{system}-{name}"
 DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
 # An org listing costs one API call per 100 repositories: more often than this hammers the
@@ -259,6 +269,10 @@ class OrgConfig:
     # A listing with more repositories fails (the last good one stays): a runaway or hostile API
     # cannot grow the listing, orgs.json and the index without bound.
     max_repositories: int = 10_000
+    # Repositories named terraform-provider-{type} directly in the group serve provider
+    # namespace/type from their releases, signed by one of `provider_keys` (a [[providers]] rule).
+    providers: bool = False
+    provider_keys: str | None = None
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -279,6 +293,31 @@ def compile_repository_pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(r"\A" + "".join(groups.get(part) or re.escape(part) for part in parts) + r"\Z", re.ASCII)
 
 
+# A Terraform provider type: lowercase letters, digits and '-' inside (tfaddr's rule, lowercased).
+PROVIDER_TYPE_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class ProviderRule:
+    """One `[[providers]]` entry: providers `namespace/type` served from a repository's releases."""
+
+    namespace: str
+    # The repository's web URL, `{type}` filled with the provider type (required when type is "*").
+    repository: str
+    # The file of armored OpenPGP public keys that sign the releases' SHA256SUMS.
+    keys: str
+    # None: any type ("*").
+    type: str | None = None
+    # The Git host's kind and REST API root: inferred for github.com and gitlab.com, or from an
+    # [[orgs]] or [[auth.forges]] entry on the repository's host.
+    provider: Provider = "github"
+    api_url: str = "https://api.github.com"
+
+    def repository_for(self, type_: str) -> str:
+        """The repository URL serving provider type `type_`."""
+        return self.repository.replace("{type}", type_)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole, validated configuration."""
@@ -295,6 +334,7 @@ class Config:
     credentials: tuple[Credential, ...] = field(default=(), repr=False)
     source: str | None = None
     orgs: tuple[OrgConfig, ...] = ()
+    providers: tuple[ProviderRule, ...] = ()
 
 
 def default_storage_path() -> str:

@@ -58,6 +58,16 @@ def check_api_url(r: TableReader, url: str) -> None:
         r.error("api_url", "must not contain a query string or fragment")
 
 
+def _providers(r: TableReader) -> tuple[bool, str | None]:
+    """`providers` (its terraform-provider-{type} repositories serve providers) and `provider_keys`."""
+    providers = r.bool("providers", False)
+    provider_keys = r.str("provider_keys")
+    if providers and provider_keys is None:
+        r.error("provider_keys", "is required with providers = true: the OpenPGP keys that sign the releases")
+    return providers, provider_keys
+
+
+# long: one key after another, in the order the table documents them; split up it would hide none
 def parse_org(r: TableReader) -> OrgConfig | None:
     provider: Provider | None = one_of(r, "provider", r.str("provider", required=True), ("gitlab", "github"))
     api_url = r.str("api_url")
@@ -98,6 +108,7 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         if not _CLONE_HOST_RE.fullmatch(h):
             r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
     max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
+    providers, provider_keys = _providers(r)
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
         return None
@@ -115,6 +126,8 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         include_archived=include_archived,
         clone_hosts=clone_hosts,
         max_repositories=max_repositories,
+        providers=providers,
+        provider_keys=provider_keys,
     )
 
 

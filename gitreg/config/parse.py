@@ -41,6 +41,7 @@ from gitreg.config.model import (
 )
 from gitreg.config.module_rules import parse_modules, parse_rule
 from gitreg.config.orgs import parse_orgs
+from gitreg.config.providers import parse_providers
 from gitreg.config.reader import TableReader, one_of, type_name
 from gitreg.core import urls
 from gitreg.core.errors import ConfigError
@@ -303,6 +304,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     unsigned = auth.enabled and auth.signing_key is None  # archives would need a signing key
     modules = parse_modules(root, gitcfg.protocols, unsigned and not a.problems_for("signing_key"))
     orgs = parse_orgs(root, unsigned)
+    providers = parse_providers(root, tuple(orgs), auth.forges, unsigned and not a.problems_for("signing_key"))
     credentials = _parse_credentials(root)
     root.finish()
     if problems:
@@ -320,6 +322,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         credentials=credentials,
         source=source,
         orgs=tuple(orgs),
+        providers=tuple(providers),
     )
 
 

@@ -10,6 +10,9 @@ One module per host, beside what they share:
   `MalformedPayload`.
 - `github`, `gitlab`: the host's client (URLs, headers, record fields), its payloads turned
   into events, its deliveries' signature or token checked, and its `HOST`.
+- `releases`: a repository's releases (`Release`, `ReleaseAsset` live in `records`): their
+  pages, and an asset's bytes streamed (the token only to the API's origin, never to the storage
+  host a download redirects to).
 - `hosts`: the hosts by provider name, and `client_for`.
 - `host_oauth`: the hosts' OAuth, gitreg as their client (authorize URL, code exchange, refresh,
   who the token is); the login flow that uses it is identity's (identity/oauth.py).

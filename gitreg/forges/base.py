@@ -32,7 +32,7 @@ from yarl import URL
 from gitreg import __version__
 from gitreg.config.model import OrgConfig
 from gitreg.core.urls import GitUrl, mask, parse
-from gitreg.forges.records import OnPage, RepoRecord
+from gitreg.forges.records import OnPage, Release, RepoRecord
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,14 @@ class ForgeClient:
     async def member_repositories(self) -> list[RepoRecord]:
         """The repositories the client's token is a member of, all pages (one listing, not a call per repository)."""
         raise NotImplementedError
+
+    async def releases(self, full_name: str) -> list[Release]:
+        """The repository's releases, every page (forges/releases.py); ForgeError when a page fails."""
+        raise NotImplementedError
+
+    def asset_headers(self) -> dict[str, str]:
+        """The headers (with the token) that fetch a release asset's bytes on the API's origin."""
+        return self.headers()
 
     async def _username(self, url: str, key: str) -> str | None:
         """The `key` field of the user object at `url`; None when the host refuses the token."""

@@ -23,7 +23,8 @@ from gitreg.config.model import OrgConfig
 from gitreg.core.secrets import digest, same_secret
 from gitreg.forges.base import PER_PAGE, USER_AGENT, ForgeClient, ForgeError, ForgeNotFound, Host, OrgStats
 from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, dig, payload_urls
-from gitreg.forges.records import OnPage, RecordFields, RepoRecord, read_record, text_field
+from gitreg.forges.records import OnPage, RecordFields, Release, ReleaseAsset, RepoRecord, read_record, text_field
+from gitreg.forges.releases import asset_of, release_pages, text
 
 API_VERSION = "2022-11-28"
 INSTALLATION_PREFIX = "ghs_"  # a GitHub App installation access token
@@ -126,6 +127,35 @@ class GitHubClient(ForgeClient):
             return None
         return await self.get_record(f"{self.org.api_url}/repos/{quote(owner, safe='')}/{quote(name, safe='')}", record)
 
+    async def releases(self, full_name: str) -> list[Release]:
+        """ "List releases" (`GET /repos/{owner}/{repo}/releases`), every page; drafts included, marked."""
+        owner, _, name = full_name.partition("/")
+        url = f"{self.org.api_url}/repos/{quote(owner, safe='')}/{quote(name, safe='')}/releases?per_page={PER_PAGE}"
+        return await release_pages(self, url, release)
+
+    def asset_headers(self) -> dict[str, str]:
+        """What fetches an asset's bytes: the token, and `Accept: application/octet-stream` (else its JSON)."""
+        return {**self.headers(), "Accept": "application/octet-stream"}
+
+
+def release(item: Any) -> Release | None:
+    """A GitHub release object; None when malformed. Assets by their API URL (works for private repositories)."""
+    if not isinstance(item, dict) or text(item, "tag_name", 255) is None:
+        return None
+    assets: list[ReleaseAsset] = []
+    listed = item.get("assets")
+    for a in listed if isinstance(listed, list) else []:
+        if isinstance(a, dict):
+            found = asset_of(text(a, "name", 255), text(a, "url", 2048), a.get("size"), a.get("digest"))
+            if found is not None:
+                assets.append(found)
+    return Release(
+        tag=item["tag_name"],
+        draft=item.get("draft") is True,
+        prerelease=item.get("prerelease") is True,
+        assets=tuple(assets),
+    )
+
 
 def owns(group: str, full_name: str) -> bool:
     """True when `full_name` (owner/name) is a repository of the organization or user `group`."""
@@ -156,6 +186,14 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     else:
         return None
     return TagEvent(payload_urls(payload.get("repository"), URL_FIELDS, "repository"), ref)
+
+
+def release_event(payload: Mapping[str, Any]) -> TagEvent:
+    """A GitHub `release` event (published, edited, deleted, ...): its repository and the release's tag."""
+    tag = dig(payload, "release", "tag_name")
+    if not isinstance(tag, str) or not tag:
+        raise MalformedPayload("a release payload needs a 'release' with a 'tag_name'")
+    return TagEvent(payload_urls(payload.get("repository"), URL_FIELDS, "repository"), f"refs/tags/{tag[:255]}")
 
 
 def repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:

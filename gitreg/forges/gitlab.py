@@ -18,7 +18,8 @@ from urllib.parse import quote
 from gitreg.core.secrets import digest, same_secret
 from gitreg.forges.base import PER_PAGE, USER_AGENT, ForgeClient, Host
 from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, payload_urls
-from gitreg.forges.records import OnPage, RecordFields, RepoRecord, read_record, text_field
+from gitreg.forges.records import OnPage, RecordFields, Release, ReleaseAsset, RepoRecord, read_record, text_field
+from gitreg.forges.releases import asset_of, release_pages, text
 
 TOKEN_HEADER = "X-Gitlab-Token"
 EVENT_HEADER = "X-Gitlab-Event"  # what a delivery is about (tag_event's `event`)
@@ -80,6 +81,33 @@ class GitLabClient(ForgeClient):
         """One project by id or full path; None when GitLab says it does not exist."""
         return await self.get_record(f"{self.org.api_url}/projects/{quote(key, safe='')}", record)
 
+    async def releases(self, full_name: str) -> list[Release]:
+        """ "List releases" (`GET /projects/:id/releases`), every page; an upcoming release counts as a draft."""
+        url = f"{self.org.api_url}/projects/{quote(full_name, safe='')}/releases?per_page={PER_PAGE}"
+        return await release_pages(self, url, release)
+
+    def asset_headers(self) -> dict[str, str]:
+        """What fetches a link's bytes on the API's host (a generic package): the token."""
+        return self.headers()
+
+
+def release(item: Any) -> Release | None:
+    """A GitLab release object; None when malformed. Assets are its links (`direct_asset_url`, else `url`)."""
+    if not isinstance(item, dict) or text(item, "tag_name", 255) is None:
+        return None
+    links = item.get("assets", {}).get("links") if isinstance(item.get("assets"), dict) else None
+    assets: list[ReleaseAsset] = []
+    for link in links if isinstance(links, list) else []:
+        if isinstance(link, dict):
+            url = text(link, "direct_asset_url", 2048) or text(link, "url", 2048)
+            found = asset_of(text(link, "name", 255), url)
+            if found is not None:
+                assets.append(found)
+    # GitLab has no prerelease flag: a SemVer prerelease tag says it (the caller reads the version).
+    return Release(
+        tag=item["tag_name"], draft=item.get("upcoming_release") is True, prerelease=False, assets=tuple(assets)
+    )
+
 
 def owns(group: str, full_name: str) -> bool:
     """True when `full_name` (a path with namespace) is in the group `group` or one of its subgroups."""
@@ -103,6 +131,16 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
         return None  # a branch push cannot change a tag list
     section = payload.get("project") if isinstance(payload.get("project"), dict) else payload.get("repository")
     return TagEvent(payload_urls(section, URL_FIELDS, "project"), ref)
+
+
+def release_event(payload: Mapping[str, Any]) -> TagEvent | None:
+    """A GitLab `Release Hook` (`object_kind: release`: create, update, delete): its project and tag; else None."""
+    if payload.get("object_kind") != "release":
+        return None
+    tag = payload.get("tag")
+    if not isinstance(tag, str) or not tag:
+        raise MalformedPayload("a release payload needs a 'tag'")
+    return TagEvent(payload_urls(payload.get("project"), URL_FIELDS, "project"), f"refs/tags/{tag[:255]}")
 
 
 def repository_event(payload: Mapping[str, Any]) -> RepositoryEvent | None:

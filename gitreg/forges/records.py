@@ -1,4 +1,4 @@
-"""A repository as a Git host's API describes it, provider-neutral: `RepoRecord`, and how a host's
+"""A repository (and its releases) as a Git host's API describes it, provider-neutral: `RepoRecord`, and how a host's
 object becomes one (`read_record`). The record is also what orgs.json stores (`to_json`/`from_json`).
 """
 
@@ -113,3 +113,27 @@ def read_record(
         pushed_throttle=pushed_throttle,
     )
     return rec if rec.name and rec.full_name and rec.https_url else None
+
+
+@dataclass(frozen=True)
+class ReleaseAsset:
+    """One file of a release: its name, where its bytes are fetched, and what the host says of it."""
+
+    name: str
+    url: str  # GitHub: the API asset URL (`Accept: application/octet-stream`); GitLab: the link's URL
+    size: int | None = None
+    digest: str | None = None  # "sha256:<hex>" when the host says (GitHub since 2025)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release: its tag, whether it is a draft (never served) or a prerelease, and its assets."""
+
+    tag: str
+    draft: bool
+    prerelease: bool
+    assets: tuple[ReleaseAsset, ...]
+
+    def asset(self, name: str) -> ReleaseAsset | None:
+        """The asset called `name`, if the release has one."""
+        return next((a for a in self.assets if a.name == name), None)

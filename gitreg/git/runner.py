@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from gitreg.config.model import Credential, GitConfig
+from gitreg.config.model import Credential, GitConfig, credential_for
 from gitreg.core import urls
 from gitreg.core.errors import OUT_OF_RESOURCES, Overloaded, UpstreamUnavailable
 from gitreg.git.pool import RUNNING_AS, Priority
@@ -329,14 +329,7 @@ class GitRunner:
 
     def credential_for(self, url: str) -> Credential | None:
         """The most specific `[[credentials]]` entry whose URL prefix covers `url`."""
-        best: Credential | None = None
-        for cred in self.credentials:
-            prefix = cred.url if cred.url.endswith("/") else cred.url + "/"
-            if (url.startswith(prefix) or url == cred.url.rstrip("/")) and (
-                best is None or len(cred.url) > len(best.url)
-            ):
-                best = cred
-        return best
+        return credential_for(self.credentials, url)
 
     @contextlib.contextmanager
     def spawn(

@@ -186,7 +186,13 @@ class Identities:
             resolved = await self._resolver.resolve_listed(address)
         except ModuleNotFound:
             return
-        await forge.check_read(principal, resolved.repository, address)
+        await forge.check_read(principal, resolved.repository, f"module {address}")
+
+    async def check_read_repository(self, principal: Principal, namespace: str, repository: str, what: str) -> None:
+        """Forbidden unless `principal` may read `what` (a provider), served from `repository` in `namespace`:
+        by namespace (static, OIDC), else as the Git host says of the repository."""
+        if not self.read_now(principal, namespace):
+            await self._forge(principal).check_read(principal, repository, what)
 
     def visibility_now(self, principal: Principal | None) -> Visibility | None:
         """What `principal` sees in lists, search and pages when no one need be asked (None: an open

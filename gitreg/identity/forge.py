@@ -25,7 +25,6 @@ import aiohttp
 
 from gitreg.config.model import ForgeAuthConfig, OrgConfig
 from gitreg.core.errors import Forbidden, IdentityUnavailable
-from gitreg.core.names import ModuleAddress
 from gitreg.core.secrets import digest
 from gitreg.core.urls import parse
 from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
@@ -134,13 +133,13 @@ class ForgeAccess:
         """The `forge` principal of a token this host said belongs to `name`."""
         return Principal("forge", f"{name}@{self.host}", forge=self.forge, host_token=token)
 
-    async def check_read(self, principal: Principal, repository: str, address: ModuleAddress) -> None:
-        """Forbidden unless the host says the principal's token can read `repository` (module `address`'s)."""
+    async def check_read(self, principal: Principal, repository: str, what: str) -> None:
+        """Forbidden unless the host says the principal's token can read `repository` (`what`'s: "module a/b/c")."""
         token = principal.host_token or ""
         found = repository_path(repository)
         if found is None or found[0] not in self.hosts:
             raise Forbidden(
-                f"{principal.name} may read only modules whose repository is on {self.host}; module {address}'s is not"
+                f"{principal.name} may read only modules whose repository is on {self.host}; {what}'s is not"
             )
         path = found[1]
         key = (digest(token), path)
@@ -156,7 +155,7 @@ class ForgeAccess:
 
         if not await self.reads.get(key, self.forge.recheck_seconds, ask):
             raise Forbidden(
-                f"{principal.name} cannot read {path} on {self.host}, the repository of module {address}: "
+                f"{principal.name} cannot read {path} on {self.host}, the repository of {what}: "
                 "ask for access to it there (gitreg follows the Git host's permissions)"
             )
 

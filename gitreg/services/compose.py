@@ -44,6 +44,7 @@ from gitreg.observability.logs import JsonFormatter
 from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
+from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.publish import Publisher
@@ -87,6 +88,7 @@ class Services:
     details: DetailsService
     index: ModuleIndex
     browse: BrowseService
+    providers: Providers  # not in the index process
     index_process: IndexProcess  # Role.SERVE only
     # What later services are built with.
     home: str
@@ -131,7 +133,7 @@ class Services:
         contexts += [self._budget, self._queued_git, self._tags, self._orgs, self._mirrors_and_archives]
         contexts += [self._catalog, self._hosts_http]
         if role is not Role.INDEX:  # the serving process signs people in and asks who is calling
-            contexts += [self._logins, self._identities]
+            contexts += [self._logins, self._identities, self._providers]
         contexts.append(self._registry)
         if role is not Role.INDEX:  # the serving process enumerates the orgs
             contexts.append(self._org_listings)
@@ -293,6 +295,25 @@ class Services:
         )
         self.metrics.watch_identities(identities.api_stats)
         yield
+
+    async def _providers(self) -> AsyncIterator[None]:
+        """Providers served from releases (`[[providers]]`): their keys imported, and a session of their
+        own toward the Git hosts (bytes passed on as they come: no decompression)."""
+        sessions: list[aiohttp.ClientSession] = []
+
+        def session() -> aiohttp.ClientSession:
+            if not sessions:
+                sessions.append(aiohttp.ClientSession(auto_decompress=False, trust_env=False, read_bufsize=1 << 20))
+            return sessions[0]
+
+        providers = self.providers = Providers(self.config, session, self.clock)
+        await providers.start()
+        try:
+            yield
+        finally:
+            providers.close()
+            for opened in sessions:
+                await opened.close()
 
     async def _registry(self) -> AsyncIterator[None]:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""

@@ -21,6 +21,7 @@ from gitreg.services.compose import Services
 from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
 from gitreg.web.api.oauth import oauth_routes
+from gitreg.web.api.providers import provider_routes
 from gitreg.web.api.webhooks import webhook_routes
 from gitreg.web.keys import (
     BROWSE,
@@ -37,6 +38,7 @@ from gitreg.web.keys import (
     METRICS,
     MIRRORS,
     ORGS,
+    PROVIDERS,
     PUBLISHER,
     REGISTRY,
     SIGNER,
@@ -65,6 +67,7 @@ def _serving(services: Services) -> Callable[[web.Application], AsyncIterator[No
             app[INDEX] = services.index
             app[BROWSE] = services.browse
             app[IDENTITY] = services.identities
+            app[PROVIDERS] = services.providers
             yield
 
     return context
@@ -100,6 +103,7 @@ def create_app(config: Config, clock: Callable[[], float] = time.monotonic, role
     table.add(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     table.add(webhook_routes)
     table.add(oauth_routes)
+    table.add(provider_routes)  # providers.v1 (web/api/providers.py)
     table.add(add_ui(app), page=True)
     table.add_unrouted()
     app.on_shutdown.append(_stopping)

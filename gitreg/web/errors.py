@@ -1,4 +1,4 @@
-"""The one error shape of every JSON answer: `{"errors": ["..."]}` (the request wrappers (routing.py) and `/readyz` use it)."""
+"""The one error shape of every JSON answer: `{"errors": ["..."]}` (routing.py and `/readyz` use it)."""
 
 from __future__ import annotations
 

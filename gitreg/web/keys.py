@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gitreg.index.store import ModuleIndex
     from gitreg.observability.metrics import Lifecycle, Metrics
     from gitreg.orgs.service import OrgCatalog
+    from gitreg.providers.service import Providers
     from gitreg.registry.catalog import Catalog
     from gitreg.registry.publish import Publisher
     from gitreg.registry.service import Registry
@@ -53,3 +54,5 @@ SIGNER: web.AppKey[UrlSigner] = web.AppKey("signer")
 # What the tag cache measures ages and TTLs with (time.monotonic; tests inject their own).
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
+# Providers served from releases (`[[providers]]`): providers.v1 and the network mirror.
+PROVIDERS: web.AppKey[Providers] = web.AppKey("providers")

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlencode
 from aiohttp import web
 
 from tests.support.githttp import GitHttpServer
+from tests.support.releases import ReleasesMixin
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _IDS = itertools.count(1296269)
@@ -116,8 +117,9 @@ class FakeServer:
             thread.join(10)
 
 
-class FakeForge(FakeServer):
-    """A fake GitHub (`provider="github"`) or GitLab (`"gitlab"`) API for one org or group."""
+class FakeForge(ReleasesMixin, FakeServer):
+    """A fake GitHub (`provider="github"`) or GitLab (`"gitlab"`) API for one org or group (and its
+    repositories' releases: tests/support/releases.py)."""
 
     def __init__(
         self,
@@ -716,6 +718,7 @@ class FakeForge(FakeServer):
     def app(self) -> web.Application:
         """The aiohttp application."""
         app = web.Application(middlewares=[self._middleware])
+        self.add_release_routes(app)
         if self.provider == "github":
             app.router.add_get("/orgs/{org}/repos", self._github_org_repos)
             app.router.add_get("/organizations/{id}/repos", self._github_org_repos_by_id)

@@ -18,6 +18,7 @@ from gitreg.identity.door import LOGIN_V1
 from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.address import request_address
+from gitreg.web.api.providers import PROVIDERS_V1
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CONFIG,
@@ -42,9 +43,12 @@ JSON_HEADERS = {"Content-Type": "application/json; charset=utf-8"}
 async def discovery(request: web.Request) -> web.Response:
     """Service discovery: where the module registry API lives, and `terraform login`'s endpoints
     when an `[[auth.forges]]` entry has an OAuth application."""
-    return web.json_response(
-        {**DISCOVERY, "login.v1": LOGIN_V1} if request.app[IDENTITY].logins is not None else DISCOVERY
-    )
+    services: dict[str, object] = dict(DISCOVERY)
+    if request.app[CONFIG].providers:
+        services["providers.v1"] = PROVIDERS_V1
+    if request.app[IDENTITY].logins is not None:
+        services["login.v1"] = LOGIN_V1
+    return web.json_response(services)
 
 
 @routes.get("/healthz", access=Access.OPEN, priority=Priority.BROWSE)

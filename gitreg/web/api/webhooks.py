@@ -41,7 +41,7 @@ from gitreg.forges.hosts import HOSTS
 from gitreg.forges.payloads import MalformedPayload, RepositoryEvent, TagEvent, json_payload
 from gitreg.git.pool import Priority
 from gitreg.registry.publish import Deliveries
-from gitreg.web.keys import CONFIG, METRICS, PUBLISHER
+from gitreg.web.keys import CONFIG, METRICS, PROVIDERS, PUBLISHER
 from gitreg.web.route_rules import Access
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,15 @@ async def _apply_repository_event(request: web.Request, event: RepositoryEvent) 
     return web.json_response({"result": "org_updated", "action": event.action[:40], "repository": shown})
 
 
+def _released(request: web.Request, provider: str, event: TagEvent) -> web.Response:
+    """A release was published, edited or deleted: the providers served from that repository read it again."""
+    count = request.app[PROVIDERS].released(event.urls)
+    if not count:
+        return _ignored(request, provider, "no provider of this registry is served from that repository")
+    request.app[METRICS].webhook(provider, "refreshed")
+    return web.json_response({"result": "refreshing", "providers": count, "ref": event.ref[:200]})
+
+
 def _ignored(request: web.Request, provider: str, why: str) -> web.Response:
     request.app[METRICS].webhook(provider, "ignored")
     return web.json_response({"result": "ignored", "note": why}, status=202)
@@ -191,6 +200,8 @@ async def _github(request: web.Request, body: bytes) -> web.Response:
                     "a repository payload needs an 'action' and a 'repository' with name, full_name and clone_url"
                 )
             return await _apply_repository_event(request, repository_event)
+        if event == "release":
+            return _released(request, "github", github_host.release_event(payload))
         found = github_host.tag_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("github", "malformed")
@@ -216,6 +227,9 @@ async def _gitlab(request: web.Request, body: bytes) -> web.Response:
         repository_event = gitlab_host.repository_event(payload)
         if repository_event is not None:
             return await _apply_repository_event(request, repository_event)
+        release = gitlab_host.release_event(payload)
+        if release is not None:
+            return _released(request, "gitlab", release)
         found = gitlab_host.tag_event(event, payload)
     except MalformedPayload:
         request.app[METRICS].webhook("gitlab", "malformed")

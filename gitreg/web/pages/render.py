@@ -61,6 +61,7 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
         title=config.ui.title,
         auth=config.auth.enabled,
         path=request.path,
+        providers_served=bool(config.providers),
         **context,
     )
     return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")

@@ -36,6 +36,7 @@ from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
+from gitreg.web.pages.providers import provider_page, providers_page
 from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import (
     HERE,
@@ -311,6 +312,11 @@ def add_ui(app: web.Application) -> web.RouteTableDef:
         # Registered last: any other path under /modules/ is the 404 page, never the API's JSON.
         (GET, "/modules/{rest:.+}", "ui-no-page", SESSION, no_page),
     ]
+    if config.providers:  # providers from releases (pages/providers.py)
+        table[-1:-1] = [
+            (GET, "/providers", "ui-providers", SESSION, providers_page),
+            (GET, "/providers/{namespace}/{type}", "ui-provider", SESSION, provider_page),
+        ]
     for method, path, name, access, handler in table:
         pages.route(method, path, name=name, access=access, priority=Priority.BROWSE)(handler)
     return pages

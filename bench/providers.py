@@ -1,0 +1,119 @@
+"""Providers from releases (issue 36): a provider download through gitreg vs straight from the host.
+
+    python bench/providers.py [--rounds 7] [--megabytes 40] [--quick]
+
+A fake GitHub (tests/support/forges.py) serves a private release whose zip is `--megabytes` of
+incompressible bytes; its asset API redirects to a fake storage host, as GitHub's does. In each
+round, interleaved: `curl` fetches the asset directly (the token, `Accept:
+application/octet-stream`, the redirect followed without the token), then fetches gitreg's signed
+`download_url` (a real `gitreg serve` process streaming the same asset, its SHA-256 checked on
+the way). Also: the warm `versions` answer's latency. Target: gitreg <= 1.1x the direct download
+(medians, same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from _common import GitHttpServer, GitregProcess, machine, median, workdir
+from tests.support.forges import FakeForge
+from tests.support.releases import FakeStorage, goreleaser_assets, make_key
+
+TOKEN = "ghp_benchproviderreleases00001"
+
+
+def serve_fakes(forge: FakeForge, storage: FakeStorage) -> asyncio.AbstractEventLoop:
+    """Run the fake GitHub and its storage host on a thread's own event loop."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(forge.start())
+        loop.run_until_complete(storage.start())
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=run, daemon=True).start()
+    ready.wait(10)
+    return loop
+
+
+def curl(url: str, headers: list[str]) -> float:
+    """Seconds `curl` takes to fetch `url` to /dev/null (following redirects, headers only to the first host)."""
+    argv = ["curl", "-sS", "-f", "-L", "-o", "/dev/null", "-w", "%{time_total}"]
+    for h in headers:
+        argv += ["-H", h]
+    out = subprocess.run([*argv, url], capture_output=True, text=True, check=True, timeout=300)
+    return float(out.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--megabytes", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 5 MB: a smoke run")
+    args = parser.parse_args()
+    rounds, size = (3, 5) if args.quick else (args.rounds, args.megabytes)
+    work = workdir("providers")
+    key = make_key(work / "gpg")
+    with GitHttpServer(work / "repos") as git:
+        forge = FakeForge("github", git, "acme", token=TOKEN)
+        storage = FakeStorage()
+        forge.storage = storage
+        serve_fakes(forge, storage)
+        files = goreleaser_assets("widget", "1.0.0", key, platforms=(("linux", "amd64"),), payload=size * 1024 * 1024)
+        release = forge.add_release("terraform-provider-widget", "v1.0.0", files)
+        asset = next(a["url"] for a in release["assets"] if a["name"].endswith(".zip"))
+        config = work / "gitreg.toml"
+        config.write_text(
+            f'[[providers]]\nnamespace = "acme"\ntype = "*"\n'
+            f'repository = "{forge.base_url}/acme/terraform-provider-{{type}}"\n'
+            f'keys = "{key.write(work / "keys.asc")}"\nprovider = "github"\napi_url = "{forge.api_url}"\n'
+            f'[[orgs]]\nprovider = "github"\napi_url = "{forge.api_url}"\ngroup = "acme"\nnamespace = "acme"\n'
+            f'token = "{TOKEN}"\n[index]\nenabled = false\n[storage]\npath = "{work / "state"}"\n'
+        )
+        with tempfile.TemporaryDirectory() as home:
+            server = GitregProcess("--config", str(config), env={"HOME": home}).start()
+            try:
+                return measure(server.url, asset, rounds, size)
+            finally:
+                server.stop()
+
+
+def measure(url: str, asset: str, rounds: int, size: int) -> int:
+    with urllib.request.urlopen(f"{url}/v1/providers/acme/widget/1.0.0/download/linux/amd64") as resp:
+        signed = json.loads(resp.read())["download_url"]
+    direct_headers = [f"Authorization: Bearer {TOKEN}", "Accept: application/octet-stream"]
+    direct: list[float] = []
+    through: list[float] = []
+    curl(asset, direct_headers), curl(signed, [])  # warm both paths once
+    for _ in range(rounds):
+        direct.append(curl(asset, direct_headers))
+        through.append(curl(signed, []))
+    versions: list[float] = []
+    for _ in range(200):
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"{url}/v1/providers/acme/widget/versions") as resp:
+            resp.read()
+        versions.append(time.perf_counter() - started)
+    ratio = median(through) / median(direct)
+    print(machine())
+    print(f"zip of {size} MiB, {rounds} rounds, interleaved, medians")
+    print(f"  direct from the host (API + storage redirect): {median(direct) * 1000:8.1f} ms")
+    print(f"  through gitreg's signed URL (streamed, checked): {median(through) * 1000:8.1f} ms")
+    print(f"  ratio: {ratio:.3f}x (target <= 1.1x): {'met' if ratio <= 1.1 else 'MISSED'}")
+    print(f"  warm versions answer: median {median(versions) * 1000:.2f} ms over {len(versions)} requests")
+    return 0 if ratio <= 1.1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

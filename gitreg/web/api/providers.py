@@ -1,0 +1,215 @@
+"""HTTP handlers of the provider registry protocol (providers.v1), served from releases.
+
+`versions` and `download` are asked with the registry token, as modules are (a Git host
+identity reads a provider when it can read its repository); the three URLs a download answer
+gives (the zip, SHA256SUMS, its signature) are gitreg-signed and expiring, because Terraform
+fetches them without any credential, and `files` streams them from the Git host with gitreg's
+own credential (SHA256SUMS and its signature from memory: they were read to verify the release).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from gitreg.config.model import PROVIDER_TYPE_RE
+from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
+from gitreg.git.pool import Priority
+from gitreg.web.auth import caller, visibility
+from gitreg.web.keys import IDENTITY, PROVIDERS, SIGNER
+from gitreg.web.origin import base_url
+from gitreg.web.route_rules import Access
+
+log = logging.getLogger(__name__)
+
+provider_routes = web.RouteTableDef()
+
+PROVIDERS_V1 = "/v1/providers/"
+FILES_ROUTE = "/v1/providers/{namespace}/{type}/{version}/files/{filename}"
+_PLATFORM_RE = re.compile(r"[a-z0-9]{1,32}", re.ASCII)
+_ZIP_HEADERS = {"Content-Type": "application/zip", "Cache-Control": "private, max-age=3600, immutable"}
+
+
+def _type(request: web.Request) -> str:
+    type_ = request.match_info["type"]
+    if not PROVIDER_TYPE_RE.fullmatch(type_):
+        raise BadRequest(f"invalid provider type {type_[:64]!r}: expected lowercase letters, digits and '-'")
+    return type_
+
+
+async def _readable(request: web.Request, namespace: str, type_: str) -> None:
+    """Forbidden unless the caller may read the provider (a Git host identity: its repository)."""
+    source = request.app[PROVIDERS].source(namespace, type_)
+    principal = caller(request)
+    if principal is not None:
+        await request.app[IDENTITY].check_read_repository(
+            principal, namespace, source.repository, f"provider {namespace}/{type_}"
+        )
+
+
+@provider_routes.get("/v1/providers", access=Access.CREDENTIAL, priority=Priority.BROWSE)
+async def provider_list(request: web.Request) -> web.Response:
+    """The providers served (each rule's type, and the types of `*` rules asked for so far) the caller
+    may see, with their versions; `?namespace=` narrows it."""
+    providers = request.app[PROVIDERS]
+    seen = await visibility(request)
+    wanted = request.query.get("namespace", "").lower()
+    found = []
+    for namespace, type_ in providers.known():
+        if (wanted and namespace != wanted) or not seen.allows(
+            namespace, providers.source(namespace, type_).repository
+        ):
+            continue
+        try:
+            versions = [v.version for v in (await providers.listing(namespace, type_)).versions]
+        except GitregError:
+            versions = []
+        found.append({"id": f"{namespace}/{type_}", "namespace": namespace, "type": type_, "versions": versions})
+    return web.json_response({"providers": found})
+
+
+@provider_routes.get("/v1/providers/{namespace}/{type}/versions", access=Access.CREDENTIAL, priority=Priority.INSTALL)
+async def provider_versions(request: web.Request) -> web.Response:
+    """Every served version with its protocols and platforms."""
+    namespace, type_ = request.match_info["namespace"], _type(request)
+    await _readable(request, namespace, type_)
+    listing = await request.app[PROVIDERS].listing(namespace, type_)
+    versions = [
+        {
+            "version": v.version,
+            "protocols": list(v.protocols),
+            "platforms": [{"os": p.os, "arch": p.arch} for p in v.packages],
+        }
+        for v in listing.versions
+    ]
+    # Terraform shows the warnings to the person running `init`: why a release is not served.
+    warnings = [f"release {r.tag} is not served: {r.reason}" for r in listing.refused] or None
+    return web.json_response({"id": f"{namespace}/{type_}", "versions": versions, "warnings": warnings})
+
+
+def _signed(request: web.Request, namespace: str, type_: str, version: str, filename: str) -> str:
+    path = f"/v1/providers/{namespace}/{type_}/{version}/files/{filename}"
+    query = request.app[SIGNER].sign(path)
+    return f"{base_url(request) or ''}{path}?{query}"
+
+
+@provider_routes.get(
+    "/v1/providers/{namespace}/{type}/{version}/download/{os}/{arch}",
+    access=Access.CREDENTIAL,
+    priority=Priority.INSTALL,
+)
+async def provider_download(request: web.Request) -> web.Response:
+    """One platform's package: the protocol's fields, its three URLs signed and expiring."""
+    m = request.match_info
+    namespace, type_, os_, arch = m["namespace"], _type(request), m["os"], m["arch"]
+    if not (_PLATFORM_RE.fullmatch(os_) and _PLATFORM_RE.fullmatch(arch)):
+        raise BadRequest(f"invalid platform {os_[:32]!r}/{arch[:32]!r}: expected lowercase letters and digits")
+    await _readable(request, namespace, type_)
+    providers = request.app[PROVIDERS]
+    version = await providers.version(namespace, type_, m["version"])
+    package = version.package(os_, arch)
+    if package is None:
+        raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no package for {os_}_{arch}")
+    key = providers.signer(namespace, type_, version)
+    body: dict[str, object] = {}
+    if all(p.asset.size for p in version.packages):
+        # OpenTofu 1.12's `packages`: every platform's hashes go into its lock file (`h1:` once computed).
+        body["packages"] = {
+            f"{p.os}_{p.arch}": {
+                "hashes": [f"zh:{p.shasum}", *filter(None, [providers.hashes.known(p.shasum)])],
+                "package_size": p.asset.size,
+            }
+            for p in version.packages
+        }
+    return web.json_response(
+        {
+            **body,
+            "protocols": list(version.protocols),
+            "os": os_,
+            "arch": arch,
+            "filename": package.filename,
+            "download_url": _signed(request, namespace, type_, version.version, package.filename),
+            "shasums_url": _signed(request, namespace, type_, version.version, version.sums_name),
+            "shasums_signature_url": _signed(request, namespace, type_, version.version, version.sums_name + ".sig"),
+            "shasum": package.shasum,
+            "signing_keys": {"gpg_public_keys": [{"key_id": key.key_id, "ascii_armor": key.armored}]},
+        }
+    )
+
+
+def _mirror_host(request: web.Request, hostname: str) -> None:
+    """ModuleNotFound unless `hostname` is a name clients reach this registry by (`public_url`'s or the request's)."""
+    names = {request.host.lower()}
+    public = base_url(request)
+    if public:
+        names.add(urlsplit(public).netloc.lower())
+    if hostname.lower() not in names:
+        served = " and ".join(sorted(names))
+        raise ModuleNotFound(f"this mirror serves the providers of {served}, not {hostname[:100]!r}")
+
+
+@provider_routes.get(
+    "/v1/mirror/{hostname}/{namespace}/{type}/{file}", access=Access.CREDENTIAL, priority=Priority.INSTALL
+)
+async def mirror(request: web.Request) -> web.Response:
+    """The provider network mirror: `index.json` (the versions) and `<version>.json` (each platform's
+    archive: a signed URL and its `h1:` and `zh:` hashes)."""
+    m = request.match_info
+    namespace, type_, file = m["namespace"], _type(request), m["file"]
+    _mirror_host(request, m["hostname"])
+    if not file.endswith(".json"):
+        raise ModuleNotFound(f"no such mirror file {file[:100]!r}: expected index.json or <version>.json")
+    await _readable(request, namespace, type_)
+    providers = request.app[PROVIDERS]
+    if file == "index.json":
+        listing = await providers.listing(namespace, type_)
+        return web.json_response({"versions": {v.version: {} for v in listing.versions}})
+    version = await providers.version(namespace, type_, file.removesuffix(".json"))
+    hashes = await providers.hashes_of(namespace, type_, version)
+    archives = {}
+    for package, found in hashes.items():
+        path = f"/v1/providers/{namespace}/{type_}/{version.version}/files/{package.filename}"
+        # A path without the host: resolved against this answer's URL, whichever name the client used.
+        archives[f"{package.os}_{package.arch}"] = {"url": f"{path}?{request.app[SIGNER].sign(path)}", "hashes": found}
+    return web.json_response({"archives": archives})
+
+
+# OPEN: its handler checks the URL's signature itself (Terraform sends no token there).
+@provider_routes.get(FILES_ROUTE, access=Access.OPEN, priority=Priority.INSTALL)
+async def provider_file(request: web.Request) -> web.StreamResponse:
+    """A package, SHA256SUMS or its signature (GET and HEAD), by a signed URL only."""
+    request.app[SIGNER].verify(request.path, request.query)
+    m = request.match_info
+    namespace, type_, filename = m["namespace"], _type(request), m["filename"]
+    providers = request.app[PROVIDERS]
+    version = await providers.version(namespace, type_, m["version"])
+    if filename in (version.sums_name, version.sums_name + ".sig"):
+        body = version.sums if filename == version.sums_name else version.signature
+        return web.Response(body=body, content_type="application/octet-stream")
+    package = version.by_name(filename)
+    if package is None:
+        raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no file {filename[:100]!r}")
+    response = web.StreamResponse(headers=_ZIP_HEADERS)
+    if package.asset.size is not None:
+        response.content_length = package.asset.size
+    if request.method == "HEAD":
+        return response
+    stream = providers.stream(namespace, type_, package)
+    first = await anext(stream, b"")  # the host's failure, before anything is sent, is an error answer
+    await response.prepare(request)
+    try:
+        if first:
+            await response.write(first)
+        async for chunk in stream:
+            await response.write(chunk)
+    except GitregError as e:
+        # Headers and most of the bytes are gone: cut the connection, so the client sees a short body.
+        log.warning("%s: %s; the download was cut short", request.path, e.message)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    await response.write_eof()
+    return response
