@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 import contextlib
 
-from tests.gitreg_process import GitregProcess
 from tests.support.githttp import GitHttpServer
+from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
 
 __all__ = [

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.web.app import create_app
 from gitreg.web.keys import INDEX
-from tests.conftest import make_config
+from tests.support.app import make_config
 from tests.support.repos import GitRepo
 
 MODULE_TF = """

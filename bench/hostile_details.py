@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--skip-slow", action="store_true", help="leave out the modules python-hcl2 needs seconds for")
     args = parser.parse_args()
     base = workdir("hostile")
-    from tests.test_details import realistic_module  # the test suite's realistic module
+    from tests.support.details import realistic_module
 
     cases = {**HOSTILE, **({} if args.skip_slow else SLOW)}
     rules = []

@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.gitreg_process import GitregProcess
 from tests.support.browser import chromium_driver
+from tests.support.process import GitregProcess
 from tests.support.realistic import labels_module, write_vpc_module
 from tests.support.repos import GitRepo
 

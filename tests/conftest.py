@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,27 +10,16 @@ from typing import Any, cast
 import pytest
 
 from gitreg.config.model import Config
-from gitreg.config.parse import parse_config
 from gitreg.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts and tests alike
 
+from tests.support.app import GIT_PASSWORD, GIT_USER  # noqa: E402
 from tests.support.browser import chromium_driver  # noqa: E402
 from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
 from tests.support.terraform import TerraformClient, require_clients, terraform_clients  # noqa: E402
-
-GIT_USER = "gitreg-bot"
-GIT_PASSWORD = "s3cret-git-password-9f2c"
-
-
-def make_config(modules: list[dict[str, Any]], **sections: Any) -> Config:
-    """A validated Config from rule tables and optional sections (http allowed for test servers)."""
-    data: dict[str, Any] = {"modules": modules, **sections}
-    data.setdefault("git", {}).setdefault("protocols", ["https", "http", "file"])
-    data["git"].setdefault("timeout_seconds", 10)
-    return parse_config(data, {})
 
 
 @pytest.fixture(autouse=True)
@@ -81,45 +69,6 @@ def make_client(aiohttp_client):
         return await aiohttp_client(create_app(config))
 
     return make
-
-
-async def indexed(client):
-    """Wait until the app's index has indexed everything it knows of (list and search read it)."""
-    from gitreg.web.keys import INDEX
-
-    await client.app[INDEX].settled()
-    return client
-
-
-async def version_details(client, url: str, **kwargs):
-    """GET a version's details: the first ask of a version not read yet is a 503 (Retry-After)
-    while the index reads it in the background; once it has, the details answer (200)."""
-    resp = await client.get(url, **kwargs)
-    if resp.status == 503:
-        assert resp.headers["Retry-After"] == "2"
-        assert "being read" in (await resp.json())["errors"][0]
-        await indexed(client)
-        resp = await client.get(url, **kwargs)
-    return resp
-
-
-async def assert_error(resp, status: int, *fragments: str) -> str:
-    """Assert the registry's one error shape: status, JSON `{"errors": [str, ...]}`, and what it says."""
-    assert resp.status == status, await resp.text()
-    assert resp.content_type == "application/json"
-    body = await resp.json()
-    assert set(body) == {"errors"}
-    assert isinstance(body["errors"], list) and body["errors"]
-    assert all(isinstance(e, str) and e for e in body["errors"])
-    text = " ".join(body["errors"])
-    for fragment in fragments:
-        assert fragment in text, text
-    return text
-
-
-def with_server(config: Config, **changes: Any) -> Config:
-    """The config with [server] fields replaced."""
-    return dataclasses.replace(config, server=dataclasses.replace(config.server, **changes))
 
 
 @pytest.fixture

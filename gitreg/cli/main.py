@@ -34,7 +34,7 @@ log = logging.getLogger("gitreg")
 EXIT_OK = 0
 EXIT_PROBE_FAILED = 1
 EXIT_CONFIG = 2
-# `gitreg --help`'s summary of the README's exit-code table (tests/test_quickstart.py compares them).
+# `gitreg --help`'s summary of the README's exit-code table (tests/cli/test_quickstart.py compares them).
 EXIT_CODES = """exit codes:
   0  check: the config is valid (with --probe: every repository was listed); serve, demo: stopped by SIGTERM/SIGINT
   1  check --probe: a repository could not be listed or a configured module has no SemVer tag;

@@ -88,7 +88,7 @@ async def run_server(
 
 
 def announce(config: Config, addresses: list[Any], scheme: str) -> list[str]:
-    """Log where gitreg serves (tests/gitreg_process.py reads the line); the URLs."""
+    """Log where gitreg serves (tests/support/process.py reads the line); the URLs."""
     urls = []
     for address in addresses:
         host, port = address[0], address[1]

@@ -1,7 +1,7 @@
 """A README holding every construct GitHub renders beyond CommonMark, and what GitHub makes of each.
 
-GFM_README is the fixture (tests/test_markdown.py compares the renderer's HTML with GITHUB, and
-tests/test_ui_readme_browser.py looks at it in Chromium). GITHUB is GitHub's HTML for each
+GFM_README is the fixture (tests/web/test_markdown.py compares the renderer's HTML with GITHUB, and
+tests/e2e/test_ui_readme_browser.py looks at it in Chromium). GITHUB is GitHub's HTML for each
 construct as its documentation shows it ("Basic writing and formatting syntax", "Alerts",
 "About task lists", "Organizing information with tables", "Creating and highlighting code
 blocks"), less what GitHub adds for its own scripts: the octicon `<svg>` in an alert's title,

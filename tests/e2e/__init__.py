@@ -1,0 +1,1 @@
+"""End to end: real Terraform, OpenTofu, Chromium and scanners against a real `gitreg serve`."""

@@ -1,0 +1,1 @@
+"""The tree's own rules, and what ships around the code: docs, packaging, deployment."""

@@ -1,0 +1,352 @@
+"""`terraform login` (login.v1) and "Sign in with ..." against a fake Git host's OAuth, in process.
+
+The real Terraform CLI, Redis replicas and Chromium drive the same flow in tests/e2e/test_login_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import aiohttp
+import pytest
+
+from gitreg.identity.issued import FILE_NAME
+from gitreg.web.keys import IDENTITY
+from tests.support.app import assert_error, make_config
+from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, git_host
+from tests.support.process import run_gitreg
+
+STATIC = "static-token-for-automation-0123456789"
+SIGNING_KEY = "k" * 40
+
+
+@pytest.fixture
+def gitlab(tmp_path: Path) -> Iterator[FakeOAuthHost]:
+    """A GitLab: its OAuth, its API and the repositories of modules demo/hello/null (alice reads it) and
+    demo/secret/null (only bob does)."""
+    with git_host("gitlab", tmp_path / "gitlab") as fake:
+        yield fake
+
+
+def forge_table(fake: FakeOAuthHost, **extra: Any) -> dict[str, Any]:
+    return {
+        "provider": fake.provider,
+        "url": fake.base_url,
+        "api_url": fake.api_url,
+        "oauth_client_id": CLIENT_ID,
+        "oauth_client_secret": CLIENT_SECRET,
+        **extra,
+    }
+
+
+def login_config(tmp_path: Path, *fakes: FakeOAuthHost) -> Any:
+    """The first host's repositories as modules, every host's OAuth for `terraform login`."""
+    return make_config(
+        fakes[0].rules(),
+        storage={"path": str(tmp_path / "state")},
+        auth={"tokens": [STATIC], "signing_key": SIGNING_KEY, "forges": [forge_table(f) for f in fakes]},
+    )
+
+
+def pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(40)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return verifier, challenge
+
+
+def terraform_params(challenge: str, port: int = 10005, **changes: str) -> dict[str, str]:
+    """What Terraform's oauth2 library puts in its authorize URL."""
+    return {
+        "client_id": "terraform-cli",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "redirect_uri": f"http://localhost:{port}/login",
+        "response_type": "code",
+        "state": "f3a1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
+        **changes,
+    }
+
+
+async def consent(host_url: str) -> str:
+    """The person approves on the fake host's consent page: where the host sends the browser."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(host_url) as resp:
+            assert resp.status == 200, await resp.text()
+        parts = urlsplit(host_url)
+        form = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        async with http.post(f"{parts.scheme}://{parts.netloc}{parts.path}", data=form, allow_redirects=False) as resp:
+            assert resp.status == 302
+            return resp.headers["Location"]
+
+
+def path_of(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path + ("?" + parts.query if parts.query else "")
+
+
+async def terraform_code(client: Any, params: dict[str, str]) -> str:
+    """Terraform's localhost URL at the end of the browser's part of the flow."""
+    resp = await client.get("/oauth/authorize", params=params, allow_redirects=False)
+    assert resp.status == 302, await resp.text()
+    back = await consent(resp.headers["Location"])
+    resp = await client.get(path_of(back), allow_redirects=False)
+    assert resp.status == 302, await resp.text()
+    return resp.headers["Location"]
+
+
+def redeem_form(code: str, verifier: str, port: int = 10005) -> dict[str, str]:
+    return {
+        "grant_type": "authorization_code",
+        "code": code,
+        "code_verifier": verifier,
+        "redirect_uri": f"http://localhost:{port}/login",
+        "client_id": "terraform-cli",
+    }
+
+
+async def assert_oauth_error(resp: Any, status: int, error: str, *fragments: str) -> None:
+    """The one error shape, with OAuth's `error` beside `errors`."""
+    assert resp.status == status, await resp.text()
+    body = await resp.json()
+    assert set(body) == {"errors", "error"} and body["error"] == error, body
+    assert isinstance(body["errors"], list) and all(isinstance(e, str) and e for e in body["errors"])
+    for fragment in fragments:
+        assert fragment in body["errors"][0], body
+
+
+def issued_file(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "state" / FILE_NAME
+    return json.loads(path.read_text())["tokens"] if path.exists() else []
+
+
+async def login(client: Any) -> str:
+    """A full `terraform login` as Terraform does it: the registry token."""
+    verifier, challenge = pkce()
+    back = await terraform_code(client, terraform_params(challenge))
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    resp = await client.post("/oauth/token", data=redeem_form(code, verifier))
+    assert resp.status == 200, await resp.text()
+    return str((await resp.json())["access_token"])
+
+
+async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    doc = await (await client.get("/.well-known/terraform.json")).json()
+    assert doc["login.v1"] == {
+        "client": "terraform-cli",
+        "grant_types": ["authz_code"],
+        "authz": "/oauth/authorize",
+        "token": "/oauth/token",
+        "ports": [10000, 10010],
+    }
+    plain = await make_client(make_config([], auth={"tokens": [STATIC]}, storage={"path": str(tmp_path / "other")}))
+    assert "login.v1" not in await (await plain.get("/.well-known/terraform.json")).json()
+
+
+async def test_terraform_login_issues_a_registry_token_for_the_host_identity(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    verifier, challenge = pkce()
+    resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+    host = urlsplit(resp.headers["Location"])
+    sent = {k: v[0] for k, v in parse_qs(host.query).items()}
+    # gitreg's own callback, state and PKCE toward the host; read scopes only
+    assert host.path == "/oauth/authorize" and sent["scope"] == "read_api read_user openid"
+    assert sent["redirect_uri"] == f"http://{client.server.host}:{client.server.port}/oauth/callback"
+    assert sent["code_challenge"] != challenge and sent["code_challenge_method"] == "S256"
+    assert "f3a1c2d4" not in sent["state"] and verifier not in resp.headers["Location"]
+    back = await client.get(path_of(await consent(resp.headers["Location"])), allow_redirects=False)
+    local = urlsplit(back.headers["Location"])
+    assert (local.scheme, local.netloc, local.path) == ("http", "localhost:10005", "/login")
+    answer = parse_qs(local.query)
+    assert answer["state"] == ["f3a1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d"]
+    resp = await client.post("/oauth/token", data=redeem_form(answer["code"][0], verifier))
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert body["token_type"] == "bearer" and body["expires_in"] == 30 * 86400
+    token = body["access_token"]
+    assert token.startswith("gitreg_") and len(token) >= 7 + 43
+    assert "no-store" in resp.headers["Cache-Control"]
+    # The token opens what alice can read on the host, and nothing else (which static tokens otherwise guard).
+    versions = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token}"})
+    assert versions.status == 200
+    refused = await client.get("/v1/modules/demo/secret/null/versions", headers={"Authorization": f"Bearer {token}"})
+    await assert_error(refused, 403, "alice cannot read acme/secret on 127.0.0.1", "ask for access to it there")
+    # Only a digest is kept, and the host's tokens are not on disk in clear.
+    (record,) = issued_file(tmp_path)
+    text = (tmp_path / "state" / FILE_NAME).read_text()
+    assert record["username"] == "alice" and record["kind"] == "terraform"
+    assert token not in text and record["digest"] == hashlib.sha256(token.encode()).hexdigest()
+    assert gitlab.grants[0].access not in text and str(gitlab.grants[0].refresh) not in text
+
+
+async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    verifier, challenge = pkce()
+    code = parse_qs(urlsplit(await terraform_code(client, terraform_params(challenge))).query)["code"][0]
+    resp = await client.post("/oauth/token", data=redeem_form(code, secrets.token_urlsafe(40)))
+    await assert_oauth_error(resp, 400, "invalid_grant", "code_verifier does not match")
+    resp = await client.post("/oauth/token", data=redeem_form(code, verifier, port=10006))
+    await assert_oauth_error(resp, 400, "invalid_grant", "redirect_uri")
+    resp = await client.post("/oauth/token", data={**redeem_form(code, verifier), "client_id": "other"})
+    await assert_oauth_error(resp, 401, "invalid_client")
+    assert issued_file(tmp_path) == []
+    assert (await client.post("/oauth/token", data=redeem_form(code, verifier))).status == 200
+    replay = await client.post("/oauth/token", data=redeem_form(code, verifier))
+    await assert_oauth_error(replay, 400, "invalid_grant", "already used")
+    assert len(issued_file(tmp_path)) == 1
+    forged = await client.post("/oauth/token", data=redeem_form(code[:-4] + "AAAA", verifier))
+    await assert_oauth_error(forged, 400, "invalid_grant")
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"redirect_uri": "http://evil.example:10005/login"}, "redirect_uri"),
+        ({"redirect_uri": "http://127.0.0.1:10005/login"}, "redirect_uri"),
+        ({"redirect_uri": "http://localhost:9999/login"}, "redirect_uri"),
+        ({"redirect_uri": "http://localhost:10011/login"}, "redirect_uri"),
+        ({"redirect_uri": "https://localhost:10005/login"}, "redirect_uri"),
+        ({"redirect_uri": "http://localhost:10005/login@evil.example"}, "redirect_uri"),
+        ({"redirect_uri": "http://user@localhost:10005/login"}, "redirect_uri"),
+        ({"code_challenge_method": "plain"}, "S256"),
+        ({"client_id": "someone-else"}, "client_id"),
+        ({"state": ""}, "state"),
+        ({"response_type": "token"}, "response_type"),
+    ],
+)
+async def test_authorize_refuses_what_terraform_would_never_send(make_client, tmp_path, gitlab, change, fragment):
+    client = await make_client(login_config(tmp_path, gitlab))
+    _, challenge = pkce()
+    resp = await client.get("/oauth/authorize", params=terraform_params(challenge, **change), allow_redirects=False)
+    assert resp.status == 400
+    body = await resp.json()
+    assert fragment in body["errors"][0] and body["error"]
+
+
+async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    _, challenge = pkce()
+    resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+    back = urlsplit(await consent(resp.headers["Location"]))
+    query = {k: v[0] for k, v in parse_qs(back.query).items()}
+    tampered = await client.get("/oauth/callback", params={**query, "state": query["state"][:-3] + "xyz"})
+    await assert_oauth_error(tampered, 400, "invalid_request", "state")
+    made_up = await client.get("/oauth/callback", params={**query, "state": "anything"})
+    await assert_oauth_error(made_up, 400, "invalid_request", "state")
+    assert gitlab.exchanges == 0  # the host's code was never even exchanged
+
+
+async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    token = await login(client)
+    headers = {"Authorization": f"Bearer {token}"}
+    assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
+    # gitreg tokens revoke, as a real process on the same storage: the server sees it within a second
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n'
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
+    )
+    listed = run_gitreg("tokens", "list", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert "alice" in listed.stdout and f"gitlab:{gitlab.base_url.split('://')[1]}" in listed.stdout
+    assert token not in listed.stdout + listed.stderr
+    revoked = run_gitreg("tokens", "revoke", "alice", "--config", str(config))
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked.stderr
+    again = run_gitreg("tokens", "revoke", "alice", "--config", str(config))
+    assert again.returncode == 1 and "no active token" in again.stderr
+    deadline = time.monotonic() + 3
+    status = 200
+    while time.monotonic() < deadline and status == 200:
+        status = (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status
+    assert status == 401
+    # an expired token: its record says so
+    token2 = await login(client)
+    flows = client.app[IDENTITY].logins
+    assert flows is not None
+    store = flows.tokens
+    for record in store.records():
+        if record.revoked is None:  # its token_days are over
+            await store._save(dataclasses.replace(record, expires=time.time() - 1, updated=time.time()))
+    resp = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token2}"})
+    assert resp.status == 401
+
+
+@pytest.mark.slow  # waits out the host's token lifetimes (seconds)
+async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(make_client, tmp_path, gitlab):
+    # Host tokens that live 61.5 s: gitreg refreshes one a minute before it expires, so 1.5 s after its issue.
+    gitlab.token_seconds = 61.5
+    client = await make_client(login_config(tmp_path, gitlab))
+    token = await login(client)
+    headers = {"Authorization": f"Bearer {token}"}
+    assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
+    assert gitlab.refreshes == 0
+    await asyncio.sleep(1.6)
+    assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
+    assert gitlab.refreshes == 1 and len(gitlab.grants) == 2
+    assert gitlab.grants[1].access not in (tmp_path / "state" / FILE_NAME).read_text()
+    await asyncio.sleep(1.6)  # the new host token is due in turn, and the host is down: 503, never a 401
+    gitlab.down = True
+    resp = await client.get("/v1/modules/demo/hello/null/versions", headers=headers)
+    assert resp.status == 503 and resp.headers["Retry-After"] == "30"
+    assert gitlab.base_url.split("://")[1] in (await resp.json())["errors"][0]  # names the host
+    gitlab.down = False
+    gitlab.revoke("alice")  # the person revokes gitreg's application on the host
+    assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 401
+    assert gitlab.refreshes == 2
+    (record,) = issued_file(tmp_path)
+    assert record["revoked"] is not None
+
+
+async def test_several_oauth_hosts_let_the_person_pick_one(make_client, tmp_path, gitlab):
+    with git_host("github", tmp_path / "github") as github:
+        client = await make_client(login_config(tmp_path, gitlab, github))
+        _, challenge = pkce()
+        resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+        page = await resp.text()
+        assert resp.status == 200 and "Sign in with GitLab" in page and "Sign in with GitHub" in page
+        assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
+        params = terraform_params(challenge, forge=github.base_url)
+        resp = await client.get("/oauth/authorize", params=params, allow_redirects=False)
+        host = urlsplit(resp.headers["Location"])
+        assert host.netloc == urlsplit(github.base_url).netloc and host.path == "/login/oauth/authorize"
+        assert parse_qs(host.query)["scope"] == ["repo"]
+
+
+async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    page = await (await client.get("/login")).text()
+    assert "Sign in with GitLab" in page and 'name="token"' in page  # the token form stays
+    resp = await client.get("/login/with/0", params={"next": "/?q=hello"}, allow_redirects=False)
+    assert resp.status == 302
+    nonce = resp.cookies["gitreg_signin"]
+    assert nonce["samesite"] == "Lax" and nonce["httponly"] and nonce["path"] == "/oauth/callback"
+    back = await consent(resp.headers["Location"])
+    # another browser (no nonce cookie) cannot finish this sign-in
+    url = f"http://{client.server.host}:{client.server.port}{path_of(back)}"
+    async with aiohttp.ClientSession() as other, other.get(url) as stolen:
+        assert stolen.status == 400
+    landed = await client.get(path_of(back), allow_redirects=False)
+    text = await landed.text()
+    assert landed.status == 200 and "Signed in as alice" in text
+    assert 'http-equiv="refresh" content="0; url=/?q=hello"' in text
+    cookie = landed.cookies["gitreg_session"]
+    assert cookie["samesite"] == "Strict" and cookie["httponly"]
+    index = await client.get("/")
+    assert index.status == 200 and "Signed in as <strong>alice</strong>" in await index.text()
+    out = await client.post(
+        "/logout", headers={"Origin": f"http://{client.server.host}:{client.server.port}"}, allow_redirects=False
+    )
+    assert out.status == 302
+    (record,) = issued_file(tmp_path)
+    assert record["kind"] == "session" and record["revoked"] is not None  # signing out ends the session's token
