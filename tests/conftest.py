@@ -14,6 +14,8 @@ from gitreg.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts and tests alike
+# The helpers' asserts (assert_error's error shape...) report like a test's own.
+pytest.register_assert_rewrite("tests.support")
 
 from tests.support.app import GIT_PASSWORD, GIT_USER  # noqa: E402
 from tests.support.browser import chromium_driver  # noqa: E402
