@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gitreg.core import urls
 from gitreg.core.names import ModuleAddress
@@ -285,34 +284,23 @@ async def test_a_javascript_web_url_becomes_no_link(make_client, github, git_htt
 
 async def test_pagination_links_outside_the_api_path_never_get_the_token(git_http, tmp_path):
     """GitHub Enterprise Server's API lives under /api/v3: a next link elsewhere on its host is not followed."""
-    seen: list[tuple[str, str | None]] = []
-
-    async def page(request: web.Request) -> web.Response:
-        seen.append((request.path, request.headers.get("Authorization")))
-        base = f"http://{request.host}"
-        item = {"id": 1, "name": "terraform-aws-vpc", "full_name": "acme-infra/terraform-aws-vpc"}
-        item.update(clone_url=git_http.url("terraform-aws-vpc.git"), ssh_url="", html_url="")
-        return web.json_response([item], headers={"Link": f'<{base}/elsewhere/repos?page=2>; rel="next"'})
-
-    app = web.Application()
-    app.router.add_get("/api/v3/orgs/acme-infra/repos", page)
-    app.router.add_get("/elsewhere/repos", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    ghes = FakeForge("github", git_http, "acme-infra", token=API_TOKEN, max_per_page=1, api_path="/api/v3")
+    fake = await ghes.start()
     try:
-        api_url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/v3"
-        table = {"provider": "github", "api_url": api_url, "group": "acme-infra", "namespace": "acme"}
+        fake.add("terraform-aws-vpc")
+        fake.add("terraform-aws-dns")  # a second page, so the first has a next link
+        fake.next_link = f"{fake.base_url}/elsewhere/repos?page=2"
+        table = {"provider": "github", "api_url": fake.api_url, "group": "acme-infra", "namespace": "acme"}
         config = make_config([], orgs=[{**table, "token": API_TOKEN}])
         catalog = OrgCatalog(config, None)
         async with aiohttp.ClientSession() as session:
             catalog.open(session)
             assert not await catalog.enumerate(0)
         assert "not followed" in (catalog.report()[0].error or "")
+        seen = [(r.path, r.headers.get("Authorization")) for r in fake.requests()]
         assert seen == [("/api/v3/orgs/acme-infra/repos", f"Bearer {API_TOKEN}")]
     finally:
-        await runner.cleanup()
+        await fake.close()
 
 
 # --- webhooks are hints -------------------------------------------------------------------------

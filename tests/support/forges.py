@@ -131,6 +131,7 @@ class FakeForge(ReleasesMixin, FakeServer):
         max_per_page: int = 100,
         user: bool = False,
         link_header: bool = True,
+        api_path: str = "",
     ) -> None:
         assert provider in ("github", "gitlab")
         self.provider = provider
@@ -140,6 +141,7 @@ class FakeForge(ReleasesMixin, FakeServer):
         self.max_per_page = max_per_page  # real hosts honour per_page up to 100; smaller makes pages with few repos
         self.user = user  # GitHub: the group is a user account (/orgs/<it> answers 404)
         self.link_header = link_header  # GitLab: send Link besides X-Next-Page
+        self.api_path = api_path  # GitHub: "/api/v3" is GitHub Enterprise Server's API, "" github.com's
         self.mode = "ok"  # "ok", "down": every request answers 503, or "hang": no answer for 12 s
         self.delay = 0.0  # seconds a listing page takes to arrive (its content is taken when asked)
         self.hold_page: int | None = None  # listing pages from this one on are held back (hold, release)
@@ -173,7 +175,7 @@ class FakeForge(ReleasesMixin, FakeServer):
     @property
     def api_url(self) -> str:
         """The `api_url` of an `[[orgs]]` entry for this fake."""
-        return self.base_url if self.provider == "github" else f"{self.base_url}/api/v4"
+        return f"{self.base_url}{self.api_path}" if self.provider == "github" else f"{self.base_url}/api/v4"
 
     def add(
         self,
@@ -610,9 +612,9 @@ class FakeForge(ReleasesMixin, FakeServer):
         if self.provider == "github":
             # GitHub's links name the org by id, not by the login the client asked for.
             base = (
-                f"{self.base_url}/organizations/{self.org_id}/repos"
+                f"{self.api_url}/organizations/{self.org_id}/repos"
                 if not self.user
-                else f"{self.base_url}/user/{self.org_id}/repos"
+                else f"{self.api_url}/user/{self.org_id}/repos"
             )
             query = {k: v for k, v in request.query.items() if k != "page"}
             links = []
@@ -720,14 +722,15 @@ class FakeForge(ReleasesMixin, FakeServer):
         app = web.Application(middlewares=[self._middleware])
         self.add_release_routes(app)
         if self.provider == "github":
-            app.router.add_get("/orgs/{org}/repos", self._github_org_repos)
-            app.router.add_get("/organizations/{id}/repos", self._github_org_repos_by_id)
-            app.router.add_get("/users/{user}/repos", self._github_user_repos)
-            app.router.add_get("/user/{id}/repos", self._github_org_repos_by_id_user)
-            app.router.add_get("/repos/{owner}/{repo}", self._github_repository)
-            app.router.add_get("/user", self._user)
-            app.router.add_get("/user/repos", self._member_repos)
-            app.router.add_get("/installation/repositories", self._installation_repos)
+            api = self.api_path
+            app.router.add_get(f"{api}/orgs/{{org}}/repos", self._github_org_repos)
+            app.router.add_get(f"{api}/organizations/{{id}}/repos", self._github_org_repos_by_id)
+            app.router.add_get(f"{api}/users/{{user}}/repos", self._github_user_repos)
+            app.router.add_get(f"{api}/user/{{id}}/repos", self._github_org_repos_by_id_user)
+            app.router.add_get(f"{api}/repos/{{owner}}/{{repo}}", self._github_repository)
+            app.router.add_get(f"{api}/user", self._user)
+            app.router.add_get(f"{api}/user/repos", self._member_repos)
+            app.router.add_get(f"{api}/installation/repositories", self._installation_repos)
         else:
             app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
             app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
