@@ -10,12 +10,12 @@ import time
 import pytest
 
 from gitreg.web.keys import ORGS
-from tests.orgs.test_orgs import WEBHOOKS
 from tests.support.app import assert_error, indexed
 from tests.support.forges import FakeForge
 from tests.support.index import get_json, make_config, module_repo, rules
 from tests.support.orgs import API_TOKEN, org_config, post_github, until
 from tests.support.repos import GitRepo
+from tests.support.webhooks import WEBHOOKS
 
 pytestmark = pytest.mark.slow  # real git over HTTP, held or slowed down on purpose
 
