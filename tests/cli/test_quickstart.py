@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gitreg.cli.main import main
+from tests.support import docs
 from tests.support.process import ROOT, GitregProcess, run_gitreg, run_gitreg_on_a_taken_port
 from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
 
@@ -225,9 +226,8 @@ def test_bash_scripts_demo_in_a_fresh_clone_makes_its_venv_installs_at_the_lock_
 
 
 def _readme_section(title: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index(f"\n## {title}\n")
-    return readme[start : readme.index("\n## ", start + 1)]
+    """A section of the README, or of the documentation page that holds it now."""
+    return docs.section(title)
 
 
 def help_of(*args: str) -> str:

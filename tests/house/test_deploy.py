@@ -13,6 +13,7 @@ import yaml
 
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
+from tests.support import docs
 from tests.support.process import run_gitreg
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
@@ -110,8 +111,7 @@ def test_the_configmap_serves_the_readme_repository_naming():
     config = parse_config(tomllib.loads(configmap["data"]["config.toml"]), env=real_values(of_kind("Secret")[0]))
     [rule] = config.modules
     assert rule.repository == "https://github.com/acme/terraform-{system}-{name}.git"
-    readme = (DEPLOY.parent.parent / "README.md").read_text()
-    assert "terraform-{system}-{name}" in readme
+    assert "terraform-{system}-{name}" in docs.text()
 
 
 def _quantity(value: str) -> int:

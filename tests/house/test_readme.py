@@ -1,7 +1,8 @@
 """The README and docs stay true: every config key and metric is documented, every link resolves.
 
 The keys come from the config dataclasses and the metrics from a live app's /metrics, so a key or
-metric added later fails here until the README names it.
+metric added later fails here until the documentation names it (docs/configuration.md,
+docs/operations.md: tests/support/docs.py finds a section in whichever page holds it).
 """
 
 from __future__ import annotations
@@ -15,21 +16,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitreg.config.model import Config
+from tests.support import docs
 from tests.support.app import make_config
 from tests.support.repos import GitRepo
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-
-
-def section(text: str, heading: str) -> str:
-    """The Markdown section under `heading` (any level), up to the next heading of the same or a higher level."""
-    match = re.search(rf"^(#+) {re.escape(heading)}\s*$", text, re.MULTILINE)
-    assert match, f"no section {heading!r}"
-    level = len(match.group(1))
-    rest = text[match.end() :]
-    end = re.search(rf"^#{{1,{level}}} ", rest, re.MULTILINE)
-    return rest[: end.start()] if end else rest
 
 
 def _dataclass_of(hint: object) -> type | None:
@@ -86,7 +78,7 @@ def test_the_key_list_is_derived_from_the_dataclasses():
 
 @pytest.mark.parametrize("key", config_keys(), ids=".".join)
 def test_every_config_key_is_in_the_readme_configuration_table(key):
-    table = section(README.read_text(), "Configuration")
+    table = docs.section("Configuration")
     rows = [line for line in table.splitlines() if line.startswith("|")]
     if key[0] in _array_tables():
         # [[modules]] and [[credentials]]: their row names each key of a table.
@@ -99,9 +91,9 @@ def test_every_config_key_is_in_the_readme_configuration_table(key):
     # An array of tables inside a section ([[auth.forges]]) has one row, named as it is written.
     owners = (owner, owner and f"`[[{owner.strip('`')}]]`")
     candidates = [r for r in rows if owner is None or any(o in r.split("|")[1] for o in owners if o)]
-    assert candidates, f"no row for {owner} in the README's configuration table"
+    assert candidates, f"no row for {owner} in the configuration table (docs/configuration.md)"
     assert any(f"`{name}`" in r or (owner is None and f"`[[{name}]]`" in r) for r in candidates), (
-        f"{'.'.join(key)} is missing from the README's configuration table"
+        f"{'.'.join(key)} is missing from the configuration table (docs/configuration.md)"
     )
 
 
@@ -136,15 +128,15 @@ async def test_every_metric_a_live_app_exposes_is_in_the_readme_metrics_table(ma
         await client.get(path)
     exposed = metric_families(await (await client.get("/metrics")).text())
     assert "gitreg_http_requests_total" in exposed and "gitreg_archives" in exposed
-    table = section(README.read_text(), "Metrics")
+    table = docs.section("Metrics")
     documented = set(re.findall(r"`(gitreg_\w+)(?:\{[^`]*\})?`", table))
     missing = sorted(exposed - documented)
-    assert not missing, f"metrics missing from the README's metrics table: {missing}"
+    assert not missing, f"metrics missing from the metrics table (docs/operations.md): {missing}"
 
 
 # --- links -------------------------------------------------------------------------------------------
 
-DOCUMENTS = [ROOT / "README.md", ROOT / "SECURITY.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [*docs.documents(), ROOT / "SECURITY.md", ROOT / "BENCHMARKS.md", ROOT / "CONTRIBUTING.md"]
 _LINK_RE = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -254,7 +246,6 @@ def test_every_route_the_app_registers_is_named_in_the_docs():
     app = create_app(config)
     routes = {r.canonical for r in app.router.resources() if r.name not in CATCH_ALLS}
     assert {"/oauth/authorize", "/oauth/token", "/oauth/callback", "/login", "/webhooks/gitlab"} <= routes
-    docs = [README, *sorted((ROOT / "docs").glob("**/*.md"))]
-    documented = set().union(*(documented_paths(doc.read_text()) for doc in docs))
+    documented = set().union(*(documented_paths(doc.read_text()) for doc in docs.documents()))
     missing = sorted(routes - documented)
     assert not missing, f"routes no document names (README.md or docs/**/*.md): {missing}"

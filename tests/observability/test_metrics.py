@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitreg.web.app import create_app
+from tests.support import docs
 from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
 from tests.support.metrics import scrape, value
 from tests.support.process import GitregProcess
@@ -400,8 +401,7 @@ async def test_every_metric_the_readme_documents_is_exposed(make_client, repo):
     text = await (await client.get("/metrics")).text()
     for family in text_string_to_metric_families(text):  # labelled families without samples yet
         exposed.add(family.name + ("_total" if family.type == "counter" else ""))
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    table = readme.split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    table = docs.section("Metrics")
     documented = set()
     for cell in re.findall(r"^\| (`gitreg_[^|]+)\|", table, re.MULTILINE):
         first = None
