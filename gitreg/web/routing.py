@@ -108,12 +108,15 @@ class Routes:
                     response = await _page_answer(request, handler)
                 else:
                     try:
+                        parsed = None
                         if needs_credential:
-                            credential = _authorize_now(request, signed, routes.identities) or await authorize(request)
+                            credential = _authorize_now(request, signed, routes.identities)
+                            if credential is None:
+                                credential = await authorize(request)
+                                parsed = request.get(ADDRESS_KEY)  # the check of what it may read parsed it
                         # Every path segment and query parameter, before any handler, rule or git
                         # call; the module address parsed once, handed to the handler on the request.
-                        # (The credential check may have parsed it first: then it is on the request.)
-                        address = check_request(request, request.get(ADDRESS_KEY) if needs_credential else None)
+                        address = check_request(request, parsed)
                         if address is not None:
                             request[ADDRESS_KEY] = address
                         response = await handler(request)
