@@ -7,7 +7,10 @@ from gitreg.core.secrets import bearer_token, digest, token_digest
 from gitreg.identity.model import Principal
 
 # Authorization headers remembered (see TokenChecker.by_header): only headers that named a
-# configured token get in, but one token can be written many ways (case, spaces).
+# configured token get in, but one token can be written many ways (case, spaces). What it buys:
+# the header's parse and the constant-time digest comparison on every request of a static token,
+# 6.6 µs of CPU a request (bench/warm_parts.py's operator scenario, 60 paired rounds with and
+# without it in one process, medians, on a loaded 2-core machine).
 MAX_HEADERS = 1024
 
 
