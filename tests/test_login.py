@@ -350,3 +350,21 @@ async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_p
     assert out.status == 302
     (record,) = issued_file(tmp_path)
     assert record["kind"] == "session" and record["revoked"] is not None  # signing out ends the session's token
+
+
+async def test_the_session_cookie_names_the_session_and_opens_no_api(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    resp = await client.get("/login/with/0", params={"next": "/"}, allow_redirects=False)
+    landed = await client.get(path_of(await consent(resp.headers["Location"])), allow_redirects=False)
+    assert landed.status == 200, await landed.text()
+    value = landed.cookies["gitreg_session"].value
+    assert (await client.get("/")).status == 200  # the pages take it
+    # Neither the cookie, nor what it names, nor any part of it is a bearer the API takes.
+    gitlab.forge.reset_counters()
+    for bearer in (value, *value.split(".")):
+        versions = await client.get(
+            "/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {bearer}"}
+        )
+        assert versions.status == 401, (bearer, await versions.text())
+    (record,) = issued_file(tmp_path)
+    assert record["kind"] == "session" and record["digest"] in value  # the session's name, not a token

@@ -145,14 +145,15 @@ class Identities:
     async def session_caller(self, session_id: str) -> Principal | None:
         """Who a page session (its signed cookie's id) stands for; None: expired, revoked, removed from
         the config since, or the host refused its refresh."""
-        if session_id.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session token
-            return await self.login.principal(session_id) if self.login is not None else None
+        if session_id.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session's id
+            return await self.logins.tokens.session_principal(session_id) if self.logins is not None else None
         return self.static.by_id(session_id)  # a static token, named by its (non-secret) id
 
     async def session_signed_in(
         self, forge: ForgeAuthConfig, username: str, grant: HostGrant, seconds: float, callback: str
     ) -> str:
-        """The end of "Sign in with ...": a session token issued (the session's id), valid `seconds`."""
+        """The end of "Sign in with ...": a session issued, valid `seconds`; its id (never a token that
+        opens the API: the cookie names it)."""
         if self.logins is None:
             raise LoginRefused("invalid_request", "no Git host signs people in here")
         return await self.logins.tokens.issue(forge, username, grant, "session", seconds, callback)
@@ -160,7 +161,7 @@ class Identities:
     async def session_ended(self, session_id: str) -> None:
         """Signing out: a session through a Git host ends its issued token too."""
         if session_id.startswith(TOKEN_PREFIX) and self.logins is not None:
-            await self.logins.tokens.revoke_token(session_id)
+            await self.logins.tokens.end_session(session_id)
 
     # ---- what the caller may read -----------------------------------------------------------
 

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterable
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 FILE_NAME = "issued_tokens.json"
 _FORMAT = 1
 TOKEN_PREFIX = "gitreg_"
+# A page session's id, as its signed cookie names it: this and the SHA-256 (hex) of a session token
+# nobody holds. Not a credential: the API never takes it (`principal` looks tokens up by their digest).
+SESSION_PREFIX = "gitreg_session_"
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 # How often a used record is read again: from Redis (shared) and, locally, the file's mtime.
 RECHECK_SECONDS = 1.0
 # The host's access token is refreshed this long before it expires.
@@ -245,7 +250,12 @@ class IssuedTokens:
     async def issue(
         self, forge: ForgeAuthConfig, username: str, grant: HostGrant, kind: Kind, seconds: float, callback: str
     ) -> str:
-        """A new registry token for `username` on `forge`, standing for the host's `grant` (made for `callback`)."""
+        """A new registry token for `username` on `forge`, standing for the host's `grant` (made for `callback`).
+
+        For a page session (`kind="session"`) what is returned is the session's id (`SESSION_PREFIX`
+        and the record's digest), for the signed cookie: the token itself is dropped here, so no
+        cookie carries a credential that opens the API.
+        """
         token = new_token()
         now = time.time()
         digest = token_digest(token).hex()
@@ -264,7 +274,7 @@ class IssuedTokens:
         )
         await self._save(record)
         log.info("issued %s token %s for %s on %s", kind, record.id, username, forge.label)
-        return token
+        return SESSION_PREFIX + digest if kind == "session" else token
 
     def _seal(self, digest: str, grant: HostGrant) -> str:
         plain = {"access": grant.access_token, "refresh": grant.refresh_token, "expires_at": grant.expires_at}
@@ -299,18 +309,30 @@ class IssuedTokens:
         )
 
     async def principal(self, presented: str) -> Principal | None:
-        """The `login` principal an issued, unexpired, unrevoked token stands for (host token fresh), else None.
+        """The `login` principal an issued, unexpired, unrevoked `terraform login` token stands for (host
+        token fresh), else None. A page session's record never opens the API: it is named by
+        `session_principal`, and its token was never handed to anyone.
 
         Overloaded (503) when the host's token must be refreshed and the host cannot be reached.
         """
         if not presented.startswith(TOKEN_PREFIX) or len(presented) > 200:
             return None
-        digest = token_digest(presented.strip()).hex()
+        return await self._principal(token_digest(presented.strip()).hex(), "terraform")
+
+    async def session_principal(self, session_id: str) -> Principal | None:
+        """The `login` principal of a page session (its id, `session_id`: what the signed cookie
+        names), else None: expired, revoked, or not a session."""
+        digest = session_id.removeprefix(SESSION_PREFIX)
+        if not session_id.startswith(SESSION_PREFIX) or not _DIGEST_RE.fullmatch(digest):
+            return None
+        return await self._principal(digest, "session")
+
+    async def _principal(self, digest: str, kind: Kind) -> Principal | None:
         await self._look_again()
         await self._from_shared(digest)
         record = self._records.get(digest)
         now = time.time()
-        if record is None or not record.active(now):
+        if record is None or record.kind != kind or not record.active(now):
             return None
         forge = self._forges.get(record.forge)
         if forge is None:
@@ -372,11 +394,11 @@ class IssuedTokens:
             await self._save(replace(record, revoked=now, updated=now))
         return hit
 
-    async def revoke_token(self, presented: str) -> None:
-        """Revoke the token `presented` (signing out ends the session's token too)."""
-        record = self._records.get(token_digest(presented.strip()).hex())
+    async def end_session(self, session_id: str) -> None:
+        """Revoke the page session `session_id` names (signing out)."""
+        record = self._records.get(session_id.removeprefix(SESSION_PREFIX))
         now = time.time()
-        if record is not None and record.active(now):
+        if record is not None and record.kind == "session" and record.active(now):
             await self._save(replace(record, revoked=now, updated=now))
 
     async def first_use(self, code_id: str, ttl_seconds: float) -> bool:
