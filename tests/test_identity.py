@@ -233,6 +233,29 @@ async def test_a_token_of_one_kind_of_host_is_never_sent_to_another(site):
     assert site.forge.requests() == []  # never handed to a host that did not issue it
 
 
+async def test_gitregs_own_tokens_are_never_sent_to_a_git_host(site):
+    # Made up, or issued by a registry whose records this replica has not seen: no host issued it.
+    for token in ("gitreg_" + "A" * 43, "gitreg_session_" + "0" * 64):
+        await assert_error(await site.versions(token), 401, "not valid")
+    assert site.forge.requests() == []
+
+
+async def test_a_failing_host_is_asked_once_per_token_and_window(site):
+    site.forge.mode = "down"
+    prefix = "glpat-" if site.provider == "gitlab" else "ghp_"
+    for _ in range(5):
+        resp = await site.versions(prefix + "unknown-while-the-host-fails")
+        await assert_error(resp, 503, "127.0.0.1")
+        assert int(resp.headers["Retry-After"]) > 0
+    assert site.api_calls("user") == 1  # was 3 per request (retries), nothing remembered
+    site.clock.now += 11  # the window (recheck_seconds here) passed: asked again, once
+    await assert_error(await site.versions(prefix + "unknown-while-the-host-fails"), 503)
+    assert site.api_calls("user") == 2
+    site.forge.mode = "ok"
+    site.clock.now += 11
+    assert (await site.versions(site.alice)).status == 200
+
+
 @pytest.mark.slow
 async def test_the_host_down_is_a_503_naming_it_once_its_answers_expire_and_static_tokens_keep_working(site):
     assert (await site.versions(site.alice)).status == 200
@@ -245,6 +268,7 @@ async def test_the_host_down_is_a_503_naming_it_once_its_answers_expire_and_stat
     assert "WWW-Authenticate" not in resp.headers  # never a 401: the token may be fine
     assert (await site.versions(ADMIN)).status == 200
     site.forge.mode = "ok"
+    site.clock.now += 11  # the failure is remembered for the window too (one call per token and window)
     assert (await site.versions(site.alice)).status == 200
 
 

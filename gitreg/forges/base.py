@@ -105,6 +105,7 @@ class ForgeClient:
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
         self.as_user = False  # a person's own token (identity/): `Authorization: Bearer`, as hosts take any
+        self.retry_delays = RETRY_DELAYS  # pauses before trying a transient failure again
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
@@ -307,9 +308,9 @@ class ForgeClient:
                     return await self._decode(url, status, body), headers
                 reason, message = "error", f"{self.org.label}: the API answered HTTP {status}"
             self.stats.failed(reason)
-            if transient >= len(RETRY_DELAYS):
+            if transient >= len(self.retry_delays):
                 raise ForgeError(reason, message)
-            await asyncio.sleep(RETRY_DELAYS[transient])
+            await asyncio.sleep(self.retry_delays[transient])
             transient += 1
 
     async def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:

@@ -41,4 +41,7 @@ def user_client(
     client = client_for(dataclasses.replace(base, token=token, refresh_seconds=forge.recheck_seconds), session, stats)
     client.as_user = True
     client.rate_wait_budget = USER_RATE_WAIT_SECONDS
+    # A failing host is asked once per question, not three times: what it answered (failure too) is
+    # kept by identity/answers.py, so a token costs one call per host and window.
+    client.retry_delays = ()
     return client

@@ -32,6 +32,7 @@ from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
 from gitreg.forges.hosts import user_client
 from gitreg.forges.records import RepoRecord
 from gitreg.identity.answers import Answers
+from gitreg.identity.issued import TOKEN_PREFIX
 from gitreg.identity.model import Principal
 from gitreg.identity.visibility import Visibility, repository_path
 from gitreg.replicas.base import SharedState
@@ -84,12 +85,16 @@ class ForgeAccess:
         self.stats = OrgStats()  # every API call made with a person's token, for /metrics
         self._session = session
         self._shared = shared
-        self.who: Answers[bytes, str | None] = Answers(clock=clock)
-        self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock)
-        self.seen: Answers[bytes, frozenset[str]] = Answers(limit=1000, clock=clock)
+        # What the host said, failures included (one call per token and window while it fails).
+        self.who: Answers[bytes, str | None] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
+        self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
+        self.seen: Answers[bytes, frozenset[str]] = Answers(limit=1000, clock=clock, failed_seconds=RETRY_SECONDS)
 
     def accepts(self, token: str) -> bool:
-        """False when the token names another kind of host (a `ghp_...` token is no GitLab token)."""
+        """False when the token names another kind of host (a `ghp_...` token is no GitLab token), or is
+        gitreg's own (`gitreg_`: issued here, or made up to look so; no host ever issued one)."""
+        if token.startswith(TOKEN_PREFIX):
+            return False
         if _GITHUB_TOKEN_RE.match(token):
             return self.forge.provider == "github"
         if _GITLAB_TOKEN_RE.match(token):
