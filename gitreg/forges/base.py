@@ -105,7 +105,7 @@ class ForgeClient:
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
         self.as_user = False  # a person's own token (identity/): `Authorization: Bearer`, as hosts take any
-        self.retry_delays = RETRY_DELAYS  # pauses before trying a transient failure again
+        self.retry_delays: tuple[float, ...] = RETRY_DELAYS  # pauses before trying a transient failure again
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
