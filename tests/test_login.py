@@ -10,6 +10,7 @@ import base64
 import dataclasses
 import hashlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import aiohttp
 import pytest
 
 from gitreg.identity.issued import FILE_NAME
+from gitreg.observability.logs import AccessEntry, access_line
 from gitreg.web.keys import IDENTITY
 from tests.conftest import assert_error, make_config
 from tests.gitreg_process import run_gitreg
@@ -180,7 +182,7 @@ async def test_terraform_login_issues_a_registry_token_for_the_host_identity(mak
     versions = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token}"})
     assert versions.status == 200
     refused = await client.get("/v1/modules/demo/secret/null/versions", headers={"Authorization": f"Bearer {token}"})
-    await assert_error(refused, 403, "alice cannot read acme/secret on 127.0.0.1", "ask for access to it there")
+    await assert_error(refused, 403, "alice@127.0.0.1 cannot read acme/secret on 127.0.0.1", "ask for access to it")
     # Only a digest is kept, and the host's tokens are not on disk in clear.
     (record,) = issued_file(tmp_path)
     text = (tmp_path / "state" / FILE_NAME).read_text()
@@ -343,7 +345,7 @@ async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_p
     cookie = landed.cookies["gitreg_session"]
     assert cookie["samesite"] == "Strict" and cookie["httponly"]
     index = await client.get("/")
-    assert index.status == 200 and "Signed in as <strong>alice</strong>" in await index.text()
+    assert index.status == 200 and "Signed in as <strong>alice@127.0.0.1</strong>" in await index.text()
     out = await client.post(
         "/logout", headers={"Origin": f"http://{client.server.host}:{client.server.port}"}, allow_redirects=False
     )
@@ -368,3 +370,31 @@ async def test_the_session_cookie_names_the_session_and_opens_no_api(make_client
         assert versions.status == 401, (bearer, await versions.text())
     (record,) = issued_file(tmp_path)
     assert record["kind"] == "session" and record["digest"] in value  # the session's name, not a token
+
+
+async def test_a_person_has_one_name_whatever_credential_and_host_usernames_are_made_safe(
+    make_client, tmp_path, gitlab, caplog
+):
+    client = await make_client(login_config(tmp_path, gitlab))
+    issued = await login(client)
+    pat = "glpat-alice-own-token-0001"
+    gitlab.forge.add_user("alice", pat, sees=())
+    for token in (issued, pat):  # the same person, through `terraform login` and through their own token
+        refused = await client.get(
+            "/v1/modules/demo/secret/null/versions", headers={"Authorization": f"Bearer {token}"}
+        )
+        await assert_error(refused, 403, "alice@127.0.0.1 cannot read acme/secret")
+    gitlab.approver = 'eve" - [x] <b>forged</b>'  # printable (the host's name check), hostile in a log line
+    caplog.set_level(logging.INFO, logger="gitreg")
+    await login(client)
+    issued_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("issued terraform token")]
+    assert issued_lines and issued_lines[-1].endswith("for eve__-__x___b_forged_/b_@127.0.0.1"), issued_lines
+    assert not any("<b>" in r.getMessage() for r in caplog.records)
+
+
+def test_the_access_log_masks_oauths_code_and_state():
+    code, state = "host-code-5f1e9a", "sealed-state-Zx81"
+    path = f"/oauth/callback?code={code}&state={state}"
+    entry = AccessEntry(0.0, "1.2.3.4", "GET", path, (1, 1), 302, 0, "", "", 0.1, "-")
+    for line in (access_line(entry), json.dumps(entry.fields())):
+        assert code not in line and state not in line and "/oauth/callback?code=***&state=***" in line

@@ -27,13 +27,12 @@ from gitreg.config.model import ForgeAuthConfig, OrgConfig
 from gitreg.core.errors import Forbidden, IdentityUnavailable
 from gitreg.core.names import ModuleAddress
 from gitreg.core.secrets import digest
-from gitreg.core.urls import parse
 from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
 from gitreg.forges.hosts import user_client
 from gitreg.forges.records import RepoRecord
 from gitreg.identity.answers import Answers
 from gitreg.identity.issued import TOKEN_PREFIX
-from gitreg.identity.model import Principal
+from gitreg.identity.model import Principal, host_of, person, safe_name
 from gitreg.identity.visibility import Visibility, repository_path
 from gitreg.replicas.base import SharedState
 
@@ -50,18 +49,6 @@ LISTING_SECONDS = 60.0
 # (trying a token on a host that did not issue it would hand it to that host).
 _GITHUB_TOKEN_RE = re.compile(r"(gh[pousr]_|github_pat_)")
 _GITLAB_TOKEN_RE = re.compile(r"gl[a-z]{2,8}-")
-# What a username may hold in the access log: anything else becomes `_` (the host's answer is hostile).
-_NAME_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
-
-
-def safe_name(name: str) -> str:
-    """A host's username (or a claim) as logs and pages show it: printable, no spaces or quotes, bounded."""
-    return _NAME_UNSAFE_RE.sub("_", name)[:100] or "_"
-
-
-def _host(url: str) -> str:
-    found = parse(url)
-    return found.host if found is not None else ""
 
 
 class ForgeAccess:
@@ -76,11 +63,13 @@ class ForgeAccess:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.forge = forge
-        self.host = _host(forge.url)
+        self.host = host_of(forge.url)
         # The org listings this host's tokens see (their own token replaced by the person's).
         self.orgs = tuple(o for o in orgs if o.provider == forge.provider and o.api_url.rstrip("/") == forge.api_url)
         # Where this host's repositories may be cloned from: its web and API hosts, and its orgs' clone hosts.
-        self.hosts = frozenset({self.host, _host(forge.api_url), *(h for o in self.orgs for h in o.clone_hosts)}) - {""}
+        self.hosts = frozenset({self.host, host_of(forge.api_url), *(h for o in self.orgs for h in o.clone_hosts)}) - {
+            ""
+        }
         self.rules_here = False  # set by Identities: [[modules]] rules serve repositories on this host
         self.stats = OrgStats()  # every API call made with a person's token, for /metrics
         self._session = session
@@ -137,7 +126,7 @@ class ForgeAccess:
 
     def principal(self, name: str, token: str) -> Principal:
         """The `forge` principal of a token this host said belongs to `name`."""
-        return Principal("forge", f"{name}@{self.host}", forge=self.forge, host_token=token)
+        return Principal("forge", person(name, self.forge), forge=self.forge, host_token=token)
 
     async def check_read(self, principal: Principal, repository: str, address: ModuleAddress) -> None:
         """Forbidden unless the host says the principal's token can read `repository` (module `address`'s)."""

@@ -39,7 +39,7 @@ from gitreg.core.secrets import token_digest
 from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
 from gitreg.identity.crypto import Sealer
-from gitreg.identity.model import Principal
+from gitreg.identity.model import Principal, person, safe_name
 from gitreg.replicas.connection import RedisDown
 from gitreg.replicas.logins import SharedLogins
 from gitreg.storage.state import StateFile
@@ -273,7 +273,7 @@ class IssuedTokens:
             callback=callback,
         )
         await self._save(record)
-        log.info("issued %s token %s for %s on %s", kind, record.id, username, forge.label)
+        log.info("issued %s token %s for %s", kind, record.id, person(username, forge))
         return SESSION_PREFIX + digest if kind == "session" else token
 
     def _seal(self, digest: str, grant: HostGrant) -> str:
@@ -345,7 +345,7 @@ class IssuedTokens:
             grant = await self._refreshed(digest, forge)
             if grant is None:
                 return None
-        return Principal(kind="login", name=record.username, forge=forge, host_token=grant.access_token)
+        return Principal(kind="login", name=person(record.username, forge), forge=forge, host_token=grant.access_token)
 
     async def _refreshed(self, digest: str, forge: ForgeAuthConfig) -> HostGrant | None:
         """The host grant of `digest` renewed (one refresh at a time per record); None when the host refused."""
@@ -373,7 +373,8 @@ class IssuedTokens:
         except OAuthError as e:
             if e.reason != "refused":
                 raise Overloaded(f"{e.message}; try again in a minute", retry_after=30) from None
-            log.info("issued token %s of %s: the host refused its refresh (%s); revoked", record.id, record.username, e)
+            who = safe_name(record.username)
+            log.info("issued token %s of %s: the host refused its refresh (%s); revoked", record.id, who, e)
             now = time.time()
             await self._save(replace(record, revoked=now, updated=now))
             return None

@@ -41,6 +41,7 @@ from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
 from gitreg.identity.crypto import Sealer
 from gitreg.identity.issued import IssuedTokens
+from gitreg.identity.model import safe_name
 
 CLIENT_ID = "terraform-cli"
 PORTS = (10000, 10010)
@@ -177,7 +178,8 @@ class LoginFlows:
             raise LoginRefused("invalid_request", "the host's answer has no code, or names a host not configured")
         try:
             grant = await oauth.exchange(self.http, forge, code, str(flow.get("verifier")), str(flow.get("callback")))
-            username = await oauth.username(self.http, forge, grant.access_token)
+            # Made safe here, once: it is logged, shown, stored and selected by (`gitreg tokens revoke`).
+            username = safe_name(await oauth.username(self.http, forge, grant.access_token))
         except OAuthError as e:
             if e.reason == "refused":
                 raise LoginRefused("access_denied", e.message, 401) from None

@@ -25,8 +25,7 @@ from gitreg.core.errors import IdentityUnavailable, Unauthorized
 from gitreg.core.flight import InFlight
 from gitreg.core.urls import parse
 from gitreg.forges.base import ForgeClient, ForgeError, OrgStats
-from gitreg.identity.forge import safe_name
-from gitreg.identity.model import Principal
+from gitreg.identity.model import Principal, safe_name
 
 log = logging.getLogger(__name__)
 
