@@ -104,6 +104,9 @@ def _attacks(issuer: FakeIssuer) -> dict[str, tuple[str, str]]:
         "claim of the wrong type": (issuer.sign(issuer.claims(ref_protected=True)), "ref_protected"),
         "claim missing": (issuer.sign(issuer.claims(namespace_path=None)), "namespace_path"),
         "tampered payload": (_tampered(issuer), "signature"),
+        "exp as a numeric string": (issuer.sign(issuer.claims(exp=str(now + 300))), "exp claim must be a number"),
+        "nbf as a numeric string": (issuer.sign(issuer.claims(nbf=str(now - 5))), "nbf claim must be a number"),
+        "iat as a numeric string": (issuer.sign(issuer.claims(iat=str(now))), "iat claim must be a number"),
     }
 
 
@@ -195,3 +198,27 @@ async def test_github_actions_tokens_match_their_claims_and_are_named_by_reposit
     assert (await client.get(VPC, headers=bearer(issuer.sign(claims)))).status == 200
     claims["job_workflow_ref"] = "acme/infra/.github/workflows/plan.yml@refs/heads/feature"
     await assert_error(await client.get(VPC, headers=bearer(issuer.sign(claims))), 401, "job_workflow_ref")
+
+
+WORKFLOW = "acme/infra/.github/workflows/plan.yml"
+
+
+async def test_a_main_only_workflow_glob_accepts_main_and_no_other_ref(issuer, git, tmp_path, aiohttp_client):
+    # The README's GitHub example: `job_workflow_ref = "acme/*@refs/heads/main"`, "main only".
+    claims = {"job_workflow_ref": "acme/*@refs/heads/main"}
+    client = await aiohttp_client(create_app(oidc_config(issuer, git, tmp_path, claims=claims)))
+    main = issuer.sign(issuer.claims(job_workflow_ref=f"{WORKFLOW}@refs/heads/main"))
+    assert (await client.get(VPC, headers=bearer(main))).status == 200
+    # git allows a branch named `feature@refs/heads/main`; a pull request's merge ref, likewise.
+    for ref in ("refs/heads/feature@refs/heads/main", "refs/pull/7/merge@refs/heads/main"):
+        other = issuer.sign(issuer.claims(job_workflow_ref=f"{WORKFLOW}@{ref}"))
+        await assert_error(await client.get(VPC, headers=bearer(other)), 401, "job_workflow_ref")
+
+
+async def test_a_claim_can_be_matched_exactly(issuer, git, tmp_path, aiohttp_client):
+    claims = {"project_path": {"exact": "acme/*"}, "ref": "ma?n"}
+    client = await aiohttp_client(create_app(oidc_config(issuer, git, tmp_path, claims=claims)))
+    literal = issuer.sign(issuer.claims(project_path="acme/*"))
+    assert (await client.get(VPC, headers=bearer(literal))).status == 200
+    globbed = issuer.sign(issuer.claims(project_path="acme/infra"))  # what the glob `acme/*` would take
+    await assert_error(await client.get(VPC, headers=bearer(globbed)), 401, "project_path")

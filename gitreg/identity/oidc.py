@@ -4,15 +4,18 @@ Verified by PyJWT (with cryptography), never by hand: the signature by a key of 
 JWKS (found through `{issuer}/.well-known/openid-configuration`, its `jwks_uri` on the issuer's
 own host), `iss` equal to the configured issuer, `aud` the configured audience, `exp` and `nbf`
 (60 s leeway at most), the algorithm taken from the key (RS256 or ES256 only: never `none`,
-never an HMAC keyed with a public key), and every configured `claims` glob. The keys are
+never an HMAC keyed with a public key), `exp`, `nbf` and `iat` numbers (not numeric strings), and
+every configured `claims` glob (`claim_matches`: `*` never crosses an `@`, so "acme/*@refs/heads/main"
+is one ref, main, whatever the branch names hold). The keys are
 cached and fetched again when a token names a `kid` they lack, at most once a minute. Every
 request to the issuer goes through the forges' one API client (timeouts, size caps).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +41,41 @@ MAX_JWT_CHARS = 16_384
 # The claims that name the job's project, first found wins (GitLab CI, GitHub Actions, anything).
 NAME_CLAIMS = ("project_path", "repository", "sub")
 RETRY_SECONDS = 30
+# Claims that are times: numbers only (PyJWT takes a numeric string as one).
+_TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
+def claim_matches(value: str, glob: str) -> bool:
+    """`value` matches the `claims` glob `glob`, whole: `*` any run of characters but `@`, `?` one
+    character but `@`, `\\x` the character x, anything else itself (no `[...]` classes).
+
+    `@` separates a workflow from its ref (`job_workflow_ref`, `acme/x/.github/workflows/a.yml@refs/heads/main`)
+    and git allows a branch named `feature@refs/heads/main`: a `*` that crossed it would let
+    `acme/*@refs/heads/main` ("main only") accept another branch.
+    """
+    return _glob_regex(glob).fullmatch(value) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """The glob as a regex that never backtracks into a `*` (as fnmatch's: each `*` but the last takes
+    the shortest run before what follows it, atomically), so a long claim costs linear time."""
+    parts: list[list[str]] = [[]]  # the pieces between unescaped stars, as regex text
+    escaped = False
+    for char in glob:
+        if escaped or char not in "\\*?":
+            parts[-1].append(re.escape(char))
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "?":
+            parts[-1].append("[^@]")
+        else:
+            parts.append([])
+    pieces = ["".join(part) for part in parts]
+    middle = "".join(f"(?>[^@]*?{piece})" for piece in pieces[1:-1])
+    tail = f"[^@]*{pieces[-1]}" if len(pieces) > 1 else ""
+    return re.compile(pieces[0] + middle + tail, re.DOTALL)
 
 
 def unverified_claims(presented: str) -> dict[str, Any] | None:
@@ -185,7 +223,7 @@ class OidcIssuers:
         claims = _verified_claims(presented, key, config)
         for name, glob in config.claims:
             value = claims.get(name)
-            if not isinstance(value, str) or not fnmatch.fnmatchcase(value, glob):
+            if not isinstance(value, str) or not claim_matches(value, glob):
                 raise Unauthorized(f"the OIDC token's {name} claim does not match what this registry allows")
         who = next((claims[c] for c in NAME_CLAIMS if isinstance(claims.get(c), str) and claims[c]), "job")
         namespaces = frozenset(config.namespaces) if config.namespaces is not None else None
@@ -194,6 +232,15 @@ class OidcIssuers:
 
 def _verified_claims(presented: str, key: jwt.PyJWK, config: OidcConfig) -> dict[str, Any]:
     """The claims of a token whose signature, iss, aud, exp and nbf hold; Unauthorized naming what did not."""
+    claims = _decoded(presented, key, config)
+    for name in _TIME_CLAIMS:
+        value = claims.get(name)
+        if name in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise Unauthorized(f"the OIDC token's {name} claim must be a number (seconds since 1970)")
+    return claims
+
+
+def _decoded(presented: str, key: jwt.PyJWK, config: OidcConfig) -> dict[str, Any]:
     try:
         return jwt.decode(
             presented,
