@@ -89,6 +89,10 @@ class Identities:
             hosts = (repository_path(rule.repository) for rule in config.modules)
             forge.rules_here = any(found is not None and found[0] in forge.hosts for found in hosts)
 
+    def close(self) -> None:
+        """Stop what runs on its own (an issuer's scheduled key fetch)."""
+        self.oidc.close()
+
     def api_stats(self) -> list[tuple[str, OrgStats]]:
         """(host label, counters) of the API calls made for identities, for /metrics."""
         found = [(forge.forge.label, forge.stats) for forge in self.forges]

@@ -293,6 +293,7 @@ class Services:
         )
         self.metrics.watch_identities(identities.api_stats)
         yield
+        identities.close()
 
     async def _registry(self) -> AsyncIterator[None]:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""
