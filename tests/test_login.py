@@ -398,3 +398,17 @@ def test_the_access_log_masks_oauths_code_and_state():
     entry = AccessEntry(0.0, "1.2.3.4", "GET", path, (1, 1), 302, 0, "", "", 0.1, "-")
     for line in (access_line(entry), json.dumps(entry.fields())):
         assert code not in line and state not in line and "/oauth/callback?code=***&state=***" in line
+
+
+async def test_a_state_is_used_once_so_made_up_codes_cost_one_exchange(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    _, challenge = pkce()
+    resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+    state = parse_qs(urlsplit(resp.headers["Location"]).query)["state"][0]  # an anonymous visitor's state
+    gitlab.forge.reset_counters()
+    first = await client.get("/oauth/callback", params={"code": "made-up-0", "state": state})
+    await assert_oauth_error(first, 401, "access_denied")
+    for i in range(1, 30):
+        again = await client.get("/oauth/callback", params={"code": f"made-up-{i}", "state": state})
+        await assert_oauth_error(again, 400, "invalid_request", "state was already used")
+    assert len(gitlab.forge.requests("/oauth/token")) == 1  # was one POST (with the client secret) per code
