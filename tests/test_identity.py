@@ -390,12 +390,31 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
         await forge.close()
 
 
-@pytest.mark.slow
-async def test_a_hosts_rate_limit_is_waited_out_within_a_few_seconds_as_in_org_mode(site):
-    site.forge.rate_limit_next(1, seconds=1)
+async def test_a_host_saying_slow_down_is_backed_off_host_wide_with_503s_and_retry_after(site):
+    site.forge.rate_limit_next(1, seconds=20)
     resp = await site.versions(site.alice)
-    assert resp.status == 200, await resp.text()
-    assert [r.status for r in site.forge.requests("/user")][:2] in ([403, 200], [429, 200])
+    await assert_error(resp, 503, "127.0.0.1", "rate limited")
+    assert 15 <= int(resp.headers["Retry-After"]) <= 21
+    for token in (site.bob, *(f"{site.bob}-{i}" for i in range(20))):  # anyone's token, meanwhile
+        resp = await site.versions(token)
+        await assert_error(resp, 503, "127.0.0.1", "asked gitreg to wait")
+        assert 0 < int(resp.headers["Retry-After"]) <= 21
+    await assert_error(await site.versions(site.alice), 503, "127.0.0.1")  # (its own answer, remembered)
+    assert len(site.forge.requests()) == 1  # was up to 4 calls per request, none remembered
+    site.clock.now += 21
+    assert (await site.versions(site.bob)).status == 200
+
+
+async def test_a_host_answering_5xx_is_backed_off_host_wide(site):
+    site.forge.mode = "down"
+    await assert_error(await site.versions(site.alice), 503, "127.0.0.1")
+    prefix = "glpat-" if site.provider == "gitlab" else "ghp_"
+    for token in (site.bob, prefix + "x0123456789", "no-prefix-0123456789"):
+        await assert_error(await site.versions(token), 503, "asked gitreg to wait")
+    assert len(site.forge.requests()) == 1
+    site.forge.mode = "ok"
+    site.clock.now += 11
+    assert (await site.versions(site.bob)).status == 200
 
 
 async def test_a_hostile_username_is_shown_with_safe_characters_only(site):

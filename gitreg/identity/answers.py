@@ -68,8 +68,10 @@ class Answers(Generic[K, V]):
         try:
             value = await ask()
         except GitregError as e:
-            if self.failed_seconds > 0:
-                self._keep(key, min(seconds, self.failed_seconds), e)
+            if self.failed_seconds > 0:  # (no longer than the host asked to wait, when it said)
+                hint = getattr(e, "retry_after", None)
+                window = min(seconds, self.failed_seconds, hint if isinstance(hint, int | float) else seconds)
+                self._keep(key, window, e)
             raise
         self._keep(key, seconds, value)
         return value

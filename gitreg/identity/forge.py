@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import re
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -42,6 +43,12 @@ T = TypeVar("T")
 RETRY_SECONDS = 30
 # A single answer (who is this, can it read that) on `terraform init`'s path: inside Terraform's 10 s.
 ASK_SECONDS = 8.0
+# A host answering 5xx or nothing, with no Retry-After, is asked nothing for this long (host-wide).
+BACKOFF_SECONDS = 10.0
+# The longest back-off a host's Retry-After (or rate-limit reset) is followed for.
+MAX_BACKOFF_SECONDS = 300.0
+# Failures that back the whole host off: rate limited, 5xx or unreachable ("error"), silent.
+BACK_OFF_REASONS = frozenset({"rate_limited", "error", "timeout"})
 # A person's listing of the orgs (pages and search; many API pages for a large group).
 LISTING_SECONDS = 60.0
 
@@ -74,6 +81,9 @@ class ForgeAccess:
         self.stats = OrgStats()  # every API call made with a person's token, for /metrics
         self._session = session
         self._shared = shared
+        self._clock = clock
+        self._backoff_until = 0.0  # (clock) this host is asked nothing before then: it said "slow down" or failed
+        self._backoff_reason = ""
         # What the host said, failures included (one call per token and window while it fails).
         self.who: Answers[bytes, str | None] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
         self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
@@ -93,9 +103,18 @@ class ForgeAccess:
     def _client(self, token: str, org: OrgConfig | None = None) -> ForgeClient:
         return user_client(self.forge, token, self._session(), self.stats, org)
 
-    async def _asked(self, what: str, work: Awaitable[T], seconds: float = ASK_SECONDS) -> T:
-        """`work` within `seconds`; a host's failure (down, silent, rate limited past the wait, garbage) as
-        IdentityUnavailable."""
+    async def _asked(self, what: str, work: Coroutine[Any, Any, T], seconds: float = ASK_SECONDS) -> T:
+        """`work` within `seconds`; a host's failure (down, silent, rate limited, garbage) as
+        IdentityUnavailable. A host that answered 429/5xx, said Retry-After or did not answer is backed
+        off as a whole: until then every question is that 503, with its Retry-After, and no call."""
+        wait = self._backoff_until - self._clock()
+        if wait > 0:
+            work.close()  # never started: no call
+            retry = max(1, math.ceil(wait))
+            raise IdentityUnavailable(
+                f"the Git host {self.host} asked gitreg to wait ({self._backoff_reason}); try again in {retry} s",
+                retry_after=retry,
+            )
         try:
             # Terraform gives a registry request 10 s: a host that does not answer becomes a 503 it
             # can show (and retry once), not a client-side timeout after the org client's retries.
@@ -103,17 +122,29 @@ class ForgeAccess:
                 return await work
         except TimeoutError:
             log.warning("%s: cannot ask %s: no answer within %g s", self.forge.label, what, seconds)
+            self._back_off(BACKOFF_SECONDS, f"no answer within {seconds:g} s")
             raise IdentityUnavailable(
                 f"the Git host {self.host} did not answer {what} within {seconds:g} s; try again in {RETRY_SECONDS} s",
                 retry_after=RETRY_SECONDS,
             ) from None
         except ForgeError as e:
             log.warning("%s: cannot ask %s: %s", self.forge.label, what, e.reason)
+            retry = RETRY_SECONDS
+            if e.reason in BACK_OFF_REASONS:
+                backoff = min(MAX_BACKOFF_SECONDS, e.retry_after if e.retry_after is not None else BACKOFF_SECONDS)
+                self._back_off(backoff, e.reason.replace("_", " "))
+                retry = max(1, math.ceil(backoff))
             raise IdentityUnavailable(
                 f"the Git host {self.host} cannot be asked {what} right now ({e.reason.replace('_', ' ')}); "
-                f"try again in {RETRY_SECONDS} s",
-                retry_after=RETRY_SECONDS,
+                f"try again in {retry} s",
+                retry_after=retry,
             ) from None
+
+    def _back_off(self, seconds: float, reason: str) -> None:
+        """Ask this host nothing for `seconds` (a later, longer back-off wins)."""
+        until = self._clock() + max(0.0, seconds)
+        if until > self._backoff_until:
+            self._backoff_until, self._backoff_reason = until, reason
 
     async def username(self, token: str, key: bytes) -> str | None:
         """The host's username for `token` (asked once per recheck_seconds), or None when the host refuses it."""
