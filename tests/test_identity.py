@@ -369,7 +369,10 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
                             "token": ORG_TOKEN["gitlab"],
                         }
                     ],
-                    "auth": {"forges": [{"provider": "gitlab", "url": forge.base_url, "recheck_seconds": 60}]},
+                    "auth": {
+                        "signing_key": "s" * 40,
+                        "forges": [{"provider": "gitlab", "url": forge.base_url, "recheck_seconds": 60}],
+                    },
                 }
             )
             replicas.append(await aiohttp_client(create_app(config)))
@@ -382,7 +385,17 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
         assert len(forge.requests("/api/v4/projects/")) == 2
         store = redis.asyncio.from_url(redis_server.url)
         keys = await store.keys("gitreg-identity-test:access:*")
-        assert len(keys) == 2 and sorted([await store.get(k) for k in keys]) == [b"0", b"1"]
+        assert len(keys) == 2 and [await store.get(k) for k in keys] == [b"1", b"1"]  # the answer is in the name
+        # A Redis writer cannot flip an answer, nor keep one for good: "no" stays no, on a replica that
+        # starts now too (it reads Redis, having no answer of its own).
+        for k in keys:
+            await store.persist(k)
+            await store.set(k, "1")
+        fresh = await aiohttp_client(create_app(config))
+        resp = await fresh.get("/v1/modules/acme/dns/aws/versions", headers=bearer(ALICE["gitlab"]))
+        assert resp.status == 403, await resp.text()
+        assert (await fresh.get("/v1/modules/acme/net/aws/versions", headers=bearer(ALICE["gitlab"]))).status == 200
+        assert len(forge.requests("/api/v4/projects/")) == 2  # both answers read from Redis, as written
         for key in await store.keys("*"):
             value = await store.type(key) == b"string" and await store.get(key)
             assert ALICE["gitlab"].encode() not in key + (value or b"")

@@ -4,7 +4,8 @@ Every answer is the host's, asked with the person's or job's own token through t
 one API client (pages, rate limits, size caps), and trusted for the forge's `recheck_seconds`:
 - who: `GET /user`, per token digest (a 401/403 means "not this host's token");
 - can read: GitLab `GET /projects/:path`, GitHub `GET /repos/{owner}/{repo}`, per (token digest,
-  repository); with Redis the answer is shared with the other replicas (a digest and a boolean);
+  repository); with Redis and `[auth] signing_key` the answer is shared with the other replicas,
+  authenticated (an HMAC names it: `_shared_keys`);
 - what it sees: the `[[orgs]]` of this host listed with the token (the host returns only what it
   may see), plus one membership listing when `[[modules]]` rules serve repositories on this host.
 A repository on another host is never opened by this host's token. A host that cannot answer,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
 import math
 import re
@@ -68,8 +70,13 @@ class ForgeAccess:
         session: Callable[[], aiohttp.ClientSession],
         shared: SharedState,
         clock: Callable[[], float] = time.monotonic,
+        signing_key: str | None = None,
     ) -> None:
         self.forge = forge
+        # What names the "can read" answers shared through Redis (see _shared_keys).
+        self._access_key = (
+            hashlib.sha256(b"gitreg-shared-access\0" + signing_key.encode()).digest() if signing_key else None
+        )
         self.host = host_of(forge.url)
         # The org listings this host's tokens see (their own token replaced by the person's).
         self.orgs = tuple(o for o in orgs if o.provider == forge.provider and o.api_url.rstrip("/") == forge.api_url)
@@ -171,12 +178,13 @@ class ForgeAccess:
         key = (digest(token), path)
 
         async def ask() -> bool:
-            shared_key = hashlib.sha256(key[0] + b"\0" + path.encode()).hexdigest()
-            known = await self._shared.access(shared_key)
-            if known is not None:
-                return known
+            shared = self._shared_keys(key[0], path)
+            for answer, shared_key in shared.items():
+                if await self._shared.access(shared_key):
+                    return answer
             allowed = await self._asked(f"whether {principal.name} can read {path}", self._client(token).can_read(path))
-            self._shared.remember_access(shared_key, allowed, self.forge.recheck_seconds)
+            if shared:
+                self._shared.remember_access(shared[allowed], True, self.forge.recheck_seconds)
             return allowed
 
         if not await self.reads.get(key, self.forge.recheck_seconds, ask):
@@ -184,6 +192,24 @@ class ForgeAccess:
                 f"{principal.name} cannot read {path} on {self.host}, the repository of module {address}: "
                 "ask for access to it there (gitreg follows the Git host's permissions)"
             )
+
+    def _shared_keys(self, token_key: bytes, path: str) -> dict[bool, str]:
+        """The Redis keys that say "yes" and "no" for (token, path) in this recheck window ({}: nothing
+        shared without `[auth] signing_key`).
+
+        Each is an HMAC (a key derived from the signing key) of the token's digest, the path, the
+        answer and the window: the answer is in the key's name, which only gitreg can make, and the
+        window bounds it however Redis keeps it. A Redis writer can delete an answer (the host is
+        asked again), never flip one, nor make one outlive its window.
+        """
+        if self._access_key is None:
+            return {}
+        window = int(time.time() // self.forge.recheck_seconds)
+        made = {}
+        for answer in (True, False):
+            message = b"\0".join([token_key, path.encode(), b"1" if answer else b"0", str(window).encode()])
+            made[answer] = hmac.new(self._access_key, message, hashlib.sha256).hexdigest()
+        return made
 
     async def visibility(self, principal: Principal) -> Visibility:
         """What the principal sees: the repositories the host lists for its token (once per recheck_seconds)."""

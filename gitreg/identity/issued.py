@@ -20,6 +20,8 @@ them within a second.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -34,7 +36,7 @@ from typing import Any, Literal
 import aiohttp
 
 from gitreg.config.model import Config, ForgeAuthConfig
-from gitreg.core.errors import Overloaded
+from gitreg.core.errors import Overloaded, StorageFull
 from gitreg.core.secrets import token_digest
 from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
@@ -149,6 +151,8 @@ class IssuedTokens:
             raise ValueError("issued tokens need [auth] signing_key")
         self._forges = {f.url: f for f in config.auth.forges if f.oauth}
         self._sealer = Sealer(config.auth.signing_key, "host-tokens")
+        # Authenticates what is read back from Redis (see _signed): a Redis writer cannot make a record.
+        self._record_key = hashlib.sha256(b"gitreg-issued-records\0" + config.auth.signing_key.encode()).digest()
         self._http = http
         self._shared = shared
         self._records: dict[str, IssuedRecord] = {}  # by digest
@@ -166,8 +170,12 @@ class IssuedTokens:
         cutoff = time.time() - KEEP_EXPIRED_SECONDS
         kept = [r for r in self._records.values() if r.expires > cutoff]
 
+        now = time.time()
+        codes = {c: until for c, until in self._used_codes.items() if until > now}
+
         def encode() -> str:
-            return json.dumps({"format": _FORMAT, "tokens": [json.loads(r.to_json()) for r in kept]}, indent=1)
+            tokens = [json.loads(r.to_json()) for r in kept]
+            return json.dumps({"format": _FORMAT, "tokens": tokens, "used_codes": codes}, indent=1)
 
         return encode
 
@@ -177,6 +185,22 @@ class IssuedTokens:
         data = await self._file.load()
         items = data.get("tokens") if data is not None else None
         self._merge(IssuedRecord.from_json(item) for item in (items if isinstance(items, list) else []))
+        codes = data.get("used_codes") if data is not None else None
+        if isinstance(codes, dict):
+            self._used_codes.update({c: float(u) for c, u in codes.items() if isinstance(u, float | int)})
+        await self.republish()
+
+    async def republish(self) -> None:
+        """The file is authoritative: every revocation it holds is put back in Redis (emptied, or given an
+        older copy by whoever can write it), so no replica reading Redis takes the token again."""
+        if self._shared is None:
+            return
+        now = time.time()
+        for record in [r for r in self._records.values() if r.revoked is not None and r.expires > now]:
+            try:
+                await self._shared.put(record.digest, self._signed(record))
+            except RedisDown:
+                return
 
     def _mtime(self) -> int | None:
         try:
@@ -185,27 +209,71 @@ class IssuedTokens:
             return None
 
     def _merge(self, records: Iterable[IssuedRecord | None]) -> bool:
-        """Take each record newer than the copy held; True when one was taken."""
+        """Take each record newer than the copy held; True when one was taken.
+
+        A revocation is final whichever copy is newer (a replica whose clock runs ahead, or an older
+        copy put back in Redis, cannot undo it): the earliest revocation of either copy stays.
+        """
         changed = False
         for record in records:
             if record is None:
                 continue
             held = self._records.get(record.digest)
-            if held is None or record.updated > held.updated:
-                self._records[record.digest] = record
+            taken = record if held is None or record.updated > held.updated else held
+            revoked = [r.revoked for r in (held, record) if r is not None and r.revoked is not None]
+            if revoked and taken.revoked != min(revoked):
+                taken = replace(taken, revoked=min(revoked))
+            if taken != held:
+                self._records[record.digest] = taken
                 changed = True
         return changed
 
-    async def _save(self, record: IssuedRecord) -> None:
-        """Keep `record` here, on disk and (with Redis) for every replica."""
+    async def _save(self, record: IssuedRecord, durable: bool = False) -> None:
+        """Keep `record` here, on disk and (with Redis) for every replica.
+
+        `durable`: a new token must be on disk before anyone holds it (else `gitreg tokens revoke`
+        could not find it): StorageFull (507) when the file cannot be written, and nothing kept.
+        """
+        held = self._records.get(record.digest)
         self._records[record.digest] = record
         self._file.mark_dirty()
         await self._file.flush()
+        if durable and self._file.dirty:
+            if held is None:
+                del self._records[record.digest]
+            else:
+                self._records[record.digest] = held
+            raise StorageFull(
+                f"the login could not be kept on disk ({self._file.path.parent}): nothing was issued; "
+                "free space there and log in again"
+            )
+        await self._publish(record)
+
+    async def _publish(self, record: IssuedRecord) -> None:
         if self._shared is not None:
             try:
-                await self._shared.put(record.digest, record.to_json())
+                await self._shared.put(record.digest, self._signed(record))
             except RedisDown as e:
                 log.warning("issued token %s: not shared through redis (%s); this replica keeps it", record.id, e)
+
+    def _signed(self, record: IssuedRecord) -> str:
+        """The record as Redis holds it: an HMAC (a key derived from `[auth] signing_key`) over its digest
+        and JSON, then the JSON. What gitreg reads back without a valid one is ignored."""
+        text = record.to_json()
+        return f"{self._mac(record.digest, text)}.{text}"
+
+    def _mac(self, digest: str, text: str) -> str:
+        return hmac.new(self._record_key, f"{digest}\0{text}".encode(), hashlib.sha256).hexdigest()
+
+    def _from_redis(self, digest: str, value: str | None) -> IssuedRecord | None:
+        """A record Redis holds for `digest`, if gitreg wrote it there for that digest (else None)."""
+        mac, _, text = (value or "").partition(".")
+        if not text or not hmac.compare_digest(mac, self._mac(digest, text)):
+            if value is not None:
+                log.warning("issued token record in redis for %s...: not signed by this registry; ignored", digest[:8])
+            return None
+        record = IssuedRecord.from_json(text)
+        return record if record is not None and record.digest == digest else None
 
     async def _look_again(self) -> None:
         """Every RECHECK_SECONDS: the file changed by another process (`gitreg tokens revoke`) is read again."""
@@ -230,14 +298,14 @@ class IssuedTokens:
             text = await self._shared.get(digest)
         except RedisDown:
             return  # this replica's own copy answers
-        if text is not None and self._merge([IssuedRecord.from_json(text)]):
+        if text is not None and self._merge([self._from_redis(digest, text)]):
             self._file.mark_dirty()
 
     async def load_shared(self) -> None:
         """With Redis: every shared record (`gitreg tokens list` and `revoke`); RedisDown when it is unreachable."""
         if self._shared is not None:
             found = await self._shared.all()
-            self._merge(IssuedRecord.from_json(text) for text in found.values())
+            self._merge(self._from_redis(digest, text) for digest, text in found.items())
 
     async def close(self) -> None:
         """Write what is pending, disconnect from Redis."""
@@ -272,7 +340,7 @@ class IssuedTokens:
             updated=now,
             callback=callback,
         )
-        await self._save(record)
+        await self._save(record, durable=True)
         log.info("issued %s token %s for %s", kind, record.id, person(username, forge))
         return SESSION_PREFIX + digest if kind == "session" else token
 
@@ -403,16 +471,26 @@ class IssuedTokens:
             await self._save(replace(record, revoked=now, updated=now))
 
     async def first_use(self, code_id: str, ttl_seconds: float) -> bool:
-        """True the first time a one-time code is redeemed (on any replica, with Redis)."""
+        """True the first time a one-time code (or a login's state) is used, across restarts (the file)
+        and replicas (Redis). Without that certainty, no: with Redis configured and down, Overloaded
+        (503); the file not written, StorageFull (507)."""
         now = time.time()
         for expired in [c for c, until in self._used_codes.items() if until < now]:
             del self._used_codes[expired]
         if code_id in self._used_codes:
             return False
         self._used_codes[code_id] = now + ttl_seconds
+        self._file.mark_dirty()
+        await self._file.flush()
+        if self._file.dirty:
+            raise StorageFull(
+                f"a one-time login code could not be marked used on disk ({self._file.path.parent}); "
+                "free space there and log in again"
+            )
         if self._shared is not None:
             try:
                 return await self._shared.first_use(code_id, ttl_seconds)
             except RedisDown as e:
-                log.warning("a one-time login code was checked on this replica alone: %s", e)
+                log.warning("a one-time login code could not be checked on every replica: %s", e)
+                raise Overloaded("the replicas' shared store is unreachable; try the login again", 30) from None
         return True
