@@ -543,3 +543,25 @@ async def test_with_redis_down_no_replica_redeems_a_code_it_cannot_know_unused(
         resp = await replica.post("/oauth/token", data=redeem_form(code, verifier))
         await assert_oauth_error(resp, 503, "temporarily_unavailable", "shared store")
         assert "Retry-After" in resp.headers
+
+
+@pytest.mark.slow  # two replicas, real Redis stopped and started again empty
+async def test_a_revocation_made_while_redis_was_down_reaches_every_replica_when_it_returns_empty(
+    make_client, tmp_path, gitlab, redis_server
+):
+    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    token = await login(a)
+    assert await status_within(b, token, 200) == 200
+    redis_server.stop()
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state-a"}"\n[git]\nprotocols = ["http"]\n'
+        f'[cache]\nbackend = "redis"\nredis_url = "{redis_server.url}"\nredis_prefix = "revoke-test:"\n'
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
+    )
+    revoked = run_gitreg("tokens", "revoke", "alice", "--config", str(config))
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked.stderr
+    assert await status_within(a, token, 401) == 401  # its own file
+    redis_server.start()  # back, empty
+    assert await status_within(b, token, 401, seconds=20) == 401  # was still 200 after 24 s

@@ -162,6 +162,7 @@ class IssuedTokens:
         self._used_codes: dict[str, float] = {}  # code id -> until
         self._file = StateFile(path, _FORMAT, ".issued-", self._snapshot, unreadable="issued tokens are lost")
         self._seen_mtime: int | None = None
+        self._republishing: asyncio.Future[None] | None = None
         self._looked = 0.0
 
     # ---- persistence ---------------------------------------------------------------------
@@ -189,6 +190,12 @@ class IssuedTokens:
         if isinstance(codes, dict):
             self._used_codes.update({c: float(u) for c, u in codes.items() if isinstance(u, float | int)})
         await self.republish()
+
+    def reconnected(self) -> None:
+        """Redis is back (perhaps emptied, perhaps missing a revocation made while it was down): the
+        file's revocations are put back, in the background."""
+        if self._republishing is None or self._republishing.done():
+            self._republishing = asyncio.ensure_future(self.republish())
 
     async def republish(self) -> None:
         """The file is authoritative: every revocation it holds is put back in Redis (emptied, or given an
@@ -309,6 +316,9 @@ class IssuedTokens:
 
     async def close(self) -> None:
         """Write what is pending, disconnect from Redis."""
+        if self._republishing is not None:
+            self._republishing.cancel()
+            await asyncio.gather(self._republishing, return_exceptions=True)
         await self._file.flush()
         if self._shared is not None:
             await self._shared.close()
