@@ -9,6 +9,7 @@ encrypted and sessions signed under keys derived from it).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gitreg.config.model import (
@@ -95,6 +96,8 @@ def _parse_forge(r: TableReader, protocols: tuple[str, ...]) -> ForgeAuthConfig 
 
 
 def _parse_claims(r: TableReader) -> tuple[tuple[str, str], ...]:
+    """`claims`: claim = glob, or claim = { exact = "value" } (kept as a glob whose `*`, `?` and `\\`
+    are escaped: identity/oidc.py's `claim_matches` reads both)."""
     value: Any = r.raw("claims", False)
     if value is None:
         return ()
@@ -106,12 +109,23 @@ def _parse_claims(r: TableReader) -> tuple[tuple[str, str], ...]:
         return ()
     out = []
     for name, glob in value.items():
-        if not isinstance(glob, str) or not glob:
-            r.error(f"claims.{name}", f"must be a non-empty string (a glob), not {type_name(glob)}")
+        exact = isinstance(glob, dict) and set(glob) == {"exact"}
+        written = glob["exact"] if exact else glob
+        if not isinstance(written, str) or not written:
+            r.error(
+                f"claims.{name}",
+                f'must be a non-empty string (a glob) or {{ exact = "value" }}, not {type_name(written)}',
+            )
             continue
-        expanded = r.expand(f"claims.{name}", glob, None)
-        if expanded is not None:
-            out.append((str(name), expanded))
+        expanded = r.expand(f"claims.{name}", written, None)
+        if expanded is None:
+            continue
+        if exact:
+            expanded = re.sub(r"([*?\\])", r"\\\1", expanded)
+        elif re.search(r"(?<!\\)(?:\\\\)*\\$", expanded):
+            r.error(f"claims.{name}", "ends with a lone \\ (it makes the next character literal)")
+            continue
+        out.append((str(name), expanded))
     return tuple(out)
 
 

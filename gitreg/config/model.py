@@ -163,7 +163,8 @@ class OidcConfig:
     audience: str
     # What a matching job may read; None: every namespace.
     namespaces: tuple[str, ...] | None = None
-    # Every listed claim must match its glob (fnmatch), e.g. {"namespace_path": "platform/*"}.
+    # Every listed claim must match its glob (identity/oidc.py's `claim_matches`: `*` never crosses
+    # an `@`, `\` escapes), e.g. {"namespace_path": "platform/*"}; `{ exact = ... }` is kept escaped.
     claims: tuple[tuple[str, str], ...] = ()
 
 

@@ -78,10 +78,11 @@ class OrgStats:
 class ForgeError(Exception):
     """An API call failed; `reason` is a short metric label, the message is safe to log."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after  # seconds the host asked to wait (Retry-After, a rate-limit reset)
 
 
 class ForgeNotFound(ForgeError):
@@ -105,6 +106,7 @@ class ForgeClient:
         self.reset_at: float | None = None  # wall clock at which the rate limit resets, as the host last said
         self.rate_wait_budget = min(MAX_RATE_WAIT_SECONDS, org.refresh_seconds)
         self.as_user = False  # a person's own token (identity/): `Authorization: Bearer`, as hosts take any
+        self.retry_delays: tuple[float, ...] = RETRY_DELAYS  # pauses before trying a transient failure again
 
     def headers(self) -> dict[str, str]:
         """Request headers, with the token (never logged)."""
@@ -260,6 +262,7 @@ class ForgeClient:
                 "rate_limited",
                 f"{self.org.label}: rate limited for {wait:.0f} s more, past the wait "
                 f"budget of {self.rate_wait_budget:.0f} s; the last listing stays",
+                retry_after=wait,
             )
         log.info("%s: API rate limit reached; waiting %.1f s for its reset", self.org.label, wait)
         await asyncio.sleep(wait)
@@ -284,6 +287,7 @@ class ForgeClient:
         """GET `url` (an API URL), with retries of transient failures and rate-limit waits."""
         transient = 0
         rate_waits = 0
+        hint: float | None = None  # a 5xx's Retry-After
         while True:
             self.stats.calls += 1
             try:
@@ -314,10 +318,11 @@ class ForgeClient:
                 if status < 500:
                     return await self._decode(url, status, body), headers
                 reason, message = "error", f"{self.org.label}: the API answered HTTP {status}"
+                hint = _retry_after(headers.get("Retry-After"))
             self.stats.failed(reason)
-            if transient >= len(RETRY_DELAYS):
-                raise ForgeError(reason, message)
-            await asyncio.sleep(RETRY_DELAYS[transient])
+            if transient >= len(self.retry_delays):
+                raise ForgeError(reason, message, retry_after=hint)
+            await asyncio.sleep(self.retry_delays[transient])
             transient += 1
 
     async def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:

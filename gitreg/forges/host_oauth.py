@@ -25,13 +25,16 @@ from urllib.parse import urlencode
 import aiohttp
 
 from gitreg.config.model import ForgeAuthConfig
-from gitreg.forges.base import API_TIMEOUT_SECONDS, USER_AGENT
+from gitreg.forges.base import USER_AGENT
 
 # What gitreg asks each host for: reading only.
 SCOPES = {"gitlab": "read_api read_user openid", "github": "repo"}
 _AUTHORIZE_PATHS = {"gitlab": "/oauth/authorize", "github": "/login/oauth/authorize"}
 _TOKEN_PATHS = {"gitlab": "/oauth/token", "github": "/login/oauth/access_token"}
 _USER_FIELDS = {"gitlab": "username", "github": "login"}
+# One call (token endpoint, /user): on a request's path (a refresh when `terraform init` comes), so
+# inside Terraform's 10 s; the host's label is in the 503's message.
+CALL_SECONDS = 8.0
 # A token answer or a /user object is a few kilobytes.
 _MAX_BODY = 256 * 1024
 
@@ -143,12 +146,12 @@ async def _call(
             headers=headers,
             data=form,
             allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_SECONDS),
+            timeout=aiohttp.ClientTimeout(total=CALL_SECONDS),
         ) as resp:
             body = await resp.content.read(_MAX_BODY + 1)
             status = resp.status
     except TimeoutError:
-        raise OAuthError("unreachable", f"{forge.label}: no answer within {API_TIMEOUT_SECONDS:g} s") from None
+        raise OAuthError("unreachable", f"{forge.label}: no answer within {CALL_SECONDS:g} s") from None
     except aiohttp.ClientError as e:
         raise OAuthError("unreachable", f"{forge.label}: cannot reach the host: {type(e).__name__}") from None
     if len(body) > _MAX_BODY:

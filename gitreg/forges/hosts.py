@@ -11,8 +11,6 @@ from gitreg.forges import github, gitlab
 from gitreg.forges.base import ForgeClient, Host, OrgStats
 
 HOSTS: dict[str, Host] = {h.name: h for h in (github.HOST, gitlab.HOST)}
-# A person's `terraform init` waits at most this long for a host's rate limit to reset; longer is a 503.
-USER_RATE_WAIT_SECONDS = 5.0
 
 
 def host(provider: str) -> Host:
@@ -40,5 +38,10 @@ def user_client(
     base = org or OrgConfig(provider=forge.provider, api_url=forge.api_url, group=label, namespace="-")
     client = client_for(dataclasses.replace(base, token=token, refresh_seconds=forge.recheck_seconds), session, stats)
     client.as_user = True
-    client.rate_wait_budget = USER_RATE_WAIT_SECONDS
+    # A host saying "slow down" is not waited for on a person's request: identity/ backs off the whole
+    # host and answers 503 with Retry-After meanwhile. A failing host is asked once per question, not
+    # three times: what it answered (failure too) is kept by identity/answers.py, so a token costs one
+    # call per host and window.
+    client.rate_wait_budget = 0.0
+    client.retry_delays = ()
     return client

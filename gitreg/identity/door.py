@@ -82,12 +82,17 @@ class Identities:
         # The registry tokens those flows issued (a test may give a `LoginTokens` of its own).
         self.login: LoginTokens | None = logins.tokens if logins is not None else None
         self.oidc = OidcIssuers(config.auth.oidc, session, clock)
-        self.forges = tuple(ForgeAccess(f, config.orgs, session, shared, clock) for f in config.auth.forges)
+        key = config.auth.signing_key
+        self.forges = tuple(ForgeAccess(f, config.orgs, session, shared, clock, key) for f in config.auth.forges)
         self._by_url = {f.forge.url: f for f in self.forges}
         self._resolver = resolver
         for forge in self.forges:  # one membership listing when [[modules]] rules serve repositories there
             hosts = (repository_path(rule.repository) for rule in config.modules)
             forge.rules_here = any(found is not None and found[0] in forge.hosts for found in hosts)
+
+    def close(self) -> None:
+        """Stop what runs on its own (an issuer's scheduled key fetch)."""
+        self.oidc.close()
 
     def api_stats(self) -> list[tuple[str, OrgStats]]:
         """(host label, counters) of the API calls made for identities, for /metrics."""
@@ -145,14 +150,15 @@ class Identities:
     async def session_caller(self, session_id: str) -> Principal | None:
         """Who a page session (its signed cookie's id) stands for; None: expired, revoked, removed from
         the config since, or the host refused its refresh."""
-        if session_id.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session token
-            return await self.login.principal(session_id) if self.login is not None else None
+        if session_id.startswith(TOKEN_PREFIX):  # signed in through a Git host: its issued session's id
+            return await self.logins.tokens.session_principal(session_id) if self.logins is not None else None
         return self.static.by_id(session_id)  # a static token, named by its (non-secret) id
 
     async def session_signed_in(
         self, forge: ForgeAuthConfig, username: str, grant: HostGrant, seconds: float, callback: str
     ) -> str:
-        """The end of "Sign in with ...": a session token issued (the session's id), valid `seconds`."""
+        """The end of "Sign in with ...": a session issued, valid `seconds`; its id (never a token that
+        opens the API: the cookie names it)."""
         if self.logins is None:
             raise LoginRefused("invalid_request", "no Git host signs people in here")
         return await self.logins.tokens.issue(forge, username, grant, "session", seconds, callback)
@@ -160,7 +166,7 @@ class Identities:
     async def session_ended(self, session_id: str) -> None:
         """Signing out: a session through a Git host ends its issued token too."""
         if session_id.startswith(TOKEN_PREFIX) and self.logins is not None:
-            await self.logins.tokens.revoke_token(session_id)
+            await self.logins.tokens.end_session(session_id)
 
     # ---- what the caller may read -----------------------------------------------------------
 

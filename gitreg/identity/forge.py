@@ -4,7 +4,8 @@ Every answer is the host's, asked with the person's or job's own token through t
 one API client (pages, rate limits, size caps), and trusted for the forge's `recheck_seconds`:
 - who: `GET /user`, per token digest (a 401/403 means "not this host's token");
 - can read: GitLab `GET /projects/:path`, GitHub `GET /repos/{owner}/{repo}`, per (token digest,
-  repository); with Redis the answer is shared with the other replicas (a digest and a boolean);
+  repository); with Redis and `[auth] signing_key` the answer is shared with the other replicas,
+  authenticated (an HMAC names it: `_shared_keys`);
 - what it sees: the `[[orgs]]` of this host listed with the token (the host returns only what it
   may see), plus one membership listing when `[[modules]]` rules serve repositories on this host.
 A repository on another host is never opened by this host's token. A host that cannot answer,
@@ -15,23 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
+import math
 import re
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import aiohttp
 
 from gitreg.config.model import ForgeAuthConfig, OrgConfig
 from gitreg.core.errors import Forbidden, IdentityUnavailable
 from gitreg.core.secrets import digest
-from gitreg.core.urls import parse
 from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
 from gitreg.forges.hosts import user_client
 from gitreg.forges.records import RepoRecord
 from gitreg.identity.answers import Answers
-from gitreg.identity.model import Principal
+from gitreg.identity.issued import TOKEN_PREFIX
+from gitreg.identity.model import Principal, host_of, person, safe_name
 from gitreg.identity.visibility import Visibility, repository_path
 from gitreg.replicas.base import SharedState
 
@@ -41,6 +44,12 @@ T = TypeVar("T")
 RETRY_SECONDS = 30
 # A single answer (who is this, can it read that) on `terraform init`'s path: inside Terraform's 10 s.
 ASK_SECONDS = 8.0
+# A host answering 5xx or nothing, with no Retry-After, is asked nothing for this long (host-wide).
+BACKOFF_SECONDS = 10.0
+# The longest back-off a host's Retry-After (or rate-limit reset) is followed for.
+MAX_BACKOFF_SECONDS = 300.0
+# Failures that back the whole host off: rate limited, 5xx or unreachable ("error"), silent.
+BACK_OFF_REASONS = frozenset({"rate_limited", "error", "timeout"})
 # A person's listing of the orgs (pages and search; many API pages for a large group).
 LISTING_SECONDS = 60.0
 
@@ -48,18 +57,6 @@ LISTING_SECONDS = 60.0
 # (trying a token on a host that did not issue it would hand it to that host).
 _GITHUB_TOKEN_RE = re.compile(r"(gh[pousr]_|github_pat_)")
 _GITLAB_TOKEN_RE = re.compile(r"gl[a-z]{2,8}-")
-# What a username may hold in the access log: anything else becomes `_` (the host's answer is hostile).
-_NAME_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
-
-
-def safe_name(name: str) -> str:
-    """A host's username (or a claim) as logs and pages show it: printable, no spaces or quotes, bounded."""
-    return _NAME_UNSAFE_RE.sub("_", name)[:100] or "_"
-
-
-def _host(url: str) -> str:
-    found = parse(url)
-    return found.host if found is not None else ""
 
 
 class ForgeAccess:
@@ -72,23 +69,37 @@ class ForgeAccess:
         session: Callable[[], aiohttp.ClientSession],
         shared: SharedState,
         clock: Callable[[], float] = time.monotonic,
+        signing_key: str | None = None,
     ) -> None:
         self.forge = forge
-        self.host = _host(forge.url)
+        # What names the "can read" answers shared through Redis (see _shared_keys).
+        self._access_key = (
+            hashlib.sha256(b"gitreg-shared-access\0" + signing_key.encode()).digest() if signing_key else None
+        )
+        self.host = host_of(forge.url)
         # The org listings this host's tokens see (their own token replaced by the person's).
         self.orgs = tuple(o for o in orgs if o.provider == forge.provider and o.api_url.rstrip("/") == forge.api_url)
         # Where this host's repositories may be cloned from: its web and API hosts, and its orgs' clone hosts.
-        self.hosts = frozenset({self.host, _host(forge.api_url), *(h for o in self.orgs for h in o.clone_hosts)}) - {""}
+        self.hosts = frozenset({self.host, host_of(forge.api_url), *(h for o in self.orgs for h in o.clone_hosts)}) - {
+            ""
+        }
         self.rules_here = False  # set by Identities: [[modules]] rules serve repositories on this host
         self.stats = OrgStats()  # every API call made with a person's token, for /metrics
         self._session = session
         self._shared = shared
-        self.who: Answers[bytes, str | None] = Answers(clock=clock)
-        self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock)
-        self.seen: Answers[bytes, frozenset[str]] = Answers(limit=1000, clock=clock)
+        self._clock = clock
+        self._backoff_until = 0.0  # (clock) this host is asked nothing before then: it said "slow down" or failed
+        self._backoff_reason = ""
+        # What the host said, failures included (one call per token and window while it fails).
+        self.who: Answers[bytes, str | None] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
+        self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
+        self.seen: Answers[bytes, frozenset[str]] = Answers(limit=1000, clock=clock, failed_seconds=RETRY_SECONDS)
 
     def accepts(self, token: str) -> bool:
-        """False when the token names another kind of host (a `ghp_...` token is no GitLab token)."""
+        """False when the token names another kind of host (a `ghp_...` token is no GitLab token), or is
+        gitreg's own (`gitreg_`: issued here, or made up to look so; no host ever issued one)."""
+        if token.startswith(TOKEN_PREFIX):
+            return False
         if _GITHUB_TOKEN_RE.match(token):
             return self.forge.provider == "github"
         if _GITLAB_TOKEN_RE.match(token):
@@ -98,9 +109,18 @@ class ForgeAccess:
     def _client(self, token: str, org: OrgConfig | None = None) -> ForgeClient:
         return user_client(self.forge, token, self._session(), self.stats, org)
 
-    async def _asked(self, what: str, work: Awaitable[T], seconds: float = ASK_SECONDS) -> T:
-        """`work` within `seconds`; a host's failure (down, silent, rate limited past the wait, garbage) as
-        IdentityUnavailable."""
+    async def _asked(self, what: str, work: Coroutine[Any, Any, T], seconds: float = ASK_SECONDS) -> T:
+        """`work` within `seconds`; a host's failure (down, silent, rate limited, garbage) as
+        IdentityUnavailable. A host that answered 429/5xx, said Retry-After or did not answer is backed
+        off as a whole: until then every question is that 503, with its Retry-After, and no call."""
+        wait = self._backoff_until - self._clock()
+        if wait > 0:
+            work.close()  # never started: no call
+            retry = max(1, math.ceil(wait))
+            raise IdentityUnavailable(
+                f"the Git host {self.host} asked gitreg to wait ({self._backoff_reason}); try again in {retry} s",
+                retry_after=retry,
+            )
         try:
             # Terraform gives a registry request 10 s: a host that does not answer becomes a 503 it
             # can show (and retry once), not a client-side timeout after the org client's retries.
@@ -108,17 +128,29 @@ class ForgeAccess:
                 return await work
         except TimeoutError:
             log.warning("%s: cannot ask %s: no answer within %g s", self.forge.label, what, seconds)
+            self._back_off(BACKOFF_SECONDS, f"no answer within {seconds:g} s")
             raise IdentityUnavailable(
                 f"the Git host {self.host} did not answer {what} within {seconds:g} s; try again in {RETRY_SECONDS} s",
                 retry_after=RETRY_SECONDS,
             ) from None
         except ForgeError as e:
             log.warning("%s: cannot ask %s: %s", self.forge.label, what, e.reason)
+            retry = RETRY_SECONDS
+            if e.reason in BACK_OFF_REASONS:
+                backoff = min(MAX_BACKOFF_SECONDS, e.retry_after if e.retry_after is not None else BACKOFF_SECONDS)
+                self._back_off(backoff, e.reason.replace("_", " "))
+                retry = max(1, math.ceil(backoff))
             raise IdentityUnavailable(
                 f"the Git host {self.host} cannot be asked {what} right now ({e.reason.replace('_', ' ')}); "
-                f"try again in {RETRY_SECONDS} s",
-                retry_after=RETRY_SECONDS,
+                f"try again in {retry} s",
+                retry_after=retry,
             ) from None
+
+    def _back_off(self, seconds: float, reason: str) -> None:
+        """Ask this host nothing for `seconds` (a later, longer back-off wins)."""
+        until = self._clock() + max(0.0, seconds)
+        if until > self._backoff_until:
+            self._backoff_until, self._backoff_reason = until, reason
 
     async def username(self, token: str, key: bytes) -> str | None:
         """The host's username for `token` (asked once per recheck_seconds), or None when the host refuses it."""
@@ -131,7 +163,7 @@ class ForgeAccess:
 
     def principal(self, name: str, token: str) -> Principal:
         """The `forge` principal of a token this host said belongs to `name`."""
-        return Principal("forge", f"{name}@{self.host}", forge=self.forge, host_token=token)
+        return Principal("forge", person(name, self.forge), forge=self.forge, host_token=token)
 
     async def check_read(self, principal: Principal, repository: str, what: str) -> None:
         """Forbidden unless the host says the principal's token can read `repository` (`what`'s: "module a/b/c")."""
@@ -145,12 +177,13 @@ class ForgeAccess:
         key = (digest(token), path)
 
         async def ask() -> bool:
-            shared_key = hashlib.sha256(key[0] + b"\0" + path.encode()).hexdigest()
-            known = await self._shared.access(shared_key)
-            if known is not None:
-                return known
+            shared = self._shared_keys(key[0], path)
+            for answer, shared_key in shared.items():
+                if await self._shared.access(shared_key):
+                    return answer
             allowed = await self._asked(f"whether {principal.name} can read {path}", self._client(token).can_read(path))
-            self._shared.remember_access(shared_key, allowed, self.forge.recheck_seconds)
+            if shared:
+                self._shared.remember_access(shared[allowed], True, self.forge.recheck_seconds)
             return allowed
 
         if not await self.reads.get(key, self.forge.recheck_seconds, ask):
@@ -158,6 +191,24 @@ class ForgeAccess:
                 f"{principal.name} cannot read {path} on {self.host}, the repository of {what}: "
                 "ask for access to it there (gitreg follows the Git host's permissions)"
             )
+
+    def _shared_keys(self, token_key: bytes, path: str) -> dict[bool, str]:
+        """The Redis keys that say "yes" and "no" for (token, path) in this recheck window ({}: nothing
+        shared without `[auth] signing_key`).
+
+        Each is an HMAC (a key derived from the signing key) of the token's digest, the path, the
+        answer and the window: the answer is in the key's name, which only gitreg can make, and the
+        window bounds it however Redis keeps it. A Redis writer can delete an answer (the host is
+        asked again), never flip one, nor make one outlive its window.
+        """
+        if self._access_key is None:
+            return {}
+        window = int(time.time() // self.forge.recheck_seconds)
+        made = {}
+        for answer in (True, False):
+            message = b"\0".join([token_key, path.encode(), b"1" if answer else b"0", str(window).encode()])
+            made[answer] = hmac.new(self._access_key, message, hashlib.sha256).hexdigest()
+        return made
 
     async def visibility(self, principal: Principal) -> Visibility:
         """What the principal sees: the repositories the host lists for its token (once per recheck_seconds)."""

@@ -20,9 +20,12 @@ them within a second.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterable
@@ -33,12 +36,12 @@ from typing import Any, Literal
 import aiohttp
 
 from gitreg.config.model import Config, ForgeAuthConfig
-from gitreg.core.errors import Overloaded
+from gitreg.core.errors import Overloaded, StorageFull
 from gitreg.core.secrets import token_digest
 from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
 from gitreg.identity.crypto import Sealer
-from gitreg.identity.model import Principal
+from gitreg.identity.model import Principal, person, safe_name
 from gitreg.replicas.connection import RedisDown
 from gitreg.replicas.logins import SharedLogins
 from gitreg.storage.state import StateFile
@@ -48,6 +51,10 @@ log = logging.getLogger(__name__)
 FILE_NAME = "issued_tokens.json"
 _FORMAT = 1
 TOKEN_PREFIX = "gitreg_"
+# A page session's id, as its signed cookie names it: this and the SHA-256 (hex) of a session token
+# nobody holds. Not a credential: the API never takes it (`principal` looks tokens up by their digest).
+SESSION_PREFIX = "gitreg_session_"
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 # How often a used record is read again: from Redis (shared) and, locally, the file's mtime.
 RECHECK_SECONDS = 1.0
 # The host's access token is refreshed this long before it expires.
@@ -144,6 +151,8 @@ class IssuedTokens:
             raise ValueError("issued tokens need [auth] signing_key")
         self._forges = {f.url: f for f in config.auth.forges if f.oauth}
         self._sealer = Sealer(config.auth.signing_key, "host-tokens")
+        # Authenticates what is read back from Redis (see _signed): a Redis writer cannot make a record.
+        self._record_key = hashlib.sha256(b"gitreg-issued-records\0" + config.auth.signing_key.encode()).digest()
         self._http = http
         self._shared = shared
         self._records: dict[str, IssuedRecord] = {}  # by digest
@@ -153,6 +162,7 @@ class IssuedTokens:
         self._used_codes: dict[str, float] = {}  # code id -> until
         self._file = StateFile(path, _FORMAT, ".issued-", self._snapshot, unreadable="issued tokens are lost")
         self._seen_mtime: int | None = None
+        self._republishing: asyncio.Future[None] | None = None
         self._looked = 0.0
 
     # ---- persistence ---------------------------------------------------------------------
@@ -161,8 +171,12 @@ class IssuedTokens:
         cutoff = time.time() - KEEP_EXPIRED_SECONDS
         kept = [r for r in self._records.values() if r.expires > cutoff]
 
+        now = time.time()
+        codes = {c: until for c, until in self._used_codes.items() if until > now}
+
         def encode() -> str:
-            return json.dumps({"format": _FORMAT, "tokens": [json.loads(r.to_json()) for r in kept]}, indent=1)
+            tokens = [json.loads(r.to_json()) for r in kept]
+            return json.dumps({"format": _FORMAT, "tokens": tokens, "used_codes": codes}, indent=1)
 
         return encode
 
@@ -172,6 +186,28 @@ class IssuedTokens:
         data = await self._file.load()
         items = data.get("tokens") if data is not None else None
         self._merge(IssuedRecord.from_json(item) for item in (items if isinstance(items, list) else []))
+        codes = data.get("used_codes") if data is not None else None
+        if isinstance(codes, dict):
+            self._used_codes.update({c: float(u) for c, u in codes.items() if isinstance(u, float | int)})
+        await self.republish()
+
+    def reconnected(self) -> None:
+        """Redis is back (perhaps emptied, perhaps missing a revocation made while it was down): the
+        file's revocations are put back, in the background."""
+        if self._republishing is None or self._republishing.done():
+            self._republishing = asyncio.ensure_future(self.republish())
+
+    async def republish(self) -> None:
+        """The file is authoritative: every revocation it holds is put back in Redis (emptied, or given an
+        older copy by whoever can write it), so no replica reading Redis takes the token again."""
+        if self._shared is None:
+            return
+        now = time.time()
+        for record in [r for r in self._records.values() if r.revoked is not None and r.expires > now]:
+            try:
+                await self._shared.put(record.digest, self._signed(record))
+            except RedisDown:
+                return
 
     def _mtime(self) -> int | None:
         try:
@@ -180,27 +216,71 @@ class IssuedTokens:
             return None
 
     def _merge(self, records: Iterable[IssuedRecord | None]) -> bool:
-        """Take each record newer than the copy held; True when one was taken."""
+        """Take each record newer than the copy held; True when one was taken.
+
+        A revocation is final whichever copy is newer (a replica whose clock runs ahead, or an older
+        copy put back in Redis, cannot undo it): the earliest revocation of either copy stays.
+        """
         changed = False
         for record in records:
             if record is None:
                 continue
             held = self._records.get(record.digest)
-            if held is None or record.updated > held.updated:
-                self._records[record.digest] = record
+            taken = record if held is None or record.updated > held.updated else held
+            revoked = [r.revoked for r in (held, record) if r is not None and r.revoked is not None]
+            if revoked and taken.revoked != min(revoked):
+                taken = replace(taken, revoked=min(revoked))
+            if taken != held:
+                self._records[record.digest] = taken
                 changed = True
         return changed
 
-    async def _save(self, record: IssuedRecord) -> None:
-        """Keep `record` here, on disk and (with Redis) for every replica."""
+    async def _save(self, record: IssuedRecord, durable: bool = False) -> None:
+        """Keep `record` here, on disk and (with Redis) for every replica.
+
+        `durable`: a new token must be on disk before anyone holds it (else `gitreg tokens revoke`
+        could not find it): StorageFull (507) when the file cannot be written, and nothing kept.
+        """
+        held = self._records.get(record.digest)
         self._records[record.digest] = record
         self._file.mark_dirty()
         await self._file.flush()
+        if durable and self._file.dirty:
+            if held is None:
+                del self._records[record.digest]
+            else:
+                self._records[record.digest] = held
+            raise StorageFull(
+                f"the login could not be kept on disk ({self._file.path.parent}): nothing was issued; "
+                "free space there and log in again"
+            )
+        await self._publish(record)
+
+    async def _publish(self, record: IssuedRecord) -> None:
         if self._shared is not None:
             try:
-                await self._shared.put(record.digest, record.to_json())
+                await self._shared.put(record.digest, self._signed(record))
             except RedisDown as e:
                 log.warning("issued token %s: not shared through redis (%s); this replica keeps it", record.id, e)
+
+    def _signed(self, record: IssuedRecord) -> str:
+        """The record as Redis holds it: an HMAC (a key derived from `[auth] signing_key`) over its digest
+        and JSON, then the JSON. What gitreg reads back without a valid one is ignored."""
+        text = record.to_json()
+        return f"{self._mac(record.digest, text)}.{text}"
+
+    def _mac(self, digest: str, text: str) -> str:
+        return hmac.new(self._record_key, f"{digest}\0{text}".encode(), hashlib.sha256).hexdigest()
+
+    def _from_redis(self, digest: str, value: str | None) -> IssuedRecord | None:
+        """A record Redis holds for `digest`, if gitreg wrote it there for that digest (else None)."""
+        mac, _, text = (value or "").partition(".")
+        if not text or not hmac.compare_digest(mac, self._mac(digest, text)):
+            if value is not None:
+                log.warning("issued token record in redis for %s...: not signed by this registry; ignored", digest[:8])
+            return None
+        record = IssuedRecord.from_json(text)
+        return record if record is not None and record.digest == digest else None
 
     async def _look_again(self) -> None:
         """Every RECHECK_SECONDS: the file changed by another process (`gitreg tokens revoke`) is read again."""
@@ -225,17 +305,20 @@ class IssuedTokens:
             text = await self._shared.get(digest)
         except RedisDown:
             return  # this replica's own copy answers
-        if text is not None and self._merge([IssuedRecord.from_json(text)]):
+        if text is not None and self._merge([self._from_redis(digest, text)]):
             self._file.mark_dirty()
 
     async def load_shared(self) -> None:
         """With Redis: every shared record (`gitreg tokens list` and `revoke`); RedisDown when it is unreachable."""
         if self._shared is not None:
             found = await self._shared.all()
-            self._merge(IssuedRecord.from_json(text) for text in found.values())
+            self._merge(self._from_redis(digest, text) for digest, text in found.items())
 
     async def close(self) -> None:
         """Write what is pending, disconnect from Redis."""
+        if self._republishing is not None:
+            self._republishing.cancel()
+            await asyncio.gather(self._republishing, return_exceptions=True)
         await self._file.flush()
         if self._shared is not None:
             await self._shared.close()
@@ -245,7 +328,12 @@ class IssuedTokens:
     async def issue(
         self, forge: ForgeAuthConfig, username: str, grant: HostGrant, kind: Kind, seconds: float, callback: str
     ) -> str:
-        """A new registry token for `username` on `forge`, standing for the host's `grant` (made for `callback`)."""
+        """A new registry token for `username` on `forge`, standing for the host's `grant` (made for `callback`).
+
+        For a page session (`kind="session"`) what is returned is the session's id (`SESSION_PREFIX`
+        and the record's digest), for the signed cookie: the token itself is dropped here, so no
+        cookie carries a credential that opens the API.
+        """
         token = new_token()
         now = time.time()
         digest = token_digest(token).hex()
@@ -262,9 +350,9 @@ class IssuedTokens:
             updated=now,
             callback=callback,
         )
-        await self._save(record)
-        log.info("issued %s token %s for %s on %s", kind, record.id, username, forge.label)
-        return token
+        await self._save(record, durable=True)
+        log.info("issued %s token %s for %s", kind, record.id, person(username, forge))
+        return SESSION_PREFIX + digest if kind == "session" else token
 
     def _seal(self, digest: str, grant: HostGrant) -> str:
         plain = {"access": grant.access_token, "refresh": grant.refresh_token, "expires_at": grant.expires_at}
@@ -299,18 +387,30 @@ class IssuedTokens:
         )
 
     async def principal(self, presented: str) -> Principal | None:
-        """The `login` principal an issued, unexpired, unrevoked token stands for (host token fresh), else None.
+        """The `login` principal an issued, unexpired, unrevoked `terraform login` token stands for (host
+        token fresh), else None. A page session's record never opens the API: it is named by
+        `session_principal`, and its token was never handed to anyone.
 
         Overloaded (503) when the host's token must be refreshed and the host cannot be reached.
         """
         if not presented.startswith(TOKEN_PREFIX) or len(presented) > 200:
             return None
-        digest = token_digest(presented.strip()).hex()
+        return await self._principal(token_digest(presented.strip()).hex(), "terraform")
+
+    async def session_principal(self, session_id: str) -> Principal | None:
+        """The `login` principal of a page session (its id, `session_id`: what the signed cookie
+        names), else None: expired, revoked, or not a session."""
+        digest = session_id.removeprefix(SESSION_PREFIX)
+        if not session_id.startswith(SESSION_PREFIX) or not _DIGEST_RE.fullmatch(digest):
+            return None
+        return await self._principal(digest, "session")
+
+    async def _principal(self, digest: str, kind: Kind) -> Principal | None:
         await self._look_again()
         await self._from_shared(digest)
         record = self._records.get(digest)
         now = time.time()
-        if record is None or not record.active(now):
+        if record is None or record.kind != kind or not record.active(now):
             return None
         forge = self._forges.get(record.forge)
         if forge is None:
@@ -323,7 +423,7 @@ class IssuedTokens:
             grant = await self._refreshed(digest, forge)
             if grant is None:
                 return None
-        return Principal(kind="login", name=record.username, forge=forge, host_token=grant.access_token)
+        return Principal(kind="login", name=person(record.username, forge), forge=forge, host_token=grant.access_token)
 
     async def _refreshed(self, digest: str, forge: ForgeAuthConfig) -> HostGrant | None:
         """The host grant of `digest` renewed (one refresh at a time per record); None when the host refused."""
@@ -351,7 +451,8 @@ class IssuedTokens:
         except OAuthError as e:
             if e.reason != "refused":
                 raise Overloaded(f"{e.message}; try again in a minute", retry_after=30) from None
-            log.info("issued token %s of %s: the host refused its refresh (%s); revoked", record.id, record.username, e)
+            who = safe_name(record.username)
+            log.info("issued token %s of %s: the host refused its refresh (%s); revoked", record.id, who, e)
             now = time.time()
             await self._save(replace(record, revoked=now, updated=now))
             return None
@@ -372,24 +473,34 @@ class IssuedTokens:
             await self._save(replace(record, revoked=now, updated=now))
         return hit
 
-    async def revoke_token(self, presented: str) -> None:
-        """Revoke the token `presented` (signing out ends the session's token too)."""
-        record = self._records.get(token_digest(presented.strip()).hex())
+    async def end_session(self, session_id: str) -> None:
+        """Revoke the page session `session_id` names (signing out)."""
+        record = self._records.get(session_id.removeprefix(SESSION_PREFIX))
         now = time.time()
-        if record is not None and record.active(now):
+        if record is not None and record.kind == "session" and record.active(now):
             await self._save(replace(record, revoked=now, updated=now))
 
     async def first_use(self, code_id: str, ttl_seconds: float) -> bool:
-        """True the first time a one-time code is redeemed (on any replica, with Redis)."""
+        """True the first time a one-time code (or a login's state) is used, across restarts (the file)
+        and replicas (Redis). Without that certainty, no: with Redis configured and down, Overloaded
+        (503); the file not written, StorageFull (507)."""
         now = time.time()
         for expired in [c for c, until in self._used_codes.items() if until < now]:
             del self._used_codes[expired]
         if code_id in self._used_codes:
             return False
         self._used_codes[code_id] = now + ttl_seconds
+        self._file.mark_dirty()
+        await self._file.flush()
+        if self._file.dirty:
+            raise StorageFull(
+                f"a one-time login code could not be marked used on disk ({self._file.path.parent}); "
+                "free space there and log in again"
+            )
         if self._shared is not None:
             try:
                 return await self._shared.first_use(code_id, ttl_seconds)
             except RedisDown as e:
-                log.warning("a one-time login code was checked on this replica alone: %s", e)
+                log.warning("a one-time login code could not be checked on every replica: %s", e)
+                raise Overloaded("the replicas' shared store is unreachable; try the login again", 30) from None
         return True

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from gitreg.config.model import ForgeAuthConfig
+from gitreg.core.urls import parse
 
 # The credential kinds, as /metrics counts them (never by person: a name is unbounded).
 CredentialKind = Literal["static", "forge", "login", "oidc"]
+# What a username may hold in logs and pages: anything else becomes `_` (the host's answer is hostile).
+_NAME_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
+
+
+def safe_name(name: str) -> str:
+    """A host's username (or a claim) as logs and pages show it: printable, no spaces or quotes, bounded."""
+    return _NAME_UNSAFE_RE.sub("_", name)[:100] or "_"
+
+
+def host_of(url: str) -> str:
+    """The host name of an `[[auth.forges]]` url ("" when it has none)."""
+    found = parse(url)
+    return found.host if found is not None else ""
+
+
+def person(username: str, forge: ForgeAuthConfig) -> str:
+    """One name per person whatever credential they present (their host's token, a `terraform login`
+    token, a page session): `alice@gitlab.example.com`, the username made safe."""
+    return f"{safe_name(username)}@{host_of(forge.url)}"
 
 
 @dataclass(frozen=True)
@@ -21,7 +42,7 @@ class Principal:
     """
 
     kind: CredentialKind
-    # For the access log: the static token's name, the host's username, or `oidc:<project>`.
+    # For the access log: the static token's name, `<username>@<host>` (`person`), or `oidc:<project>`.
     name: str
     namespaces: frozenset[str] | None = None
     forge: ForgeAuthConfig | None = None

@@ -13,6 +13,7 @@ the Git host. The flow:
 2. `callback`: the host's code is exchanged server-side (with gitreg's verifier), `/user` says
    who it is; Terraform's browser is sent to its localhost URL with a one-time code, sealed the
    same way for a minute, bound to Terraform's challenge and redirect URI.
+   A state is used once (the used-states set, as the used codes): one code exchange per state.
 3. `redeem` (`/oauth/token`): the code opens only with the verifier whose S256 is the challenge,
    only with the same redirect URI and client, and only once (a used-codes set, shared through
    Redis); then a registry token is issued (identity/issued.py), valid the host's `token_days`.
@@ -41,6 +42,7 @@ from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
 from gitreg.identity.crypto import Sealer
 from gitreg.identity.issued import IssuedTokens
+from gitreg.identity.model import safe_name
 
 CLIENT_ID = "terraform-cli"
 PORTS = (10000, 10010)
@@ -147,9 +149,10 @@ class LoginFlows:
     def start(self, forge: ForgeAuthConfig, callback: str, flow: dict[str, Any]) -> str:
         """The host's authorize URL for `flow` (Terraform's request, or a page sign-in)."""
         verifier = secrets.token_urlsafe(48)
-        state = self._states.seal_json(
-            {"forge": forge.url, "verifier": verifier, "callback": callback, **flow}, "state", STATE_SECONDS
-        )
+        # `id`: a state is single-use (`exchange`), so one state never makes the host's token endpoint
+        # be POSTed more than once, with gitreg's client secret, whatever codes are sent with it.
+        sealed = {"id": secrets.token_hex(16), "forge": forge.url, "verifier": verifier, "callback": callback, **flow}
+        state = self._states.seal_json(sealed, "state", STATE_SECONDS)
         return oauth.authorize_url(forge, callback, state, s256(verifier))
 
     def terraform_flow(self, request: TerraformRequest) -> dict[str, Any]:
@@ -175,9 +178,13 @@ class LoginFlows:
         forge = self.forge(flow.get("forge"))
         if forge is None or not code or len(code) > 2048:
             raise LoginRefused("invalid_request", "the host's answer has no code, or names a host not configured")
+        state_id = flow.get("id")
+        if not isinstance(state_id, str) or not await self.tokens.first_use(f"state:{state_id}", STATE_SECONDS * 2):
+            raise LoginRefused("invalid_request", "this login's state was already used: start the login again")
         try:
             grant = await oauth.exchange(self.http, forge, code, str(flow.get("verifier")), str(flow.get("callback")))
-            username = await oauth.username(self.http, forge, grant.access_token)
+            # Made safe here, once: it is logged, shown, stored and selected by (`gitreg tokens revoke`).
+            username = safe_name(await oauth.username(self.http, forge, grant.access_token))
         except OAuthError as e:
             if e.reason == "refused":
                 raise LoginRefused("access_denied", e.message, 401) from None

@@ -43,7 +43,8 @@ class Who(Protocol):
 # when none was), read here and by the metrics; the web layer reads the same entry as its Principal.
 WHO_KEY = web.RequestKey[Who]("who")
 # Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
-SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires")
+# OAuth's `code` and `state` (`/oauth/callback`, Terraform's localhost URL) are one-time capabilities too.
+SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires", "code", "state")
 # Characters a name in the access line's user field may not hold (spaces and quotes would split it).
 _USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
 # The key of an access line's fields in the JSON log.

@@ -295,6 +295,7 @@ class Services:
         )
         self.metrics.watch_identities(identities.api_stats)
         yield
+        identities.close()
 
     async def _providers(self) -> AsyncIterator[None]:
         """Providers served from releases (`[[providers]]`): their keys imported, and a session of their
@@ -481,6 +482,7 @@ class Services:
         # Shared with the other replicas on the replicas' own Redis connection (None: this replica alone).
         tokens = IssuedTokens(config, self._storage() / ISSUED_FILE, http, self.shared.logins)
         await tokens.load()
+        self.shared.on_reconnect.connect(tokens.reconnected)  # the file's revocations back in Redis
         self.logins = LoginFlows(config.auth.forges, key, tokens, http)  # the identity door's
         yield
         await tokens.close()

@@ -439,6 +439,19 @@ def test_auth_identity_keys_are_validated_by_key():
     assert "auth.oidc[0].audience: must not be empty: it is the `aud` the CI job asks its token for" in found
 
 
+def test_oidc_claims_take_a_glob_or_an_exact_value_and_refuse_the_rest():
+    oidc = {
+        "issuer": "https://issuer.example",
+        "audience": "https://registry.example",
+        "claims": {"ref": {"exact": "refs/heads/ma*n"}, "sub": "a\\", "aud2": {"equals": "x"}, "n": 3},
+    }
+    found = problems({"auth": {"oidc": [oidc]}})
+    assert "auth.oidc[0].claims.sub: ends with a lone \\ (it makes the next character literal)" in found
+    assert 'auth.oidc[0].claims.aud2: must be a non-empty string (a glob) or { exact = "value" }, not a table' in found
+    assert 'auth.oidc[0].claims.n: must be a non-empty string (a glob) or { exact = "value" }, not an integer' in found
+    assert not any("claims.ref" in p for p in found)
+
+
 def test_an_auth_forges_api_url_must_be_on_the_hosts_own_host():
     found = problems(
         {

@@ -233,6 +233,29 @@ async def test_a_token_of_one_kind_of_host_is_never_sent_to_another(site):
     assert site.forge.requests() == []  # never handed to a host that did not issue it
 
 
+async def test_gitregs_own_tokens_are_never_sent_to_a_git_host(site):
+    # Made up, or issued by a registry whose records this replica has not seen: no host issued it.
+    for token in ("gitreg_" + "A" * 43, "gitreg_session_" + "0" * 64):
+        await assert_error(await site.versions(token), 401, "not valid")
+    assert site.forge.requests() == []
+
+
+async def test_a_failing_host_is_asked_once_per_token_and_window(site):
+    site.forge.mode = "down"
+    prefix = "glpat-" if site.provider == "gitlab" else "ghp_"
+    for _ in range(5):
+        resp = await site.versions(prefix + "unknown-while-the-host-fails")
+        await assert_error(resp, 503, "127.0.0.1")
+        assert int(resp.headers["Retry-After"]) > 0
+    assert site.api_calls("user") == 1  # was 3 per request (retries), nothing remembered
+    site.clock.now += 11  # the window (recheck_seconds here) passed: asked again, once
+    await assert_error(await site.versions(prefix + "unknown-while-the-host-fails"), 503)
+    assert site.api_calls("user") == 2
+    site.forge.mode = "ok"
+    site.clock.now += 11
+    assert (await site.versions(site.alice)).status == 200
+
+
 @pytest.mark.slow
 async def test_the_host_down_is_a_503_naming_it_once_its_answers_expire_and_static_tokens_keep_working(site):
     assert (await site.versions(site.alice)).status == 200
@@ -245,6 +268,7 @@ async def test_the_host_down_is_a_503_naming_it_once_its_answers_expire_and_stat
     assert "WWW-Authenticate" not in resp.headers  # never a 401: the token may be fine
     assert (await site.versions(ADMIN)).status == 200
     site.forge.mode = "ok"
+    site.clock.now += 11  # the failure is remembered for the window too (one call per token and window)
     assert (await site.versions(site.alice)).status == 200
 
 
@@ -345,7 +369,10 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
                             "token": ORG_TOKEN["gitlab"],
                         }
                     ],
-                    "auth": {"forges": [{"provider": "gitlab", "url": forge.base_url, "recheck_seconds": 60}]},
+                    "auth": {
+                        "signing_key": "s" * 40,
+                        "forges": [{"provider": "gitlab", "url": forge.base_url, "recheck_seconds": 60}],
+                    },
                 }
             )
             replicas.append(await aiohttp_client(create_app(config)))
@@ -358,7 +385,17 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
         assert len(forge.requests("/api/v4/projects/")) == 2
         store = redis.asyncio.from_url(redis_server.url)
         keys = await store.keys("gitreg-identity-test:access:*")
-        assert len(keys) == 2 and sorted([await store.get(k) for k in keys]) == [b"0", b"1"]
+        assert len(keys) == 2 and [await store.get(k) for k in keys] == [b"1", b"1"]  # the answer is in the name
+        # A Redis writer cannot flip an answer, nor keep one for good: "no" stays no, on a replica that
+        # starts now too (it reads Redis, having no answer of its own).
+        for k in keys:
+            await store.persist(k)
+            await store.set(k, "1")
+        fresh = await aiohttp_client(create_app(config))
+        resp = await fresh.get("/v1/modules/acme/dns/aws/versions", headers=bearer(ALICE["gitlab"]))
+        assert resp.status == 403, await resp.text()
+        assert (await fresh.get("/v1/modules/acme/net/aws/versions", headers=bearer(ALICE["gitlab"]))).status == 200
+        assert len(forge.requests("/api/v4/projects/")) == 2  # both answers read from Redis, as written
         for key in await store.keys("*"):
             value = await store.type(key) == b"string" and await store.get(key)
             assert ALICE["gitlab"].encode() not in key + (value or b"")
@@ -366,12 +403,31 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
         await forge.close()
 
 
-@pytest.mark.slow
-async def test_a_hosts_rate_limit_is_waited_out_within_a_few_seconds_as_in_org_mode(site):
-    site.forge.rate_limit_next(1, seconds=1)
+async def test_a_host_saying_slow_down_is_backed_off_host_wide_with_503s_and_retry_after(site):
+    site.forge.rate_limit_next(1, seconds=20)
     resp = await site.versions(site.alice)
-    assert resp.status == 200, await resp.text()
-    assert [r.status for r in site.forge.requests("/user")][:2] in ([403, 200], [429, 200])
+    await assert_error(resp, 503, "127.0.0.1", "rate limited")
+    assert 15 <= int(resp.headers["Retry-After"]) <= 21
+    for token in (site.bob, *(f"{site.bob}-{i}" for i in range(20))):  # anyone's token, meanwhile
+        resp = await site.versions(token)
+        await assert_error(resp, 503, "127.0.0.1", "asked gitreg to wait")
+        assert 0 < int(resp.headers["Retry-After"]) <= 21
+    await assert_error(await site.versions(site.alice), 503, "127.0.0.1")  # (its own answer, remembered)
+    assert len(site.forge.requests()) == 1  # was up to 4 calls per request, none remembered
+    site.clock.now += 21
+    assert (await site.versions(site.bob)).status == 200
+
+
+async def test_a_host_answering_5xx_is_backed_off_host_wide(site):
+    site.forge.mode = "down"
+    await assert_error(await site.versions(site.alice), 503, "127.0.0.1")
+    prefix = "glpat-" if site.provider == "gitlab" else "ghp_"
+    for token in (site.bob, prefix + "x0123456789", "no-prefix-0123456789"):
+        await assert_error(await site.versions(token), 503, "asked gitreg to wait")
+    assert len(site.forge.requests()) == 1
+    site.forge.mode = "ok"
+    site.clock.now += 11
+    assert (await site.versions(site.bob)).status == 200
 
 
 async def test_a_hostile_username_is_shown_with_safe_characters_only(site):

@@ -10,7 +10,9 @@ import base64
 import dataclasses
 import hashlib
 import json
+import logging
 import secrets
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +21,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
+import redis.asyncio as redis_async
 
 from gitreg.identity.issued import FILE_NAME
+from gitreg.observability.logs import AccessEntry, access_line
 from gitreg.web.keys import IDENTITY
 from tests.support.app import assert_error, make_config
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, git_host
-from tests.support.process import run_gitreg
+from tests.support.process import GitregProcess, run_gitreg
+from tests.support.storage import fill, small_disk
 
 STATIC = "static-token-for-automation-0123456789"
 SIGNING_KEY = "k" * 40
@@ -180,7 +185,7 @@ async def test_terraform_login_issues_a_registry_token_for_the_host_identity(mak
     versions = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token}"})
     assert versions.status == 200
     refused = await client.get("/v1/modules/demo/secret/null/versions", headers={"Authorization": f"Bearer {token}"})
-    await assert_error(refused, 403, "alice cannot read acme/secret on 127.0.0.1", "ask for access to it there")
+    await assert_error(refused, 403, "alice@127.0.0.1 cannot read acme/secret on 127.0.0.1", "ask for access to it")
     # Only a digest is kept, and the host's tokens are not on disk in clear.
     (record,) = issued_file(tmp_path)
     text = (tmp_path / "state" / FILE_NAME).read_text()
@@ -343,10 +348,220 @@ async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_p
     cookie = landed.cookies["gitreg_session"]
     assert cookie["samesite"] == "Strict" and cookie["httponly"]
     index = await client.get("/")
-    assert index.status == 200 and "Signed in as <strong>alice</strong>" in await index.text()
+    assert index.status == 200 and "Signed in as <strong>alice@127.0.0.1</strong>" in await index.text()
     out = await client.post(
         "/logout", headers={"Origin": f"http://{client.server.host}:{client.server.port}"}, allow_redirects=False
     )
     assert out.status == 302
     (record,) = issued_file(tmp_path)
     assert record["kind"] == "session" and record["revoked"] is not None  # signing out ends the session's token
+
+
+async def test_the_session_cookie_names_the_session_and_opens_no_api(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    resp = await client.get("/login/with/0", params={"next": "/"}, allow_redirects=False)
+    landed = await client.get(path_of(await consent(resp.headers["Location"])), allow_redirects=False)
+    assert landed.status == 200, await landed.text()
+    value = landed.cookies["gitreg_session"].value
+    assert (await client.get("/")).status == 200  # the pages take it
+    # Neither the cookie, nor what it names, nor any part of it is a bearer the API takes.
+    gitlab.forge.reset_counters()
+    for bearer in (value, *value.split(".")):
+        versions = await client.get(
+            "/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {bearer}"}
+        )
+        assert versions.status == 401, (bearer, await versions.text())
+    (record,) = issued_file(tmp_path)
+    assert record["kind"] == "session" and record["digest"] in value  # the session's name, not a token
+
+
+async def test_a_person_has_one_name_whatever_credential_and_host_usernames_are_made_safe(
+    make_client, tmp_path, gitlab, caplog
+):
+    client = await make_client(login_config(tmp_path, gitlab))
+    issued = await login(client)
+    pat = "glpat-alice-own-token-0001"
+    gitlab.forge.add_user("alice", pat, sees=())
+    for token in (issued, pat):  # the same person, through `terraform login` and through their own token
+        refused = await client.get(
+            "/v1/modules/demo/secret/null/versions", headers={"Authorization": f"Bearer {token}"}
+        )
+        await assert_error(refused, 403, "alice@127.0.0.1 cannot read acme/secret")
+    gitlab.approver = 'eve" - [x] <b>forged</b>'  # printable (the host's name check), hostile in a log line
+    caplog.set_level(logging.INFO, logger="gitreg")
+    await login(client)
+    issued_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("issued terraform token")]
+    assert issued_lines and issued_lines[-1].endswith("for eve__-__x___b_forged_/b_@127.0.0.1"), issued_lines
+    assert not any("<b>" in r.getMessage() for r in caplog.records)
+
+
+def test_the_access_log_masks_oauths_code_and_state():
+    code, state = "host-code-5f1e9a", "sealed-state-Zx81"
+    path = f"/oauth/callback?code={code}&state={state}"
+    entry = AccessEntry(0.0, "1.2.3.4", "GET", path, (1, 1), 302, 0, "", "", 0.1, "-")
+    for line in (access_line(entry), json.dumps(entry.fields())):
+        assert code not in line and state not in line and "/oauth/callback?code=***&state=***" in line
+
+
+async def test_a_state_is_used_once_so_made_up_codes_cost_one_exchange(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    _, challenge = pkce()
+    resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+    state = parse_qs(urlsplit(resp.headers["Location"]).query)["state"][0]  # an anonymous visitor's state
+    gitlab.forge.reset_counters()
+    first = await client.get("/oauth/callback", params={"code": "made-up-0", "state": state})
+    await assert_oauth_error(first, 401, "access_denied")
+    for i in range(1, 30):
+        again = await client.get("/oauth/callback", params={"code": f"made-up-{i}", "state": state})
+        await assert_oauth_error(again, 400, "invalid_request", "state was already used")
+    assert len(gitlab.forge.requests("/oauth/token")) == 1  # was one POST (with the client secret) per code
+
+
+def replica_config(tmp_path: Path, fake: FakeOAuthHost, redis_url: str, name: str) -> Any:
+    return make_config(
+        fake.rules(),
+        storage={"path": str(tmp_path / name)},
+        cache={"backend": "redis", "redis_url": redis_url, "redis_prefix": "revoke-test:"},
+        auth={"signing_key": SIGNING_KEY, "forges": [forge_table(fake)]},
+    )
+
+
+async def status_within(client: Any, token: str, wanted: int, seconds: float = 3.0) -> int:
+    """The status of the token's `versions` request, asked until it is `wanted` or `seconds` passed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        resp = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": f"Bearer {token}"})
+        if resp.status == wanted or time.monotonic() > deadline:
+            return resp.status
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow  # two replicas, real Redis, `gitreg tokens revoke` as a process
+async def test_a_revocation_is_final_whatever_a_replicas_clock_or_redis_holds(
+    make_client, tmp_path, gitlab, redis_server
+):
+    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    token = await login(a)
+    assert await status_within(b, token, 200) == 200  # shared through Redis
+    # Replica b, its clock an hour ahead, rewrites the record (as a refresh of the host's token does).
+    store_b = b.app[IDENTITY].logins.tokens
+    (record,) = store_b.records()
+    await store_b._save(dataclasses.replace(record, updated=time.time() + 3600))
+    redis = redis_async.from_url(redis_server.url)
+    (hash_key,) = [k for k in await redis.keys("revoke-test:*") if await redis.type(k) == b"hash"]
+    active = await redis.hgetall(hash_key)  # what a Redis writer keeps, to put back later
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state-a"}"\n[git]\nprotocols = ["http"]\n'
+        f'[cache]\nbackend = "redis"\nredis_url = "{redis_server.url}"\nredis_prefix = "revoke-test:"\n'
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
+    )
+    revoked = run_gitreg("tokens", "revoke", "alice", "--config", str(config))
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked.stderr
+    for replica in (a, b):
+        assert await status_within(replica, token, 401) == 401
+    # Whoever can write Redis puts the active record back, and forges one: nothing takes it.
+    await redis.hset(hash_key, mapping=active)
+    forged = {k: v.split(b".", 1)[1] if b"." in v else v for k, v in active.items()}
+    assert forged != active
+    for replica in (a, b):
+        assert await status_within(replica, token, 200, seconds=2.5) == 401
+    await redis.hset(hash_key, mapping=forged)
+    for replica in (a, b):
+        assert await status_within(replica, token, 200, seconds=2.5) == 401
+    again = run_gitreg("tokens", "revoke", "alice", "--config", str(config))
+    assert again.returncode == 1 and "no active token" in again.stderr
+    await redis.aclose()
+
+
+@pytest.mark.slow  # mounts a small tmpfs
+async def test_a_login_that_cannot_be_kept_on_disk_is_a_507_and_issues_nothing(make_client, tmp_path, gitlab):
+    with small_disk(tmp_path / "state", "1m") as disk:
+        client = await make_client(login_config(tmp_path, gitlab))
+        assert await login(client)  # room: a token, kept
+        verifier, challenge = pkce()
+        back = await terraform_code(client, terraform_params(challenge))
+        code = parse_qs(urlsplit(back).query)["code"][0]
+        filler = fill(disk)  # full between the browser's part and Terraform's redemption
+        resp = await client.post("/oauth/token", data=redeem_form(code, verifier))
+        await assert_oauth_error(resp, 507, "temporarily_unavailable", "could not be", "on disk")
+        _, challenge = pkce()  # a new login while it is full: refused at its first step, clearly
+        resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+        resp = await client.get(path_of(await consent(resp.headers["Location"])), allow_redirects=False)
+        await assert_oauth_error(resp, 507, "temporarily_unavailable", "on disk")
+        store = client.app[IDENTITY].logins.tokens
+        assert len([r for r in store.records() if r.active(time.time())]) == 1  # never a memory-only token
+        filler.unlink()
+        assert await login(client)
+
+
+@pytest.mark.slow  # a real gitreg process, killed and started again
+def test_a_code_is_redeemed_once_across_a_kill_and_restart(tmp_path, gitlab):
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n'
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
+    )
+
+    async def flow(base: str) -> tuple[str, str]:
+        async with aiohttp.ClientSession(base) as http:
+            verifier, challenge = pkce()
+            resp = await http.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+            back = await consent(resp.headers["Location"])
+            resp = await http.get(path_of(back), allow_redirects=False)
+            code = parse_qs(urlsplit(resp.headers["Location"]).query)["code"][0]
+            resp = await http.post("/oauth/token", data=redeem_form(code, verifier))
+            assert resp.status == 200, await resp.text()
+            return code, verifier
+
+    async def redeem(base: str, code: str, verifier: str) -> Any:
+        async with aiohttp.ClientSession(base) as http:
+            resp = await http.post("/oauth/token", data=redeem_form(code, verifier))
+            return resp.status, await resp.json()
+
+    first = GitregProcess("--config", str(config)).start()
+    try:
+        code, verifier = asyncio.run(flow(first.url))
+    finally:
+        first.stop(sig=signal.SIGKILL)
+    with GitregProcess("--config", str(config)) as again:  # within the code's minute
+        status, body = asyncio.run(redeem(again.url, code, verifier))
+    assert status == 400 and body["error"] == "invalid_grant" and "already used" in body["errors"][0], body
+
+
+@pytest.mark.slow  # two replicas, real Redis stopped
+async def test_with_redis_down_no_replica_redeems_a_code_it_cannot_know_unused(
+    make_client, tmp_path, gitlab, redis_server
+):
+    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    verifier, challenge = pkce()
+    code = parse_qs(urlsplit(await terraform_code(a, terraform_params(challenge))).query)["code"][0]
+    redis_server.stop()
+    for replica in (b, a):  # was 200 on both: one code, two tokens
+        resp = await replica.post("/oauth/token", data=redeem_form(code, verifier))
+        await assert_oauth_error(resp, 503, "temporarily_unavailable", "shared store")
+        assert "Retry-After" in resp.headers
+
+
+@pytest.mark.slow  # two replicas, real Redis stopped and started again empty
+async def test_a_revocation_made_while_redis_was_down_reaches_every_replica_when_it_returns_empty(
+    make_client, tmp_path, gitlab, redis_server
+):
+    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    token = await login(a)
+    assert await status_within(b, token, 200) == 200
+    redis_server.stop()
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "state-a"}"\n[git]\nprotocols = ["http"]\n'
+        f'[cache]\nbackend = "redis"\nredis_url = "{redis_server.url}"\nredis_prefix = "revoke-test:"\n'
+        f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
+    )
+    revoked = run_gitreg("tokens", "revoke", "alice", "--config", str(config))
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked.stderr
+    assert await status_within(a, token, 401) == 401  # its own file
+    redis_server.start()  # back, empty
+    assert await status_within(b, token, 401, seconds=20) == 401  # was still 200 after 24 s

@@ -5,43 +5,15 @@ A real, small tmpfs is the storage path (mounting needs root: skipped otherwise)
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.app import assert_error, make_config
 from tests.support.repos import GitRepo
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size: str = "2m") -> Iterator[Path]:
-    """A tmpfs of `size` mounted at `path`, unmounted after the block."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Write a file until the disk is full but for `leave` bytes; the file (remove it to free the space)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        with pytest.raises(OSError, match="No space left") as full:  # noqa: PT012 - writing until the disk refuses is the point
-            while True:
-                f.write(b"\0" * 4096)
-        assert full.value.errno == errno.ENOSPC
-        f.truncate(max(0, f.tell() - leave))
-    return filler
+from tests.support.storage import fill, small_disk
 
 
 def big_repo(base: Path) -> GitRepo:

@@ -9,6 +9,7 @@ request is counted by path. Runs in the test's loop (`await start()`) or a threa
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -43,7 +44,7 @@ class FakeIssuer(FakeServer):
         self.kids = {"rsa": "rsa-1", "ec": "ec-1", "other": "rsa-1"}  # `other` claims a published kid
         self.published = ["rsa", "ec"]
         self.jwks_host = ""  # set: discovery names a jwks_uri on this base URL instead of the issuer's
-        self.mode = "ok"  # or "down": 503 for everything
+        self.mode = "ok"  # or "down": 503 for everything, or "slow": every answer 12 s late
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self.issuer = ""
@@ -116,6 +117,8 @@ class FakeIssuer(FakeServer):
             self.counts[request.path] = self.counts.get(request.path, 0) + 1
         if self.mode == "down":
             return web.Response(status=503, text="down")
+        if self.mode == "slow":  # answers, but after longer than Terraform waits (10 s)
+            await asyncio.sleep(12)
         response: web.StreamResponse = await handler(request)
         return response
 
