@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import BinaryIO, TypeVar, cast
 
 from gitreg.core.errors import DISK_FULL, DiskFull, UpstreamTimeout, UpstreamUnavailable
@@ -132,8 +132,27 @@ class MirrorGit:
                 log.info("%s sends only advertised objects: fetching tag %s by its name", mask(url), tag)
         self._fetch(path, url, settings, options, f"+refs/tags/{tag}:refs/tags/{tag}")
 
-    def _fetch(self, path: str, url: str, settings: list[str], options: list[str], refspec: str) -> None:
-        fetch = ["fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, refspec]
+    def fetch_tag_dates(self, path: str, url: str, tags: Mapping[str, str]) -> dict[str, str]:
+        """The dates of `tags` (tag -> commit SHA, as `ls-remote` gave them) of `url`, as `tag_dates`
+        reads them: one fetch of their tag objects and commits, without history or trees
+        (`--depth=1 --filter=tree:0`), into the scratch repository at `path`.
+
+        Asked for by object name as in `fetch_tag` (no ref listing with protocol v2); a host that
+        sends only advertised objects is asked by the tags' names.
+        """
+        settings = ["-c", "fetch.unpackLimit=1"]
+        options = ["--depth=1", "--filter=tree:0", "--no-tags"]
+        named = sorted(tag for tag, sha in tags.items() if SHA_RE.fullmatch(sha))
+        wants = [f"+{self.adapter.tag_objects.want(url, tag, tags[tag])}:refs/tags/{tag}" for tag in named]
+        try:
+            self._fetch(path, url, settings, options, *wants)
+        except WantRefused:
+            log.info("%s sends only advertised objects: fetching its tags' dates by their names", mask(url))
+            self._fetch(path, url, settings, options, *[f"+refs/tags/{tag}:refs/tags/{tag}" for tag in named])
+        return self.tag_dates(path)
+
+    def _fetch(self, path: str, url: str, settings: list[str], options: list[str], *refspecs: str) -> None:
+        fetch = ["fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, *refspecs]
         try:
             self.adapter.call(["git", *settings, *fetch], url, path)
         except UpstreamUnavailable as e:

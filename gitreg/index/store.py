@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -36,7 +37,10 @@ from cachetools import LRUCache
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import AsyncSignal, Signal
+from gitreg.core.flight import InFlight
 from gitreg.core.names import ModuleAddress
+from gitreg.core.urls import mask
+from gitreg.git.pool import Priority, git_priority
 from gitreg.git.remote import TagObjects
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
 from gitreg.index.details import DetailsService, ModuleDetails
@@ -102,6 +106,8 @@ class ModuleIndex:
         self._details = details
         # Tag dates read from a mirror for the version picker: (repository, tag, sha) -> RFC 3339.
         self._dates: LRUCache[tuple[str, str, str], str] = LRUCache(maxsize=DATES_KEPT)
+        # The host's tag dates being read for a page, by the key marking them read (_read_dates).
+        self._reading: InFlight[tuple[str, str, str], None] = InFlight()
         self.enabled = enabled
         # False in the serving process when the index process builds: load, then take() its entries.
         self.builds = builds
@@ -230,7 +236,8 @@ class ModuleIndex:
 
     async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
         """Each version's date (canonical -> RFC 3339 UTC, "" when unknown) as far as gitreg's mirror
-        knows: one read of its tags per repository and set of versions, remembered."""
+        knows: one read of its tags per repository and set of versions, remembered. The dates it
+        lacks are read from the host in the background (_read_dates), for the next view."""
         resolved = self._resolve(entry.address)
         if resolved is None:
             return {}
@@ -244,7 +251,34 @@ class ModuleIndex:
                     if dates.get(key[1]):  # only what was found: the others come with their details
                         self._dates[key] = utc_timestamp(dates[key[1]])
                 self._dates[marker] = ""
+        if marker in self._dates and any(k not in self._dates for k in keys.values()):
+            self._read_dates(resolved.repository, list(keys.values()))
         return {canonical: self._dates.get(key, "") for canonical, key in keys.items()}
+
+    def _read_dates(self, repository: str, keys: list[tuple[str, str, str]]) -> None:
+        """Read the dates of `keys` (repository, tag, commit) gitreg does not know from the host, in
+        the background at BROWSE priority: one scratch fetch of their tag objects and commits (no
+        files, no ref listing), at most once per repository and set of tags (remembered in
+        `_dates`); a failed read is not remembered, so a later view tries again."""
+        tags = "\0".join(sorted(f"{tag} {sha}" for _, tag, sha in keys))
+        read = (repository, hashlib.sha256(tags.encode()).hexdigest(), "tag dates read")
+        if read in self._dates or self._reading.get(read) is not None:
+            return
+        missing = {tag: sha for repo, tag, sha in keys if (repo, tag, sha) not in self._dates}
+
+        async def work() -> None:
+            try:
+                dates = await self._details.mirrors.fetched_tag_dates(repository, missing)
+            except Exception as e:  # noqa: BLE001 - the page shows the dates it has; a later view retries
+                log.info("could not read the tag dates of %s for its page: %s", mask(repository), e)
+                return
+            for key in keys:
+                if dates.get(key[1]):
+                    self._dates[key] = utc_timestamp(dates[key[1]])
+            self._dates[read] = ""
+
+        with git_priority(Priority.BROWSE):  # a person looks at the page: before the index's work
+            self._reading.start(read, work())
 
     @property
     def tag_objects(self) -> TagObjects:

@@ -26,7 +26,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +231,18 @@ class MirrorStore:
             return await self._git(url, self.git.tag_dates, str(path))
         except (GitregError, OSError):
             return None
+
+    async def fetched_tag_dates(self, url: str, tags: Mapping[str, str]) -> dict[str, str]:
+        """Tag name -> ISO 8601 date of `tags` (tag -> commit SHA) of `url`, read from the host in one
+        fetch of their tag objects and commits, no files, into a scratch repository removed after.
+        Raises what the fetch met; a failure is not remembered (nothing but a page's dates waits on it)."""
+        self._raise_remembered(url)  # a clone or fetch failed moments ago: not asked again yet
+        tmp = self.root / f"tmp-{uuid.uuid4().hex}"
+        try:
+            await self._git(url, self.git.init, str(tmp))
+            return await self._git(url, self.git.fetch_tag_dates, str(tmp), url, tags)
+        finally:
+            await self._call(_remove_tree, str(tmp))
 
     async def ensure(self, url: str, sha: str) -> Path:
         """The mirror of `url`, holding commit `sha` (cloned or fetched as needed). Call it inside hold()."""

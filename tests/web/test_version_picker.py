@@ -1,0 +1,58 @@
+"""The module page's version picker: each version's date, read from the host for a module served from git."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from tests.support.app import indexed
+from tests.support.index import make_config, rules
+from tests.support.repos import GitRepo
+
+pytestmark = pytest.mark.slow  # real git over HTTP
+
+PICKER = re.compile(r'<a href="/modules/acme/dated/aws/([^"]+)">[^<]*</a>[^\n]*?(?:<time datetime="([^"]+)">|</li>)')
+
+
+async def picker_dates(client) -> dict[str, str]:
+    resp = await client.get("/modules/acme/dated/aws")
+    text = await resp.text()
+    assert resp.status == 200, text
+    picker = text[text.index('<ul class="versions"') : text.index("</ul>", text.index('<ul class="versions"'))]
+    return {version: date[:10] for version, date in PICKER.findall(picker)}
+
+
+async def test_the_picker_shows_every_versions_date_once_read_from_the_host_without_listing_refs_again(
+    make_client, git_http, tmp_path
+):
+    repo = GitRepo(tmp_path / "repos", "public-dated")
+    repo.commit({"main.tf": "# one\n"}, date="2021-03-04T05:06:07Z")
+    repo.tag("v1.0.0")  # lightweight: its commit's date
+    repo.commit({"main.tf": "# two\n"}, date="2022-03-04T05:06:07Z")
+    # Annotated: the tagger's date (2024), not its commit's (2022).
+    repo.git("tag", "-a", "-m", "release", "v1.1.0", env={"GIT_COMMITTER_DATE": "2024-07-01T10:00:00Z"})
+    repo.git("push", "--quiet", "origin", "refs/tags/v1.1.0")
+    repo.commit({"main.tf": "# three\n"}, date="2023-03-04T05:06:07Z")
+    repo.tag("v1.2.0", annotated=True, message="latest")  # tagged today
+    repo.commit({"main.tf": "# four\n"}, date="2025-01-02T03:04:05Z")
+    repo.tag("v2.0.0-rc.1")
+    config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    listings = git_http.ref_listings("public-dated.git")
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    first = await picker_dates(client)  # the latest's date came with its details; the others are being read
+    assert first["1.2.0"] == today
+    expected = {"1.0.0": "2021-03-04", "1.1.0": "2024-07-01", "1.2.0": today, "2.0.0-rc.1": "2025-01-02"}
+    started = time.monotonic()
+    while (shown := await picker_dates(client)) != expected:
+        assert time.monotonic() - started < 15, shown
+        await asyncio.sleep(0.1)
+    # Asked for by object name: the host did not list its refs again for the dates.
+    assert git_http.ref_listings("public-dated.git") == listings
+    fetches = [r for r in git_http.requests() if r.method == "POST" and "public-dated" in r.path]
+    for _ in range(3):  # read once: later views ask the host nothing
+        assert await picker_dates(client) == expected
+    assert [r for r in git_http.requests() if r.method == "POST" and "public-dated" in r.path] == fetches
