@@ -25,9 +25,8 @@ async def picker_dates(client) -> dict[str, str]:
     return {version: date[:10] for version, date in PICKER.findall(picker)}
 
 
-async def test_the_picker_shows_every_versions_date_once_read_from_the_host_without_listing_refs_again(
-    make_client, git_http, tmp_path
-):
+def dated_repo(tmp_path) -> dict[str, str]:
+    """A repository of lightweight and annotated tags of different dates: version -> the date the picker shows."""
     repo = GitRepo(tmp_path / "repos", "public-dated")
     repo.commit({"main.tf": "# one\n"}, date="2021-03-04T05:06:07Z")
     repo.tag("v1.0.0")  # lightweight: its commit's date
@@ -39,20 +38,39 @@ async def test_the_picker_shows_every_versions_date_once_read_from_the_host_with
     repo.tag("v1.2.0", annotated=True, message="latest")  # tagged today
     repo.commit({"main.tf": "# four\n"}, date="2025-01-02T03:04:05Z")
     repo.tag("v2.0.0-rc.1")
-    config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
-    client = await indexed(await make_client(config))
-    listings = git_http.ref_listings("public-dated.git")
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    first = await picker_dates(client)  # the latest's date came with its details; the others are being read
-    assert first["1.2.0"] == today
-    expected = {"1.0.0": "2021-03-04", "1.1.0": "2024-07-01", "1.2.0": today, "2.0.0-rc.1": "2025-01-02"}
+    return {"1.0.0": "2021-03-04", "1.1.0": "2024-07-01", "1.2.0": today, "2.0.0-rc.1": "2025-01-02"}
+
+
+async def shown_once_read(client, expected: dict[str, str]) -> None:
     started = time.monotonic()
     while (shown := await picker_dates(client)) != expected:
         assert time.monotonic() - started < 15, shown
         await asyncio.sleep(0.1)
+
+
+async def test_the_picker_shows_every_versions_date_once_read_from_the_host_without_listing_refs_again(
+    make_client, git_http, tmp_path
+):
+    expected = dated_repo(tmp_path)
+    config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    listings = git_http.ref_listings("public-dated.git")
+    first = await picker_dates(client)  # the latest's date came with its details; the others are being read
+    assert first["1.2.0"] == expected["1.2.0"]
+    await shown_once_read(client, expected)
     # Asked for by object name: the host did not list its refs again for the dates.
     assert git_http.ref_listings("public-dated.git") == listings
     fetches = [r for r in git_http.requests() if r.method == "POST" and "public-dated" in r.path]
     for _ in range(3):  # read once: later views ask the host nothing
         assert await picker_dates(client) == expected
     assert [r for r in git_http.requests() if r.method == "POST" and "public-dated" in r.path] == fetches
+
+
+async def test_a_host_speaking_protocol_v0_gives_the_dates_too(make_client, git_http, tmp_path):
+    # v0 sends only advertised objects: a tag object or a tagged commit is one (a tip).
+    expected = dated_repo(tmp_path)
+    git_http.protocol_v0 = True
+    config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
+    client = await indexed(await make_client(config))
+    await shown_once_read(client, expected)
