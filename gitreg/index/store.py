@@ -73,6 +73,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 2.0
 DATES_KEPT = 4096  # tag dates remembered for the version picker
+DATES_READ = 1000  # at most this many tags' dates read from the host per page (git's argv stays small)
 # While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
 VIEW_STALE_SECONDS = 1.0
 
@@ -264,7 +265,7 @@ class ModuleIndex:
         read = (repository, hashlib.sha256(tags.encode()).hexdigest(), "tag dates read")
         if read in self._dates or self._reading.get(read) is not None:
             return
-        missing = {tag: sha for repo, tag, sha in keys if (repo, tag, sha) not in self._dates}
+        missing = dict([(tag, sha) for repo, tag, sha in keys if (repo, tag, sha) not in self._dates][:DATES_READ])
 
         async def work() -> None:
             try:
