@@ -57,7 +57,7 @@ async def test_the_picker_shows_every_versions_date_once_read_from_the_host_with
     client = await indexed(await make_client(config))
     listings = git_http.ref_listings("public-dated.git")
     first = await picker_dates(client)  # the latest's date came with its details; the others are being read
-    assert first["1.2.0"] == expected["1.2.0"]
+    assert first == {**dict.fromkeys(expected, ""), "1.2.0": expected["1.2.0"]}  # the page did not wait for them
     await shown_once_read(client, expected)
     # Asked for by object name: the host did not list its refs again for the dates.
     assert git_http.ref_listings("public-dated.git") == listings
