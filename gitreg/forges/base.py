@@ -318,7 +318,7 @@ class ForgeClient:
                 if status < 500:
                     return await self._decode(url, status, body), headers
                 reason, message = "error", f"{self.org.label}: the API answered HTTP {status}"
-                hint = _retry_after(headers.get("Retry-After"))
+                hint = retry_after_seconds(headers.get("Retry-After"))
             self.stats.failed(reason)
             if transient >= len(self.retry_delays):
                 raise ForgeError(reason, message, retry_after=hint)
@@ -384,7 +384,7 @@ class ForgeClient:
         """Seconds to wait when the answer says "rate limited", else None."""
         if status not in (403, 429):
             return None
-        retry_after = _retry_after(headers.get("Retry-After"))
+        retry_after = retry_after_seconds(headers.get("Retry-After"))
         if retry_after is not None:
             return retry_after
         if remaining == 0 and reset is not None:
@@ -398,7 +398,7 @@ def _path(url: str) -> str:
     return urlsplit(url).path[:200]
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None) -> float | None:
     """`Retry-After`: seconds, or an HTTP date."""
     if not value:
         return None

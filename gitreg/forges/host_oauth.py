@@ -26,6 +26,7 @@ import aiohttp
 
 from gitreg.config.model import ForgeAuthConfig
 from gitreg.forges.base import USER_AGENT
+from gitreg.forges.base import retry_after_seconds as _retry_after
 
 # What gitreg asks each host for: reading only.
 SCOPES = {"gitlab": "read_api read_user openid", "github": "repo"}
@@ -43,10 +44,13 @@ class OAuthError(Exception):
     """An OAuth call to the host failed: `refused` (the host said no: a bad code, a revoked grant)
     or `unreachable` (down, timed out, an answer that is not what the host sends)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, slow_down: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        # The host said "slow down" (429), failed (5xx) or was silent: back it off (its Retry-After, if said).
+        self.slow_down = slow_down
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,8 @@ async def _call(
     form: dict[str, str] | None,
     forge: ForgeAuthConfig,
 ) -> tuple[int, Any]:
-    """(status, parsed JSON or None) of one call to the host; OAuthError when it cannot be had."""
+    """(status, parsed JSON or None) of one call to the host; OAuthError when it cannot be had (with
+    `slow_down` for a 429, a 5xx, a timeout or no connection)."""
     try:
         async with session.request(
             method,
@@ -150,10 +155,15 @@ async def _call(
         ) as resp:
             body = await resp.content.read(_MAX_BODY + 1)
             status = resp.status
+            retry_after = _retry_after(resp.headers.get("Retry-After"))
     except TimeoutError:
-        raise OAuthError("unreachable", f"{forge.label}: no answer within {CALL_SECONDS:g} s") from None
+        raise OAuthError("unreachable", f"{forge.label}: no answer within {CALL_SECONDS:g} s", slow_down=True) from None
     except aiohttp.ClientError as e:
-        raise OAuthError("unreachable", f"{forge.label}: cannot reach the host: {type(e).__name__}") from None
+        message = f"{forge.label}: cannot reach the host: {type(e).__name__}"
+        raise OAuthError("unreachable", message, slow_down=True) from None
+    if status == 429 or status >= 500:  # "slow down", or failing: never an answer to read
+        message = f"{forge.label}: the host answered HTTP {status}"
+        raise OAuthError("unreachable", message, slow_down=True, retry_after=retry_after)
     if len(body) > _MAX_BODY:
         raise OAuthError("unreachable", f"{forge.label}: the host's answer is larger than {_MAX_BODY} bytes")
     try:

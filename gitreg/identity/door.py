@@ -85,6 +85,8 @@ class Identities:
         key = config.auth.signing_key
         self.forges = tuple(ForgeAccess(f, config.orgs, session, shared, clock, key) for f in config.auth.forges)
         self._by_url = {f.forge.url: f for f in self.forges}
+        if logins is not None:  # one back-off per host, whatever asks it (its questions, the OAuth calls)
+            logins.backoffs = logins.tokens.backoffs = {f.forge.url: f.backoff for f in self.forges}
         self._resolver = resolver
         for forge in self.forges:  # one membership listing when [[modules]] rules serve repositories there
             hosts = (repository_path(rule.repository) for rule in config.modules)

@@ -18,7 +18,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import math
 import re
 import time
 from collections.abc import Callable, Coroutine
@@ -33,6 +32,7 @@ from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
 from gitreg.forges.hosts import user_client
 from gitreg.forges.records import RepoRecord
 from gitreg.identity.answers import Answers
+from gitreg.identity.backoff import HostBackoff
 from gitreg.identity.issued import TOKEN_PREFIX
 from gitreg.identity.model import Principal, host_of, person, safe_name
 from gitreg.identity.visibility import Visibility, repository_path
@@ -44,10 +44,6 @@ T = TypeVar("T")
 RETRY_SECONDS = 30
 # A single answer (who is this, can it read that) on `terraform init`'s path: inside Terraform's 10 s.
 ASK_SECONDS = 8.0
-# A host answering 5xx or nothing, with no Retry-After, is asked nothing for this long (host-wide).
-BACKOFF_SECONDS = 10.0
-# The longest back-off a host's Retry-After (or rate-limit reset) is followed for.
-MAX_BACKOFF_SECONDS = 300.0
 # Failures that back the whole host off: rate limited, 5xx or unreachable ("error"), silent.
 BACK_OFF_REASONS = frozenset({"rate_limited", "error", "timeout"})
 # A person's listing of the orgs (pages and search; many API pages for a large group).
@@ -88,8 +84,8 @@ class ForgeAccess:
         self._session = session
         self._shared = shared
         self._clock = clock
-        self._backoff_until = 0.0  # (clock) this host is asked nothing before then: it said "slow down" or failed
-        self._backoff_reason = ""
+        # Asked nothing while it says "slow down" or fails (shared with the OAuth calls: Identities).
+        self.backoff = HostBackoff(self.host, clock)
         # What the host said, failures included (one call per token and window while it fails).
         self.who: Answers[bytes, str | None] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
         self.reads: Answers[tuple[bytes, str], bool] = Answers(clock=clock, failed_seconds=RETRY_SECONDS)
@@ -113,14 +109,11 @@ class ForgeAccess:
         """`work` within `seconds`; a host's failure (down, silent, rate limited, garbage) as
         IdentityUnavailable. A host that answered 429/5xx, said Retry-After or did not answer is backed
         off as a whole: until then every question is that 503, with its Retry-After, and no call."""
-        wait = self._backoff_until - self._clock()
-        if wait > 0:
+        try:
+            self.backoff.check()
+        except IdentityUnavailable:
             work.close()  # never started: no call
-            retry = max(1, math.ceil(wait))
-            raise IdentityUnavailable(
-                f"the Git host {self.host} asked gitreg to wait ({self._backoff_reason}); try again in {retry} s",
-                retry_after=retry,
-            )
+            raise
         try:
             # Terraform gives a registry request 10 s: a host that does not answer becomes a 503 it
             # can show (and retry once), not a client-side timeout after the org client's retries.
@@ -128,7 +121,7 @@ class ForgeAccess:
                 return await work
         except TimeoutError:
             log.warning("%s: cannot ask %s: no answer within %g s", self.forge.label, what, seconds)
-            self._back_off(BACKOFF_SECONDS, f"no answer within {seconds:g} s")
+            self.backoff.note(None, f"no answer within {seconds:g} s")
             raise IdentityUnavailable(
                 f"the Git host {self.host} did not answer {what} within {seconds:g} s; try again in {RETRY_SECONDS} s",
                 retry_after=RETRY_SECONDS,
@@ -137,20 +130,12 @@ class ForgeAccess:
             log.warning("%s: cannot ask %s: %s", self.forge.label, what, e.reason)
             retry = RETRY_SECONDS
             if e.reason in BACK_OFF_REASONS:
-                backoff = min(MAX_BACKOFF_SECONDS, e.retry_after if e.retry_after is not None else BACKOFF_SECONDS)
-                self._back_off(backoff, e.reason.replace("_", " "))
-                retry = max(1, math.ceil(backoff))
+                retry = self.backoff.note(e.retry_after, e.reason.replace("_", " "))
             raise IdentityUnavailable(
                 f"the Git host {self.host} cannot be asked {what} right now ({e.reason.replace('_', ' ')}); "
                 f"try again in {retry} s",
                 retry_after=retry,
             ) from None
-
-    def _back_off(self, seconds: float, reason: str) -> None:
-        """Ask this host nothing for `seconds` (a later, longer back-off wins)."""
-        until = self._clock() + max(0.0, seconds)
-        if until > self._backoff_until:
-            self._backoff_until, self._backoff_reason = until, reason
 
     async def username(self, token: str, key: bytes) -> str | None:
         """The host's username for `token` (asked once per recheck_seconds), or None when the host refuses it."""

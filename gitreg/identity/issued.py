@@ -40,6 +40,7 @@ from gitreg.core.errors import Overloaded, StorageFull
 from gitreg.core.secrets import token_digest
 from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
+from gitreg.identity.backoff import HostBackoff
 from gitreg.identity.crypto import Sealer
 from gitreg.identity.model import Principal, person, safe_name
 from gitreg.replicas.connection import RedisDown
@@ -163,6 +164,8 @@ class IssuedTokens:
         self._file = StateFile(path, _FORMAT, ".issued-", self._snapshot, unreadable="issued tokens are lost")
         self._seen_mtime: int | None = None
         self._republishing: asyncio.Future[None] | None = None
+        # Each host's back-off, shared with identity/forge.py's questions (set by the identity door).
+        self.backoffs: dict[str, HostBackoff] = {}
         self._looked = 0.0
 
     # ---- persistence ---------------------------------------------------------------------
@@ -446,11 +449,15 @@ class IssuedTokens:
     async def _refresh(self, record: IssuedRecord, grant: HostGrant, forge: ForgeAuthConfig) -> HostGrant | None:
         if grant.refresh_token is None or self._http is None:
             return None
+        backoff = self.backoffs.get(forge.url)
+        if backoff is not None:
+            backoff.check()
         try:
             fresh = await oauth.refresh(self._http, forge, grant.refresh_token, record.callback)
         except OAuthError as e:
             if e.reason != "refused":
-                raise Overloaded(f"{e.message}; try again in a minute", retry_after=30) from None
+                retry = backoff.note(e.retry_after, "failing") if e.slow_down and backoff is not None else 30
+                raise Overloaded(f"{e.message}; try again in {retry} s", retry_after=retry) from None
             who = safe_name(record.username)
             log.info("issued token %s of %s: the host refused its refresh (%s); revoked", record.id, who, e)
             now = time.time()

@@ -40,6 +40,7 @@ from gitreg.config.model import ForgeAuthConfig
 from gitreg.core.errors import GitregError, Overloaded
 from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
+from gitreg.identity.backoff import HostBackoff
 from gitreg.identity.crypto import Sealer
 from gitreg.identity.issued import IssuedTokens
 from gitreg.identity.model import safe_name
@@ -138,6 +139,8 @@ class LoginFlows:
         self.tokens = tokens
         self.http = http
         self._states = Sealer(signing_key, "login-state")
+        # Each host's back-off, shared with identity/forge.py's questions (set by the identity door).
+        self.backoffs: dict[str, HostBackoff] = {}
         self._codes = Sealer(signing_key, "login-code")
 
     def forge(self, url: str | None) -> ForgeAuthConfig | None:
@@ -178,6 +181,9 @@ class LoginFlows:
         forge = self.forge(flow.get("forge"))
         if forge is None or not code or len(code) > 2048:
             raise LoginRefused("invalid_request", "the host's answer has no code, or names a host not configured")
+        backoff = self.backoffs.get(forge.url)
+        if backoff is not None:
+            backoff.check()  # (before the state is spent: the person can come back with it)
         state_id = flow.get("id")
         if not isinstance(state_id, str) or not await self.tokens.first_use(f"state:{state_id}", STATE_SECONDS * 2):
             raise LoginRefused("invalid_request", "this login's state was already used: start the login again")
@@ -188,7 +194,8 @@ class LoginFlows:
         except OAuthError as e:
             if e.reason == "refused":
                 raise LoginRefused("access_denied", e.message, 401) from None
-            raise Overloaded(e.message, retry_after=30) from None
+            retry = backoff.note(e.retry_after, "failing") if e.slow_down and backoff is not None else 30
+            raise Overloaded(f"{e.message}; try again in {retry} s", retry_after=retry) from None
         return forge, username, grant
 
     def terraform_code(self, flow: dict[str, Any], username: str, grant: HostGrant) -> str:

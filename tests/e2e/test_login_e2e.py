@@ -227,13 +227,14 @@ def test_terraform_login_then_init_installs_what_the_person_can_read_and_nothing
         assert secret.returncode != 0 and "403 Forbidden" in out, out
         assert not (tmp_path / "secret/.terraform/modules/m").exists()
         status, body = api(f"{server.url}/v1/modules/demo/secret/null/versions", token, ca)
-        assert status == 403 and "alice cannot read acme/secret" in body and "ask for access" in body, body
+        assert status == 403 and "alice@127.0.0.1 cannot read acme/secret" in body and "ask for access" in body, body
         # The access log names alice, and /metrics counts the requests as login ones (never by person).
         status, metrics = api(f"{server.url}/metrics", None, ca)
         assert 'gitreg_requests_by_credential_total{kind="login"}' in metrics
         assert "alice" not in metrics
     log = "".join(server.log)
-    assert re.search(r' - alice \[[^]]+\] "GET /v1/modules/demo/hello/null/versions ', log), log[-3000:]
+    # One name per person: `alice@<host>`, as her own GitLab token is named.
+    assert re.search(r' - alice@127\.0\.0\.1 \[[^]]+\] "GET /v1/modules/demo/hello/null/versions ', log), log[-3000:]
     assert token not in log and all(g.access not in log for g in gitlab.grants)
     listed = run_gitreg("tokens", "list", "--config", str(tmp_path / "gitreg.toml"))
     assert listed.returncode == 0 and "alice" in listed.stdout and token not in listed.stdout

@@ -25,6 +25,7 @@ import redis.asyncio as redis_async
 
 from gitreg.identity.issued import FILE_NAME
 from gitreg.observability.logs import AccessEntry, access_line
+from gitreg.web.app import create_app
 from gitreg.web.keys import IDENTITY
 from tests.support.app import assert_error, make_config
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, git_host
@@ -288,10 +289,11 @@ async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_
 
 
 @pytest.mark.slow  # waits out the host's token lifetimes (seconds)
-async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(make_client, tmp_path, gitlab):
+async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(aiohttp_client, tmp_path, gitlab):
     # Host tokens that live 61.5 s: gitreg refreshes one a minute before it expires, so 1.5 s after its issue.
     gitlab.token_seconds = 61.5
-    client = await make_client(login_config(tmp_path, gitlab))
+    clock = Clock()  # what the host's back-off is measured with
+    client = await aiohttp_client(create_app(login_config(tmp_path, gitlab), clock=clock))
     token = await login(client)
     headers = {"Authorization": f"Bearer {token}"}
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
@@ -303,9 +305,10 @@ async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(
     await asyncio.sleep(1.6)  # the new host token is due in turn, and the host is down: 503, never a 401
     gitlab.down = True
     resp = await client.get("/v1/modules/demo/hello/null/versions", headers=headers)
-    assert resp.status == 503 and resp.headers["Retry-After"] == "30"
+    assert resp.status == 503 and resp.headers["Retry-After"] == "10"  # the host backed off 10 s
     assert gitlab.base_url.split("://")[1] in (await resp.json())["errors"][0]  # names the host
     gitlab.down = False
+    clock.now += 11
     gitlab.revoke("alice")  # the person revokes gitreg's application on the host
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 401
     assert gitlab.refreshes == 2
@@ -565,3 +568,34 @@ async def test_a_revocation_made_while_redis_was_down_reaches_every_replica_when
     assert await status_within(a, token, 401) == 401  # its own file
     redis_server.start()  # back, empty
     assert await status_within(b, token, 401, seconds=20) == 401  # was still 200 after 24 s
+
+
+async def test_a_host_failing_its_token_endpoint_is_backed_off_for_every_login(make_client, tmp_path, gitlab):
+    client = await make_client(login_config(tmp_path, gitlab))
+    callbacks = []
+    for _ in range(3):  # three people on the host's consent page
+        _, challenge = pkce()
+        resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
+        callbacks.append(path_of(await consent(resp.headers["Location"])))
+    gitlab.forge.reset_counters()
+    gitlab.down = True  # 503 for everything, the token endpoint included
+    first = await client.get(callbacks[0], allow_redirects=False)
+    await assert_oauth_error(first, 503, "temporarily_unavailable", "HTTP 503")
+    assert 0 < int(first.headers["Retry-After"]) <= 10
+    for path in callbacks[1:]:  # the host is backed off: no POST with the client secret meanwhile
+        resp = await client.get(path, allow_redirects=False)
+        await assert_oauth_error(resp, 503, "temporarily_unavailable", "asked gitreg to wait")
+        assert 0 < int(resp.headers["Retry-After"]) <= 10
+    assert len(gitlab.forge.requests("/oauth/token")) == 1
+    versions = await client.get("/v1/modules/demo/hello/null/versions", headers={"Authorization": "Bearer glpat-x1"})
+    await assert_error(versions, 503, "asked gitreg to wait")  # the same host's identity questions too
+
+
+class Clock:
+    """The app's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
