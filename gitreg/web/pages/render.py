@@ -8,6 +8,7 @@ what a page says when it was reached at another; a version constraint, a ready-t
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from pathlib import Path
@@ -195,12 +196,21 @@ def laid_out(text: str, indent: str = "  ") -> str:
     return "".join(out)
 
 
+# A results page marks the same query in every result's address, description and topics (dozens
+# of calls a page): the query's words and their pattern are made once per query, not per call.
+@functools.lru_cache(maxsize=256)
+def _mark_pattern(query: str) -> re.Pattern[str] | None:
+    _, words = query_terms(query)
+    if not words:
+        return None
+    return re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)), re.IGNORECASE)
+
+
 def marked(text: str, query: str) -> Markup:
     """`text`, escaped, with each word of the search `query` found in it as `<mark>` (what matched)."""
-    _, words = query_terms(query)
-    if not words or not text:
+    pattern = _mark_pattern(query) if query and text else None
+    if pattern is None:
         return escape(text)
-    pattern = re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)), re.IGNORECASE)
     parts: list[str] = []
     at = 0
     for found in pattern.finditer(text):
