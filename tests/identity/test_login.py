@@ -252,6 +252,7 @@ async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_clien
     assert gitlab.exchanges == 0  # the host's code was never even exchanged
 
 
+@pytest.mark.slow  # over a second (tests/ --durations)
 async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_path, gitlab):
     client = await make_client(login_config(tmp_path, gitlab))
     token = await login(client)

@@ -183,6 +183,7 @@ async def test_the_issuer_down_is_a_503_naming_it_asked_once_a_minute(issuer, gi
     assert (await client.get(VPC, headers=bearer(issuer.sign(issuer.claims())))).status == 200
 
 
+@pytest.mark.slow  # over a second (tests/ --durations)
 async def test_a_rotated_key_is_fetched_within_the_minute_of_the_first_token_naming_it(issuer):
     entry = OidcConfig(issuer=issuer.issuer, audience=AUDIENCE)
     async with aiohttp.ClientSession() as http:

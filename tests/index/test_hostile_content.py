@@ -187,6 +187,7 @@ async def test_the_app_cleanup_stops_its_parse_workers(aiohttp_client, tmp_path:
     assert not any(alive(pid) for pid in pids)
 
 
+@pytest.mark.slow  # over a second (tests/ --durations)
 async def test_a_hostile_readme_page_view_never_blocks_healthz_and_shows_a_note(make_client, tmp_path: Path):
     # 256 KB of `![` took 10.9 s to render on the event loop, on every view of the page.
     repo = GitRepo(tmp_path / "repos", "readme-bang")

@@ -59,6 +59,7 @@ def stored_mirror_bytes(mirrors: Path) -> int:
     return sum(tree_bytes(str(p)) for p in mirrors.iterdir())
 
 
+@pytest.mark.slow  # over a second (tests/ --durations)
 async def test_a_restart_with_many_mirrors_serves_before_they_are_counted_then_cleans_up_and_keeps_the_bound(
     make_client, tmp_path
 ):
