@@ -120,6 +120,16 @@ def git_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
             yield server.url.removeprefix("https://"), tmp / "ca.pem"
 
 
+@pytest.fixture(scope="module")
+def open_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The archive-mode modules with no registry token (tfmodcache sends none). (host:port, CA file)."""
+    tmp = tmp_path_factory.mktemp("scanners-open")
+    write_tls_files(tmp)
+    config = _config(tmp, _repos(tmp / "repos"), "archive", auth=False)
+    with GitregProcess("--config", str(config)) as server:
+        yield server.url.removeprefix("https://"), tmp / "ca.pem"
+
+
 def _root_module(directory: Path, host: str, hello: str = "~> 1.0") -> Path:
     directory.mkdir(parents=True)
     (directory / "main.tf").write_text(
@@ -323,3 +333,17 @@ def test_tfmodcache_caches_git_mode_single_repository_and_subdir_modules_but_not
     # What docs/clients.md says: it splits `//modules/network?ref=...` off before reading the ref,
     # so it clones the default branch and keeps the repository's root.
     assert "network_sg" not in (dirs["network"] / "main.tf").read_text()
+
+
+def test_tfmodcache_caches_archive_mode_single_repository_monorepo_and_subdir_modules(open_registry, tmp_path):
+    host, ca = open_registry
+    root = _root_module(tmp_path / "root", host, hello="1.1.0")
+    result = _tfmodcache_link(root, host, ca, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = json.loads((root / ".terraform/modules/modules.json").read_text())
+    dirs = {m["Key"]: root / m["Dir"] for m in manifest["Modules"] if m["Key"]}
+    assert "hello_bucket_v11" in (dirs["hello"] / "main.tf").read_text()
+    assert "kit_disk_volume" in (dirs["disk"] / "main.tf").read_text()
+    # An archive holds the module's directory alone: the monorepo path is read right (the way
+    # docs/clients.md gives for what git mode cannot serve tfmodcache).
+    assert "network_sg" in (dirs["network"] / "main.tf").read_text()
