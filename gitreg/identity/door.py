@@ -81,7 +81,7 @@ class Identities:
         self.logins = logins
         # The registry tokens those flows issued (a test may give a `LoginTokens` of its own).
         self.login: LoginTokens | None = logins.tokens if logins is not None else None
-        self.oidc = OidcIssuers(config.auth.oidc, session, clock)
+        self.oidc = OidcIssuers(config.auth.oidc, session, clock, forges=config.auth.forges)
         key = config.auth.signing_key
         self.forges = tuple(ForgeAccess(f, config.orgs, session, shared, clock, key) for f in config.auth.forges)
         self._by_url = {f.forge.url: f for f in self.forges}

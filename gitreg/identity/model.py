@@ -33,6 +33,14 @@ def person(username: str, forge: ForgeAuthConfig) -> str:
 
 
 @dataclass(frozen=True)
+class CiJob:
+    """The CI job an `oidc` principal stands for, as its verified token names it (an observed install's who)."""
+
+    project: str  # GitLab's `project_path`, GitHub's `repository` (else `sub`), made safe (`safe_name`)
+    repository: str | None  # its clone URL when the issuer is a configured Git host's (for "can read"), else None
+
+
+@dataclass(frozen=True)
 class Principal:
     """Who a request comes from, and what decides what it may read.
 
@@ -48,6 +56,8 @@ class Principal:
     forge: ForgeAuthConfig | None = None
     # forge: the token presented; login: the host's OAuth access token the issued token stands for.
     host_token: str | None = field(default=None, repr=False)
+    # oidc: the job's project and repository (observed installs, gitreg/usage/installs.py); else None.
+    job: CiJob | None = None
 
 
 class LoginTokens(Protocol):

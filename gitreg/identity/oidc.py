@@ -25,12 +25,12 @@ from typing import Any
 import aiohttp
 import jwt
 
-from gitreg.config.model import OidcConfig, OrgConfig
+from gitreg.config.model import ForgeAuthConfig, OidcConfig, OrgConfig
 from gitreg.core.errors import IdentityUnavailable, Unauthorized
 from gitreg.core.flight import InFlight
 from gitreg.core.urls import GitUrl, parse
 from gitreg.forges.base import ForgeClient, ForgeError, OrgStats
-from gitreg.identity.model import Principal, safe_name
+from gitreg.identity.model import CiJob, Principal, host_of, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,12 @@ REFRESH_SECONDS = 60.0
 MAX_JWT_CHARS = 16_384
 # The claims that name the job's project, first found wins (GitLab CI, GitHub Actions, anything).
 NAME_CLAIMS = ("project_path", "repository", "sub")
+# The claims that name a repository on the issuer's Git host (GitLab CI, GitHub Actions): a clone URL.
+REPOSITORY_CLAIMS = ("project_path", "repository")
+# GitHub Actions on github.com signs with this issuer; on GitHub Enterprise Server the issuer is the host's own.
+GITHUB_ACTIONS_HOST = "token.actions.githubusercontent.com"
+# A project path a clone URL is made of: `group/sub/project`, `owner/repo` (nothing else reaches a URL).
+_PROJECT_PATH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}(?:/[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}){1,20}")
 # The longest RSA key taken from a JWKS (issuers use 2048; 16,384 bits cost 12x the CPU per token).
 MAX_KEY_BITS = 4096
 # Discovery and JWKS together, on a request's path: inside Terraform's 10 s.
@@ -245,9 +251,11 @@ class OidcIssuers:
         session: Callable[[], aiohttp.ClientSession],
         clock: Callable[[], float] = time.monotonic,
         refresh_seconds: float = REFRESH_SECONDS,
+        forges: tuple[ForgeAuthConfig, ...] = (),
     ) -> None:
         self.stats = OrgStats()  # requests to the issuers, for /metrics
         self._issuers = {e.issuer: _Issuer(e, session, self.stats, clock, refresh_seconds) for e in entries}
+        self._forges = forges  # `[[auth.forges]]`: a job of an issuer on one of their hosts has a clone URL
 
     def close(self) -> None:
         """Cancel every issuer's scheduled key fetch."""
@@ -296,7 +304,23 @@ class OidcIssuers:
                 raise Unauthorized(f"the OIDC token's {name} claim does not match what this registry allows")
         who = next((claims[c] for c in NAME_CLAIMS if isinstance(claims.get(c), str) and claims[c]), "job")
         namespaces = frozenset(config.namespaces) if config.namespaces is not None else None
-        return Principal("oidc", f"oidc:{safe_name(who)}", namespaces=namespaces)
+        job = CiJob(safe_name(who), job_repository(claims, issuer.host, self._forges))
+        return Principal("oidc", f"oidc:{job.project}", namespaces=namespaces, job=job)
+
+
+def job_repository(claims: dict[str, Any], issuer_host: str, forges: tuple[ForgeAuthConfig, ...]) -> str | None:
+    """The clone URL of the repository a verified CI token names (GitLab's `project_path`, GitHub's
+    `repository`) when its issuer is a configured Git host's (GitHub Actions' issuer is github.com's),
+    else None: what "can this reader read it" is asked of."""
+    project = next((claims[c] for c in REPOSITORY_CLAIMS if isinstance(claims.get(c), str)), None)
+    if project is None or not _PROJECT_PATH_RE.fullmatch(project) or ".." in project:
+        return None
+    for forge in forges:
+        host = host_of(forge.url)
+        github_com = issuer_host == GITHUB_ACTIONS_HOST and forge.provider == "github" and host == "github.com"
+        if host and (host == issuer_host or github_com):
+            return f"{forge.url}/{project}.git"
+    return None
 
 
 def _verified_claims(presented: str, key: jwt.PyJWK, config: OidcConfig) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
+from gitreg.replicas.installs import SharedInstalls
 from gitreg.replicas.logins import SharedLogins
 
 Loader = Callable[[str], Awaitable[TagList]]
@@ -30,6 +31,8 @@ class SharedState(Protocol):
     on_owner: Signal[[str, str, float]]  # (address, holder, first held): an org module owner another replica recorded
     # The issued login tokens and their one-time codes, shared on this store's connection (None: alone).
     logins: SharedLogins | None
+    # Observed CI installs, shared on this store's connection (None: alone).
+    installs: SharedInstalls | None
 
     @property
     def is_shared(self) -> bool:

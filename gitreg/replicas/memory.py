@@ -12,6 +12,7 @@ from typing import Any
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
+from gitreg.replicas.installs import SharedInstalls
 from gitreg.replicas.logins import SharedLogins
 
 _NO_LOADS: Mapping[str, int] = MappingProxyType({})
@@ -23,6 +24,7 @@ class MemoryShared:
     is_shared = False
     up = False  # no shared store to reach
     logins: SharedLogins | None = None  # issued tokens: this replica's own file only
+    installs: SharedInstalls | None = None  # observed installs: this replica's own file only
     errors = 0
     bad_values = 0
     tag_loads = _NO_LOADS

@@ -54,6 +54,7 @@ from gitreg.replicas.connection import (
     replica_name,
 )
 from gitreg.replicas.counts import SharedDownloads
+from gitreg.replicas.installs import SharedInstalls
 from gitreg.replicas.lease import SharedIndex
 from gitreg.replicas.logins import SharedLogins
 from gitreg.replicas.owning import OwnerEntries, SharedOwners
@@ -105,6 +106,7 @@ class RedisShared:
         shared_access = SharedAccess(wire)
         self.access, self.remember_access = shared_access.access, shared_access.remember_access  # Git hosts' answers
         self.logins: SharedLogins | None = SharedLogins(self.client, wire.prefix, self._call, lambda: self._up)
+        self.installs: SharedInstalls | None = SharedInstalls(wire)  # observed CI installs (usage/installs.py)
         self._up = False
         self._ever_up = False
         self._since = clock()
@@ -124,8 +126,9 @@ class RedisShared:
 
     @property
     def bad_values(self) -> int:
-        """Values read from Redis that gitreg never writes (tag lists, counts), ignored."""
-        return self.tags.bad_values + self.counts.bad_values
+        """Values read from Redis that gitreg never writes (tag lists, counts, installs), ignored."""
+        installs = self.installs.bad_values if self.installs is not None else 0
+        return self.tags.bad_values + self.counts.bad_values + installs
 
     @property
     def tag_loads(self) -> dict[str, int]:

@@ -59,6 +59,8 @@ from gitreg.storage.budget import StorageBudget
 from gitreg.storage.files import keep_long_lived
 from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
+from gitreg.usage.installs import FILE_NAME as INSTALLS_FILE
+from gitreg.usage.installs import Installs
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ class Services:
     index: ModuleIndex
     browse: BrowseService
     providers: Providers  # not in the index process
+    installs: Installs  # observed CI installs; not in the index process
     index_process: IndexProcess  # Role.SERVE only
     # What later services are built with.
     home: str
@@ -100,13 +103,19 @@ class Services:
     logins: LoginFlows | None = None
 
     def __init__(
-        self, config: Config, role: Role, clock: Callable[[], float] = time.monotonic, seed: Seed | None = None
+        self,
+        config: Config,
+        role: Role,
+        clock: Callable[[], float] = time.monotonic,
+        seed: Seed | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if (role is Role.INDEX) != (seed is not None):
             raise ValueError("the index process (Role.INDEX), and it alone, starts from a seed")
         self.config = config
         self.role = role
         self.clock = clock
+        self.wall_clock = wall_clock  # Unix time: what is kept for days (observed installs)
         self._seed = seed
         self.metrics = Metrics()  # this process's own registry: no process-wide state
         self.lifecycle = Lifecycle()
@@ -132,8 +141,8 @@ class Services:
         contexts = [self._git_home, self._file_threads, self._git_pool, self._git, self._shared, self._pins]
         contexts += [self._budget, self._queued_git, self._tags, self._orgs, self._mirrors_and_archives]
         contexts += [self._catalog, self._hosts_http]
-        if role is not Role.INDEX:  # the serving process signs people in and asks who is calling
-            contexts += [self._logins, self._identities, self._providers]
+        if role is not Role.INDEX:  # the serving process signs people in, asks who is calling, sees installs
+            contexts += [self._logins, self._identities, self._providers, self._installs]
         contexts.append(self._registry)
         if role is not Role.INDEX:  # the serving process enumerates the orgs
             contexts.append(self._org_listings)
@@ -315,6 +324,15 @@ class Services:
             providers.close()
             for opened in sessions:
                 await opened.close()
+
+    async def _installs(self) -> AsyncIterator[None]:
+        """Observed CI installs (`Installs.of(address)`): in memory, written to storage in batches, shared
+        with the other replicas through Redis (when configured)."""
+        shared = self.shared
+        installs = self.installs = Installs(self._storage() / INSTALLS_FILE, shared.installs, self.wall_clock)
+        shared.on_reconnect.connect(installs.reconnected)  # Redis may have lost them: sent again
+        async for _ in installs.lifetime():
+            yield
 
     async def _registry(self) -> AsyncIterator[None]:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""

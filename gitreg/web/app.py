@@ -34,6 +34,7 @@ from gitreg.web.keys import (
     GIT_POOL,
     IDENTITY,
     INDEX,
+    INSTALLS,
     LIFECYCLE,
     METRICS,
     MIRRORS,
@@ -68,6 +69,7 @@ def _serving(services: Services) -> Callable[[web.Application], AsyncIterator[No
             app[BROWSE] = services.browse
             app[IDENTITY] = services.identities
             app[PROVIDERS] = services.providers
+            app[INSTALLS] = services.installs
             yield
 
     return context
@@ -78,14 +80,19 @@ async def _stopping(app: web.Application) -> None:
     app[LIFECYCLE].down()
 
 
-def create_app(config: Config, clock: Callable[[], float] = time.monotonic, role: Role = Role.ALL) -> web.Application:
+def create_app(
+    config: Config,
+    clock: Callable[[], float] = time.monotonic,
+    role: Role = Role.ALL,
+    wall_clock: Callable[[], float] = time.time,
+) -> web.Application:
     """Build the aiohttp application for an already-validated config; `clock` is the tag cache's
-    and the identities' (services.compose.Services).
+    and the identities' (services.compose.Services), `wall_clock` (Unix time) the observed installs'.
 
     `role`: Role.ALL builds the index in this process; `gitreg serve` uses index.process.serve_role
     (Role.SERVE: the index process, indexer.py, builds it; Role.ALL with the index off).
     """
-    services = Services(config, role, clock)
+    services = Services(config, role, clock, wall_clock=wall_clock)
     app = web.Application(
         client_max_size=64 * 1024,
         # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.

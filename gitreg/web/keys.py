@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gitreg.registry.service import Registry
     from gitreg.registry.tags import TagCache
     from gitreg.storage.mirrors import MirrorStore
+    from gitreg.usage.installs import Installs
     from gitreg.web.signing import UrlSigner
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
@@ -56,3 +57,5 @@ CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
 # Providers served from releases (`[[providers]]`): providers.v1 and the network mirror.
 PROVIDERS: web.AppKey[Providers] = web.AppKey("providers")
+# Observed CI installs (gitreg/usage/installs.py): recorded by the download answer, shown by "Used by".
+INSTALLS: web.AppKey[Installs] = web.AppKey("installs")

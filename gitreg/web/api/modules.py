@@ -19,10 +19,12 @@ from gitreg.observability.metrics import check_metrics_token
 from gitreg.registry.service import ARCHIVE_NAME
 from gitreg.web.address import request_address
 from gitreg.web.api.providers import PROVIDERS_V1
+from gitreg.web.auth import caller
 from gitreg.web.errors import error_response
 from gitreg.web.keys import (
     CONFIG,
     IDENTITY,
+    INSTALLS,
     LIFECYCLE,
     METRICS,
     REGISTRY,
@@ -103,6 +105,9 @@ async def download(request: web.Request) -> web.Response:
             # OpenTofu >= 1.12 then fetches the archive itself with the registry token.
             body["use_registry_credentials"] = True
     registry.downloaded(address, answer)
+    job = who.job if (who := caller(request)) is not None else None
+    if job is not None:  # a CI job's OIDC token: an observed install (memory only, see usage/installs.py)
+        request.app[INSTALLS].record(job.project, job.repository, address, request.match_info["version"])
     text = json.dumps({"location": location, **body}) if body else _location_json(location)
     return web.json_response(text=text, headers={"X-Terraform-Get": location})
 
