@@ -50,6 +50,7 @@ from gitreg.web.pages.render import (
 )
 from gitreg.web.pages.session import SESSIONS, Sessions, login, login_form, logout, sign_in
 from gitreg.web.route_rules import Access
+from gitreg.web.used_by import used_by
 
 # The files endpoint's answers: a commit's files never change; an SVG can run no script, load
 # nothing and is never read as another type (its own CSP wins over the pages', see routing.py).
@@ -238,6 +239,7 @@ async def module_page(request: web.Request) -> web.Response:
         details_missing=details is None,
         details_pending=bool(reload_after),
         reload_after=reload_after,
+        used_by=await used_by(request, address),
     )
 
 

@@ -1,0 +1,112 @@
+"""The module page's "Used by" tab: the repositories whose `.tf` files call the module, and CI installs.
+
+What a reader is shown by name is what the Git host says they can read: a person signed in through
+a Git host (or presenting its token) sees the consuming repositories and the installing projects
+their host lists for them (the same `Visibility` lists and search use), and a count of the rest;
+anyone else (an open registry's visitor, a static token's session) sees counts only.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gitreg.core.names import ModuleAddress
+from gitreg.core.urls import web_url
+from gitreg.identity.door import Visibility
+from gitreg.usage.model import Install
+from gitreg.web.auth import visibility
+from gitreg.web.keys import CONFIG, INSTALLS
+
+
+@dataclass(frozen=True)
+class InstallRow:
+    """One observed install as the tab shows it."""
+
+    project: str
+    link: str  # the project's web page ("" when gitreg knows none)
+    version: str
+    at: str  # ISO 8601, UTC, to the second (a <time>'s datetime)
+    when: str  # "2026-11-28 10:31 UTC"
+
+
+@dataclass(frozen=True)
+class SeenInstalls:
+    """A module's observed installs as one reader may see them: by name, and how many others."""
+
+    shown: list[InstallRow]
+    hidden: int
+
+    @property
+    def total(self) -> int:
+        """Every install of the last 90 days (one per project and version)."""
+        return len(self.shown) + self.hidden
+
+
+def reads_repository(seen: Visibility, namespace: str) -> Callable[[str | None], bool]:
+    """Whether a reader who sees `seen` may be shown a repository by name, for a module of `namespace`:
+    only what a Git host listed for them (`seen.hosts` set), never by namespace alone."""
+
+    def readable(repository: str | None) -> bool:
+        return repository is not None and seen.hosts is not None and seen.allows(namespace, repository)
+
+    return readable
+
+
+def install_row(install: Install) -> InstallRow:
+    """`install` as the tab and the API show it."""
+    moment = datetime.datetime.fromtimestamp(install.at, datetime.UTC)
+    link = web_url(install.repository) if install.repository else ""
+    return InstallRow(
+        install.project,
+        link,
+        install.version,
+        moment.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        moment.strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def seen_installs(installs: list[Install], readable: Callable[[str | None], bool]) -> SeenInstalls:
+    """`installs` split into those shown by name (their repository `readable`) and a count of the rest."""
+    shown = [install_row(i) for i in installs if readable(i.repository)]
+    return SeenInstalls(shown, len(installs) - len(shown))
+
+
+async def installs_for(request: web.Request, address: ModuleAddress) -> SeenInstalls:
+    """The observed installs of `address` as this request's reader may see them (every replica's)."""
+    found = await request.app[INSTALLS].current(address)
+    return seen_installs(found, reads_repository(await visibility(request), address.namespace))
+
+
+@dataclass(frozen=True)
+class ConsumerRow:
+    """One `module` block calling the module, in a repository the reader may read."""
+
+    repository: str  # its path on the Git host ("acme/app")
+    link: str  # the repository's web page ("" when it has none)
+    file: str  # the .tf file, and the block's line in it
+    line: int
+    constraint: str  # its `version` argument ("" none)
+    newest: str  # the newest version the constraint allows ("" none)
+    badges: tuple[str, ...]  # "not on the latest major", "allows a deprecated version", "pinned to a revoked version"
+
+
+@dataclass(frozen=True)
+class UsedBy:
+    """The "Used by" tab of one module, for one reader."""
+
+    consumers: list[ConsumerRow]  # in the repositories the reader may read
+    repositories: int  # every consuming repository (the tab's N)
+    hidden: int  # consuming repositories the reader may not read: a count only
+    installs: SeenInstalls
+
+
+async def used_by(request: web.Request, address: ModuleAddress) -> UsedBy | None:
+    """What the module page's "Used by" tab shows this request's reader; None when this registry knows no
+    consumer (CI jobs' OIDC tokens, with which installs are seen, are not configured)."""
+    if not request.app[CONFIG].auth.oidc:
+        return None
+    return UsedBy([], 0, 0, await installs_for(request, address))
