@@ -71,6 +71,7 @@ class Usage:
         loaded = await self.store.load()
         if loaded:
             log.info("usage: %d repositories' consumers loaded from %s", loaded, self.store.path)
+        self._wake.set()  # a first pass as soon as the orgs are listed (orgs.json may be read already)
         task = asyncio.ensure_future(self._run())
         try:
             yield

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gitreg.registry.service import Registry
     from gitreg.registry.tags import TagCache
     from gitreg.storage.mirrors import MirrorStore
+    from gitreg.usage.service import Usage
     from gitreg.web.signing import UrlSigner
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
@@ -56,3 +57,5 @@ CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
 # Providers served from releases (`[[providers]]`): providers.v1 and the network mirror.
 PROVIDERS: web.AppKey[Providers] = web.AppKey("providers")
+# "Used by": the consumers of each module, as the usage scan found them (web/api/usage.py).
+USAGE: web.AppKey[Usage] = web.AppKey("usage")
