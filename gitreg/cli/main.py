@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
         "releases); with an address, probe that one module through whichever rule serves it (wildcard rules too); "
         "with NAMESPACE/TYPE, that one provider",
     )
+    check.add_argument(
+        "--consumers",
+        metavar="NAMESPACE/NAME/SYSTEM",
+        help="scan the orgs' repositories once and print the module blocks that call this module (Used by)",
+    )
     tokens.add_parser(sub, common)
     return parser
 
@@ -310,7 +315,7 @@ def _pattern(rule: ModuleRule) -> str:
     return rule.pattern
 
 
-def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int:
+def _check(config: Config, probe: bool | str | None, flag_rules: int = 0, consumers: str | None = None) -> int:
     if _refuse_nothing_to_serve(config) or _refuse_start_problems(start_checks(config)[1]):
         return EXIT_CONFIG  # what serve would refuse (#33)
     labels = _rule_labels(config, flag_rules)
@@ -334,6 +339,8 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
         return EXIT_PROBE_FAILED
     if not probe:
         return EXIT_OK
+    if consumers is not None:
+        return _probe_consumers(config, consumers)
     with tempfile.TemporaryDirectory(prefix="gitreg-home-") as home:
         adapter = GitAdapter(GitRunner(config.git, config.credentials, home))
         if isinstance(probe, str) and probe.count("/") == 1 and config.providers:  # NAMESPACE/TYPE: a provider
@@ -426,6 +433,18 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
     return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+
+
+def _probe_consumers(config: Config, text: str) -> int:
+    """`check --probe --consumers ADDRESS`: the orgs' repositories scanned once, the module's consumers printed."""
+    from gitreg.usage.probe import consumers_report  # imports aiohttp: only this probe needs it
+
+    lines, ok = run_main(consumers_report(config, text))
+    if ok is None:  # not an address
+        print(f"gitreg: {lines[0]}", file=sys.stderr)
+        return EXIT_CONFIG
+    print("\n" + "\n".join(lines))
+    return EXIT_OK if ok else EXIT_PROBE_FAILED
 
 
 def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
@@ -559,7 +578,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _report_config_error(e, config_path(args, os.environ))
         return EXIT_CONFIG
     if args.command == "check":
-        return _check(config, args.probe, flag_rules=len(args.module))
+        return _check(config, args.probe or args.consumers is not None, len(args.module), args.consumers)
     if args.command == "tokens":
         return tokens.run(config, args)
     return _serve(config, args.workers)

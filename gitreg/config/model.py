@@ -109,6 +109,16 @@ class IndexConfig:
 
 
 @dataclass(frozen=True)
+class UsageConfig:
+    """`[usage]`: "Used by", the `module` blocks of the orgs' repositories that call this registry's modules."""
+
+    # On: the `.tf` files on the default branch of every repository the [[orgs]] enumerate are read.
+    scan: bool = False
+    # Hosts consumers write in `source` (lowercase, `host` or `host:port`); default: public_url's host.
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class WebhooksConfig:
     """`[webhooks]`: shared secrets of the GitHub and GitLab webhooks; unset disables one."""
 
@@ -336,6 +346,7 @@ class Config:
     source: str | None = None
     orgs: tuple[OrgConfig, ...] = ()
     providers: tuple[ProviderRule, ...] = ()
+    usage: UsageConfig = UsageConfig()
 
 
 def default_storage_path() -> str:

@@ -34,6 +34,7 @@ from gitreg.config.model import (
     StorageConfig,
     TokenConfig,
     UiConfig,
+    UsageConfig,
     WebhooksConfig,
     default_max_per_host,
     default_max_queue,
@@ -258,6 +259,23 @@ def _parse_index(ix: TableReader) -> IndexConfig:
     return index
 
 
+def _parse_usage(u: TableReader, server: ServerConfig) -> UsageConfig:
+    """`[usage]`: `hosts` lowercased; without it, public_url's host (none: an error when `scan` is on)."""
+    scan = u.bool("scan", False)
+    hosts = tuple(h.strip().lower() for h in u.str_list("hosts"))
+    for host in hosts:
+        if not REGISTRY_HOST_RE.fullmatch(host):
+            u.error("hosts", f"{host[:80]!r} is not a host name (e.g. registry.example.com or host:8443)")
+    if not hosts and server.public_url is not None:
+        public = urls.parse(server.public_url)
+        if public is not None and public.host:
+            hosts = (public.host + (f":{public.port}" if public.port else ""),)
+    if scan and not hosts:
+        u.error("hosts", "is needed when scan = true and [server] public_url is not set")
+    u.finish()
+    return UsageConfig(scan=scan, hosts=hosts)
+
+
 def _parse_ui(u: TableReader) -> UiConfig:
     ui = UiConfig(enabled=u.bool("enabled", True), title=u.str("title", "gitreg") or "gitreg")
     if len(ui.title) > 100:
@@ -306,6 +324,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     orgs = parse_orgs(root, unsigned)
     providers = parse_providers(root, tuple(orgs), auth.forges, unsigned and not a.problems_for("signing_key"))
     credentials = _parse_credentials(root)
+    usage = _parse_usage(root.section("usage"), server)
     root.finish()
     if problems:
         raise ConfigError(problems)
@@ -323,6 +342,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         source=source,
         orgs=tuple(orgs),
         providers=tuple(providers),
+        usage=usage,
     )
 
 

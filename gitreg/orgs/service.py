@@ -32,6 +32,7 @@ from gitreg.core.events import Signal
 from gitreg.core.names import ModuleAddress
 from gitreg.forges.base import OrgStats
 from gitreg.forges.payloads import RepositoryEvent
+from gitreg.forges.records import RepoRecord
 from gitreg.orgs.listing import OrgListing
 from gitreg.orgs.model import OrgChanges, OrgListingPending, OrgRepo, OrgReport, OrgState, by_name
 from gitreg.orgs.owners import Owners
@@ -130,6 +131,10 @@ class OrgCatalog:
     def repositories_named(self, urls: Iterable[str], host_path: Callable[[str], str | None]) -> list[str]:
         """The org repositories (cache keys) that any of `urls` names, by `host_path` (urls.host_path)."""
         return self._listing.repositories_named(urls, host_path)
+
+    def listings(self) -> list[tuple[OrgConfig, list[RepoRecord]]]:
+        """Each listed org's repositories, modules or not (a snapshot of its records): what the usage scan reads."""
+        return [(s.config, list(s.records.values())) for s in self._orgs if s.records is not None]
 
     def complete(self) -> bool:
         """True when every org has a listing (enumerated, or loaded from orgs.json)."""

@@ -61,6 +61,7 @@ from gitreg.storage.mirrors import MirrorStore
 from gitreg.storage.pins import TagPins
 from gitreg.usage.installs import FILE_NAME as INSTALLS_FILE
 from gitreg.usage.installs import Installs
+from gitreg.usage.service import Usage
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Services:
     browse: BrowseService
     providers: Providers  # not in the index process
     installs: Installs  # observed CI installs; not in the index process
+    usage: Usage  # not in the index process
     index_process: IndexProcess  # Role.SERVE only
     # What later services are built with.
     home: str
@@ -144,8 +146,8 @@ class Services:
         if role is not Role.INDEX:  # the serving process signs people in, asks who is calling, sees installs
             contexts += [self._logins, self._identities, self._providers, self._installs]
         contexts.append(self._registry)
-        if role is not Role.INDEX:  # the serving process enumerates the orgs
-            contexts.append(self._org_listings)
+        if role is not Role.INDEX:  # the serving process enumerates the orgs (and scans their repositories)
+            contexts += [self._org_listings, self._usage]
         contexts += [self._details, self._index]
         if role is Role.SERVE:
             contexts.append(self._index_process)
@@ -379,6 +381,17 @@ class Services:
         """Org listings: loaded from disk, then enumerated in the background until shutdown (not in the index
         process)."""
         async for _ in self.orgs.lifetime():
+            yield
+
+    async def _usage(self) -> AsyncIterator[None]:
+        """ "Used by": every repository the orgs list, read in the background ([usage] scan)."""
+        orgs = self.orgs
+        usage = self.usage = Usage(
+            self.config, orgs.listings, orgs.complete, self.pool, self.git, self._storage(), self.files
+        )
+        if usage.enabled:
+            orgs.on_change.connect(usage.changed)
+        async for _ in usage.lifetime():
             yield
 
     async def _details(self) -> AsyncIterator[None]:

@@ -22,6 +22,7 @@ from gitreg.web.api.browse import browse_routes
 from gitreg.web.api.modules import routes
 from gitreg.web.api.oauth import oauth_routes
 from gitreg.web.api.providers import provider_routes
+from gitreg.web.api.usage import usage_routes
 from gitreg.web.api.webhooks import webhook_routes
 from gitreg.web.keys import (
     BROWSE,
@@ -43,6 +44,7 @@ from gitreg.web.keys import (
     PUBLISHER,
     REGISTRY,
     SIGNER,
+    USAGE,
 )
 from gitreg.web.pages.views import add_ui
 from gitreg.web.routing import Routes
@@ -70,6 +72,7 @@ def _serving(services: Services) -> Callable[[web.Application], AsyncIterator[No
             app[IDENTITY] = services.identities
             app[PROVIDERS] = services.providers
             app[INSTALLS] = services.installs
+            app[USAGE] = services.usage
             yield
 
     return context
@@ -107,6 +110,7 @@ def create_app(
     app.cleanup_ctx.append(_serving(services))
     table = Routes(app, services.metrics, config.auth.enabled)  # each handler wrapped by its declared rule (routing.py)
     table.add(routes)
+    table.add(usage_routes)  # before browse_routes: `.../{system}/consumers` is not a {version}
     table.add(browse_routes)  # after routes: `.../{system}/versions` must not become a {version}
     table.add(webhook_routes)
     table.add(oauth_routes)

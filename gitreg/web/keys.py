@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gitreg.registry.tags import TagCache
     from gitreg.storage.mirrors import MirrorStore
     from gitreg.usage.installs import Installs
+    from gitreg.usage.service import Usage
     from gitreg.web.signing import UrlSigner
 
 CONFIG: web.AppKey[Config] = web.AppKey("config")
@@ -59,3 +60,5 @@ ORGS: web.AppKey[OrgCatalog] = web.AppKey("orgs")
 PROVIDERS: web.AppKey[Providers] = web.AppKey("providers")
 # Observed CI installs (gitreg/usage/installs.py): recorded by the download answer, shown by "Used by".
 INSTALLS: web.AppKey[Installs] = web.AppKey("installs")
+# "Used by": the consumers of each module, as the usage scan found them (web/api/usage.py).
+USAGE: web.AppKey[Usage] = web.AppKey("usage")

@@ -1,0 +1,59 @@
+"""`GET /v1/modules/{namespace}/{name}/{system}/consumers`: who calls a module ("Used by").
+
+The consumers the usage scan found (gitreg/usage), as `consumers_view` shapes them for this
+caller: the repositories the Git host says they can read by name, file, line and constraint
+(paged like the list endpoints, `offset`/`limit` and `meta`); the others counted in `hidden`.
+`installs` is the observed CI installs (filled by gitreg/usage/installs.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gitreg.git.pool import Priority
+from gitreg.usage.store import RepoScan
+from gitreg.usage.view import ConsumersView, consumers_view
+from gitreg.web.address import request_address
+from gitreg.web.api.browse import page_meta, parse_page
+from gitreg.web.auth import visibility
+from gitreg.web.keys import REGISTRY, USAGE
+from gitreg.web.route_rules import Access
+
+usage_routes = web.RouteTableDef()
+
+
+async def module_consumers(request: web.Request) -> ConsumersView:
+    """The module the path names, its consumers as this caller may see them (404 for a module not served)."""
+    address = request_address(request)
+    _, found = await request.app[REGISTRY].versions(address)  # ModuleNotFound: a 404
+    seen = await visibility(request)
+
+    def can_read(scan: RepoScan) -> bool:
+        # Only a Git host's identity (its `hosts` set) is told names, and only of what it can read.
+        return seen.hosts is not None and seen.allows(scan.namespace, scan.repository)
+
+    usage = request.app[USAGE]
+    return consumers_view(str(address), usage.consumers(str(address)), [v.canonical for v in found.versions], can_read)
+
+
+@usage_routes.get(
+    "/v1/modules/{namespace}/{name}/{system}/consumers", access=Access.CREDENTIAL, priority=Priority.BROWSE
+)
+async def consumers(request: web.Request) -> web.Response:
+    """The repositories whose `.tf` files call this module, with their constraints (see the module docstring)."""
+    view = await module_consumers(request)
+    page = parse_page(request)
+    body: dict[str, Any] = {
+        "meta": page_meta(request, page, len(view.shown)),
+        "module": view.address,
+        "latest": view.latest,
+        "scanned": request.app[USAGE].enabled,
+        "total": view.total,
+        "repositories": view.repositories,
+        "hidden": view.hidden,
+        "consumers": [row.to_json() for row in view.shown[page.offset : page.offset + page.limit]],
+        "installs": [],
+    }
+    return web.json_response(body)
