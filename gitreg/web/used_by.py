@@ -1,4 +1,4 @@
-"""The module page's "Used by" tab: the repositories whose `.tf` files call the module, and CI installs.
+"""What "Used by" shows one reader: the module page's tab (consumers and installs), the API's installs.
 
 What a reader is shown by name is what the Git host says they can read: a person signed in through
 a Git host (or presenting its token) sees the consuming repositories and the installing projects
@@ -17,9 +17,11 @@ from aiohttp import web
 from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import web_url
 from gitreg.identity.door import Visibility
+from gitreg.index.model import IndexEntry
 from gitreg.usage.model import Install
+from gitreg.usage.view import ConsumersView, consumers_view
 from gitreg.web.auth import visibility
-from gitreg.web.keys import CONFIG, INSTALLS
+from gitreg.web.keys import CONFIG, INSTALLS, USAGE
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class InstallRow:
     version: str
     at: str  # ISO 8601, UTC, to the second (a <time>'s datetime)
     when: str  # "2026-11-28 10:31 UTC"
+
+    def to_json(self) -> dict[str, str]:
+        """As the consumers API lists it."""
+        return {"project": self.project, "url": self.link, "version": self.version, "at": self.at}
 
 
 @dataclass(frozen=True)
@@ -75,38 +81,41 @@ def seen_installs(installs: list[Install], readable: Callable[[str | None], bool
     return SeenInstalls(shown, len(installs) - len(shown))
 
 
-async def installs_for(request: web.Request, address: ModuleAddress) -> SeenInstalls:
-    """The observed installs of `address` as this request's reader may see them (every replica's)."""
+async def installs_for(request: web.Request, address: ModuleAddress, seen: Visibility | None = None) -> SeenInstalls:
+    """The observed installs of `address` as this request's reader (who sees `seen`) may see them (every
+    replica's)."""
     found = await request.app[INSTALLS].current(address)
-    return seen_installs(found, reads_repository(await visibility(request), address.namespace))
-
-
-@dataclass(frozen=True)
-class ConsumerRow:
-    """One `module` block calling the module, in a repository the reader may read."""
-
-    repository: str  # its path on the Git host ("acme/app")
-    link: str  # the repository's web page ("" when it has none)
-    file: str  # the .tf file, and the block's line in it
-    line: int
-    constraint: str  # its `version` argument ("" none)
-    newest: str  # the newest version the constraint allows ("" none)
-    badges: tuple[str, ...]  # "not on the latest major", "allows a deprecated version", "pinned to a revoked version"
+    seen = seen if seen is not None else await visibility(request)
+    return seen_installs(found, reads_repository(seen, address.namespace))
 
 
 @dataclass(frozen=True)
 class UsedBy:
     """The "Used by" tab of one module, for one reader."""
 
-    consumers: list[ConsumerRow]  # in the repositories the reader may read
-    repositories: int  # every consuming repository (the tab's N)
+    consumers: ConsumersView  # the `module` blocks in repositories the reader may read, and the count of the rest
     hidden: int  # consuming repositories the reader may not read: a count only
     installs: SeenInstalls
 
+    @property
+    def repositories(self) -> int:
+        """Every consuming repository, shown or not (the tab's N)."""
+        return self.consumers.repositories
 
-async def used_by(request: web.Request, address: ModuleAddress) -> UsedBy | None:
-    """What the module page's "Used by" tab shows this request's reader; None when this registry knows no
-    consumer (CI jobs' OIDC tokens, with which installs are seen, are not configured)."""
-    if not request.app[CONFIG].auth.oidc:
+
+async def used_by(request: web.Request, entry: IndexEntry) -> UsedBy | None:
+    """What the module page's "Used by" tab shows this request's reader, from memory (no git); None when
+    this registry can know no consumer (no `[usage] scan` of orgs, no CI jobs' OIDC tokens to see installs)."""
+    usage = request.app[USAGE]
+    if not usage.enabled and not request.app[CONFIG].auth.oidc:
         return None
-    return UsedBy([], 0, 0, await installs_for(request, address))
+    address = entry.address
+    seen = await visibility(request)
+    view = consumers_view(
+        str(address),
+        usage.consumers(str(address)),
+        [v.canonical for v in entry.versions],
+        lambda scan: reads_repository(seen, scan.namespace)(scan.repository),
+    )
+    hidden = view.repositories - len({row.repository for row in view.shown})
+    return UsedBy(view, hidden, await installs_for(request, address, seen))

@@ -3,7 +3,8 @@
 The consumers the usage scan found (gitreg/usage), as `consumers_view` shapes them for this
 caller: the repositories the Git host says they can read by name, file, line and constraint
 (paged like the list endpoints, `offset`/`limit` and `meta`); the others counted in `hidden`.
-`installs` is the observed CI installs (filled by gitreg/usage/installs.py).
+`installs` is the observed CI installs (gitreg/usage/installs.py) of the projects the caller may read
+(`project`, its web page `url`, `version`, `at`), `installs_hidden` how many others there are.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gitreg.web.api.browse import page_meta, parse_page
 from gitreg.web.auth import visibility
 from gitreg.web.keys import REGISTRY, USAGE
 from gitreg.web.route_rules import Access
+from gitreg.web.used_by import installs_for
 
 usage_routes = web.RouteTableDef()
 
@@ -54,6 +56,12 @@ async def consumers(request: web.Request) -> web.Response:
         "repositories": view.repositories,
         "hidden": view.hidden,
         "consumers": [row.to_json() for row in view.shown[page.offset : page.offset + page.limit]],
-        "installs": [],
+        **await _installs(request),
     }
     return web.json_response(body)
+
+
+async def _installs(request: web.Request) -> dict[str, Any]:
+    """The observed CI installs of the module: by project where the caller may read it, else counted."""
+    seen = await installs_for(request, request_address(request))
+    return {"installs": [i.to_json() for i in seen.shown], "installs_hidden": seen.hidden}

@@ -239,7 +239,7 @@ async def module_page(request: web.Request) -> web.Response:
         details_missing=details is None,
         details_pending=bool(reload_after),
         reload_after=reload_after,
-        used_by=await used_by(request, address),
+        used_by=await used_by(request, entry),
     )
 
 
