@@ -146,3 +146,21 @@ async def test_an_open_registrys_visitor_sees_counts_only(make_client, tmp_path,
     assert 'Used by <span class="n">(3)</span>' in page and "app-frontend" not in page
     assert "3 repositories you cannot read call this module" in page
     assert 'Observed installs <span class="n">(0)</span>' in page
+
+
+async def test_the_consumers_api_names_the_installs_its_caller_can_read_and_counts_the_rest(make_client, tmp_path, org):
+    carol = "glpat-carol-7Hq2Lm9Xv4Rz"
+    org.host.forge.add_user("carol", carol, sees=(MODULE, "app-frontend"))
+    client = await make_client(used_by_config(tmp_path, org))
+    await scanned(client)
+    await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
+    url = "/v1/modules/acme/vpc/aws/consumers"
+    resp = await client.get(url, headers={"Authorization": f"Bearer {carol}"})
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    [install] = body["installs"]
+    assert install["project"] == "acme/app-frontend" and install["version"] == "1.4.2"
+    assert install["url"] == f"{org.host.base_url}/acme/app-frontend" and install["at"].endswith("Z")
+    assert body["installs_hidden"] == 1
+    body = await (await client.get(url, headers={"Authorization": f"Bearer {STATIC}"})).json()
+    assert body["installs"] == [] and body["installs_hidden"] == 2
