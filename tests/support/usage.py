@@ -1,4 +1,4 @@
-""""Used by" tests: an org whose repositories call one of its modules, over real git.
+""" "Used by" tests: an org whose repositories call one of its modules, over real git.
 
 `consumer_org` builds, under `root`, the module repository `acme/terraform-aws-vpc` (tags v1.0.0,
 v1.2.0, v1.4.2, v2.0.0) and consumer repositories that are not modules:
@@ -36,16 +36,18 @@ def consumer_org(root: Path) -> dict[str, GitRepo]:
     for version in ("1.0.0", "1.2.0", "1.4.2", "2.0.0"):
         repos[MODULE].commit({"main.tf": f'output "version" {{ value = "{version}" }}\n'})
         repos[MODULE].tag(f"v{version}")
-    files = {
-        "app-frontend": {"main.tf": 'terraform {\n}\n\n' + block("vpc", f"{HOST}/acme/vpc/aws", "~> 1.2")},
+    files: dict[str, dict[str, str | None]] = {
+        "app-frontend": {"main.tf": "terraform {\n}\n\n" + block("vpc", f"{HOST}/acme/vpc/aws", "~> 1.2")},
         "platform-live": {
             "envs/prod/main.tf": block("network", f"{HOST}/acme/vpc/aws", ">= 1.0, < 2.0"),
-            "envs/dev/network/main.tf": "# dev\n\n" + block("vpc", "Registry.Example.COM/acme/vpc/aws//modules/sub", "1.4.2"),
+            "envs/dev/network/main.tf": "# dev\n\n"
+            + block("vpc", "Registry.Example.COM/acme/vpc/aws//modules/sub", "1.4.2"),
             "README.md": f"uses {HOST}/acme/vpc/aws\n",
         },
         "secret-app": {"main.tf": block("vpc", f"{HOST}/acme/vpc/aws", "2.0.0")},
         "other-host": {
-            "main.tf": block("vpc", "other.example.com/acme/vpc/aws", "~> 1.0") + block("local", "./modules/local")
+            "main.tf": block("vpc", "other.example.com/acme/vpc/aws", "~> 1.0")
+            + block("local", "./modules/local")
             + f"# {HOST}\n",
         },
     }

@@ -1,4 +1,4 @@
-""""Used by": the org's repositories scanned over real git, their module blocks found, and shown by who may read them.
+""" "Used by": the org's repositories scanned over real git, their module blocks found, and shown by who may read them.
 
 The Git hosts' APIs are the fakes of tests/support/forges.py; the repositories are real, behind
 `git http-backend` (tests/support/usage.py builds them), and every git request is counted there.
@@ -153,7 +153,7 @@ async def test_an_unchanged_repository_costs_no_git_call_on_later_refreshes_nor_
         assert (stats.unchanged, stats.read) == (5, 0)
         assert consumer_requests(site.git) == []  # not one git request for an unchanged repository
         # A push to one consumer: only that repository is read again.
-        site.repos["app-frontend"].commit({"main.tf": 'module "vpc" {\n  source = "registry.example.com/acme/vpc/aws"\n}\n'})
+        site.repos["app-frontend"].commit({"main.tf": f'module "vpc" {{\n  source = "{HOST}/acme/vpc/aws"\n}}\n'})
         site.forge.touch("app-frontend", when=4_000_000_000)
         await site.client.app[ORGS].enumerate(0)
         await usage.scanner.refresh()  # (or the background pass the listing's change woke did it)
@@ -165,7 +165,7 @@ async def test_an_unchanged_repository_costs_no_git_call_on_later_refreshes_nor_
         site.git.reset_counters()
         client = await aiohttp_client(create_app(parse_config(config_data(site.forge, tmp_path), {})))
         restarted = client.app[USAGE]
-        await until(lambda: restarted.passes >= 1, timeout=60)
+        await until(lambda: restarted.passes >= 1, timeout=60)  # noqa: B023 - awaited here, in this iteration
         assert restarted.scanner.last.unchanged == 5
         assert consumer_requests(site.git) == []
 

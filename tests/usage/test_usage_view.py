@@ -1,4 +1,4 @@
-""""Used by" without git: which sources are this registry's, and what a reader is shown of each consumer."""
+""" "Used by" without git: which sources are this registry's, and what a reader is shown of each consumer."""
 
 from __future__ import annotations
 
