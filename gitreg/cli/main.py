@@ -99,9 +99,7 @@ def _parser() -> argparse.ArgumentParser:
         "with NAMESPACE/TYPE, that one provider",
     )
     check.add_argument(
-        "--consumers",
-        metavar="NAMESPACE/NAME/SYSTEM",
-        help="scan the orgs' repositories once and print the module blocks that call this module (Used by)",
+        "--consumers", metavar="NAMESPACE/NAME/SYSTEM", help="scan the orgs' repositories: the module blocks calling it"
     )
     tokens.add_parser(sub, common)
     return parser

@@ -47,7 +47,7 @@ class Usage:
     ) -> None:
         self.enabled = config.usage.scan and bool(config.orgs)
         self.store = UsageStore(storage / FILE_NAME if storage is not None else None, executor)
-        self.workers = ParseWorkers(HANDLER, size=1)
+        self.workers = ParseWorkers(HANDLER)
         where = scratch or (storage / SCRATCH if storage is not None else Path(SCRATCH))
         self.scanner = UsageScanner(config, listings, self.store, pool, ShallowReader(git), self.workers, where)
         self._complete = complete

@@ -7,7 +7,9 @@ a forge token, a `terraform login` token, a page sign-in); every other consumer 
 allows (Terraform's pick, core/constraints.py) and three flags:
 
 - `not_latest_major`: that version is not on the module's latest major (or none is allowed);
-- `allows_deprecated`: its constraint allows a served version `.gitreg.toml` deprecates;
+- `allows_deprecated`: the version its constraint selects (the newest it allows, what `terraform
+  init` installs) is one `.gitreg.toml` deprecates (a broad constraint that merely admits an old
+  deprecated version, and would install a newer one, is not flagged: it is not the one to chase);
 - `pinned_revoked`: its constraint is an exact pin to a version `.gitreg.toml` revokes.
 
 Deprecation and revocation are asked through two callables (default: nothing is either).
@@ -119,7 +121,7 @@ def consumer_row(
         constraint=consumer.constraint,
         newest_allowed=newest,
         not_latest_major=latest_major is not None and allowed_major != latest_major,
-        allows_deprecated=constraint is not None and any(constraint.allows(v) and deprecated(v) for v in served),
+        allows_deprecated=newest is not None and deprecated(newest),
         pinned_revoked=pin is not None and any(revoked(v) for v in versions if _same(v, pin.group(1))),
     )
 

@@ -36,7 +36,7 @@ def consumer_org(root: Path) -> dict[str, GitRepo]:
     for version in ("1.0.0", "1.2.0", "1.4.2", "2.0.0"):
         repos[MODULE].commit({"main.tf": f'output "version" {{ value = "{version}" }}\n'})
         repos[MODULE].tag(f"v{version}")
-    files = {
+    files: dict[str, dict[str, str | None]] = {
         "app-frontend": {"main.tf": "terraform {\n}\n\n" + block("vpc", f"{HOST}/acme/vpc/aws", "~> 1.2")},
         "platform-live": {
             "envs/prod/main.tf": block("network", f"{HOST}/acme/vpc/aws", ">= 1.0, < 2.0"),
