@@ -135,6 +135,12 @@ def test_terraform_init_with_a_gitlab_token_a_github_token_and_a_ci_id_token(ter
     jwt = world.issuer.sign(world.issuer.claims())
     ok, out = _init(terraform, tmp_path, url, "registry.example.test/acme/dns/aws", jwt, "oidc-ok")
     assert ok.returncode == 0, out
+    # The CI job's install is recorded (#35, observed installs); a CI token is shown counts, not names.
+    request = urllib.request.Request(
+        url + "/v1/modules/acme/dns/aws/consumers", headers={"Authorization": f"Bearer {jwt}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert json.loads(resp.read())["installs_hidden"] == 1
     # The access log names who installed what (written within a quarter of a second), and never carries a token.
     world.server.wait_for_log("alice@127.0.0.1")
     world.server.wait_for_log("oidc:acme/infra")
