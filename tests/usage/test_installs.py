@@ -225,3 +225,20 @@ async def test_what_redis_holds_that_gitreg_never_wrote_is_not_shown(
     await r.aclose()
     found = [(i.project, i.repository) for i in await client.app[INSTALLS].current("acme/vpc/aws")]
     assert found == [("acme/ok", None)]
+
+
+def test_a_jobs_repository_is_known_only_on_a_configured_git_host_and_from_a_plain_project_path():
+    from gitreg.config.model import ForgeAuthConfig
+    from gitreg.identity.oidc import job_repository
+
+    gitlab = ForgeAuthConfig("gitlab", "https://gitlab.example.com", "https://gitlab.example.com/api/v4")
+    github = ForgeAuthConfig("github", "https://github.com", "https://api.github.com")
+    forges = (gitlab, github)
+    gitlab_job = {"project_path": "platform/net/app", "sub": "project_path:platform/net/app:ref_type:branch:ref:main"}
+    assert job_repository(gitlab_job, "gitlab.example.com", forges) == "https://gitlab.example.com/platform/net/app.git"
+    actions = {"repository": "acme/app", "sub": "repo:acme/app:ref:refs/heads/main"}
+    assert job_repository(actions, "token.actions.githubusercontent.com", forges) == "https://github.com/acme/app.git"
+    assert job_repository(actions, "ci.elsewhere.example", forges) is None  # an issuer no Git host here is
+    assert job_repository(actions, "token.actions.githubusercontent.com", (gitlab,)) is None
+    for hostile in ("acme/../../etc", "acme app/x", "acme/app?x=1", "acme", "acme/app.git#x", "/acme/app"):
+        assert job_repository({"project_path": hostile}, "gitlab.example.com", forges) is None, hostile
