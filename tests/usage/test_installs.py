@@ -90,7 +90,7 @@ async def download(client, version: str, token: str | None) -> None:
     assert resp.status == 200, await resp.text()
 
 
-@pytest.mark.parametrize("mode", ["git", "archive"])
+@pytest.mark.parametrize("mode", ["git", pytest.param("archive", marks=pytest.mark.slow)])  # (archive: a build)
 async def test_a_ci_jobs_download_is_an_install_and_a_static_tokens_is_not(issuer, git, tmp_path, aiohttp_client, mode):
     clock = Clock()
     client = await aiohttp_client(create_app(config(issuer, git, tmp_path / "state", mode), wall_clock=clock))
