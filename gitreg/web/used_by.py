@@ -9,7 +9,7 @@ anyone else (an open registry's visitor, a static token's session) sees counts o
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -103,6 +103,20 @@ class UsedBy:
         return self.consumers.repositories
 
 
+def consumers_for(
+    request: web.Request, address: ModuleAddress, versions: Sequence[str], seen: Visibility
+) -> ConsumersView:
+    """`address`'s consumers as a reader who sees `seen` may see them (`versions`: its served versions): the one
+    place the consumers API and the module page ask."""
+    usage = request.app[USAGE]
+    return consumers_view(
+        str(address),
+        usage.consumers(str(address)),
+        versions,
+        lambda scan: reads_repository(seen, scan.namespace)(scan.repository),
+    )
+
+
 async def used_by(request: web.Request, entry: IndexEntry) -> UsedBy | None:
     """What the module page's "Used by" tab shows this request's reader, from memory (no git); None when
     this registry can know no consumer (no `[usage] scan` of orgs, no CI jobs' OIDC tokens to see installs)."""
@@ -111,11 +125,6 @@ async def used_by(request: web.Request, entry: IndexEntry) -> UsedBy | None:
         return None
     address = entry.address
     seen = await visibility(request)
-    view = consumers_view(
-        str(address),
-        usage.consumers(str(address)),
-        [v.canonical for v in entry.versions],
-        lambda scan: reads_repository(seen, scan.namespace)(scan.repository),
-    )
+    view = consumers_for(request, address, [v.canonical for v in entry.versions], seen)
     hidden = view.repositories - len({row.repository for row in view.shown})
     return UsedBy(view, hidden, await installs_for(request, address, seen))

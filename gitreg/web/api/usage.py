@@ -14,14 +14,13 @@ from typing import Any
 from aiohttp import web
 
 from gitreg.git.pool import Priority
-from gitreg.usage.store import RepoScan
-from gitreg.usage.view import ConsumersView, consumers_view
+from gitreg.usage.view import ConsumersView
 from gitreg.web.address import request_address
 from gitreg.web.api.browse import page_meta, parse_page
 from gitreg.web.auth import visibility
 from gitreg.web.keys import REGISTRY, USAGE
 from gitreg.web.route_rules import Access
-from gitreg.web.used_by import installs_for
+from gitreg.web.used_by import consumers_for, installs_for
 
 usage_routes = web.RouteTableDef()
 
@@ -30,14 +29,8 @@ async def module_consumers(request: web.Request) -> ConsumersView:
     """The module the path names, its consumers as this caller may see them (404 for a module not served)."""
     address = request_address(request)
     _, found = await request.app[REGISTRY].versions(address)  # ModuleNotFound: a 404
-    seen = await visibility(request)
-
-    def can_read(scan: RepoScan) -> bool:
-        # Only a Git host's identity (its `hosts` set) is told names, and only of what it can read.
-        return seen.hosts is not None and seen.allows(scan.namespace, scan.repository)
-
-    usage = request.app[USAGE]
-    return consumers_view(str(address), usage.consumers(str(address)), [v.canonical for v in found.versions], can_read)
+    # Only a Git host's identity (its `hosts` set) is told names, and only of what it can read.
+    return consumers_for(request, address, [v.canonical for v in found.versions], await visibility(request))
 
 
 @usage_routes.get(
