@@ -242,3 +242,26 @@ def test_a_jobs_repository_is_known_only_on_a_configured_git_host_and_from_a_pla
     assert job_repository(actions, "token.actions.githubusercontent.com", (gitlab,)) is None
     for hostile in ("acme/../../etc", "acme app/x", "acme/app?x=1", "acme", "acme/app.git#x", "/acme/app"):
         assert job_repository({"project_path": hostile}, "gitlab.example.com", forges) is None, hostile
+
+
+@pytest.mark.slow
+async def test_installs_recorded_while_redis_is_down_reach_the_other_replica_when_it_returns(
+    issuer, git, tmp_path, aiohttp_client, redis_server
+):
+    clock = Clock()
+    cache = {"backend": "redis", "redis_url": redis_server.url, "redis_prefix": "gitreg-installs-down:"}
+    a = await aiohttp_client(create_app(config(issuer, git, tmp_path / "a", **cache), wall_clock=clock))
+    b = await aiohttp_client(create_app(config(issuer, git, tmp_path / "b", **cache), wall_clock=clock))
+    redis_server.kill()
+    await download(a, "1.0.0", issuer.sign(issuer.claims()))  # served and recorded, Redis or not
+    assert [i.project for i in await a.app[INSTALLS].current("acme/vpc/aws")] == ["acme/infra"]
+    assert await b.app[INSTALLS].current("acme/vpc/aws") == []
+    redis_server.start()  # empty: it kept nothing (no persistence)
+    found: list[str] = []
+    for _ in range(100):
+        clock.now += 3
+        found = [i.project for i in await b.app[INSTALLS].current("acme/vpc/aws")]
+        if found:
+            break
+        await asyncio.sleep(0.1)
+    assert found == ["acme/infra"]
