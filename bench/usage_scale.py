@@ -200,8 +200,9 @@ def report(args: argparse.Namespace, base: float, floor: LagProbe, found: dict[s
     ratio = found["first_seconds"] / base
     print(f"\nmachine: {machine()}")
     print(f"repositories: {args.repos}; scan concurrency {found['concurrency']:.0f}")
-    print("| pass | wall s | read | failed | consumers | git requests | loop lag max ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| pass | wall s | read | failed | consumers | git requests | loop lag max ms | p99 ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| baseline (plain git) | {base:.2f} | | | | | {floor.worst * 1000:.1f} | {floor.p99 * 1000:.1f} |")
     for name in ("first", "second", "restart"):
         print(
             f"| {name} | {found[f'{name}_seconds']:.2f} | {found[f'{name}_read']:.0f} | {found[f'{name}_failed']:.0f} "
