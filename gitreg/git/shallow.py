@@ -108,7 +108,10 @@ class ShallowReader(MirrorGit):
                 continue
             size = int(header[2])
             body, offset = out[offset : offset + size], offset + size + 1
-            if header[1] != b"blob" or size > MAX_TF_FILE_BYTES:
+            if header[1] != b"blob":
+                continue
+            if size > MAX_TF_FILE_BYTES:  # a host that ignored the blob filter sent it anyway
+                found.notes.append(f"{name}: larger than {MAX_TF_FILE_BYTES} bytes; not read")
                 continue
             total += size
             if total > MAX_TF_TOTAL_BYTES:
