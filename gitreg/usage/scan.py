@@ -5,7 +5,7 @@ Incremental: a repository whose push marker is the one it was read at costs noth
 call); one whose marker moved costs an `ls-remote` of its HEAD, and a read only when that commit
 moved (an empty marker is treated as moved, and so is one too recent to trust: GitLab moves
 `updated_at` at most every few minutes, so a push just after another may leave it as it was).
-A read is one shallow fetch and three local commands (git/shallow.py) in the git pool at
+A read is one shallow clone and two local commands (git/shallow.py) in the git pool at
 BACKGROUND priority, at most `concurrency` at a time (the pool's queue is never flooded); files
 that name none of `[usage] hosts` are dropped in the pool's thread, the rest parsed in the parse
 workers (usage/parse.py) within `[index] parse_seconds`.
