@@ -1,7 +1,7 @@
 """The `.tf` files of a repository's default branch, read shallowly ("Used by": gitreg/usage/scan.py).
 
-One scratch bare repository per read, removed by the caller: `git fetch --depth=1` of the
-remote's HEAD with `--filter=blob:limit=...` (a host that honours filters sends no blob larger
+One scratch bare repository per read, removed after it: `git clone --bare --depth=1` of the
+remote's HEAD branch with `--filter=blob:limit=...` (a host that honours filters sends no blob larger
 than a `.tf` file gitreg would read; one that does not sends them all, still one commit deep),
 then two local commands: `rev-list --objects --missing=print` (every path, and which blobs the
 filter left out, without fetching them: `cat-file` on a missing blob of a partial fetch would
@@ -19,7 +19,6 @@ from gitreg.core.errors import UpstreamUnavailable
 from gitreg.git.mirror import MirrorGit
 from gitreg.git.remote import SHA_RE
 
-SCAN_REF = "refs/heads/gitreg-scan"
 MAX_TF_FILE_BYTES = 256 * 1024  # a larger .tf file is not read (the fetch's blob filter)
 MAX_TF_FILES = 1000  # .tf files read from one repository
 MAX_TF_TOTAL_BYTES = 16 * 1024 * 1024  # of .tf files read from one repository
@@ -50,27 +49,24 @@ class ShallowReader(MirrorGit):
         return ""
 
     def read(self, scratch: str, url: str) -> BranchFiles:
-        """The `.tf` files of `url`'s default branch, fetched into a new repository under `scratch`."""
+        """The `.tf` files of `url`'s default branch, cloned into a new repository under `scratch`."""
         with tempfile.TemporaryDirectory(dir=scratch, prefix="scan-") as path:
-            self.init(path)
-            options = ["--quiet", "--depth=1", "--no-tags", f"--filter=blob:limit={MAX_TF_FILE_BYTES}"]
-            fetch = ["git", "-c", "fetch.unpackLimit=1", "fetch", *options, "--no-write-fetch-head"]
-            try:
-                self.adapter.call([*fetch, "--end-of-options", url, f"+HEAD:{SCAN_REF}"], url, path)
-            except UpstreamUnavailable as e:
-                if "couldn't find remote ref HEAD" in str(e):
-                    return BranchFiles("")  # an empty repository: no default branch yet
-                raise
+            # One process for what `init` and `fetch` would take two: a bare clone of HEAD's branch
+            # alone (`--depth` implies `--single-branch`), without the template's hooks.
+            options = ["--quiet", "--bare", "--template=", "--depth=1", "--no-tags"]
+            clone = ["git", "-c", "fetch.unpackLimit=1", "clone", *options, f"--filter=blob:limit={MAX_TF_FILE_BYTES}"]
+            self.adapter.call([*clone, "--end-of-options", url, path], url)
             return self._files(path)
 
     def _files(self, path: str) -> BranchFiles:
-        status, commit = self._local(path, ["rev-parse", "--verify", "--end-of-options", SCAN_REF], 60)
-        commit = commit.strip()
+        # Every object of the commit, the commit first; `?<sha>` for what the blob filter left out.
+        status, listing = self._local(path, ["rev-list", "--objects", "--missing=print", "HEAD"], 120)
+        commit = listing.split("\n", 1)[0].strip()
         if status != 0 or not SHA_RE.fullmatch(commit):
-            raise UpstreamUnavailable("the fetched default branch could not be read")
-        status, listing = self._local(path, ["rev-list", "--objects", "--missing=print", SCAN_REF], 120)
-        if status != 0:
-            raise UpstreamUnavailable(f"could not list the files of commit {commit[:12]}")
+            status, _ = self._local(path, ["rev-parse", "--verify", "--quiet", "HEAD"], 60)
+            if status != 0:
+                return BranchFiles("")  # an empty repository: no commit on its default branch yet
+            raise UpstreamUnavailable("could not list the files of the cloned default branch")
         found = BranchFiles(commit)
         wanted: list[tuple[str, str]] = []
         for line in listing.splitlines():
@@ -108,7 +104,10 @@ class ShallowReader(MirrorGit):
                 continue
             size = int(header[2])
             body, offset = out[offset : offset + size], offset + size + 1
-            if header[1] != b"blob" or size > MAX_TF_FILE_BYTES:
+            if header[1] != b"blob":
+                continue
+            if size > MAX_TF_FILE_BYTES:  # a host that ignored the blob filter sent it anyway
+                found.notes.append(f"{name}: larger than {MAX_TF_FILE_BYTES} bytes; not read")
                 continue
             total += size
             if total > MAX_TF_TOTAL_BYTES:

@@ -3,10 +3,12 @@
 
 Incremental: a repository whose push marker is the one it was read at costs nothing (no git
 call); one whose marker moved costs an `ls-remote` of its HEAD, and a read only when that commit
-moved (an empty marker is treated as moved). A read is one shallow fetch and two local commands
-(git/shallow.py) in the git pool at BACKGROUND priority, at most `concurrency` at a time (the
-pool's queue is never flooded); files that name none of `[usage] hosts` are dropped in the pool's
-thread, the rest parsed in the parse workers (usage/parse.py) within `[index] parse_seconds`.
+moved (an empty marker is treated as moved, and so is one too recent to trust: GitLab moves
+`updated_at` at most every few minutes, so a push just after another may leave it as it was).
+A read is one shallow clone and two local commands (git/shallow.py) in the git pool at
+BACKGROUND priority, at most `concurrency` at a time (the pool's queue is never flooded); files
+that name none of `[usage] hosts` are dropped in the pool's thread, the rest parsed in the parse
+workers (usage/parse.py) within `[index] parse_seconds`.
 What grows with the org (filtering the listing, comparing markers) runs on a thread or in
 slices: a pass never holds the event loop (bench/usage_scale.py measures it).
 
@@ -21,6 +23,7 @@ import asyncio
 import dataclasses
 import logging
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +36,7 @@ from gitreg.forges.records import RepoRecord
 from gitreg.git.pool import GitPool, Priority
 from gitreg.git.shallow import BranchFiles, ShallowReader
 from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
-from gitreg.orgs.model import git_hosts, link, unusable
+from gitreg.orgs.model import git_hosts, link, timestamp, unusable
 from gitreg.usage.model import Consumer
 from gitreg.usage.parse import consumers_in
 from gitreg.usage.store import RepoScan, UsageStore
@@ -54,6 +57,8 @@ class Target:
     web_url: str
     namespace: str
     marker: str
+    # The marker may lag a push (GitLab throttles `updated_at`): asked again (one ls-remote) while recent.
+    recent: bool = False
 
 
 @dataclass
@@ -71,12 +76,16 @@ class PassStats:
 def targets(listings: list[tuple[OrgConfig, list[RepoRecord]]], protocols: tuple[str, ...]) -> list[Target]:
     """Every repository of the listings whose https clone URL gitreg may fetch (on a thread: grows with the org)."""
     found: dict[str, Target] = {}
+    now = time.time()
     for org, records in listings:
         hosts = git_hosts(org)
         for rec in records:
             if rec.https_url in found or unusable(rec.https_url, hosts, protocols, "https") is not None:
                 continue
-            found[rec.https_url] = Target(rec.https_url, rec.full_name, link(rec.web_url), org.namespace, rec.pushed_at)
+            marker = timestamp(rec.pushed_at)
+            recent = rec.pushed_throttle > 0 and (marker is None or now - marker < rec.pushed_throttle)
+            web = link(rec.web_url)
+            found[rec.https_url] = Target(rec.https_url, rec.full_name, web, org.namespace, rec.pushed_at, recent)
     return list(found.values())
 
 
@@ -129,7 +138,7 @@ class UsageScanner:
             for start in range(0, len(found), SLICE):
                 for target in found[start : start + SLICE]:
                     old = self.store.get(target.repository)
-                    if old is not None and target.marker and old.marker == target.marker:
+                    if old is not None and target.marker and old.marker == target.marker and not target.recent:
                         if (old.full_name, old.web_url) != (target.full_name, target.web_url):
                             self.store.put(dataclasses.replace(old, full_name=target.full_name, web_url=target.web_url))
                         stats.unchanged += 1

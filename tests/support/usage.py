@@ -14,6 +14,7 @@ v1.2.0, v1.4.2, v2.0.0) and consumer repositories that are not modules:
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.support.forges import FakeForge
@@ -60,4 +61,5 @@ def consumer_org(root: Path) -> dict[str, GitRepo]:
 def add_to(forge: FakeForge) -> None:
     """List the module and every consumer repository on `forge`."""
     for name in (MODULE, *CONSUMERS):
-        forge.add(name, repo=f"acme/{name}")
+        # Pushed an hour ago: past GitLab's throttle of `updated_at`, so the marker is trusted.
+        forge.add(name, repo=f"acme/{name}", pushed=time.time() - 3600)
