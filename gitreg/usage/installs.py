@@ -67,6 +67,7 @@ class Installs:
     def record(self, project: str, repository: str | None, address: ModuleAddress | str, version: str) -> None:
         """One install of `address` `version` by CI project `project` now (memory only: no I/O)."""
         name = str(address)
+        version = version.removeprefix("v")  # `v1.2.3` is the version `1.2.3` (as the download answer finds it)
         install = Install(project, repository, name, version, self._clock())
         key = (project, version)
         module = self._modules.setdefault(name, {})

@@ -132,8 +132,8 @@ async def test_one_entry_per_project_and_version_keeps_the_newest_time(issuer, g
     clock = Clock()
     client = await aiohttp_client(create_app(config(issuer, git, tmp_path / "state"), wall_clock=clock))
     token = issuer.sign(issuer.claims())
-    for _ in range(3):
-        await download(client, "1.0.0", token)
+    for asked in ("1.0.0", "v1.0.0", "1.0.0"):
+        await download(client, asked, token)
         clock.now += 10
     [only] = client.app[INSTALLS].of("acme/vpc/aws")
     assert (only.project, only.version, only.at) == ("acme/infra", "1.0.0", clock.now - 10)
