@@ -25,7 +25,7 @@ import urllib.request
 
 from _common import GitHttpServer, GitregProcess, machine, median, workdir
 from tests.support.forges import FakeForge
-from tests.support.releases import FakeStorage, goreleaser_assets, make_key
+from tests.support.releases import FakeStorage, goreleaser_assets, signing_key
 
 TOKEN = "ghp_benchproviderreleases00001"
 
@@ -64,8 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     rounds, size = (3, 5) if args.quick else (args.rounds, args.megabytes)
     work = workdir("providers")
-    key = make_key(work / "gpg")
-    with GitHttpServer(work / "repos") as git:
+    with signing_key(work / "gpg") as key, GitHttpServer(work / "repos") as git:
         forge = FakeForge("github", git, "acme", token=TOKEN)
         storage = FakeStorage()
         forge.storage = storage

@@ -44,6 +44,9 @@ from gitreg.observability.logs import JsonFormatter
 from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
+from gitreg.providers.hashstore import HashStore
+from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
+from gitreg.providers.packages import PackageFiles
 from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
@@ -54,6 +57,7 @@ from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
+from gitreg.services.provider_hashes import WorkerHasher
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
 from gitreg.storage.files import keep_long_lived
@@ -307,12 +311,17 @@ class Services:
                 sessions.append(aiohttp.ClientSession(auto_decompress=False, trust_env=False, read_bufsize=1 << 20))
             return sessions[0]
 
-        providers = self.providers = Providers(self.config, session, self.clock)
+        hasher = WorkerHasher()  # the packages' `h1:` hashes, computed in parse workers
+        hashes = HashStore(self._storage(), hasher)
+        packages = PackageFiles(self._storage() / PACKAGES_DIRECTORY, self.budget)  # verified zips, in the budget
+        providers = Providers(self.config, session, self.clock, hashes, packages, self.orgs.repository_names)
+        self.providers = providers
         await providers.start()
         try:
             yield
         finally:
             providers.close()
+            await hasher.close()
             for opened in sessions:
                 await opened.close()
 
