@@ -2,13 +2,15 @@
 
     python bench/providers.py [--rounds 7] [--megabytes 40] [--quick]
 
-A fake GitHub (tests/support/forges.py) serves a private release whose zip is `--megabytes` of
-incompressible bytes; its asset API redirects to a fake storage host, as GitHub's does. In each
-round, interleaved: `curl` fetches the asset directly (the token, `Accept:
-application/octet-stream`, the redirect followed without the token), then fetches gitreg's signed
-`download_url` (a real `gitreg serve` process streaming the same asset, its SHA-256 checked on
-the way). Also: the warm `versions` answer's latency. Target: gitreg <= 1.1x the direct download
-(medians, same run).
+A fake GitHub (tests/support/forges.py) serves one private release per round, each zip
+`--megabytes` of incompressible bytes; its asset API redirects to a fake storage host, as
+GitHub's does. In each round, interleaved, with `curl`: the asset directly (the token, `Accept:
+application/octet-stream`, the redirect followed without the token); gitreg's signed
+`download_url` for the first time (a real `gitreg serve` streams the asset from the host, its
+SHA-256 checked on the way, and keeps the verified zip: providers/packages.py); the same URL
+again (the kept zip, sent with sendfile); the asset directly again. Each gitreg download is
+divided by the direct one next to it; the figures are the medians of those ratios. Also: the
+warm `versions` answer's latency. Target: gitreg <= 1.1x the direct download (same run).
 """
 
 from __future__ import annotations
@@ -69,9 +71,13 @@ def main() -> int:
         storage = FakeStorage()
         forge.storage = storage
         serve_fakes(forge, storage)
-        files = goreleaser_assets("widget", "1.0.0", key, platforms=(("linux", "amd64"),), payload=size * 1024 * 1024)
-        release = forge.add_release("terraform-provider-widget", "v1.0.0", files)
-        asset = next(a["url"] for a in release["assets"] if a["name"].endswith(".zip"))
+        assets = []
+        for n in range(rounds):
+            version = f"1.0.{n}"
+            one = (("linux", "amd64"),)
+            files = goreleaser_assets("widget", version, key, platforms=one, payload=size * 1024 * 1024)
+            release = forge.add_release("terraform-provider-widget", f"v{version}", files)
+            assets.append((version, next(a["url"] for a in release["assets"] if a["name"].endswith(".zip"))))
         config = work / "gitreg.toml"
         config.write_text(
             f'[[providers]]\nnamespace = "acme"\ntype = "*"\n'
@@ -83,33 +89,42 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as home:
             server = GitregProcess("--config", str(config), env={"HOME": home}).start()
             try:
-                return measure(server.url, asset, rounds, size)
+                return measure(server.url, assets, size)
             finally:
                 server.stop()
 
 
-def measure(url: str, asset: str, rounds: int, size: int) -> int:
-    with urllib.request.urlopen(f"{url}/v1/providers/acme/widget/1.0.0/download/linux/amd64") as resp:
-        signed = json.loads(resp.read())["download_url"]
+def measure(url: str, assets: list[tuple[str, str]], size: int) -> int:
     direct_headers = [f"Authorization: Bearer {TOKEN}", "Accept: application/octet-stream"]
     direct: list[float] = []
-    through: list[float] = []
-    curl(asset, direct_headers), curl(signed, [])  # warm both paths once
-    for _ in range(rounds):
-        direct.append(curl(asset, direct_headers))
-        through.append(curl(signed, []))
+    first: list[float] = []
+    kept: list[float] = []
+    cold: list[float] = []
+    warm: list[float] = []
+    for version, asset in assets:
+        with urllib.request.urlopen(f"{url}/v1/providers/acme/widget/{version}/download/linux/amd64") as resp:
+            signed = json.loads(resp.read())["download_url"]
+        before = curl(asset, direct_headers)
+        first.append(curl(signed, []))
+        kept.append(curl(signed, []))
+        after = curl(asset, direct_headers)
+        direct += [before, after]
+        cold.append(first[-1] / before)
+        warm.append(kept[-1] / after)
     versions: list[float] = []
     for _ in range(200):
         started = time.perf_counter()
         with urllib.request.urlopen(f"{url}/v1/providers/acme/widget/versions") as resp:
             resp.read()
         versions.append(time.perf_counter() - started)
-    ratio = median(through) / median(direct)
     print(machine())
-    print(f"zip of {size} MiB, {rounds} rounds, interleaved, medians")
-    print(f"  direct from the host (API + storage redirect): {median(direct) * 1000:8.1f} ms")
-    print(f"  through gitreg's signed URL (streamed, checked): {median(through) * 1000:8.1f} ms")
-    print(f"  ratio: {ratio:.3f}x (target <= 1.1x): {'met' if ratio <= 1.1 else 'MISSED'}")
+    print(f"zip of {size} MiB, {len(assets)} rounds (one release each), interleaved; medians")
+    print(f"  direct from the host (API + storage redirect):   {median(direct) * 1000:8.1f} ms")
+    print(f"  gitreg, first download (streamed, checked, kept): {median(first) * 1000:8.1f} ms")
+    print(f"  gitreg, later downloads (the kept zip, sendfile): {median(kept) * 1000:8.1f} ms")
+    ratio = median(warm)
+    print(f"  ratio, first download / direct: {median(cold):.3f}x (median of {len(cold)} ratios)")
+    print(f"  ratio, later downloads / direct: {ratio:.3f}x (target <= 1.1x): {'met' if ratio <= 1.1 else 'MISSED'}")
     print(f"  warm versions answer: median {median(versions) * 1000:.2f} ms over {len(versions)} requests")
     return 0 if ratio <= 1.1 else 1
 

@@ -69,6 +69,9 @@ class PackageFiles:
         path = self.path(shasum)
         if not self.budget.touch(str(path)):
             return None
+        if not path.is_file():  # removed behind gitreg's back: fetched again (one stat, no read)
+            self.budget.forget(str(path))
+            return None
         self.budget.hold(str(path))
         return path
 

@@ -37,6 +37,7 @@ from gitreg.providers.hashstore import HashStore
 from gitreg.providers.keys import Keyring, KeysError, PublicKey
 from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
 from gitreg.providers.packages import PackageFiles
+from gitreg.providers.readme import ReleaseReadmes
 from gitreg.providers.release import (
     Candidate,
     Package,
@@ -92,6 +93,15 @@ class Listing:
 
 
 @dataclass(frozen=True)
+class Readme:
+    """The README at a release's tag: its Markdown, the commit, the repository's web page."""
+
+    text: str
+    commit: str
+    web_url: str
+
+
+@dataclass(frozen=True)
 class Source:
     """Where `namespace/type` comes from: its rule, the repository URL and its path on the host."""
 
@@ -113,10 +123,13 @@ class Providers:
         hashes: HashStore | None = None,
         packages: PackageFiles | None = None,
         repositories: Callable[[], Iterable[tuple[str, str]]] = tuple,
+        readmes: ReleaseReadmes | None = None,
     ) -> None:
         self.config = config
         # (API URL, full name) of the repositories the orgs enumerated: the types `*` rules serve unasked.
         self._repositories = repositories
+        self.readmes = readmes  # None: no README on the pages (`gitreg check --probe`)
+        self._repository_urls: dict[str, tuple[str, str]] = {}  # full name -> (clone URL, web URL)
         self.rules = config.providers
         self._session = session
         self._clock = clock
@@ -314,6 +327,29 @@ class Providers:
 
         listed = await asyncio.gather(*(one(p) for p in version.packages))
         return dict(zip(version.packages, listed, strict=True))
+
+    async def readme(self, namespace: str, type_: str, version: ProviderVersion) -> Readme | None:
+        """The README at `version`'s tag (readme.py), with where its relative links point; None when none."""
+        if self.readmes is None:
+            return None
+        source = self.source(namespace, type_)
+        clone_url, web_url = await self._urls(source)
+        found = await self.readmes.at_tag(clone_url, version.tag)
+        if found is None or not found[0]:
+            return None
+        return Readme(found[0], found[1], web_url)
+
+    async def _urls(self, source: Source) -> tuple[str, str]:
+        """The repository's clone and web URLs as its host's API names them (else the configured URL)."""
+        known = self._repository_urls.get(source.full_name)
+        if known is None:
+            try:
+                record = await self._client(source).repository(source.full_name)
+            except ForgeError:
+                return source.repository, source.repository  # not remembered: the next page asks again
+            known = (record.https_url, record.web_url) if record is not None else (source.repository,) * 2
+            self._repository_urls[source.full_name] = known
+        return known
 
     # ---- a package's bytes -----------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.providers.hashstore import HashStore
 from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
 from gitreg.providers.packages import PackageFiles
+from gitreg.providers.readme import ReleaseReadmes
 from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
@@ -314,7 +315,13 @@ class Services:
         hasher = WorkerHasher()  # the packages' `h1:` hashes, computed in parse workers
         hashes = HashStore(self._storage(), hasher)
         packages = PackageFiles(self._storage() / PACKAGES_DIRECTORY, self.budget)  # verified zips, in the budget
-        providers = Providers(self.config, session, self.clock, hashes, packages, self.orgs.repository_names)
+        cache = self.cache
+
+        async def tag_shas(url: str) -> Mapping[str, str]:
+            return (await cache.get(url)).tags
+
+        readmes = ReleaseReadmes(tag_shas, self.mirrors, MirrorGit(self.git), self.pool)  # READMEs at release tags
+        providers = Providers(self.config, session, self.clock, hashes, packages, self.orgs.repository_names, readmes)
         self.providers = providers
         await providers.start()
         try:

@@ -19,10 +19,11 @@ import pytest
 
 from gitreg.providers.hashes import h1_of_zip
 from gitreg.web.keys import PROVIDERS
-from tests.support.app import make_config
+from tests.support.app import GIT_PASSWORD, GIT_USER, make_config
 from tests.support.forges import FakeForge
 from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets
 from tests.support.releases import signing_key as key_in
+from tests.support.repos import GitRepo
 
 GH_TOKEN = "ghp_providerreleasesreader01"
 STATIC = "static-token-for-providers-0001"
@@ -413,3 +414,31 @@ async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(make
     assert archives["linux_amd64"]["hashes"][0] == h1_of_zip(io.BytesIO(data))
     workers = client.app[PROVIDERS].hashes.hasher.workers  # the parse workers (index/parse_workers.py)
     assert workers.started == 1 and all(pid != os.getpid() for pid in workers.pids())
+
+
+async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_sanitized(
+    make_client, git_http, forge, signing_key, tmp_path
+):
+    repo = GitRepo(git_http.root, REPO)
+    repo.commit({"README.md": "# Widget v1\n"})
+    repo.tag("v1.0.0")
+    readme = (
+        "# Widget provider\n\nSee [the docs](docs/index.md).\n\n<script>alert(1)</script><b onclick='x()'>bold</b>\n"
+    )
+    repo.commit({"README.md": readme})
+    repo.tag("v1.1.0")
+    repo.commit({"README.md": "# Not released yet\n"})
+    forge.add(REPO)  # its clone URL: the git server's
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key))
+    credentials = [{"url": f"{git_http.base_url}/", "username": GIT_USER, "password": GIT_PASSWORD}]
+    client = await make_client(
+        provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
+    )
+    for _ in range(2):
+        page = await (await client.get("/providers/acme/widget")).text()
+        assert "<h1>Widget provider</h1>" in page and "Not released yet" not in page and "Widget v1" not in page
+        assert "<script>alert" not in page and "onclick" not in page and "<b>bold</b>" in page
+        # a relative link points into the repository at the release's tag
+        assert f'href="{forge.base_url}' not in page or "/blob/v1.1.0/docs/index.md" in page
+    assert client.app[PROVIDERS].readmes.reads == 1  # remembered per commit

@@ -1,17 +1,22 @@
 """The provider pages: `/providers` (the providers served from releases, a namespace filter) and
 `/providers/{namespace}/{type}` (versions, platforms, the signing key, a copy-ready
-`required_providers` block). Rendered from the verified release lists (providers/service.py)."""
+`required_providers` block, the README of the latest release's tag). Rendered from the verified
+release lists (providers/service.py); the README is read with git (providers/readme.py) and
+rendered as a module's (readme.py: parse workers, the nh3 allow-list)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from aiohttp import web
+from markupsafe import Markup
 
 from gitreg.core.errors import GitregError
 from gitreg.providers.release import ProviderVersion
 from gitreg.web.auth import visibility
 from gitreg.web.keys import PROVIDERS
+from gitreg.web.pages.markdown import Links
+from gitreg.web.pages.readme import READMES
 from gitreg.web.pages.render import not_found, registry_host, render
 
 
@@ -87,4 +92,13 @@ async def provider_page(request: web.Request) -> web.Response:
         latest=latest,
         key=providers.signer(namespace, type_, latest),
         snippet=required_providers(registry_host(request), namespace, type_, latest),
+        readme=await _readme(request, namespace, type_, latest),
     )
+
+
+async def _readme(request: web.Request, namespace: str, type_: str, version: ProviderVersion) -> Markup:
+    """The README at `version`'s tag as sanitized HTML, relative links into the repository at that tag ("" for none)."""
+    found = await request.app[PROVIDERS].readme(namespace, type_, version)
+    if found is None:
+        return Markup("")
+    return await request.app[READMES].html(found.text, Links(found.web_url, version.tag), found.commit)

@@ -37,7 +37,7 @@ from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.providers import provider_page, providers_page
-from gitreg.web.pages.readme import Readmes
+from gitreg.web.pages.readme import READMES, Readmes
 from gitreg.web.pages.render import (
     HERE,
     host_note,
@@ -58,8 +58,6 @@ FILE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
     "X-Content-Type-Options": "nosniff",
 }
-# READMEs rendered off the event loop, remembered per commit (readme.py).
-READMES = web.AppKey("ui_readmes", Readmes)
 
 
 def being_indexed(request: web.Request, address: ModuleAddress, why: NotListedYet) -> web.Response:
