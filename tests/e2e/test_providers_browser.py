@@ -37,7 +37,7 @@ provider "widget" { endpoint = "https://widgets.acme.example/api/v1/with/a/long/
 ```
 
 <script>window.pwned = "script";</script>
-<img src=x onerror="window.pwned='img'">
+<img src="x.png" alt="a diagram" onerror="window.pwned='img'">
 [click me](javascript:window.pwned='link')
 """
 
@@ -83,7 +83,7 @@ def test_the_provider_pages_are_accessible_and_fit_a_phone(server, tmp_path, sch
                 driver.get(server.url + path)
                 driver.save_screenshot(str(shots / f"{name}-{width}-{scheme}.png"))
                 assert axe_violations(driver) == [], (path, width, scheme)
-                assert page_overflow(driver) == 0, (path, width, scheme)
+                assert page_overflow(driver) <= 0, (path, width, scheme)
             readme = driver.find_element(By.CSS_SELECTOR, ".markdown")
             assert "Manages widgets of the Acme widget service." in readme.text
             assert driver.execute_script("return window.pwned === undefined")

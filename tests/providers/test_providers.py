@@ -437,8 +437,7 @@ async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_san
     )
     for _ in range(2):
         page = await (await client.get("/providers/acme/widget")).text()
-        assert "<h1>Widget provider</h1>" in page and "Not released yet" not in page and "Widget v1" not in page
+        assert ">Widget provider</h1>" in page and "Not released yet" not in page and "Widget v1" not in page
         assert "<script>alert" not in page and "onclick" not in page and "<b>bold</b>" in page
-        # a relative link points into the repository at the release's tag
-        assert f'href="{forge.base_url}' not in page or "/blob/v1.1.0/docs/index.md" in page
+        assert "/blob/v1.1.0/docs/index.md" in page  # a relative link: into the repository at the release's tag
     assert client.app[PROVIDERS].readmes.reads == 1  # remembered per commit
