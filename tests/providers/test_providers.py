@@ -9,6 +9,7 @@ import hmac
 import io
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -441,3 +442,27 @@ async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_san
         assert "<script>alert" not in page and "onclick" not in page and "<b>bold</b>" in page
         assert "/blob/v1.1.0/docs/index.md" in page  # a relative link: into the repository at the release's tag
     assert client.app[PROVIDERS].readmes.reads == 1  # remembered per commit
+
+
+def test_a_tests_signing_key_leaves_no_gpg_agent_behind(tmp_path):
+    home = tmp_path / "home"
+
+    def agents() -> list[str]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "gpg-agent" in cmdline and str(home) in cmdline:
+                found.append(cmdline)
+        return found
+
+    with key_in(home) as key:
+        assert key.sign(b"SHA256SUMS")
+        assert agents()  # signing started one for this home
+    for _ in range(100):
+        if not agents():
+            break
+        time.sleep(0.05)
+    assert agents() == []

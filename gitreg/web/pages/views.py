@@ -37,7 +37,8 @@ from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.providers import provider_page, providers_page
-from gitreg.web.pages.readme import READMES, Readmes
+from gitreg.web.pages.readme import READMES as READMES  # (defined there: the provider pages use it too)
+from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import (
     HERE,
     host_note,
