@@ -52,8 +52,9 @@ class PackageFiles:
         self.budget.seed((path, size, used, KIND, self._remove) for path, size, used in found)
 
     def _scan(self) -> list[tuple[str, int, float]]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        found = []
+        found: list[tuple[str, int, float]] = []
+        if not self.directory.is_dir():  # made by the first zip kept (`gitreg check --probe` makes none)
+            return found
         with os.scandir(self.directory) as entries:
             for entry in entries:
                 if _NAME_RE.fullmatch(entry.name):

@@ -229,6 +229,18 @@ class Providers:
                 return cached[1]
             raise
 
+    async def listings(self, keys: list[tuple[str, str]]) -> list[Listing | GitregError]:
+        """Each provider's listing, or why there is none, read at once (the first view of an org's
+        providers reads all their release lists)."""
+
+        async def one(namespace: str, type_: str) -> Listing | GitregError:
+            try:
+                return await self.listing(namespace, type_)
+            except GitregError as e:
+                return e
+
+        return list(await asyncio.gather(*(one(*key) for key in keys)))
+
     async def _read(self, key: tuple[str, str], source: Source) -> Listing:
         client = self._client(source)
         try:

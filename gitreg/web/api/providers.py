@@ -57,21 +57,19 @@ async def _readable(request: web.Request, namespace: str, type_: str) -> None:
 
 @provider_routes.get("/v1/providers", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def provider_list(request: web.Request) -> web.Response:
-    """The providers served (each rule's type, and the types of `*` rules asked for so far) the caller
-    may see, with their versions; `?namespace=` narrows it."""
+    """The providers served (each rule's type, the types of `*` rules the orgs' repositories name, and
+    those asked for so far) the caller may see, with their versions; `?namespace=` narrows it."""
     providers = request.app[PROVIDERS]
     seen = await visibility(request)
     wanted = request.query.get("namespace", "").lower()
+    shown = [
+        (namespace, type_)
+        for namespace, type_ in providers.known()
+        if (not wanted or namespace == wanted) and seen.allows(namespace, providers.source(namespace, type_).repository)
+    ]
     found = []
-    for namespace, type_ in providers.known():
-        if (wanted and namespace != wanted) or not seen.allows(
-            namespace, providers.source(namespace, type_).repository
-        ):
-            continue
-        try:
-            versions = [v.version for v in (await providers.listing(namespace, type_)).versions]
-        except GitregError:
-            versions = []
+    for (namespace, type_), listing in zip(shown, await providers.listings(shown), strict=True):
+        versions = [] if isinstance(listing, GitregError) else [v.version for v in listing.versions]
         found.append({"id": f"{namespace}/{type_}", "namespace": namespace, "type": type_, "versions": versions})
     return web.json_response({"providers": found})
 

@@ -33,18 +33,17 @@ class ProviderRow:
 async def _rows(request: web.Request, namespace: str | None) -> list[ProviderRow]:
     providers = request.app[PROVIDERS]
     seen = await visibility(request)
+    shown = [
+        (ns, type_)
+        for ns, type_ in providers.known()
+        if (not namespace or ns == namespace.lower()) and seen.allows(ns, providers.source(ns, type_).repository)
+    ]
     rows = []
-    for ns, type_ in providers.known():
-        if namespace and ns != namespace.lower():
-            continue
-        if not seen.allows(ns, providers.source(ns, type_).repository):
-            continue
-        try:
-            listing = await providers.listing(ns, type_)
-        except GitregError as e:
-            rows.append(ProviderRow(ns, type_, None, e.message))
-            continue
-        rows.append(ProviderRow(ns, type_, listing.versions[0] if listing.versions else None))
+    for (ns, type_), listing in zip(shown, await providers.listings(shown), strict=True):
+        if isinstance(listing, GitregError):
+            rows.append(ProviderRow(ns, type_, None, listing.message))
+        else:
+            rows.append(ProviderRow(ns, type_, listing.versions[0] if listing.versions else None))
     return rows
 
 
