@@ -466,3 +466,33 @@ def test_a_tests_signing_key_leaves_no_gpg_agent_behind(tmp_path):
             break
         time.sleep(0.05)
     assert agents() == []
+
+
+async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_goes(
+    make_client, forge, signing_key, tmp_path
+):
+    zips = {}
+    for version in ("1.0.0", "2.0.0"):
+        files = goreleaser_assets("widget", version, signing_key, platforms=(("linux", "amd64"),), payload=700_000)
+        forge.add_release(REPO, f"v{version}", files)
+        zips[version] = files[f"terraform-provider-widget_{version}_linux_amd64.zip"]
+    storage = {"path": str(tmp_path / "st"), "max_bytes": 1024 * 1024}  # room for one of them
+    client = await make_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage=storage))
+    kept = tmp_path / "st" / "providers"
+
+    async def download(version: str) -> bytes:
+        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
+        url = urlsplit(answer["download_url"])
+        return await (await client.get(f"{url.path}?{url.query}")).read()
+
+    assert await download("1.0.0") == zips["1.0.0"]
+    assert await download("2.0.0") == zips["2.0.0"]
+    newest = f"{hashlib.sha256(zips['2.0.0']).hexdigest()}.zip"
+    for _ in range(250):  # eviction runs in the background
+        if [p.name for p in kept.iterdir()] == [newest]:
+            break
+        await asyncio.sleep(0.02)
+    assert [p.name for p in kept.iterdir()] == [newest]
+    reads = len(forge.requests("/releases/assets/"))
+    assert await download("1.0.0") == zips["1.0.0"]  # fetched from the host again
+    assert len(forge.requests("/releases/assets/")) > reads
