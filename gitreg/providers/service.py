@@ -20,6 +20,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import semver
@@ -359,9 +360,24 @@ class Providers:
                 record = await self._client(source).repository(source.full_name)
             except ForgeError:
                 return source.repository, source.repository  # not remembered: the next page asks again
-            known = (record.https_url, record.web_url) if record is not None else (source.repository,) * 2
+            known = (source.repository, source.repository)
+            if record is not None and self._on_git_host(source, record.https_url):
+                known = (
+                    record.https_url,
+                    record.web_url if record.web_url.startswith("https://") else source.repository,
+                )
             self._repository_urls[source.full_name] = known
         return known
+
+    def _on_git_host(self, source: Source, url: str) -> bool:
+        """True when a clone URL the API names is on the repository's host, the API's Git host or an
+        `[[orgs]]` entry's `clone_hosts` for that API (URLs from an API stay on that API's host)."""
+        found = parse(url)
+        api = (urlsplit(source.rule.api_url).hostname or "").lower()
+        configured = parse(source.repository)
+        hosts = {api, api.removeprefix("api."), configured.host if configured is not None else ""}
+        hosts.update(h for o in self.config.orgs if o.api_url == source.rule.api_url for h in o.clone_hosts)
+        return found is not None and not found.is_scp and found.user is None and found.host in hosts - {""}
 
     # ---- a package's bytes -----------------------------------------------------------------
 

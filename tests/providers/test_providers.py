@@ -496,3 +496,26 @@ async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_
     reads = len(forge.requests("/releases/assets/"))
     assert await download("1.0.0") == zips["1.0.0"]  # fetched from the host again
     assert len(forge.requests("/releases/assets/")) > reads
+
+
+async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
+    make_client, git_http, forge, signing_key, tmp_path
+):
+    repo = GitRepo(git_http.root, REPO)
+    repo.commit({"README.md": "# Widget provider\n"})
+    repo.tag("v1.0.0")
+    listed = forge.add(REPO)
+    elsewhere = listed["clone_url"].replace("127.0.0.1", "localhost")  # the same server under another name
+    with forge._lock:
+        forge._repos[REPO]["clone_url"] = elsewhere
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    credentials = [
+        {"url": url, "username": GIT_USER, "password": GIT_PASSWORD}
+        for url in (f"{git_http.base_url}/", f"{git_http.base_url.replace('127.0.0.1', 'localhost')}/")
+    ]
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
+    client = await make_client(config)
+    page = await client.get("/providers/acme/widget")
+    assert page.status == 200
+    assert "Widget provider" not in await page.text()
+    assert client.app[PROVIDERS].readmes.reads == 0
