@@ -19,12 +19,14 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 from _common import GitHttpServer, GitregProcess, machine, median, workdir
 from tests.support.forges import FakeForge
@@ -74,6 +76,14 @@ def main() -> int:
     args = parser.parse_args()
     rounds, size = (3, 5) if args.quick else (args.rounds, args.megabytes)
     work = workdir("providers")
+    try:
+        return run(work, rounds, size)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # (the kept zips: 40 MiB a round)
+
+
+def run(work: Path, rounds: int, size: int) -> int:
+    """Start the fakes and gitreg in `work`, and measure."""
     with signing_key(work / "gpg") as key, GitHttpServer(work / "repos") as git:
         forge = FakeForge("github", git, "acme", token=TOKEN)
         storage = FakeStorage()
