@@ -90,6 +90,12 @@ class OrgCatalog:
         """Every org module now (a read-only view; replaced, never mutated, on change)."""
         return self._listing.by_address
 
+    def repository_names(self) -> list[tuple[str, str]]:
+        """(API URL, full name) of every repository the orgs' last listings hold (providers match them)."""
+        return [
+            (s.config.api_url, r.full_name) for s in self._orgs if s.records is not None for r in s.records.values()
+        ]
+
     def serves_namespace(self, namespace: str) -> bool:
         """True when an org serves `namespace` (so a name it does not list is a 404, without git)."""
         return namespace in self._namespaces

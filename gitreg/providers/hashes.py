@@ -38,3 +38,15 @@ def h1_of_zip(file: BinaryIO) -> str:
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise HashError(f"not a readable zip: {e}") from None
     return "h1:" + base64.b64encode(hashlib.sha256("".join(lines).encode()).digest()).decode()
+
+
+def h1_request(request: dict[str, str]) -> dict[str, str]:
+    """h1_of_zip() as a parse worker runs it (index.parse_workers' handler): the zip at
+    `request["path"]`; `{"h1": ...}`, or `{"error": why}` when it cannot be hashed."""
+    try:
+        with open(request["path"], "rb") as f:
+            return {"h1": h1_of_zip(f)}
+    except HashError as e:
+        return {"error": str(e)}
+    except OSError as e:
+        return {"error": f"cannot read the zip: {e.strerror}"}

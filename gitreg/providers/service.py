@@ -12,16 +12,20 @@ and the answer, served or refused with a reason, is remembered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import semver
 
-from gitreg.config.model import Config, OrgConfig, ProviderRule, credential_for
+from gitreg.config.model import PROVIDER_TYPE_RE, Config, OrgConfig, ProviderRule, credential_for
 from gitreg.core.errors import GitregError, ModuleNotFound, UpstreamUnavailable, VersionNotFound
 from gitreg.core.flight import InFlight
 from gitreg.core.urls import host_path, parse
@@ -32,6 +36,9 @@ from gitreg.forges.records import Release
 from gitreg.forges.releases import open_asset, read_asset
 from gitreg.providers.hashstore import HashStore
 from gitreg.providers.keys import Keyring, KeysError, PublicKey
+from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
+from gitreg.providers.packages import PackageFiles
+from gitreg.providers.readme import ReleaseReadmes
 from gitreg.providers.release import (
     Candidate,
     Package,
@@ -56,6 +63,16 @@ CHUNK = 256 * 1024
 H1_WAIT = 8.0
 
 
+@functools.lru_cache(maxsize=64)
+def type_pattern(repository: str) -> re.Pattern[str]:
+    """A `*` rule's repository as a pattern over a repository's full name on its host (lowercase),
+    `{type}` a group named `type`."""
+    marker = "gitregprovidertype"
+    found = parse(repository.replace("{type}", marker))
+    path = found.path.strip("/").removesuffix(".git").lower() if found is not None else ""
+    return re.compile(re.escape(path).replace(marker, "(?P<type>[a-z0-9-]+)"))
+
+
 class PackageMismatch(GitregError):
     """A package's bytes do not match its signed SHA-256: the stream is cut short."""
 
@@ -74,6 +91,15 @@ class Listing:
         parsed = parse_version(version)
         wanted = str(parsed) if parsed is not None else version
         return next((v for v in self.versions if v.version == wanted), None)
+
+
+@dataclass(frozen=True)
+class Readme:
+    """The README at a release's tag: its Markdown, the commit, the repository's web page."""
+
+    text: str
+    commit: str
+    web_url: str
 
 
 @dataclass(frozen=True)
@@ -96,8 +122,15 @@ class Providers:
         session: Callable[[], aiohttp.ClientSession],
         clock: Callable[[], float],
         hashes: HashStore | None = None,
+        packages: PackageFiles | None = None,
+        repositories: Callable[[], Iterable[tuple[str, str]]] = tuple,
+        readmes: ReleaseReadmes | None = None,
     ) -> None:
         self.config = config
+        # (API URL, full name) of the repositories the orgs enumerated: the types `*` rules serve unasked.
+        self._repositories = repositories
+        self.readmes = readmes  # None: no README on the pages (`gitreg check --probe`)
+        self._repository_urls: dict[str, tuple[str, str]] = {}  # full name -> (clone URL, web URL)
         self.rules = config.providers
         self._session = session
         self._clock = clock
@@ -108,10 +141,12 @@ class Providers:
         self._verified: dict[tuple[object, ...], ProviderVersion | Refusal] = {}
         self._verify_slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
         self.hashes = hashes or HashStore(Path(config.storage.path))
+        self.packages = packages or PackageFiles(Path(config.storage.path) / PACKAGES_DIRECTORY)
 
     async def start(self) -> None:
         """Import each keys file into a GNUPGHOME of gitreg's own; read the `h1:` hashes kept."""
         await asyncio.to_thread(self.hashes.load)
+        await self.packages.start()
         for rule in self.rules:
             if rule.keys not in self._keyrings and rule.keys not in self._unreadable:
                 try:
@@ -156,8 +191,16 @@ class Providers:
         return self._keyrings[source.rule.keys].keys
 
     def known(self) -> list[tuple[str, str]]:
-        """The providers a listing shows: each rule's fixed type, and the types of `*` rules asked for so far."""
+        """The providers a listing shows: each rule's fixed type, the types of `*` rules whose repositories
+        the orgs enumerated (an `[[orgs]]` entry's `providers = true` included), and those asked for so far."""
         found = {(r.namespace.lower(), r.type) for r in self.rules if r.type is not None}
+        wildcards = [(r.api_url, r.namespace.lower(), type_pattern(r.repository)) for r in self.rules if r.type is None]
+        if wildcards:
+            for api_url, full_name in self._repositories():
+                for api, namespace, pattern in wildcards:
+                    m = pattern.fullmatch(full_name.lower()) if api == api_url else None
+                    if m is not None and PROVIDER_TYPE_RE.fullmatch(m["type"]):
+                        found.add((namespace, m["type"]))
         found |= set(self._lists)
         return sorted(found)
 
@@ -186,6 +229,18 @@ class Providers:
             if cached is not None and now - cached[0] < self.config.cache.ttl_seconds + self.config.cache.stale_seconds:
                 return cached[1]
             raise
+
+    async def listings(self, keys: list[tuple[str, str]]) -> list[Listing | GitregError]:
+        """Each provider's listing, or why there is none, read at once (the first view of an org's
+        providers reads all their release lists)."""
+
+        async def one(namespace: str, type_: str) -> Listing | GitregError:
+            try:
+                return await self.listing(namespace, type_)
+            except GitregError as e:
+                return e
+
+        return list(await asyncio.gather(*(one(*key) for key in keys)))
 
     async def _read(self, key: tuple[str, str], source: Source) -> Listing:
         client = self._client(source)
@@ -280,16 +335,72 @@ class Providers:
         """Each package's hashes for a mirror: `h1:` (computed once per zip, within H1_WAIT seconds) and `zh:`."""
 
         async def one(package: Package) -> list[str]:
-            found = await self.hashes.h1(package.shasum, lambda: self.stream(namespace, type_, package), H1_WAIT)
+            found = await self.hashes.h1(package.shasum, lambda: self.kept(namespace, type_, package), H1_WAIT)
             return [found, f"zh:{package.shasum}"] if found else [f"zh:{package.shasum}"]
 
         listed = await asyncio.gather(*(one(p) for p in version.packages))
         return dict(zip(version.packages, listed, strict=True))
 
+    async def readme(self, namespace: str, type_: str, version: ProviderVersion) -> Readme | None:
+        """The README at `version`'s tag (readme.py), with where its relative links point; None when none."""
+        if self.readmes is None:
+            return None
+        source = self.source(namespace, type_)
+        clone_url, web_url = await self._urls(source)
+        found = await self.readmes.at_tag(clone_url, version.tag)
+        if found is None or not found[0]:
+            return None
+        return Readme(found[0], found[1], web_url)
+
+    async def _urls(self, source: Source) -> tuple[str, str]:
+        """The repository's clone and web URLs as its host's API names them (else the configured URL)."""
+        known = self._repository_urls.get(source.full_name)
+        if known is None:
+            try:
+                record = await self._client(source).repository(source.full_name)
+            except ForgeError:
+                return source.repository, source.repository  # not remembered: the next page asks again
+            known = (source.repository, source.repository)
+            if record is not None and self._on_git_host(source, record.https_url):
+                known = (
+                    record.https_url,
+                    record.web_url if record.web_url.startswith("https://") else source.repository,
+                )
+            self._repository_urls[source.full_name] = known
+        return known
+
+    def _on_git_host(self, source: Source, url: str) -> bool:
+        """True when a clone URL the API names is on the repository's host, the API's Git host or an
+        `[[orgs]]` entry's `clone_hosts` for that API (URLs from an API stay on that API's host)."""
+        found = parse(url)
+        api = (urlsplit(source.rule.api_url).hostname or "").lower()
+        configured = parse(source.repository)
+        hosts = {api, api.removeprefix("api."), configured.host if configured is not None else ""}
+        hosts.update(h for o in self.config.orgs if o.api_url == source.rule.api_url for h in o.clone_hosts)
+        return found is not None and not found.is_scp and found.user is None and found.host in hosts - {""}
+
     # ---- a package's bytes -----------------------------------------------------------------
 
-    async def stream(self, namespace: str, type_: str, package: Package) -> AsyncIterator[bytes]:
-        """The package's bytes from the Git host, chunk by chunk, its SHA-256 checked as they pass.
+    @contextlib.asynccontextmanager
+    async def kept(self, namespace: str, type_: str, package: Package) -> AsyncIterator[Path]:
+        """The package's verified zip on disk (fetched from the Git host first when not kept), held
+        while in the `async with`; GitregError when it cannot be fetched or kept."""
+        path = self.packages.open(package.shasum)
+        if path is None:
+            async for _ in self.stream(namespace, type_, package):
+                pass
+            path = self.packages.open(package.shasum)
+            if path is None:
+                raise UpstreamUnavailable(f"provider {namespace}/{type_}: {package.filename} could not be kept on disk")
+        try:
+            yield path
+        finally:
+            self.packages.release(path)
+
+    # long: one stream, its three concerns (size bound, SHA-256, the copy kept) in step chunk by chunk
+    async def stream(self, namespace: str, type_: str, package: Package) -> AsyncGenerator[bytes, None]:
+        """The package's bytes from the Git host, chunk by chunk, its SHA-256 checked as they pass,
+        and the zip kept on disk (packages.py) once the whole of it matched.
 
         The last chunk is held back until the whole zip hashed right: on a mismatch PackageMismatch
         is raised instead, so a client never receives a complete package that is not the signed one.
@@ -297,31 +408,46 @@ class Providers:
         source = self.source(namespace, type_)
         client = self._client(source)
         digest = hashlib.sha256()
+        writer = self.packages.writer()
         held = b""
         size, limit = 0, package.asset.size
-        # The hash runs on a worker thread (hashlib lets go of the GIL), one chunk behind the bytes
-        # passed on: the SHA-256 costs about as much CPU as the transfer, and overlaps it.
+        kept = False
+
+        def take(chunk: bytes) -> None:
+            digest.update(chunk)
+            writer.write(chunk)
+
+        # The hash and the disk write run on a worker thread (hashlib lets go of the GIL), one chunk
+        # behind the bytes passed on: they overlap the transfer.
         hashing: asyncio.Future[None] | None = None
         try:
-            async with open_asset(client, package.asset, client.asset_headers()) as resp:
-                async for chunk in resp.content.iter_chunked(CHUNK):
-                    size += len(chunk)
-                    if limit is not None and size > limit:  # never more than the Content-Length announced
-                        raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
-                    if hashing is not None:
-                        await hashing
-                    hashing = asyncio.ensure_future(asyncio.to_thread(digest.update, chunk))
-                    if held:
-                        yield held
-                    held = chunk
-        except ForgeError as e:
-            raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
-        if hashing is not None:  # (on a failure above it just finishes, unread)
-            await hashing
-        if digest.hexdigest() != package.shasum:
-            log.error(
-                "provider %s/%s: %s does not match its signed SHA-256; refused", namespace, type_, package.filename
-            )
-            raise PackageMismatch(f"{package.filename} does not match SHA256SUMS; refused")
-        if held:
-            yield held
+            try:
+                async with open_asset(client, package.asset, client.asset_headers()) as resp:
+                    async for chunk in resp.content.iter_chunked(CHUNK):
+                        size += len(chunk)
+                        if limit is not None and size > limit:  # never more than the Content-Length announced
+                            raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
+                        if hashing is not None:
+                            await hashing
+                        hashing = asyncio.ensure_future(asyncio.to_thread(take, chunk))
+                        if held:
+                            yield held
+                        held = chunk
+            except ForgeError as e:
+                raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
+            if hashing is not None:
+                await hashing
+                hashing = None
+            if digest.hexdigest() != package.shasum:
+                log.error(
+                    "provider %s/%s: %s does not match its signed SHA-256; refused", namespace, type_, package.filename
+                )
+                raise PackageMismatch(f"{package.filename} does not match SHA256SUMS; refused")
+            kept = await writer.keep(package.shasum) is not None
+            if held:
+                yield held
+        finally:
+            if hashing is not None:  # (on a failure above it just finishes, unread)
+                await asyncio.wait([hashing])
+            if not kept:
+                await writer.discard()

@@ -5,5 +5,8 @@ identity door...) in dependency order and closes them in reverse; the role (inde
 decides which a process has. The web layer wires HTTP to it (web/app.py), the index process runs
 it without any HTTP (indexer.py), and the tests get what production gets through `create_app`.
 
+`provider_hashes`: the parse workers that compute provider zips' `h1:` (the providers' layer is
+below the parse workers', so the root hands them in).
+
 May import every package below it; imported by `gitreg.web` and `gitreg.indexer`.
 """

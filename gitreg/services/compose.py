@@ -14,7 +14,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,6 +44,10 @@ from gitreg.observability.logs import JsonFormatter
 from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
+from gitreg.providers.hashstore import HashStore
+from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
+from gitreg.providers.packages import PackageFiles
+from gitreg.providers.readme import ReleaseReadmes
 from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
@@ -54,6 +58,7 @@ from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
+from gitreg.services.provider_hashes import WorkerHasher
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
 from gitreg.storage.files import keep_long_lived
@@ -318,12 +323,23 @@ class Services:
                 sessions.append(aiohttp.ClientSession(auto_decompress=False, trust_env=False, read_bufsize=1 << 20))
             return sessions[0]
 
-        providers = self.providers = Providers(self.config, session, self.clock)
+        hasher = WorkerHasher()  # the packages' `h1:` hashes, computed in parse workers
+        hashes = HashStore(self._storage(), hasher)
+        packages = PackageFiles(self._storage() / PACKAGES_DIRECTORY, self.budget)  # verified zips, in the budget
+        cache = self.cache
+
+        async def tag_shas(url: str) -> Mapping[str, str]:
+            return (await cache.get(url)).tags
+
+        readmes = ReleaseReadmes(tag_shas, self.mirrors, MirrorGit(self.git), self.pool)  # READMEs at release tags
+        providers = Providers(self.config, session, self.clock, hashes, packages, self.orgs.repository_names, readmes)
+        self.providers = providers
         await providers.start()
         try:
             yield
         finally:
             providers.close()
+            await hasher.close()
             for opened in sessions:
                 await opened.close()
 

@@ -8,7 +8,7 @@ import asyncio
 import io
 import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from gitreg.providers.hashes import h1_of_zip
 from gitreg.web.app import create_app
 from tests.support.app import make_config
 from tests.support.forges import FakeForge
-from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, make_key
+from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, signing_key
 from tests.support.terraform import REGISTRY_HOST, TerraformClient, clean_env
 from tests.support.tls import write_tls_files
 
@@ -34,11 +34,12 @@ SOURCE = f"{REGISTRY_HOST}/acme/widget"
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[SigningKey, SigningKey]:
-    return (
-        make_key(tmp_path_factory.mktemp("gpg") / "home"),
-        make_key(tmp_path_factory.mktemp("gpg-other") / "home", "Mallory <m@example.test>"),
-    )
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SigningKey, SigningKey]]:
+    with (
+        signing_key(tmp_path_factory.mktemp("gpg") / "home") as ours,
+        signing_key(tmp_path_factory.mktemp("gpg-other") / "home", "Mallory <m@example.test>") as theirs,
+    ):
+        yield ours, theirs
 
 
 @asynccontextmanager

@@ -3,10 +3,14 @@ with gitreg-signed URLs that stream the private assets, refusals with their reas
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import io
 import json
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,9 +20,11 @@ import pytest
 
 from gitreg.providers.hashes import h1_of_zip
 from gitreg.web.keys import PROVIDERS
-from tests.support.app import make_config
+from tests.support.app import GIT_PASSWORD, GIT_USER, make_config
 from tests.support.forges import FakeForge
-from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, make_key
+from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets
+from tests.support.releases import signing_key as key_in
+from tests.support.repos import GitRepo
 
 GH_TOKEN = "ghp_providerreleasesreader01"
 STATIC = "static-token-for-providers-0001"
@@ -26,13 +32,15 @@ REPO = "terraform-provider-widget"
 
 
 @pytest.fixture(scope="session")
-def signing_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
-    return make_key(tmp_path_factory.mktemp("gpg") / "home")
+def signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
+    with key_in(tmp_path_factory.mktemp("gpg") / "home") as key:
+        yield key
 
 
 @pytest.fixture(scope="session")
-def other_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
-    return make_key(tmp_path_factory.mktemp("gpg-other") / "home", "Mallory <m@example.test>")
+def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
+    with key_in(tmp_path_factory.mktemp("gpg-other") / "home", "Mallory <m@example.test>") as key:
+        yield key
 
 
 @pytest.fixture
@@ -205,7 +213,8 @@ async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_com
         return sum(r.path.split("/repos/", 1)[1] in zip_paths for r in forge.requests("/releases/assets/"))
 
     downloads = zip_reads()
-    assert downloads == 4, [(r.path, r.status) for r in forge.requests("/releases/assets/")]  # h1 once, the test once
+    # Each zip read once from the host: the h1 computation kept it, the test's download is that file.
+    assert downloads == 2, [(r.path, r.status) for r in forge.requests("/releases/assets/")]
     again_archives = (await (await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"]
     assert {p: a["hashes"] for p, a in again_archives.items()} == {p: a["hashes"] for p, a in archives.items()}
     await client.close()
@@ -336,3 +345,177 @@ async def test_an_org_with_providers_true_serves_its_provider_repositories(make_
     assert resp.status == 200, await resp.text()
     assert [v["version"] for v in (await resp.json())["versions"]] == ["1.0.0"]
     assert (await client.get("/v1/providers/acme/gadget/versions")).status == 404  # no such repository
+
+
+async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_them(
+    make_client, forge, signing_key, tmp_path
+):
+    for type_ in ("widget", "gadget"):
+        forge.add(f"terraform-provider-{type_}")
+        forge.add_release(f"terraform-provider-{type_}", "v1.0.0", goreleaser_assets(type_, "1.0.0", signing_key))
+    forge.add("terraform-aws-vpc")  # a module, not a provider
+    forge.add("terraform-provider-")  # no type: not a provider
+    keys = signing_key.write(tmp_path / "keys.asc")
+    org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
+    config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
+    client = await make_client(config)
+    listed: list[str] = []
+    for _ in range(500):  # the org's first enumeration runs in the background
+        listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
+        if listed:
+            break
+        await asyncio.sleep(0.02)
+    assert listed == ["acme/gadget", "acme/widget"]
+    page = await (await client.get("/providers")).text()
+    assert 'href="/providers/acme/gadget"' in page and 'href="/providers/acme/widget"' in page
+
+
+async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without_the_host(
+    make_client, forge, signing_key, tmp_path
+):
+    files = goreleaser_assets("widget", "1.0.0", signing_key, payload=300_000)
+    release = forge.add_release(REPO, "v1.0.0", files)
+    name = "terraform-provider-widget_1.0.0_linux_amd64.zip"
+    asset = next(a["url"].split("/repos/", 1)[1] for a in release["assets"] if a["name"] == name)
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
+
+    def reads() -> int:
+        return sum(r.path.endswith(asset) for r in forge.requests("/releases/assets/"))
+
+    client = await make_client(config)
+    answer = await (await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()
+    url = urlsplit(answer["download_url"])
+    signed = f"{url.path}?{url.query}"
+    for _ in range(3):
+        resp = await client.get(signed)
+        assert resp.status == 200 and resp.content_type == "application/zip"
+        assert await resp.read() == files[name]
+    assert reads() == 1  # the first download kept it; the others are that file
+    head = await client.head(signed)
+    assert head.status == 200 and head.content_length == len(files[name])
+    kept = list((tmp_path / "st" / "providers").iterdir())
+    assert [p.name for p in kept] == [f"{hashlib.sha256(files[name]).hexdigest()}.zip"]
+    await client.close()
+    again = await make_client(config)  # a restart keeps them too
+    answer = await (await again.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()
+    url = urlsplit(answer["download_url"])
+    assert await (await again.get(f"{url.path}?{url.query}")).read() == files[name]
+    assert reads() == 1
+    assert (await again.get(url.path)).status == 403  # still only by a signed URL
+
+
+async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(make_client, forge, signing_key, tmp_path):
+    files = goreleaser_assets("widget", "1.0.0", signing_key)
+    forge.add_release(REPO, "v1.0.0", files)
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
+    client = await make_client(config)
+    host = f"{client.server.host}:{client.server.port}"
+    archives = (await (await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"]
+    data = files["terraform-provider-widget_1.0.0_linux_amd64.zip"]
+    assert archives["linux_amd64"]["hashes"][0] == h1_of_zip(io.BytesIO(data))
+    workers = client.app[PROVIDERS].hashes.hasher.workers  # the parse workers (index/parse_workers.py)
+    assert workers.started == 1 and all(pid != os.getpid() for pid in workers.pids())
+
+
+async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_sanitized(
+    make_client, git_http, forge, signing_key, tmp_path
+):
+    repo = GitRepo(git_http.root, REPO)
+    repo.commit({"README.md": "# Widget v1\n"})
+    repo.tag("v1.0.0")
+    readme = (
+        "# Widget provider\n\nSee [the docs](docs/index.md).\n\n<script>alert(1)</script><b onclick='x()'>bold</b>\n"
+    )
+    repo.commit({"README.md": readme})
+    repo.tag("v1.1.0")
+    repo.commit({"README.md": "# Not released yet\n"})
+    forge.add(REPO)  # its clone URL: the git server's
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key))
+    credentials = [{"url": f"{git_http.base_url}/", "username": GIT_USER, "password": GIT_PASSWORD}]
+    client = await make_client(
+        provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
+    )
+    for _ in range(2):
+        page = await (await client.get("/providers/acme/widget")).text()
+        assert ">Widget provider</h1>" in page and "Not released yet" not in page and "Widget v1" not in page
+        assert "<script>alert" not in page and "onclick" not in page and "<b>bold</b>" in page
+        assert "/blob/v1.1.0/docs/index.md" in page  # a relative link: into the repository at the release's tag
+    assert client.app[PROVIDERS].readmes.reads == 1  # remembered per commit
+
+
+def test_a_tests_signing_key_leaves_no_gpg_agent_behind(tmp_path):
+    home = tmp_path / "home"
+
+    def agents() -> list[str]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "gpg-agent" in cmdline and str(home) in cmdline:
+                found.append(cmdline)
+        return found
+
+    with key_in(home) as key:
+        assert key.sign(b"SHA256SUMS")
+        assert agents()  # signing started one for this home
+    for _ in range(100):
+        if not agents():
+            break
+        time.sleep(0.05)
+    assert agents() == []
+
+
+async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_goes(
+    make_client, forge, signing_key, tmp_path
+):
+    zips = {}
+    for version in ("1.0.0", "2.0.0"):
+        files = goreleaser_assets("widget", version, signing_key, platforms=(("linux", "amd64"),), payload=700_000)
+        forge.add_release(REPO, f"v{version}", files)
+        zips[version] = files[f"terraform-provider-widget_{version}_linux_amd64.zip"]
+    storage = {"path": str(tmp_path / "st"), "max_bytes": 1024 * 1024}  # room for one of them
+    client = await make_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage=storage))
+    kept = tmp_path / "st" / "providers"
+
+    async def download(version: str) -> bytes:
+        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
+        url = urlsplit(answer["download_url"])
+        return await (await client.get(f"{url.path}?{url.query}")).read()
+
+    assert await download("1.0.0") == zips["1.0.0"]
+    assert await download("2.0.0") == zips["2.0.0"]
+    newest = f"{hashlib.sha256(zips['2.0.0']).hexdigest()}.zip"
+    for _ in range(250):  # eviction runs in the background
+        if [p.name for p in kept.iterdir()] == [newest]:
+            break
+        await asyncio.sleep(0.02)
+    assert [p.name for p in kept.iterdir()] == [newest]
+    reads = len(forge.requests("/releases/assets/"))
+    assert await download("1.0.0") == zips["1.0.0"]  # fetched from the host again
+    assert len(forge.requests("/releases/assets/")) > reads
+
+
+async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
+    make_client, git_http, forge, signing_key, tmp_path
+):
+    repo = GitRepo(git_http.root, REPO)
+    repo.commit({"README.md": "# Widget provider\n"})
+    repo.tag("v1.0.0")
+    listed = forge.add(REPO)
+    elsewhere = listed["clone_url"].replace("127.0.0.1", "localhost")  # the same server under another name
+    with forge._lock:
+        forge._repos[REPO]["clone_url"] = elsewhere
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    credentials = [
+        {"url": url, "username": GIT_USER, "password": GIT_PASSWORD}
+        for url in (f"{git_http.base_url}/", f"{git_http.base_url.replace('127.0.0.1', 'localhost')}/")
+    ]
+    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
+    client = await make_client(config)
+    page = await client.get("/providers/acme/widget")
+    assert page.status == 200
+    assert "Widget provider" not in await page.text()
+    assert client.app[PROVIDERS].readmes.reads == 0

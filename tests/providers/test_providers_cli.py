@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.support.forges import FakeForge
 from tests.support.process import run_gitreg
-from tests.support.releases import SigningKey, goreleaser_assets, make_key
+from tests.support.releases import SigningKey, goreleaser_assets, signing_key
 
 pytestmark = pytest.mark.slow  # runs gitreg as a process
 
@@ -14,14 +16,15 @@ TOKEN = "ghp_providerprobereader00001"
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
-    return make_key(tmp_path_factory.mktemp("gpg") / "home")
+def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
+    with signing_key(tmp_path_factory.mktemp("gpg") / "home") as made:
+        yield made
 
 
 def test_check_probe_lists_served_provider_versions_and_the_reasons_others_are_not(git_http, key, tmp_path):
     forge = FakeForge("github", git_http, "acme", token=TOKEN)
-    other = make_key(tmp_path / "other")
-    with forge.in_thread():  # (releases added once it listens: their asset URLs name its port)
+    # (releases added once the forge listens: their asset URLs name its port)
+    with signing_key(tmp_path / "other") as other, forge.in_thread():
         forge.add_release("terraform-provider-widget", "v1.0.0", goreleaser_assets("widget", "1.0.0", key))
         forge.add_release("terraform-provider-widget", "v0.9.0", goreleaser_assets("widget", "0.9.0", None))
         forge.add_release("terraform-provider-gadget", "v2.0.0", goreleaser_assets("gadget", "2.0.0", other))

@@ -1,7 +1,8 @@
 """Releases on the fake Git hosts, built as goreleaser builds a Terraform provider's.
 
 - `SigningKey`: a real OpenPGP key made by real `gpg` in a GNUPGHOME of its own; it signs
-  SHA256SUMS as goreleaser's `signs` step does (`--detach-sign`, binary).
+  SHA256SUMS as goreleaser's `signs` step does (`--detach-sign`, binary). `signing_key` makes one
+  and, when done, stops the `gpg-agent` that signing started for that home (`close`).
 - `goreleaser_assets`: a release's files: a zip per platform holding a stub provider binary,
   `terraform-provider-{type}_{version}_SHA256SUMS`, its `.sig`, `_manifest.json`.
 - `FakeStorage`: the storage host GitHub's asset downloads redirect to (presigned URLs); like
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
@@ -22,6 +24,7 @@ import secrets
 import subprocess
 import threading
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,22 @@ class SigningKey:
         """The armored public key in `path` (a `[[providers]] keys` file)."""
         path.write_text(self.armored)
         return path
+
+    def close(self) -> None:
+        """Stop the daemons gpg started for this home (its `gpg-agent`): none outlives the test."""
+        subprocess.run(
+            ["gpgconf", "--homedir", str(self.home), "--kill", "all"], capture_output=True, check=False, timeout=30
+        )
+
+
+@contextlib.contextmanager
+def signing_key(directory: Path, who: str = "Acme Providers <providers@acme.example>") -> Iterator[SigningKey]:
+    """make_key(), its home's `gpg-agent` stopped at the end (fixtures: `with signing_key(d) as k: yield k`)."""
+    key = make_key(directory, who)
+    try:
+        yield key
+    finally:
+        key.close()
 
 
 def make_key(directory: Path, who: str = "Acme Providers <providers@acme.example>") -> SigningKey:

@@ -9,15 +9,20 @@ own credential (SHA256SUMS and its signature from memory: they were read to veri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.config.model import PROVIDER_TYPE_RE
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
 from gitreg.git.pool import Priority
+from gitreg.providers.release import Package
 from gitreg.web.auth import caller, visibility
 from gitreg.web.keys import IDENTITY, PROVIDERS, SIGNER
 from gitreg.web.origin import base_url
@@ -52,21 +57,19 @@ async def _readable(request: web.Request, namespace: str, type_: str) -> None:
 
 @provider_routes.get("/v1/providers", access=Access.CREDENTIAL, priority=Priority.BROWSE)
 async def provider_list(request: web.Request) -> web.Response:
-    """The providers served (each rule's type, and the types of `*` rules asked for so far) the caller
-    may see, with their versions; `?namespace=` narrows it."""
+    """The providers served (each rule's type, the types of `*` rules the orgs' repositories name, and
+    those asked for so far) the caller may see, with their versions; `?namespace=` narrows it."""
     providers = request.app[PROVIDERS]
     seen = await visibility(request)
     wanted = request.query.get("namespace", "").lower()
+    shown = [
+        (namespace, type_)
+        for namespace, type_ in providers.known()
+        if (not wanted or namespace == wanted) and seen.allows(namespace, providers.source(namespace, type_).repository)
+    ]
     found = []
-    for namespace, type_ in providers.known():
-        if (wanted and namespace != wanted) or not seen.allows(
-            namespace, providers.source(namespace, type_).repository
-        ):
-            continue
-        try:
-            versions = [v.version for v in (await providers.listing(namespace, type_)).versions]
-        except GitregError:
-            versions = []
+    for (namespace, type_), listing in zip(shown, await providers.listings(shown), strict=True):
+        versions = [] if isinstance(listing, GitregError) else [v.version for v in listing.versions]
         found.append({"id": f"{namespace}/{type_}", "namespace": namespace, "type": type_, "versions": versions})
     return web.json_response({"providers": found})
 
@@ -192,24 +195,48 @@ async def provider_file(request: web.Request) -> web.StreamResponse:
     package = version.by_name(filename)
     if package is None:
         raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no file {filename[:100]!r}")
+    kept = providers.packages.open(package.shasum)
+    if kept is not None:  # verified and kept on disk (providers/packages.py): the kernel sends it
+        return _KeptFile(kept, lambda: providers.packages.release(kept), headers=_ZIP_HEADERS)
+    return await _streamed(request, namespace, type_, package)
+
+
+class _KeptFile(web.FileResponse):
+    """A kept zip (sendfile, HEAD and ranges as any file), held in the storage budget until sent."""
+
+    def __init__(self, path: Path, release: Callable[[], None], headers: dict[str, str]) -> None:
+        super().__init__(path, headers=headers)
+        self._release: Callable[[], None] | None = release
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        try:
+            return await super().prepare(request)
+        finally:
+            if self._release is not None:
+                self._release()
+                self._release = None
+
+
+async def _streamed(request: web.Request, namespace: str, type_: str, package: Package) -> web.StreamResponse:
+    """The package streamed from the Git host (checked, and kept for the next download as it passes)."""
     response = web.StreamResponse(headers=_ZIP_HEADERS)
     if package.asset.size is not None:
         response.content_length = package.asset.size
     if request.method == "HEAD":
         return response
-    stream = providers.stream(namespace, type_, package)
-    first = await anext(stream, b"")  # the host's failure, before anything is sent, is an error answer
-    await response.prepare(request)
-    try:
-        if first:
-            await response.write(first)
-        async for chunk in stream:
-            await response.write(chunk)
-    except GitregError as e:
-        # Headers and most of the bytes are gone: cut the connection, so the client sees a short body.
-        log.warning("%s: %s; the download was cut short", request.path, e.message)
-        if request.transport is not None:
-            request.transport.abort()
-        return response
+    async with contextlib.aclosing(request.app[PROVIDERS].stream(namespace, type_, package)) as stream:
+        first = await anext(stream, b"")  # the host's failure, before anything is sent, is an error answer
+        await response.prepare(request)
+        try:
+            if first:
+                await response.write(first)
+            async for chunk in stream:
+                await response.write(chunk)
+        except GitregError as e:
+            # Headers and most of the bytes are gone: cut the connection, so the client sees a short body.
+            log.warning("%s: %s; the download was cut short", request.path, e.message)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
     await response.write_eof()
     return response

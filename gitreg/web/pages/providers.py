@@ -1,17 +1,22 @@
 """The provider pages: `/providers` (the providers served from releases, a namespace filter) and
 `/providers/{namespace}/{type}` (versions, platforms, the signing key, a copy-ready
-`required_providers` block). Rendered from the verified release lists (providers/service.py)."""
+`required_providers` block, the README of the latest release's tag). Rendered from the verified
+release lists (providers/service.py); the README is read with git (providers/readme.py) and
+rendered as a module's (readme.py: parse workers, the nh3 allow-list)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from aiohttp import web
+from markupsafe import Markup
 
 from gitreg.core.errors import GitregError
 from gitreg.providers.release import ProviderVersion
 from gitreg.web.auth import visibility
 from gitreg.web.keys import PROVIDERS
+from gitreg.web.pages.markdown import Links
+from gitreg.web.pages.readme import READMES
 from gitreg.web.pages.render import not_found, registry_host, render
 
 
@@ -28,18 +33,17 @@ class ProviderRow:
 async def _rows(request: web.Request, namespace: str | None) -> list[ProviderRow]:
     providers = request.app[PROVIDERS]
     seen = await visibility(request)
+    shown = [
+        (ns, type_)
+        for ns, type_ in providers.known()
+        if (not namespace or ns == namespace.lower()) and seen.allows(ns, providers.source(ns, type_).repository)
+    ]
     rows = []
-    for ns, type_ in providers.known():
-        if namespace and ns != namespace.lower():
-            continue
-        if not seen.allows(ns, providers.source(ns, type_).repository):
-            continue
-        try:
-            listing = await providers.listing(ns, type_)
-        except GitregError as e:
-            rows.append(ProviderRow(ns, type_, None, e.message))
-            continue
-        rows.append(ProviderRow(ns, type_, listing.versions[0] if listing.versions else None))
+    for (ns, type_), listing in zip(shown, await providers.listings(shown), strict=True):
+        if isinstance(listing, GitregError):
+            rows.append(ProviderRow(ns, type_, None, listing.message))
+        else:
+            rows.append(ProviderRow(ns, type_, listing.versions[0] if listing.versions else None))
     return rows
 
 
@@ -87,4 +91,13 @@ async def provider_page(request: web.Request) -> web.Response:
         latest=latest,
         key=providers.signer(namespace, type_, latest),
         snippet=required_providers(registry_host(request), namespace, type_, latest),
+        readme=await _readme(request, namespace, type_, latest),
     )
+
+
+async def _readme(request: web.Request, namespace: str, type_: str, version: ProviderVersion) -> Markup:
+    """The README at `version`'s tag as sanitized HTML, relative links into the repository at that tag ("" for none)."""
+    found = await request.app[PROVIDERS].readme(namespace, type_, version)
+    if found is None:
+        return Markup("")
+    return await request.app[READMES].html(found.text, Links(found.web_url, version.tag), found.commit)

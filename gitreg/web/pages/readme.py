@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
 
+from aiohttp import web
 from markupsafe import Markup
 
 from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
@@ -128,6 +129,10 @@ class Readmes:
     async def close(self) -> None:
         """Stop the workers (a render still running shows UNAVAILABLE)."""
         await self.workers.close()
+
+
+# READMEs rendered off the event loop, remembered per commit (the module and provider pages').
+READMES = web.AppKey("ui_readmes", Readmes)
 
 
 def _size(answer: Rendered) -> int:

@@ -37,6 +37,7 @@ from gitreg.web.keys import BROWSE, CONFIG
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.providers import provider_page, providers_page
+from gitreg.web.pages.readme import READMES as READMES  # (defined there: the provider pages use it too)
 from gitreg.web.pages.readme import Readmes
 from gitreg.web.pages.render import (
     HERE,
@@ -59,8 +60,6 @@ FILE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
     "X-Content-Type-Options": "nosniff",
 }
-# READMEs rendered off the event loop, remembered per commit (readme.py).
-READMES = web.AppKey("ui_readmes", Readmes)
 
 
 def being_indexed(request: web.Request, address: ModuleAddress, why: NotListedYet) -> web.Response:
