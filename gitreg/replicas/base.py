@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.logins import SharedLogins
+from gitreg.replicas.verdicts import SharedVerdicts
 
 Loader = Callable[[str], Awaitable[TagList]]
 
@@ -30,6 +31,8 @@ class SharedState(Protocol):
     on_owner: Signal[[str, str, float]]  # (address, holder, first held): an org module owner another replica recorded
     # The issued login tokens and their one-time codes, shared on this store's connection (None: alone).
     logins: SharedLogins | None
+    # Signature verdicts shared on this store's connection (None: alone; see registry.signatures).
+    verdicts: SharedVerdicts | None
 
     @property
     def is_shared(self) -> bool:

@@ -13,6 +13,7 @@ from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 from gitreg.replicas.logins import SharedLogins
+from gitreg.replicas.verdicts import SharedVerdicts
 
 _NO_LOADS: Mapping[str, int] = MappingProxyType({})
 
@@ -23,6 +24,7 @@ class MemoryShared:
     is_shared = False
     up = False  # no shared store to reach
     logins: SharedLogins | None = None  # issued tokens: this replica's own file only
+    verdicts: SharedVerdicts | None = None  # signature verdicts: this replica's own file only
     errors = 0
     bad_values = 0
     tag_loads = _NO_LOADS
