@@ -28,6 +28,7 @@ from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
 from gitreg.git.runner import GitRunner
+from gitreg.git.verify import SignatureGit
 from gitreg.identity.door import Identities
 from gitreg.identity.issued import FILE_NAME as ISSUED_FILE
 from gitreg.identity.issued import IssuedTokens
@@ -50,6 +51,7 @@ from gitreg.registry.catalog import Catalog
 from gitreg.registry.publish import Publisher
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
+from gitreg.registry.signatures import Signatures
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.replicas.factory import make_shared
@@ -98,6 +100,7 @@ class Services:
     resolver: Resolver
     hosts_http: Callable[[], aiohttp.ClientSession]
     logins: LoginFlows | None = None
+    signatures: Signatures | None = None  # [signing] with keys, in the serving process
 
     def __init__(
         self, config: Config, role: Role, clock: Callable[[], float] = time.monotonic, seed: Seed | None = None
@@ -320,7 +323,19 @@ class Services:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""
         cache, shared, catalog = self.cache, self.shared, self.catalog
         resolver = self.resolver
-        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives)
+        signatures = None
+        if self.role is not Role.INDEX and self.config.signing.keys:
+            signatures = self.signatures = Signatures(
+                self.config,
+                self._storage() / "signatures",
+                SignatureGit(self.mirrors.git),
+                self.pool,
+                self.git.tag_objects,
+                shared,
+                self.files,
+            )
+            await signatures.start()
+        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives, signatures)
         publisher = self.publisher = Publisher(self.config, cache, shared, self.orgs)
         shared.on_invalidate.connect(publisher.changed_elsewhere)
         shared.on_reconnect.connect(publisher.reconnected)
@@ -328,6 +343,8 @@ class Services:
         shared.on_pin.connect(self.pins.adopt)
         shared.share_pins(self.pins.entries, self.config.git.allow_moved_tags)
         yield
+        if signatures is not None:
+            await signatures.close()
 
     async def _mirrors_and_archives(self) -> AsyncIterator[None]:
         """Bare mirrors and archive builds, in [storage] path, within one budget."""
