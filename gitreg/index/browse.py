@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gitreg.core.errors import ModuleNotFound
+from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress
 from gitreg.core.versions import TaggedVersion
 from gitreg.index.details import ModuleDetails
@@ -23,6 +23,8 @@ from gitreg.registry.service import Registry
 
 # The orders a list can be shown in (the pages' `sort=`); search has its own, best match first.
 SORTS = ("newest", "name", "downloads")
+# How long a version's page or details wait for its signature to be verified the first time.
+SIGNATURE_WAIT = 3.0
 
 
 def pushed_at(marker: str) -> str:
@@ -151,6 +153,28 @@ class BrowseService:
                 lambda e: e.address.namespace == address.namespace and e.address.name == address.name
             )
         ]
+
+    async def signature(self, entry: IndexEntry, shown: IndexedVersion) -> tuple[dict[str, str] | None, str | None]:
+        """The version's signature ([signing]; None when unsigned or no keys), and why it is not served, if so."""
+        signatures = self.registry.signatures
+        if signatures is None:
+            return None, None
+        try:
+            resolved = self.registry.resolve(entry.address)
+        except GitregError:
+            return None, None
+        return await signatures.describe(resolved, shown.tag, shown.sha, shown.canonical, SIGNATURE_WAIT)
+
+    def refused_versions(self, entry: IndexEntry) -> set[str]:
+        """The entry's versions known not to be served for want of a trusted signature (shown, marked)."""
+        signatures = self.registry.signatures
+        if signatures is None:
+            return set()
+        try:
+            resolved = self.registry.resolve(entry.address)
+        except GitregError:
+            return set()
+        return signatures.refused(resolved, entry.versions)
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version served (from the tag cache: the download redirect follows the tags)."""

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule
@@ -77,6 +77,16 @@ def refusal(verdict: Verdict | None, version: str) -> str:
     }.get(verdict.status, verdict.reason)
     policy = "this registry serves only versions signed by a trusted key ([signing])"
     return f"version {version} is not served: {policy}, and {why}"
+
+
+class _Version(Protocol):
+    """What `verdicts` reads of a version: its tag and commit (a TaggedVersion, an IndexedVersion)."""
+
+    @property
+    def tag(self) -> str: ...
+
+    @property
+    def sha(self) -> str: ...
 
 
 class Signatures:
@@ -187,7 +197,7 @@ class Signatures:
         return found
 
     async def verdicts(
-        self, repository: str, versions: Sequence[TaggedVersion], wait: float
+        self, repository: str, versions: Sequence[_Version], wait: float
     ) -> dict[str, Verdict | None]:
         """tag -> verdict for `versions`, waiting up to `wait` seconds for those not known yet (None: not yet)."""
         self._recheck_keys()
@@ -217,6 +227,32 @@ class Signatures:
             raise UpstreamUnavailable(refusal(None, found.canonical))
         if not verdict.ok:
             raise NotSigned(refusal(verdict, found.canonical))
+
+    async def describe(
+        self, resolved: ResolvedModule, tag: str, commit: str, version: str, wait: float
+    ) -> tuple[dict[str, str] | None, str | None]:
+        """For a version's page and details: (its signature, or None; why it is not served, or None)."""
+        verdict = (await self.verdicts(resolved.repository, [_Tagged(tag, commit)], wait))[tag]
+        signature = None
+        if verdict is not None and verdict.ok:
+            signature = {
+                "signer": verdict.signer,
+                "fingerprint": verdict.fingerprint,
+                "format": verdict.format,
+                "signed": verdict.signed,
+            }
+        refused = None if signature is not None or not self.required(resolved.rule) else refusal(verdict, version)
+        return signature, refused
+
+    def refused(self, resolved: ResolvedModule, versions: Sequence[tuple[str, str, str]]) -> set[str]:
+        """Of `versions` ((version, tag, commit)), those known not to be served (memory only: pages' version lists)."""
+        if not self.required(resolved.rule):
+            return set()
+        return {
+            version
+            for version, tag, commit in versions
+            if (verdict := self.known(resolved.repository, tag, commit)) is not None and not verdict.ok
+        }
 
     # --- verifying ---------------------------------------------------------------------------------
 
@@ -334,6 +370,13 @@ class Signatures:
         text = json.dumps(verdict_to_json(verdict))
         with contextlib.suppress(RedisDown):
             await store.put(field, f"{self._mac(field, text)}.{text}")
+
+
+class _Tagged(NamedTuple):
+    """A tag and its commit, as `verdicts` reads a TaggedVersion."""
+
+    tag: str
+    sha: str
 
 
 def _remove_tree(path: str) -> None:
