@@ -196,9 +196,7 @@ class Signatures:
                 return None
         return found
 
-    async def verdicts(
-        self, repository: str, versions: Sequence[_Version], wait: float
-    ) -> dict[str, Verdict | None]:
+    async def verdicts(self, repository: str, versions: Sequence[_Version], wait: float) -> dict[str, Verdict | None]:
         """tag -> verdict for `versions`, waiting up to `wait` seconds for those not known yet (None: not yet)."""
         self._recheck_keys()
         found: dict[str, Verdict | None] = {tv.tag: self.known(repository, tv.tag, tv.sha) for tv in versions}
