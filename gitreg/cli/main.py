@@ -378,7 +378,7 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
             + (f" path={rule.path}" if rule.path else "")
             + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
         )
-        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, (config, rule))
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
@@ -417,7 +417,9 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     repo = orgs.get(address)
     if repo is not None:
         print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
-        return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
+        return (
+            EXIT_OK if _probe_repository(adapter, repo.repository, "", (config, resolved.rule)) else EXIT_PROBE_FAILED
+        )
     rule = resolved.rule
     label = labels[config.modules.index(rule)]
     print(
@@ -425,11 +427,15 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         + (f" path={rule.path}" if rule.path else "")
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
-    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+    served = _probe_repository(adapter, resolved.repository, rule.tag_prefix, (config, rule))
+    return EXIT_OK if served else EXIT_PROBE_FAILED
 
 
-def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
-    """Print the versions and skipped tags of one repository; False when it cannot be listed."""
+def _probe_repository(
+    adapter: GitAdapter, repository: str, tag_prefix: str, signing: tuple[Config, ModuleRule] | None = None
+) -> bool:
+    """Print the versions and skipped tags of one repository (and with [signing] keys, each version's
+    signature); False when it cannot be listed or serves nothing."""
     try:
         tags = adapter.ls_remote_tags(repository)
     except GitregError as e:
@@ -446,6 +452,10 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
         print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    if signing is not None and signing[0].signing.keys and found.versions:
+        from gitreg.cli.signatures import print_signatures  # the registry's service: only a probe with keys needs it
+
+        return print_signatures(signing[0], adapter, repository, signing[1], found)
     return bool(found.versions)
 
 

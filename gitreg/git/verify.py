@@ -158,7 +158,7 @@ def read_verdict(status: int, text: str) -> Verdict:
             )
         if "NO_PUBKEY" in words or "ERRSIG" in words:
             key = (words.get("NO_PUBKEY") or words.get("ERRSIG") or [""])[0]
-            reason = f"signed by OpenPGP key {key}, which is not among [signing] openpgp_keys"
+            reason = f"it is signed by OpenPGP key {key}, which is not among [signing] openpgp_keys"
             return Verdict("unknown_key", fingerprint=key, format="openpgp", reason=reason)
         return Verdict(
             "unknown_key", format="openpgp", reason="the OpenPGP signature is not trusted (expired or revoked key?)"
@@ -169,7 +169,7 @@ def read_verdict(status: int, text: str) -> Verdict:
     unknown = _SSH_NO_PRINCIPAL.search(text)
     if unknown or "No principal matched" in text:
         fp = unknown["fp"] if unknown else ""
-        reason = f"signed by SSH key {fp}, which is not in [signing] allowed_signers".replace("key ,", "a key,")
+        reason = f"it is signed by SSH key {fp}, which is not in [signing] allowed_signers".replace("key ,", "a key,")
         return Verdict("unknown_key", fingerprint=fp, format="ssh", reason=reason)
     if "incorrect signature" in text or "Signature verification failed" in text or "BAD" in text:
         return Verdict("bad", format="ssh", reason="the SSH signature does not match: the object was altered")

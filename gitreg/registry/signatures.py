@@ -66,6 +66,11 @@ def keys_digest(config: Config) -> str:
     return digest.hexdigest()
 
 
+def signature_required(config: Config, rule: ModuleRule) -> bool:
+    """Whether only signed versions of `rule`'s modules are served (its require_signed, else [signing] require)."""
+    return rule.require_signed if rule.require_signed is not None else config.signing.require
+
+
 def refusal(verdict: Verdict | None, version: str) -> str:
     """Why a version is not served where signatures are required."""
     if verdict is None:
@@ -177,7 +182,7 @@ class Signatures:
 
     def required(self, rule: ModuleRule) -> bool:
         """Whether only signed versions of `rule`'s modules are served."""
-        return rule.require_signed if rule.require_signed is not None else self.config.signing.require
+        return signature_required(self.config, rule)
 
     def stamp(self, rule: ModuleRule) -> int:
         """What an answer memo of `rule`'s modules is valid for: the verdicts' generation (0: not required)."""
