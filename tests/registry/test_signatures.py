@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,36 @@ async def test_a_key_file_changed_verifies_again(aiohttp_client, signed, tmp_pat
     second = await aiohttp_client(create_app(cfg))
     assert await versions(second) == ["1.2.0", "1.1.0", "1.0.0"]
     assert second.app[REGISTRY].signatures.verified == 5
+
+
+@pytest.mark.slow  # waits out the versions request's verification deadline
+async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_and_never_remembered_unsigned(
+    make_client, git_http, tmp_path
+):
+    key = ssh_key(tmp_path / "keys", "alice")
+    allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
+    repo = GitRepo(tmp_path / "repos", "public")  # served anonymously by git_http
+    repo.commit({"main.tf": "# one\n"})
+    ssh_signed_tag(repo, "v1.0.0", key)
+    module = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": git_http.url("public.git")}
+    cfg = make_config(
+        [{**module, "download": "git"}],
+        signing={"allowed_signers": str(allowed), "require": True},
+        storage={"path": str(tmp_path / "state")},
+    )
+    client = await make_client(cfg)
+    git_http.hold_fetches()  # the tag list is answered, the fetch of the tag objects waits
+    try:
+        started = time.monotonic()
+        assert await versions(client) == []
+        assert time.monotonic() - started < 8  # well under Terraform's 10 s
+        assert not (tmp_path / "state" / "signatures" / "signatures.json").exists()
+    finally:
+        git_http.release_fetches()
+    for _ in range(100):  # the verification goes on in the background and its verdict comes in
+        if await versions(client) == ["1.0.0"]:
+            break
+        await asyncio.sleep(0.1)
+    assert await versions(client) == ["1.0.0"]
+    stored = json.loads((tmp_path / "state" / "signatures" / "signatures.json").read_text())
+    assert [(row["tag"], row["status"]) for row in stored["verdicts"]] == [("v1.0.0", "signed")]
