@@ -453,9 +453,11 @@ def _probe_repository(
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
     if signing is not None and signing[0].signing.keys and found.versions:
-        from gitreg.cli.signatures import print_signatures  # the registry's service: only a probe with keys needs it
+        from gitreg.cli.signatures import signature_lines  # the registry's service: only a probe with keys needs it
 
-        return print_signatures(signing[0], adapter, repository, signing[1], found)
+        lines, served = signature_lines(signing[0], adapter, repository, signing[1].require_signed, found)
+        print("\n".join(lines))
+        return served
     return bool(found.versions)
 
 
@@ -518,6 +520,11 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
             )
             lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
             lines += [f"    versions ({len(found.versions)}): {shown}"]
+            if config.signing.keys:
+                from gitreg.cli.signatures import signature_lines  # only a probe with [signing] keys needs it
+
+                signed, served = signature_lines(config, adapter, repo.repository, org.require_signed, found)
+                lines, failed = lines + [f"  {line}" for line in signed], failed or not served
         modules = len(report.modules) - (len(ignored) - len(report.ignored))
         print(f"  {report.found} repositories found, {modules} module(s), {len(ignored)} ignored")
         print("\n".join([*lines, *(f"  ignored {full_name}: {reason}" for full_name, reason in ignored)]))

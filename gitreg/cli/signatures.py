@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from gitreg.config.model import Config, ModuleRule
+from gitreg.config.model import Config
 from gitreg.core.loop import run_main
 from gitreg.core.versions import ModuleVersions
 from gitreg.git.mirror import MirrorGit
@@ -23,25 +23,25 @@ from gitreg.replicas.memory import MemoryShared
 PROBE_WAIT = 300.0
 
 
-def print_signatures(
-    config: Config, adapter: GitAdapter, repository: str, rule: ModuleRule, found: ModuleVersions
-) -> bool:
-    """Print each version's signature; False when signatures are required and none is served."""
+def signature_lines(
+    config: Config, adapter: GitAdapter, repository: str, require_signed: bool | None, found: ModuleVersions
+) -> tuple[list[str], bool]:
+    """Each version's signature, as lines to print; False when signatures are required and none is served."""
     verdicts = run_main(_verdicts(config, adapter, repository, found))
-    required = signature_required(config, rule)
-    print(f"  signatures ({'required' if required else 'not required'}):")
+    required = signature_required(config, require_signed)
+    lines = [f"  signatures ({'required' if required else 'not required'}):"]
     served = 0
     for tv in found.versions:
         verdict = verdicts.get(tv.tag)
         if verdict is not None and verdict.ok:
             served += 1
             key = f"{'SSH' if verdict.format == 'ssh' else 'OpenPGP'} key {verdict.fingerprint}"
-            print(f"    {tv.canonical}: signed by {verdict.signer} ({key}, on the {verdict.signed})")
+            lines.append(f"    {tv.canonical}: signed by {verdict.signer} ({key}, on the {verdict.signed})")
         elif required:
-            print(f"    {tv.canonical}: REFUSED: {refusal(verdict, tv.canonical)}")
+            lines.append(f"    {tv.canonical}: REFUSED: {refusal(verdict, tv.canonical)}")
         else:
-            print(f"    {tv.canonical}: not signed ({_why(verdict)}); served: signatures are not required")
-    return served > 0 or not required
+            lines.append(f"    {tv.canonical}: not signed ({_why(verdict)}); served: signatures are not required")
+    return lines, served > 0 or not required
 
 
 def _why(verdict: Verdict | None) -> str:

@@ -66,9 +66,9 @@ def keys_digest(config: Config) -> str:
     return digest.hexdigest()
 
 
-def signature_required(config: Config, rule: ModuleRule) -> bool:
-    """Whether only signed versions of `rule`'s modules are served (its require_signed, else [signing] require)."""
-    return rule.require_signed if rule.require_signed is not None else config.signing.require
+def signature_required(config: Config, require_signed: bool | None) -> bool:
+    """Whether only signed versions are served where a rule or org says `require_signed` (None: [signing] require)."""
+    return require_signed if require_signed is not None else config.signing.require
 
 
 def refusal(verdict: Verdict | None, version: str) -> str:
@@ -182,7 +182,7 @@ class Signatures:
 
     def required(self, rule: ModuleRule) -> bool:
         """Whether only signed versions of `rule`'s modules are served."""
-        return signature_required(self.config, rule)
+        return signature_required(self.config, rule.require_signed)
 
     def stamp(self, rule: ModuleRule) -> int:
         """What an answer memo of `rule`'s modules is valid for: the verdicts' generation (0: not required)."""
