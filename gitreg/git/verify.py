@@ -205,3 +205,6 @@ def build_keyring(home: str, keys_file: str | None) -> None:
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+    for name in os.listdir(parent):  # keyrings of earlier keys
+        if name.startswith("gnupg-") and os.path.join(parent, name) != home:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)

@@ -27,8 +27,9 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule
@@ -105,7 +106,7 @@ class Signatures:
         pool: GitPool,
         tag_objects: TagObjects,
         shared: SharedState,
-        files: Any = None,
+        files: Executor | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
@@ -127,7 +128,7 @@ class Signatures:
         self._checked_keys = 0.0
         self._rechecking: asyncio.Task[None] | None = None
         self.generation = 0  # bumped whenever a verdict is learned or forgotten (answer memos)
-        self.verified = 0  # versions git verified in this process (tests and /metrics)
+        self.verified = 0  # versions git verified in this process (what a restart or a replica saves)
         secret = config.auth.signing_key
         self._mac_key = hashlib.sha256(b"gitreg-signature-verdicts\0" + secret.encode()).digest() if secret else None
 
@@ -137,6 +138,7 @@ class Signatures:
         """Build the keyring, load the verdicts kept for these keys."""
         if not self.enabled:
             return
+        await run_file_work(self.files, _remove_leftovers, str(self.root))  # scratch fetches a crash cut short
         await self._load_keys(await run_file_work(self.files, keys_digest, self.config))
 
     async def close(self) -> None:
@@ -380,6 +382,13 @@ class _Tagged(NamedTuple):
 
     tag: str
     sha: str
+
+
+def _remove_leftovers(root: str) -> None:
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            if name.startswith("tmp-"):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def _remove_tree(path: str) -> None:

@@ -225,3 +225,16 @@ async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_an
     assert await versions(client) == ["1.0.0"]
     stored = json.loads((tmp_path / "state" / "signatures" / "signatures.json").read_text())
     assert [(row["tag"], row["status"]) for row in stored["verdicts"]] == [("v1.0.0", "signed")]
+
+
+@pytest.mark.slow  # waits for the key files to be looked at again (every few seconds)
+async def test_a_key_added_while_serving_is_taken_up_and_the_versions_answer_follows(make_client, signed, tmp_path):
+    client = await make_client(config(signed, tmp_path, "git", require=True))
+    assert await versions(client) == ["1.1.0", "1.0.0"]
+    allowed_signers(signed.allowed, {"alice@example.com": signed.alice, "mallory@example.com": signed.mallory})
+    for _ in range(150):
+        if await versions(client) == ["1.2.0", "1.1.0", "1.0.0"]:
+            break
+        await asyncio.sleep(0.1)
+    assert await versions(client) == ["1.2.0", "1.1.0", "1.0.0"]
+    assert client.app[REGISTRY].signatures.verified == 10  # every version verified again with the new keys
