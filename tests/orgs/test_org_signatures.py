@@ -12,6 +12,9 @@ from tests.support.orgs import API_TOKEN, org_config, versions_of
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
+# Real keys, signed repositories and verifications: over a second a test on a loaded machine.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 async def github(git_http) -> AsyncIterator[FakeForge]:

@@ -25,6 +25,9 @@ from tests.support.signing import (
 
 BASE = "/v1/modules/acme/vpc/aws"
 
+# Real keys, signed repositories and verifications: over a second a test on a loaded machine.
+pytestmark = pytest.mark.slow
+
 
 class Signed:
     """A repository whose versions are signed in every way that matters, and the keys."""
@@ -194,7 +197,6 @@ async def test_a_key_file_changed_verifies_again(aiohttp_client, signed, tmp_pat
     assert second.app[REGISTRY].signatures.verified == 5
 
 
-@pytest.mark.slow  # waits out the versions request's verification deadline
 async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_and_never_remembered_unsigned(
     make_client, git_http, tmp_path
 ):
@@ -227,7 +229,6 @@ async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_an
     assert [(row["tag"], row["status"]) for row in stored["verdicts"]] == [("v1.0.0", "signed")]
 
 
-@pytest.mark.slow  # waits for the key files to be looked at again (every few seconds)
 async def test_a_key_added_while_serving_is_taken_up_and_the_versions_answer_follows(make_client, signed, tmp_path):
     client = await make_client(config(signed, tmp_path, "git", require=True))
     assert await versions(client) == ["1.1.0", "1.0.0"]

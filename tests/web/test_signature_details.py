@@ -12,6 +12,9 @@ from tests.support.app import indexed, make_config, version_details
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
+# Real keys, signed repositories and verifications: over a second a test on a loaded machine.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 async def client(make_client: Any, tmp_path: Path) -> Any:
