@@ -239,3 +239,16 @@ async def test_a_key_added_while_serving_is_taken_up_and_the_versions_answer_fol
         await asyncio.sleep(0.1)
     assert await versions(client) == ["1.2.0", "1.1.0", "1.0.0"]
     assert client.app[REGISTRY].signatures.verified == 10  # every version verified again with the new keys
+
+
+async def test_a_tag_re_pointed_or_re_created_without_a_trusted_key_is_no_longer_served(make_client, signed, tmp_path):
+    client = await make_client(config(signed, tmp_path, "git", require=True))
+    assert await versions(client) == ["1.1.0", "1.0.0"]
+    signed.repo.commit({"main.tf": 'output "v" { value = "evil" }\n'})
+    signed.repo.tag("v1.1.0")  # moved to an unsigned commit by someone who can push
+    v100 = signed.repo.git("rev-parse", "v1.0.0^{commit}")
+    signed.repo.tag("v1.0.0", sha=v100, annotated=True, message="re-created")  # same commit, unsigned tag object
+    client.app[REGISTRY].cache.invalidate(signed.repo.url)
+    assert await versions(client) == []
+    await assert_error(await client.get(f"{BASE}/1.1.0/download"), 403, "nor its commit is signed")
+    await assert_error(await client.get(f"{BASE}/1.0.0/download"), 403, "nor its commit is signed")
