@@ -34,6 +34,7 @@ from typing import NamedTuple, Protocol, TypeVar
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import GitregError, NotSigned, UpstreamUnavailable
+from gitreg.core.flight import Remembered
 from gitreg.core.urls import mask, origin_label
 from gitreg.core.versions import ModuleVersions, TaggedVersion
 from gitreg.git.pool import GitPool
@@ -125,6 +126,8 @@ class Signatures:
         self._futures: dict[tuple[str, str, str], asyncio.Future[Verdict | None]] = {}
         self._queued: dict[str, dict[str, str]] = {}  # repository -> tag -> commit, to verify
         self._runners: dict[str, asyncio.Task[None]] = {}
+        # A failed fetch or verification, per repository: not asked again for [cache] error_retry_seconds.
+        self._failures: Remembered[str, GitregError] = Remembered(config.cache.error_retry_seconds, 10_000, clock)
         self._checked_keys = 0.0
         self._rechecking: asyncio.Task[None] | None = None
         self.generation = 0  # bumped whenever a verdict is learned or forgotten (answer memos)
@@ -264,6 +267,10 @@ class Signatures:
     def _want(self, repository: str, tag: str, commit: str) -> asyncio.Future[Verdict | None]:
         key = (repository, tag, commit)
         future = self._futures.get(key)
+        if future is None and self._failures.recall(repository) is not None:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(None)  # failed moments ago: not a verdict, and not asked again yet
+            return future
         if future is None:
             future = self._futures[key] = asyncio.get_running_loop().create_future()
             self._queued.setdefault(repository, {})[tag] = commit
@@ -280,6 +287,8 @@ class Signatures:
                     results = await self._verify(repository, batch)
                 except (GitregError, OSError) as e:
                     log.warning("signatures of %s could not be verified now: %s", mask(repository), e)
+                    failed = e if isinstance(e, GitregError) else UpstreamUnavailable(str(e))
+                    self._failures.remember(repository, failed)
                 for tag, commit in batch.items():
                     future = self._futures.pop((repository, tag, commit), None)
                     if future is not None and not future.done():
@@ -323,11 +332,13 @@ class Signatures:
             await self._git(repository, self.git.fetch_tags, str(tmp), repository, sorted(batch))
             results = {}
             for tag, commit in batch.items():
-                results[tag] = await self._git(repository, self.git.verify, str(tmp), tag, commit, keyring)
+                try:
+                    results[tag] = await self._git(repository, self.git.verify, str(tmp), tag, commit, keyring)
+                except GitregError as e:  # this tag only (moved meanwhile, a timeout): verified next time
+                    log.warning("signature of %s tag %s not verified now: %s", mask(repository), tag, e)
+                    continue
                 self.verified += 1
-                log.info(
-                    "signature of %s tag %s: %s %s", mask(repository), tag, results[tag].status, results[tag].signer
-                )
+                log.info("signature of %s tag %s: %s", mask(repository), tag, results[tag].status)
             return results
         finally:
             await run_file_work(self.files, _remove_tree, str(tmp))
