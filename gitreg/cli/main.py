@@ -27,6 +27,7 @@ from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
 from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GIT_MISSING, GitRunner, git_found
+from gitreg.git.verify import keys_problem
 from gitreg.observability.setup import configure_logging
 
 log = logging.getLogger("gitreg")
@@ -208,6 +209,8 @@ def start_checks(config: Config) -> tuple[ssl.SSLContext | None, list[str]]:
         problems.append(f"storage.path: {problem}")
     if not git_found():
         problems.append(f"git: {GIT_MISSING}; gitreg runs git for every module")
+    if config.signing.openpgp_keys and (why := keys_problem(config.signing.openpgp_keys)) is not None:
+        problems.append(f"signing.openpgp_keys: {why}")
     return ssl_context, problems
 
 

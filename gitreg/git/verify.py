@@ -192,13 +192,7 @@ def build_keyring(home: str, keys_file: str | None) -> None:
         with open(os.path.join(tmp, "gpg.conf"), "w", encoding="utf-8") as f:
             f.write("no-autostart\n")  # verifying needs no agent: none is left running
         if keys_file:
-            env = {"PATH": os.environ.get("PATH", os.defpath), "GNUPGHOME": tmp, "LC_ALL": "C"}
-            gpg = ["gpg", "--homedir", tmp, "--batch", "--no-tty", "--no-autostart", "--import", "--", keys_file]
-            done = subprocess.run(gpg, env=env, capture_output=True, timeout=VERIFY_SECONDS, check=False)
-            if done.returncode not in (0, 2):  # 2: some keys skipped (e.g. a secret part), the rest imported
-                raise UpstreamUnavailable(
-                    f"gpg could not import {keys_file}: {done.stderr.decode(errors='replace').strip()[-300:]}"
-                )
+            _import_keys(tmp, keys_file)
         if os.path.isdir(home):
             shutil.rmtree(home, ignore_errors=True)
         os.replace(tmp, home)
@@ -208,3 +202,36 @@ def build_keyring(home: str, keys_file: str | None) -> None:
     for name in os.listdir(parent):  # keyrings of earlier keys
         if name.startswith("gnupg-") and os.path.join(parent, name) != home:
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _import_keys(home: str, keys_file: str) -> None:
+    """gpg --import the armored keys of `keys_file` into `home`; UpstreamUnavailable when it imports none."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "GNUPGHOME": home, "LC_ALL": "C"}
+    gpg = ["gpg", "--homedir", home, "--batch", "--no-tty", "--no-autostart"]
+    try:
+        done = subprocess.run([*gpg, "--import", "--", keys_file], env=env, capture_output=True, timeout=VERIFY_SECONDS)
+        listed = subprocess.run(
+            [*gpg, "--with-colons", "--list-keys"], env=env, capture_output=True, timeout=VERIFY_SECONDS
+        )
+    except FileNotFoundError:
+        raise UpstreamUnavailable("gpg is not installed (no `gpg` on PATH): OpenPGP keys cannot be read") from None
+    except subprocess.TimeoutExpired:
+        raise UpstreamUnavailable(f"gpg took longer than {VERIFY_SECONDS:.0f} s to import {keys_file}") from None
+    if not any(line.startswith(b"pub:") for line in listed.stdout.splitlines()):
+        said = [
+            line
+            for line in done.stderr.decode(errors="replace").splitlines()
+            if not any(noise in line for noise in ("keybox", "trustdb", "Total number"))
+        ]
+        why = said[0][:300] if said else "no key in it"
+        raise UpstreamUnavailable(f"gpg imports no public key from {keys_file}: {why}")
+
+
+def keys_problem(keys_file: str) -> str | None:
+    """Why gpg cannot import `keys_file` (`gitreg check` and `serve` at start), or None. Blocking."""
+    with tempfile.TemporaryDirectory(prefix="gitreg-gnupg-check-") as home:
+        try:
+            _import_keys(home, keys_file)  # --no-autostart: no agent is left behind
+        except UpstreamUnavailable as e:
+            return e.message
+    return None

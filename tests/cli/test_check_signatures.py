@@ -62,3 +62,18 @@ def test_a_missing_allowed_signers_file_is_a_config_error_naming_the_key(tmp_pat
         assert result.returncode == 2, result.stdout + result.stderr
         assert "signing.allowed_signers: cannot read" in result.stderr
         assert "No such file or directory" in result.stderr
+
+
+def test_an_openpgp_keys_file_gpg_cannot_import_is_refused_at_start(tmp_path):
+    repo = GitRepo(tmp_path / "repos", "vpc")
+    keys = tmp_path / "release-keys.asc"
+    keys.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nnot a key\n-----END PGP PUBLIC KEY BLOCK-----\n")
+    config = tmp_path / "gitreg.toml"
+    config.write_text(
+        f'[signing]\nopenpgp_keys = "{keys}"\n[storage]\npath = "{tmp_path / "state"}"\n'
+        f'[[modules]]\nnamespace = "acme"\nname = "vpc"\nsystem = "aws"\nrepository = "{repo.url}"\ndownload = "git"\n'
+    )
+    for command in (["check"], ["serve", "--port", "0"]):
+        result = run_gitreg(*command, "--config", str(config))
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "signing.openpgp_keys: gpg imports no public key from" in result.stderr
