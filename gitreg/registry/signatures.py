@@ -338,7 +338,7 @@ class Signatures:
                     log.warning("signature of %s tag %s not verified now: %s", mask(repository), tag, e)
                     continue
                 self.verified += 1
-                log.info("signature of %s tag %s: %s", mask(repository), tag, results[tag].status)
+                log.debug("signature of %s tag %s: %s", mask(repository), tag, results[tag].status)
             return results
         finally:
             await run_file_work(self.files, _remove_tree, str(tmp))
