@@ -137,7 +137,7 @@ class Services:
         contexts += [self._catalog, self._hosts_http]
         if role is not Role.INDEX:  # the serving process signs people in and asks who is calling
             contexts += [self._logins, self._identities, self._providers]
-        contexts.append(self._registry)
+        contexts += [self._signatures, self._registry]
         if role is not Role.INDEX:  # the serving process enumerates the orgs
             contexts.append(self._org_listings)
         contexts += [self._details, self._index]
@@ -322,19 +322,7 @@ class Services:
     async def _registry(self) -> AsyncIterator[None]:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""
         cache, shared, catalog = self.cache, self.shared, self.catalog
-        resolver = self.resolver
-        signatures = None
-        if self.role is not Role.INDEX and self.config.signing.keys:
-            signatures = self.signatures = Signatures(
-                self.config,
-                self._storage() / "signatures",
-                SignatureGit(self.mirrors.git),
-                self.pool,
-                self.git.tag_objects,
-                shared,
-                self.files,
-            )
-            await signatures.start()
+        resolver, signatures = self.resolver, self.signatures
         self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives, signatures)
         publisher = self.publisher = Publisher(self.config, cache, shared, self.orgs)
         shared.on_invalidate.connect(publisher.changed_elsewhere)
@@ -343,8 +331,24 @@ class Services:
         shared.on_pin.connect(self.pins.adopt)
         shared.share_pins(self.pins.entries, self.config.git.allow_moved_tags)
         yield
-        if signatures is not None:
-            await signatures.close()
+
+    async def _signatures(self) -> AsyncIterator[None]:
+        """[signing] with keys, in the serving process: which versions a trusted key signed (registry.signatures)."""
+        if self.role is Role.INDEX or not self.config.signing.keys:
+            yield
+            return
+        signatures = self.signatures = Signatures(
+            self.config,
+            self._storage() / "signatures",
+            SignatureGit(self.mirrors.git),
+            self.pool,
+            self.git.tag_objects,
+            self.shared,
+            self.files,
+        )
+        await signatures.start()
+        yield
+        await signatures.close()
 
     async def _mirrors_and_archives(self) -> AsyncIterator[None]:
         """Bare mirrors and archive builds, in [storage] path, within one budget."""
