@@ -50,7 +50,7 @@ T = TypeVar("T")
 
 # How long a versions request waits for verdicts not known yet (Terraform gives it 10 s).
 VERIFY_WAIT = 4.0
-# How long a download waits for its version's verdict before answering 503 (try again).
+# How long a download waits for its version's verdict before answering 502 (try again).
 DOWNLOAD_WAIT = 6.0
 # How often the key files are looked at again (a changed one: new keyring, verdicts made again).
 KEYS_RECHECK_SECONDS = 5.0
@@ -227,7 +227,7 @@ class Signatures:
         return ModuleVersions(kept, found.skipped), all(v is not None for v in verdicts.values())
 
     async def check(self, resolved: ResolvedModule, found: TaggedVersion) -> None:
-        """NotSigned (403) when `found` must be signed and is not; 503 when it could not be verified now."""
+        """NotSigned (403) when `found` must be signed and is not; 502 when it could not be verified now."""
         if not self.required(resolved.rule):
             return
         verdict = (await self.verdicts(resolved.repository, [found], DOWNLOAD_WAIT))[found.tag]

@@ -252,3 +252,29 @@ async def test_a_tag_re_pointed_or_re_created_without_a_trusted_key_is_no_longer
     assert await versions(client) == []
     await assert_error(await client.get(f"{BASE}/1.1.0/download"), 403, "nor its commit is signed")
     await assert_error(await client.get(f"{BASE}/1.0.0/download"), 403, "nor its commit is signed")
+
+
+async def test_a_failed_fetch_is_never_a_verdict_and_is_retried_after_error_retry_seconds(
+    make_client, git_http, tmp_path
+):
+    key = ssh_key(tmp_path / "keys", "alice")
+    allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
+    repo = GitRepo(tmp_path / "repos", "public")
+    repo.commit({"main.tf": "# one\n"})
+    ssh_signed_tag(repo, "v1.0.0", key)
+    module = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": git_http.url("public.git")}
+    cfg = make_config(
+        [{**module, "download": "git"}],
+        signing={"allowed_signers": str(allowed), "require": True},
+        storage={"path": str(tmp_path / "state")},
+        cache={"error_retry_seconds": 1},
+    )
+    client = await make_client(cfg)
+    await client.app[REGISTRY].versions(ADDRESS)  # the tag list is cached; nothing verified yet
+    git_http.mode = "error"  # the host now fails every request: the fetch of the tag objects too
+    assert await versions(client) == []
+    await assert_error(await client.get(f"{BASE}/1.0.0/download"), 502, "not been verified yet")
+    assert not (tmp_path / "state" / "signatures" / "signatures.json").exists()
+    git_http.mode = "ok"
+    await asyncio.sleep(1.1)
+    assert await versions(client) == ["1.0.0"]
