@@ -27,6 +27,7 @@ from gitreg.core.urls import mask as mask_url
 from gitreg.core.versions import select_versions
 from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GIT_MISSING, GitRunner, git_found
+from gitreg.git.verify import keys_problem
 from gitreg.observability.setup import configure_logging
 
 log = logging.getLogger("gitreg")
@@ -211,6 +212,8 @@ def start_checks(config: Config) -> tuple[ssl.SSLContext | None, list[str]]:
         problems.append(f"storage.path: {problem}")
     if not git_found():
         problems.append(f"git: {GIT_MISSING}; gitreg runs git for every module")
+    if config.signing.openpgp_keys and (why := keys_problem(config.signing.openpgp_keys)) is not None:
+        problems.append(f"signing.openpgp_keys: {why}")
     return ssl_context, problems
 
 
@@ -383,7 +386,7 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
             + (f" path={rule.path}" if rule.path else "")
             + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
         )
-        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, (config, rule))
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
@@ -422,7 +425,9 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     repo = orgs.get(address)
     if repo is not None:
         print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
-        return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
+        return (
+            EXIT_OK if _probe_repository(adapter, repo.repository, "", (config, resolved.rule)) else EXIT_PROBE_FAILED
+        )
     rule = resolved.rule
     label = labels[config.modules.index(rule)]
     print(
@@ -430,7 +435,8 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         + (f" path={rule.path}" if rule.path else "")
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
-    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+    served = _probe_repository(adapter, resolved.repository, rule.tag_prefix, (config, rule))
+    return EXIT_OK if served else EXIT_PROBE_FAILED
 
 
 def _probe_consumers(config: Config, text: str) -> int:
@@ -445,8 +451,11 @@ def _probe_consumers(config: Config, text: str) -> int:
     return EXIT_OK if ok else EXIT_PROBE_FAILED
 
 
-def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
-    """Print the versions and skipped tags of one repository; False when it cannot be listed."""
+def _probe_repository(
+    adapter: GitAdapter, repository: str, tag_prefix: str, signing: tuple[Config, ModuleRule] | None = None
+) -> bool:
+    """Print the versions and skipped tags of one repository (and with [signing] keys, each version's
+    signature); False when it cannot be listed or serves nothing."""
     try:
         tags = adapter.ls_remote_tags(repository)
     except GitregError as e:
@@ -463,6 +472,12 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
         print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    if signing is not None and signing[0].signing.keys and found.versions:
+        from gitreg.cli.signatures import signature_lines  # the registry's service: only a probe with keys needs it
+
+        lines, served = signature_lines(signing[0], adapter, repository, signing[1].require_signed, found)
+        print("\n".join(lines))
+        return served
     return bool(found.versions)
 
 
@@ -525,6 +540,11 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
             )
             lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
             lines += [f"    versions ({len(found.versions)}): {shown}"]
+            if config.signing.keys:
+                from gitreg.cli.signatures import signature_lines  # only a probe with [signing] keys needs it
+
+                signed, served = signature_lines(config, adapter, repo.repository, org.require_signed, found)
+                lines, failed = lines + [f"  {line}" for line in signed], failed or not served
         modules = len(report.modules) - (len(ignored) - len(report.ignored))
         print(f"  {report.found} repositories found, {modules} module(s), {len(ignored)} ignored")
         print("\n".join([*lines, *(f"  ignored {full_name}: {reason}" for full_name, reason in ignored)]))

@@ -197,6 +197,20 @@ class AuthConfig:
 
 
 @dataclass(frozen=True)
+class SigningConfig:
+    """`[signing]`; no keys at all means no version is ever "signed"."""
+
+    allowed_signers: str | None = None
+    openpgp_keys: str | None = None
+    require: bool = False
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The configured key files (their contents decide every verdict)."""
+        return tuple(path for path in (self.allowed_signers, self.openpgp_keys) if path)
+
+
+@dataclass(frozen=True)
 class ModuleRule:
     """One `[[modules]]` entry; None in namespace/name/system matches anything."""
 
@@ -216,6 +230,8 @@ class ModuleRule:
     # For a tarball URL template: the wrapper directory inside the tarball (a template too);
     # None means "infer it for GitHub and GitLab URLs, else the files are at the root".
     archive_root: str | None = None
+    # True/False: whether only signed versions are served; None: [signing] require decides.
+    require_signed: bool | None = None
 
     @property
     def specificity(self) -> int:
@@ -284,6 +300,7 @@ class OrgConfig:
     # namespace/type from their releases, signed by one of `provider_keys` (a [[providers]] rule).
     providers: bool = False
     provider_keys: str | None = None
+    require_signed: bool | None = None  # as ModuleRule.require_signed
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -347,6 +364,7 @@ class Config:
     orgs: tuple[OrgConfig, ...] = ()
     providers: tuple[ProviderRule, ...] = ()
     usage: UsageConfig = UsageConfig()
+    signing: SigningConfig = SigningConfig()
 
 
 def default_storage_path() -> str:

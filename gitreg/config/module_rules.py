@@ -19,6 +19,7 @@ from gitreg.config.model import (
 )
 from gitreg.config.reader import TableReader, one_of
 from gitreg.config.rules import TEMPLATE_RE
+from gitreg.config.signing import read_require_signed
 from gitreg.core import urls
 from gitreg.core.names import NAME_RE, SYSTEM_RE
 
@@ -85,6 +86,7 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     verified = r.bool("verified", ModuleRule.verified)
     shallow = r.bool("shallow", ModuleRule.shallow)
     archive_root = r.str("archive_root")
+    require_signed = read_require_signed(r)
     if archive_root is not None and not download.startswith("https://"):
         r.error("archive_root", "applies only to an https:// tarball URL template in `download`")
     if archive_root is not None:
@@ -122,6 +124,7 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
         shallow=shallow,
         verified=verified,
         archive_root=archive_root.strip("/") if archive_root else None,
+        require_signed=require_signed,
     )
 
 

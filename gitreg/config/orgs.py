@@ -20,6 +20,7 @@ from gitreg.config.model import (
 )
 from gitreg.config.module_rules import check_download
 from gitreg.config.reader import TableReader, one_of
+from gitreg.config.signing import read_require_signed
 from gitreg.core import urls
 from gitreg.core.names import NAME_RE
 
@@ -109,6 +110,7 @@ def parse_org(r: TableReader) -> OrgConfig | None:
             r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
     max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
     providers, provider_keys = _providers(r)
+    require_signed = read_require_signed(r)
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
         return None
@@ -128,6 +130,7 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         max_repositories=max_repositories,
         providers=providers,
         provider_keys=provider_keys,
+        require_signed=require_signed,
     )
 
 

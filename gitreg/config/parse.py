@@ -44,6 +44,7 @@ from gitreg.config.module_rules import parse_modules, parse_rule
 from gitreg.config.orgs import parse_orgs
 from gitreg.config.providers import parse_providers
 from gitreg.config.reader import TableReader, one_of, type_name
+from gitreg.config.signing import parse_signing
 from gitreg.core import urls
 from gitreg.core.errors import ConfigError
 from gitreg.core.names import NAME_RE, REGISTRY_HOST_RE
@@ -325,6 +326,8 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     providers = parse_providers(root, tuple(orgs), auth.forges, unsigned and not a.problems_for("signing_key"))
     credentials = _parse_credentials(root)
     usage = _parse_usage(root.section("usage"), server)
+    required = any(rule.require_signed for rule in modules) or any(org.require_signed for org in orgs)
+    signing = parse_signing(root.section("signing"), required)
     root.finish()
     if problems:
         raise ConfigError(problems)
@@ -343,6 +346,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
         orgs=tuple(orgs),
         providers=tuple(providers),
         usage=usage,
+        signing=signing,
     )
 
 

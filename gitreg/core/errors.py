@@ -122,3 +122,13 @@ class ConfigError(Exception):
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOBUFS})
 # The errno of an OSError that means "the disk is full": a DiskFull (507), not a bug.
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class NotSigned(GitregError):
+    """A version that must be signed (`[signing] require`, `require_signed`) and is not, by a trusted key.
+
+    403: the tag exists (not a 404) and nothing is wrong with the server (not a 5xx); the registry's
+    policy refuses it, and a signed tag or a key added to `[signing]` makes it served.
+    """
+
+    status = 403

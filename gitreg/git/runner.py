@@ -339,6 +339,7 @@ class GitRunner:
         cwd: str | None = None,
         timeout: float | None = None,
         stdin: BinaryIO | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> Iterator[GitRun]:
         """The one way gitreg starts git: against `url` (credentials) or its own repositories (url "").
 
@@ -351,6 +352,7 @@ class GitRunner:
         # Only what git needs (see INHERITED); English errors, to classify them.
         names = INHERITED | INHERITED_FOR_SSH if urls.transport(url) == "ssh" else INHERITED
         env = {**inherited_environment(names), "LC_ALL": "C", "LANGUAGE": "C", **self.environment(url)}
+        env.update(extra_env or {})  # gitreg's own settings for one command (signature checks: GNUPGHOME)
         try:
             # Not the server's working directory: a repository there would lend git its config.
             run = GitRun(args, env, cwd or self._home, subprocess.PIPE, stdin)
@@ -392,12 +394,13 @@ class GitRunner:
         cwd: str | None = None,
         timeout: float | None = None,
         stdin: BinaryIO | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> tuple[GitRun, bytes]:
         """Run git to its end (see spawn()): the finished run and its stdout, cut at MAX_OUTPUT_BYTES.
 
         Beyond that bound git is killed ("too_large"): the caller says what that means.
         """
-        with self.spawn(args, url, cwd, timeout, stdin) as run:
+        with self.spawn(args, url, cwd, timeout, stdin, extra_env) as run:
             assert run.proc.stdout is not None
             out = run.proc.stdout.read(MAX_OUTPUT_BYTES + 1)
             if len(out) > MAX_OUTPUT_BYTES:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gitreg.core.errors import ModuleNotFound
+from gitreg.config.rules import ResolvedModule
+from gitreg.core.errors import GitregError, ModuleNotFound
 from gitreg.core.names import ModuleAddress
 from gitreg.core.versions import TaggedVersion
 from gitreg.index.details import ModuleDetails
@@ -20,9 +21,12 @@ from gitreg.index.store import ModuleIndex
 from gitreg.index.tree import utc_timestamp
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.service import Registry
+from gitreg.registry.signatures import Signatures
 
 # The orders a list can be shown in (the pages' `sort=`); search has its own, best match first.
 SORTS = ("newest", "name", "downloads")
+# How long a version's page or details wait for its signature to be verified the first time.
+SIGNATURE_WAIT = 3.0
 
 
 def pushed_at(marker: str) -> str:
@@ -151,6 +155,29 @@ class BrowseService:
                 lambda e: e.address.namespace == address.namespace and e.address.name == address.name
             )
         ]
+
+    async def signature(self, entry: IndexEntry, shown: IndexedVersion) -> tuple[dict[str, str] | None, str | None]:
+        """The version's signature ([signing]; None when unsigned or no keys), and why it is not served, if so."""
+        signing = self._signing(entry)
+        if signing is None:
+            return None, None
+        signatures, resolved = signing
+        return await signatures.describe(resolved, shown.tag, shown.sha, shown.canonical, SIGNATURE_WAIT)
+
+    def refused_versions(self, entry: IndexEntry) -> set[str]:
+        """The entry's versions known not to be served for want of a trusted signature (shown, marked)."""
+        signing = self._signing(entry)
+        return set() if signing is None else signing[0].refused(signing[1], entry.versions)
+
+    def _signing(self, entry: IndexEntry) -> tuple[Signatures, ResolvedModule] | None:
+        """The signatures service and the rule serving `entry`, when [signing] has keys and a rule does."""
+        signatures = self.registry.signatures
+        if signatures is None:
+            return None
+        try:
+            return signatures, self.registry.resolve(entry.address)
+        except GitregError:
+            return None
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version served (from the tag cache: the download redirect follows the tags)."""

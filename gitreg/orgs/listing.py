@@ -68,6 +68,7 @@ class OrgListing:
             clone_url=repo.clone_url,
             ref="tag",
             download=org.download,
+            require_signed=org.require_signed,
         )
         resolved = ResolvedModule(address, rule, repo.repository, repo.clone_url)
         self._resolved[address] = (repo, resolved)

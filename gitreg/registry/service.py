@@ -27,6 +27,7 @@ from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
 from gitreg.git.remote import TagList
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.resolve import Resolver
+from gitreg.registry.signatures import Signatures
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.storage.archives import ArchiveStore
@@ -45,7 +46,8 @@ class _Derived:
     """What the warm path derives from one fetched tag list, computed once per fetch."""
 
     versions: dict[str, ModuleVersions] = field(default_factory=dict)  # by tag_prefix
-    answers: dict[tuple[str, ModuleAddress], bytes] = field(default_factory=dict)  # (tag_prefix, address) -> JSON
+    # (tag_prefix, address) -> (the signatures' generation it was made at, its JSON, whether it lists any)
+    answers: dict[tuple[str, ModuleAddress], tuple[int, bytes, bool]] = field(default_factory=dict)
 
 
 class _DerivedByTagList:
@@ -79,6 +81,7 @@ class Registry:
         shared: SharedState,
         catalog: Catalog,
         archives: ArchiveStore,
+        signatures: Signatures | None = None,
     ) -> None:
         self.config = config
         self.resolver = resolver
@@ -87,6 +90,7 @@ class Registry:
         self.shared = shared  # with Redis, replicas pin a tag at the same commit
         self.catalog = catalog
         self.archives = archives
+        self.signatures = signatures  # [signing]: which versions are served where signatures are required
         self._derived = _DerivedByTagList()
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
@@ -135,6 +139,8 @@ class Registry:
     async def served_versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
         """versions() for a client: a module served with versions becomes listed (see served)."""
         resolved, found = await self.versions(address)
+        if self.signatures is not None:  # where required, unsigned versions are not served
+            found, _ = await self.signatures.served(resolved, found)
         if found.versions:
             self.served(resolved)
         return resolved, found
@@ -146,16 +152,24 @@ class Registry:
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
         resolved, derived, found = await self._versions(address)
-        if found.versions:
-            self.served(resolved)
         key = (resolved.rule.tag_prefix, address)
-        text = derived.answers.get(key)
-        if text is None:
+        stamp = self.signatures.stamp(resolved.rule) if self.signatures is not None else 0
+        memo = derived.answers.get(key)
+        if memo is not None and memo[0] == stamp:
+            _, text, listed = memo
+        else:
+            complete = True
+            if self.signatures is not None:  # where required, unsigned versions are left out
+                found, complete = await self.signatures.served(resolved, found)
             # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
             # module's source link when it is an http(s) URL: the repository's web page, when known.
             source = urls.web_url(resolved.clone_url) or str(address)
             body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-            text = derived.answers[key] = json.dumps(body).encode()
+            text, listed = json.dumps(body).encode(), bool(found.versions)
+            if complete:  # a version not verified in time is asked about again by the next request
+                derived.answers[key] = (stamp, text, listed)
+        if listed:
+            self.served(resolved)
         return text
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
@@ -184,6 +198,8 @@ class Registry:
     async def download(self, address: ModuleAddress, version: str) -> Download:
         """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
+        if self.signatures is not None:
+            await self.signatures.check(resolved, found)  # NotSigned (403) where required and unsigned
         rule = resolved.rule
         sha = await self._served_sha(resolved, found)
         if rule.download == "git":
@@ -199,6 +215,8 @@ class Registry:
         resolved, found = await self.find_version(address, version)
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
+        if self.signatures is not None:
+            await self.signatures.check(resolved, found)  # NotSigned (403) where required and unsigned
         return ContentKey(resolved.repository, resolved.rule.path, await self._served_sha(resolved, found))
 
     async def archive_checksum(self, key: ContentKey) -> str | None:

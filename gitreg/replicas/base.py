@@ -14,6 +14,7 @@ from gitreg.core.events import Signal
 from gitreg.git.remote import TagList
 from gitreg.replicas.installs import SharedInstalls
 from gitreg.replicas.logins import SharedLogins
+from gitreg.replicas.verdicts import SharedVerdicts
 
 Loader = Callable[[str], Awaitable[TagList]]
 
@@ -33,6 +34,8 @@ class SharedState(Protocol):
     logins: SharedLogins | None
     # Observed CI installs, shared on this store's connection (None: alone).
     installs: SharedInstalls | None
+    # Signature verdicts shared on this store's connection (None: alone; see registry.signatures).
+    verdicts: SharedVerdicts | None
 
     @property
     def is_shared(self) -> bool:

@@ -14,6 +14,7 @@ from gitreg.git.remote import TagList
 from gitreg.replicas.base import Loader
 from gitreg.replicas.installs import SharedInstalls
 from gitreg.replicas.logins import SharedLogins
+from gitreg.replicas.verdicts import SharedVerdicts
 
 _NO_LOADS: Mapping[str, int] = MappingProxyType({})
 
@@ -25,6 +26,7 @@ class MemoryShared:
     up = False  # no shared store to reach
     logins: SharedLogins | None = None  # issued tokens: this replica's own file only
     installs: SharedInstalls | None = None  # observed installs: this replica's own file only
+    verdicts: SharedVerdicts | None = None  # signature verdicts: this replica's own file only
     errors = 0
     bad_values = 0
     tag_loads = _NO_LOADS

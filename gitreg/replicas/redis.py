@@ -60,6 +60,7 @@ from gitreg.replicas.logins import SharedLogins
 from gitreg.replicas.owning import OwnerEntries, SharedOwners
 from gitreg.replicas.pinning import Entries, SharedPins
 from gitreg.replicas.tags import SharedTags
+from gitreg.replicas.verdicts import SharedVerdicts
 from gitreg.replicas.wire import Wire
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class RedisShared:
         self.access, self.remember_access = shared_access.access, shared_access.remember_access  # Git hosts' answers
         self.logins: SharedLogins | None = SharedLogins(self.client, wire.prefix, self._call, lambda: self._up)
         self.installs: SharedInstalls | None = SharedInstalls(wire)  # observed CI installs (usage/installs.py)
+        # Signature verdicts, each with an HMAC of registry.signatures' (see replicas/verdicts.py).
+        self.verdicts: SharedVerdicts | None = SharedVerdicts(self.client, wire.prefix, self._call, lambda: self._up)
         self._up = False
         self._ever_up = False
         self._since = clock()

@@ -28,6 +28,7 @@ from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
 from gitreg.git.runner import GitRunner
+from gitreg.git.verify import SignatureGit
 from gitreg.identity.door import Identities
 from gitreg.identity.issued import FILE_NAME as ISSUED_FILE
 from gitreg.identity.issued import IssuedTokens
@@ -54,6 +55,7 @@ from gitreg.registry.catalog import Catalog
 from gitreg.registry.publish import Publisher
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
+from gitreg.registry.signatures import Signatures
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.replicas.factory import make_shared
@@ -108,6 +110,7 @@ class Services:
     resolver: Resolver
     hosts_http: Callable[[], aiohttp.ClientSession]
     logins: LoginFlows | None = None
+    signatures: Signatures | None = None  # [signing] with keys, in the serving process
 
     def __init__(
         self,
@@ -150,7 +153,7 @@ class Services:
         contexts += [self._catalog, self._hosts_http]
         if role is not Role.INDEX:  # the serving process signs people in, asks who is calling, sees installs
             contexts += [self._logins, self._identities, self._providers, self._installs]
-        contexts.append(self._registry)
+        contexts += [self._signatures, self._registry]
         if role is not Role.INDEX:  # the serving process enumerates the orgs (and scans their repositories)
             contexts += [self._org_listings, self._usage]
         contexts += [self._details, self._index]
@@ -355,8 +358,8 @@ class Services:
     async def _registry(self) -> AsyncIterator[None]:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""
         cache, shared, catalog = self.cache, self.shared, self.catalog
-        resolver = self.resolver
-        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives)
+        resolver, signatures = self.resolver, self.signatures
+        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives, signatures)
         publisher = self.publisher = Publisher(self.config, cache, shared, self.orgs)
         shared.on_invalidate.connect(publisher.changed_elsewhere)
         shared.on_reconnect.connect(publisher.reconnected)
@@ -364,6 +367,24 @@ class Services:
         shared.on_pin.connect(self.pins.adopt)
         shared.share_pins(self.pins.entries, self.config.git.allow_moved_tags)
         yield
+
+    async def _signatures(self) -> AsyncIterator[None]:
+        """[signing] with keys, in the serving process: which versions a trusted key signed (registry.signatures)."""
+        if self.role is Role.INDEX or not self.config.signing.keys:
+            yield
+            return
+        signatures = self.signatures = Signatures(
+            self.config,
+            self._storage() / "signatures",
+            SignatureGit(self.mirrors.git),
+            self.pool,
+            self.git.tag_objects,
+            self.shared,
+            self.files,
+        )
+        await signatures.start()
+        yield
+        await signatures.close()
 
     async def _mirrors_and_archives(self) -> AsyncIterator[None]:
         """Bare mirrors and archive builds, in [storage] path, within one budget."""

@@ -142,12 +142,17 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
     browse = request.app[BROWSE]
     details, systems = await browse.details(entry, shown)
     body = summary(browse, entry, shown, details)
+    signature, refused = await browse.signature(entry, shown)
     body.update(
         root=details.root,
         submodules=details.submodules,
         examples=details.examples,
         providers=systems,
         versions=[v.canonical for v in entry.versions],
+        # [signing]: who signed this version, and why it is not served where signatures are required
+        signature=signature,
+        signature_refused=refused,
+        refused_versions=sorted(browse.refused_versions(entry)),
     )
     return web.json_response(body)
 

@@ -216,6 +216,7 @@ async def module_page(request: web.Request) -> web.Response:
     submodules = rendered[1 : 1 + len(details.submodules)] if details else []
     examples = rendered[1 + len(submodules) :] if details else []
     published_at = (details.published_at if details else "") or (entry.published_at if version == entry.latest else "")
+    signature, refused = await request.app[BROWSE].signature(entry, version)
     return render(
         request,
         "module.html",
@@ -239,6 +240,9 @@ async def module_page(request: web.Request) -> web.Response:
         details_pending=bool(reload_after),
         reload_after=reload_after,
         used_by=await used_by(request, entry),
+        signature=signature,  # [signing]: "Signed by <principal>", or why this version is not served
+        refused=refused,
+        refused_versions=request.app[BROWSE].refused_versions(entry),
     )
 
 
