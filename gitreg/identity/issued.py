@@ -14,7 +14,9 @@ Kept in `[storage] path/issued_tokens.json` (written whole, atomically, after ea
 revocation made by the CLI holds within a second (well within `recheck_seconds`). With Redis
 (`[cache] backend = "redis"`) records are also shared (replicas/logins.py): a token issued on
 one replica works on every other, and a revocation or a refreshed host token reaches each of
-them within a second.
+them within a second. A revocation is also appended to an authenticated log in Redis that each
+replica reads before it takes a record from there (identity/revocations.py, shared_records.py), so
+an older copy put back by a Redis writer is refused by a replica that never saw the token.
 """
 
 from __future__ import annotations
@@ -166,6 +168,7 @@ class IssuedTokens:
         self._seen_mtime: int | None = None
         self._republishing: asyncio.Future[None] | None = None
         self._watching: asyncio.Task[None] | None = None
+        self._upgraded = False  # records an earlier gitreg wrote to Redis were written again (`_upgrade`)
         # Each host's back-off, shared with identity/forge.py's questions (set by the identity door).
         self.backoffs: dict[str, HostBackoff] = {}
         self._looked = 0.0
@@ -221,8 +224,20 @@ class IssuedTokens:
             await self._shared.heal((r.digest, r.expires) for r in revoked)
             for record in revoked:
                 await self._shared.put(record.digest, record.to_json(), True, record.expires)
+            if not self._upgraded:
+                await self._upgrade()
         except RedisDown:
             return
+
+    async def _upgrade(self) -> None:
+        """Once: the active records this replica holds that Redis has as an earlier gitreg wrote them (no
+        revocation log named, so no replica takes them) are merged with that copy and written again."""
+        held = {r.digest for r in self._records.values() if r.active(time.time())}
+        earlier = await self._shared.earlier(held) if self._shared is not None and held else {}
+        self._merge(self._opened(digest, text) for digest, text in earlier.items())
+        for digest in earlier:
+            await self._publish(self._records[digest])
+        self._upgraded = True
 
     def start_watching(self) -> None:
         """With Redis: read the revocation log every WATCH_SECONDS (revocations of tokens never seen here are

@@ -57,11 +57,16 @@ class SharedRecords:
         seq, _, text = rest.partition(".")
         authentic = text and seq.isdigit() and len(seq) <= 12
         if not authentic or not hmac.compare_digest(mac, self._mac(digest, log_id, int(seq), text)):
-            log.warning("issued token record in redis for %s...: not signed by this registry; ignored", digest[:8])
-            return None
-        why = self.log.refusal(log_id, int(seq))
-        if why is not None:
+            why = (
+                "written by an earlier gitreg (no revocation log)"
+                if log_id.startswith("{")
+                else "not signed by this registry"
+            )
             log.warning("issued token record in redis for %s...: %s; ignored", digest[:8], why)
+            return None
+        refused = self.log.refusal(log_id, int(seq))
+        if refused is not None:
+            log.warning("issued token record in redis for %s...: %s; ignored", digest[:8], refused)
             return None
         return text
 
@@ -85,6 +90,18 @@ class SharedRecords:
         found = await self.shared.all()
         opened = {digest: self._open(digest, value) for digest, value in found.items()}
         return {digest: text for digest, text in opened.items() if text is not None}
+
+    async def earlier(self, held: set[str]) -> dict[str, str]:
+        """The JSON of the records of `held` digests that an earlier gitreg wrote (`<mac>.<json>`, no log:
+        authentic, but never taken as they are), for the replica holding them to write them again."""
+        found = await self.shared.all()
+        out = {}
+        for digest in held & found.keys():
+            mac, _, text = found[digest].partition(".")
+            made = hmac.new(self._key, f"{digest}\0{text}".encode(), hashlib.sha256).hexdigest()
+            if text.startswith("{") and hmac.compare_digest(mac, made):
+                out[digest] = text
+        return out
 
     # ---- the log ---------------------------------------------------------------------------
 
@@ -118,8 +135,9 @@ class SharedRecords:
             await self._read(None)
 
     async def watch(self) -> None:
-        """Read the log's new entries (`cut_seen` then says whether it was cut)."""
+        """Read the log's new entries (`cut_seen` then says whether it was cut); forget expired revocations."""
         await self._read(None)
+        self.log.forget_expired(time.time())
 
     async def heal(self, revoked: Iterable[tuple[str, float]]) -> None:
         """Append every unexpired revocation this replica knows (`revoked`: its own revoked records, and what

@@ -23,7 +23,7 @@ from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, consent
 
 SIGNING_KEY = "d" * 40
 # What the rest of a request may add to its identity budget on a loaded 2-core machine (Terraform: 10 s).
-SLACK_SECONDS = 1.5
+SLACK_SECONDS = 1.0
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ the revocation log, or cuts the log back to what it was when the token was issue
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,4 +160,27 @@ async def test_a_known_good_token_costs_no_redis_round_trip_per_request(make_cli
     # One read (the record and the log's new entries together) per second of requests, and the watch's.
     assert trips.get("exec", 0) <= 2 * took / WATCH_SECONDS + took + 2, (took, trips)
     assert trips.get("exec", 0) >= trips.get("hget", 0) and trips.get("lrange", 0) == trips.get("exec", 0)
+    await redis.aclose()
+
+
+@pytest.mark.slow  # three replicas, real Redis
+async def test_records_an_earlier_gitreg_wrote_are_written_again_by_the_replica_holding_them(
+    make_client, tmp_path, gitlab, redis_server
+):
+    a = await make_client(replica(tmp_path, gitlab, redis_server.url, "state-a"))
+    token = await login(a)
+    redis = redis_async.from_url(redis_server.url)
+    ((digest, value),) = (await redis.hgetall(RECORDS)).items()
+    # As the previous version wrote it: an HMAC over the digest and the JSON, no revocation log named.
+    text = value.decode().split(".", 3)[3]
+    key = hashlib.sha256(b"gitreg-issued-records\0" + SIGNING_KEY.encode()).digest()
+    mac = hmac.new(key, digest + b"\0" + text.encode(), hashlib.sha256).hexdigest()
+    await redis.hset(RECORDS, digest, f"{mac}.{text}")
+    b = await make_client(replica(tmp_path, gitlab, redis_server.url, "state-b"))
+    assert await statuses(b, token, 1.0) == {401}  # never taken as it is
+    await make_client(replica(tmp_path, gitlab, redis_server.url, "state-a"))  # a's restart, on a's file
+    until = time.monotonic() + 3
+    while await status(b, token) != 200 and time.monotonic() < until:
+        await asyncio.sleep(0.2)
+    assert await status(b, token) == 200  # a wrote it again: b takes it (was 401 for good)
     await redis.aclose()
