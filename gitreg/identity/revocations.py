@@ -41,7 +41,7 @@ _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 # How many logs' high-water marks a replica keeps (a log replaced, then put back cut, is still known).
 KEEP_LOGS = 16
 # Entries read per round trip: a log a writer made huge is read in slices, never whole.
-READ_SLICE = 10_000
+READ_SLICE = 1000
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,7 @@ class RevocationLog:
         self.log_id: str | None = None
         self.read = 0
         self.max_seq = 0
-        self._seqs: set[int] = set()
-        self._last_gap = 0  # the highest number below max_seq no entry has (0: none missing)
+        self._missing: set[int] = set()  # numbers below max_seq no entry has (someone deleted them)
         self.logged: set[str] = set()  # digests the current log revokes
         # The highest number read of each of the last logs (by id), kept in the file: a log read shorter
         # than that was cut by someone, perhaps put back after another replaced it (`heal`).
@@ -114,8 +113,8 @@ class RevocationLog:
 
     def start_over(self, log: str | None) -> None:
         """Forget what was read of the log (it was replaced, deleted or cut): read `log` from its start."""
-        self.log_id, self.read, self.max_seq, self._last_gap = log, 0, 0, 0
-        self._seqs.clear()
+        self.log_id, self.read, self.max_seq = log, 0, 0
+        self._missing.clear()
         self.logged.clear()
 
     def absorb(self, entries: list[str | None], now: float) -> list[str]:
@@ -126,20 +125,17 @@ class RevocationLog:
             found = self._parse(text, self.log_id) if self.log_id is not None else None
             if found is None:
                 continue  # made up, altered, or of another log
-            self._seqs.add(found.seq)
             if found.seq > self.max_seq:
+                self._missing.update(range(self.max_seq + 1, found.seq))
                 self.max_seq = found.seq
+            else:
+                self._missing.discard(found.seq)
             if found.name == LOG_NAME:
                 continue  # the first entry (number 1)
             self.logged.add(found.name)
             if found.name not in self.revoked and found.expires > now:
                 learned.append(found.name)
             self.revoked[found.name] = max(found.expires, self.revoked.get(found.name, 0.0))
-        if entries:
-            gap = self.max_seq
-            while gap > 0 and gap in self._seqs:
-                gap -= 1
-            self._last_gap = gap
         return learned
 
     def cut(self) -> bool:
@@ -167,7 +163,7 @@ class RevocationLog:
             return "the revocation log it names is gone"
         if seq > self.max_seq:
             return "the revocation log is shorter than when it was written"
-        if self._last_gap > seq:
+        if self._missing and max(self._missing) > seq:
             return "an entry of the revocation log written after it is missing"
         return None
 

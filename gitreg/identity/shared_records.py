@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 # Every running replica reads the log's new entries this often, besides when it reads a record: it
 # learns revocations of tokens it never saw, and puts back what someone cut from the log.
 WATCH_SECONDS = 2.0
+# The round trips a full read of the log may take (a million entries): bounded, however a writer grows it.
+ALL_SLICES = 1000
 
 
 class SharedRecords:
@@ -105,11 +107,14 @@ class SharedRecords:
 
     # ---- the log ---------------------------------------------------------------------------
 
-    async def _read(self, digest: str | None) -> str | None:
-        """Read the log's new entries (and, in the same round trip, the raw record of `digest`)."""
-        record, length = None, 0
-        for _ in range(3):  # a log replaced or cut is read again from its start; a long one in slices
-            record, first, length, entries = await self.shared.read(digest, self.log.read, READ_SLICE)
+    async def _read(self, digest: str | None, slices: int = 3) -> str | None:
+        """Read the log's new entries, up to `slices` round trips of READ_SLICE, and in the
+        first, the raw record of `digest`."""
+        record, length, trips = None, 0, 0
+        while True:
+            found, first, length, entries = await self.shared.read(digest, self.log.read, READ_SLICE)
+            record = found if trips == 0 else record
+            trips += 1
             self._first = first
             log_id = self.log.log_of(first)
             if log_id != self.log.log_id or length < self.log.read:
@@ -120,7 +125,7 @@ class SharedRecords:
             learned = self.log.absorb(entries, time.time())
             if learned:
                 self._learned(learned)
-            if self.log.read >= length:
+            if self.log.read >= length or trips == slices:
                 break
         if self.log.read >= length and self.log.cut():
             self.cut_seen = True  # (the owner heals it: it knows its own revocations)
@@ -128,15 +133,15 @@ class SharedRecords:
 
     async def _ensure_log(self) -> None:
         """The log read up to now, started first when there is none (or its first item is made up)."""
-        await self._read(None)
+        await self._read(None, slices=ALL_SLICES)
         if self.log.log_id is None:
             _, first = self.log.first_entry()
             await self.shared.start_log(first, self._first)
-            await self._read(None)
+            await self._read(None, slices=ALL_SLICES)
 
     async def watch(self) -> None:
         """Read the log's new entries (`cut_seen` then says whether it was cut); forget expired revocations."""
-        await self._read(None)
+        await self._read(None, slices=ALL_SLICES)
         self.log.forget_expired(time.time())
 
     async def heal(self, revoked: Iterable[tuple[str, float]]) -> None:

@@ -99,6 +99,16 @@ async def test_a_revoked_record_put_back_is_refused_by_a_replica_that_never_saw_
     assert await statuses(b, other, 1.0) == {401}
     assert len(await redis.lrange(LOG, 0, -1)) == len(as_issued) + 2
 
+    # The writer deletes the first token's revocation from the middle of the log and puts the records
+    # back: a replica started after it finds a number missing after the records' and takes neither.
+    revocations = await redis.lrange(LOG, len(as_issued), -1)
+    await redis.lrem(LOG, 1, revocations[0])
+    await redis.hset(RECORDS, mapping=active)
+    fresh = await make_client(replica(tmp_path, gitlab, redis_server.url, "state-e"))
+    for presented in (token, other):
+        assert await statuses(fresh, presented, 1.0) == {401}
+    await redis.rpush(LOG, revocations[0])  # (put back: the next steps start from a whole log)
+
     # The writer empties the log and puts the records back again: nothing names the log they name.
     await redis.delete(LOG)
     await redis.hset(RECORDS, mapping=active)
