@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 
 from gitreg.core.errors import GitregError
 from gitreg.core.flight import InFlight
+from gitreg.identity import deadline
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -55,13 +56,18 @@ class Answers(Generic[K, V]):
         del self._table[key]
         return False, None
 
-    async def get(self, key: K, seconds: float, ask: Callable[[], Awaitable[V]]) -> V:
-        """The trusted answer for `key`, or `ask()`'s (one call for every concurrent caller), kept `seconds`."""
+    async def get(
+        self, key: K, seconds: float, ask: Callable[[], Awaitable[V]], late: Callable[[float], GitregError]
+    ) -> V:
+        """The trusted answer for `key`, or `ask()`'s (one call for every concurrent caller), kept `seconds`.
+
+        Waited at most what is left of the request's budget: past it, `late(seconds waited)` is raised
+        (a 503 naming the host) and the question goes on for the next request."""
         hit, value = self.fresh(key)
         if hit:
             return value  # type: ignore[return-value]  # (V may itself be None: `hit` says it is an answer)
         future = self._flight.join(key, lambda: self._ask(key, seconds, ask))
-        return await InFlight.wait(future)
+        return await deadline.wait(future, late)
 
     async def _ask(self, key: K, seconds: float, ask: Callable[[], Awaitable[V]]) -> V:
         self.asked += 1

@@ -15,6 +15,10 @@ follows), the registry tokens `terraform login` issued (when an `[[auth.forges]]
 OAuth application), a CI job's OIDC JWT (when it claims a configured issuer), then a Git host's
 own token (each `[[auth.forges]]` host whose kind of token it may be, until one says whose it
 is). None of them: 401. A host that cannot answer: 503, never 401.
+
+Everything identity waits on for one request (a renewal, `/user`, can-read, a listing, an
+issuer's keys) shares one deadline, identity/deadline.py: a request's task waits for all of it
+at most REQUEST_SECONDS, then a 503 naming the service; the calls go on for the retry.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from gitreg.core.secrets import digest
 from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound, OrgStats
 from gitreg.forges.hosts import user_client
 from gitreg.forges.records import RepoRecord
+from gitreg.identity import deadline
 from gitreg.identity.answers import Answers
 from gitreg.identity.backoff import HostBackoff
 from gitreg.identity.issued import TOKEN_PREFIX
@@ -42,11 +43,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # What a 503 for a host that cannot answer tells the client to wait.
 RETRY_SECONDS = 30
-# A single answer (who is this, can it read that) on `terraform init`'s path: inside Terraform's 10 s.
+# A single answer (who is this, can it read that): its own cap. A request waits for all of its answers
+# together at most deadline.REQUEST_SECONDS, inside Terraform's 10 s.
 ASK_SECONDS = 8.0
 # Failures that back the whole host off: rate limited, 5xx or unreachable ("error"), silent.
 BACK_OFF_REASONS = frozenset({"rate_limited", "error", "timeout"})
-# A person's listing of the orgs (pages and search; many API pages for a large group).
+# A person's listing of the orgs (pages and search; many API pages for a large group). A request waits
+# for it only what is left of its budget (identity/deadline.py); the listing goes on for the retry.
 LISTING_SECONDS = 60.0
 
 # Tokens that name their issuer: a GitHub token never goes to a GitLab host, nor the reverse
@@ -137,6 +140,10 @@ class ForgeAccess:
                 retry_after=retry,
             ) from None
 
+    def _late(self, what: str, waited: float, cap: float = ASK_SECONDS) -> IdentityUnavailable:
+        """The 503 of a request whose budget ran out while this host was asked `what` (kept for the retry)."""
+        return deadline.late(f"the Git host {self.host}", what, waited, cap)
+
     async def username(self, token: str, key: bytes) -> str | None:
         """The host's username for `token` (asked once per recheck_seconds), or None when the host refuses it."""
 
@@ -144,7 +151,8 @@ class ForgeAccess:
             name = await self._asked("who this token belongs to", self._client(token).username())
             return safe_name(name) if isinstance(name, str) else None
 
-        return await self.who.get(key, self.forge.recheck_seconds, ask)
+        late = lambda waited: self._late("who this token belongs to", waited)  # noqa: E731 - built only if late
+        return await self.who.get(key, self.forge.recheck_seconds, ask, late)
 
     def principal(self, name: str, token: str) -> Principal:
         """The `forge` principal of a token this host said belongs to `name`."""
@@ -171,7 +179,8 @@ class ForgeAccess:
                 self._shared.remember_access(shared[allowed], True, self.forge.recheck_seconds)
             return allowed
 
-        if not await self.reads.get(key, self.forge.recheck_seconds, ask):
+        late = lambda waited: self._late(f"whether {principal.name} can read {path}", waited)  # noqa: E731
+        if not await self.reads.get(key, self.forge.recheck_seconds, ask, late):
             raise Forbidden(
                 f"{principal.name} cannot read {path} on {self.host}, the repository of {what}: "
                 "ask for access to it there (gitreg follows the Git host's permissions)"
@@ -210,7 +219,8 @@ class ForgeAccess:
                 paths.update(r.full_name.lower() for r in records)
             return frozenset(paths)
 
-        paths = await self.seen.get(digest(token), self.forge.recheck_seconds, ask)
+        late = lambda waited: self._late(what, waited, LISTING_SECONDS)  # noqa: E731
+        paths = await self.seen.get(digest(token), self.forge.recheck_seconds, ask, late)
         return Visibility(hosts=self.hosts, paths=paths)
 
     async def _listing(self, token: str, org: OrgConfig) -> list[RepoRecord]:

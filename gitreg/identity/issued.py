@@ -14,14 +14,14 @@ Kept in `[storage] path/issued_tokens.json` (written whole, atomically, after ea
 revocation made by the CLI holds within a second (well within `recheck_seconds`). With Redis
 (`[cache] backend = "redis"`) records are also shared (replicas/logins.py): a token issued on
 one replica works on every other, and a revocation or a refreshed host token reaches each of
-them within a second.
+them within a second. A revocation is also appended to an authenticated log in Redis that each
+replica reads before it takes a record from there (identity/revocations.py, shared_records.py), so
+an older copy put back by a Redis writer is refused by a replica that never saw the token.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import os
@@ -37,12 +37,15 @@ import aiohttp
 
 from gitreg.config.model import Config, ForgeAuthConfig
 from gitreg.core.errors import Overloaded, StorageFull
+from gitreg.core.flight import InFlight
 from gitreg.core.secrets import token_digest
 from gitreg.forges import host_oauth as oauth
 from gitreg.forges.host_oauth import HostGrant, OAuthError
+from gitreg.identity import deadline
 from gitreg.identity.backoff import HostBackoff
 from gitreg.identity.crypto import Sealer
-from gitreg.identity.model import Principal, person, safe_name
+from gitreg.identity.model import Principal, host_of, person, safe_name
+from gitreg.identity.shared_records import WATCH_SECONDS, SharedRecords
 from gitreg.replicas.connection import RedisDown
 from gitreg.replicas.logins import SharedLogins
 from gitreg.storage.state import StateFile
@@ -152,18 +155,20 @@ class IssuedTokens:
             raise ValueError("issued tokens need [auth] signing_key")
         self._forges = {f.url: f for f in config.auth.forges if f.oauth}
         self._sealer = Sealer(config.auth.signing_key, "host-tokens")
-        # Authenticates what is read back from Redis (see _signed): a Redis writer cannot make a record.
-        self._record_key = hashlib.sha256(b"gitreg-issued-records\0" + config.auth.signing_key.encode()).digest()
         self._http = http
-        self._shared = shared
+        # Redis's copies, authenticated and checked against the revocation log (identity/shared_records.py).
+        self._shared = SharedRecords(shared, config.auth.signing_key, self._learned) if shared is not None else None
+        self._logins = shared
         self._records: dict[str, IssuedRecord] = {}  # by digest
         self._checked: dict[str, float] = {}  # digest -> when Redis was last asked
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._refreshing: InFlight[str, HostGrant | None] = InFlight()  # digest -> its one refresh
         self._grants: dict[str, tuple[str, HostGrant]] = {}  # digest -> (sealed text, its grant)
         self._used_codes: dict[str, float] = {}  # code id -> until
         self._file = StateFile(path, _FORMAT, ".issued-", self._snapshot, unreadable="issued tokens are lost")
         self._seen_mtime: int | None = None
         self._republishing: asyncio.Future[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
+        self._upgraded = False  # records an earlier gitreg wrote to Redis were written again (`_upgrade`)
         # Each host's back-off, shared with identity/forge.py's questions (set by the identity door).
         self.backoffs: dict[str, HostBackoff] = {}
         self._looked = 0.0
@@ -177,9 +182,14 @@ class IssuedTokens:
         now = time.time()
         codes = {c: until for c, until in self._used_codes.items() if until > now}
 
+        learned = self._shared.log if self._shared is not None else None
+        revocations = {d: e for d, e in learned.revoked.items() if e > now} if learned is not None else {}
+        highs = dict(learned.highs) if learned is not None else {}
+
         def encode() -> str:
             tokens = [json.loads(r.to_json()) for r in kept]
-            return json.dumps({"format": _FORMAT, "tokens": tokens, "used_codes": codes}, indent=1)
+            document = {"format": _FORMAT, "tokens": tokens, "used_codes": codes}
+            return json.dumps({**document, "revocations": revocations, "logs": highs}, indent=1)
 
         return encode
 
@@ -192,6 +202,8 @@ class IssuedTokens:
         codes = data.get("used_codes") if data is not None else None
         if isinstance(codes, dict):
             self._used_codes.update({c: float(u) for c, u in codes.items() if isinstance(u, float | int)})
+        if self._shared is not None and data is not None:
+            self._shared.log.remember(data.get("revocations"), data.get("logs"))
         await self.republish()
 
     def reconnected(self) -> None:
@@ -201,16 +213,60 @@ class IssuedTokens:
             self._republishing = asyncio.ensure_future(self.republish())
 
     async def republish(self) -> None:
-        """The file is authoritative: every revocation it holds is put back in Redis (emptied, or given an
-        older copy by whoever can write it), so no replica reading Redis takes the token again."""
+        """The file is authoritative: every revocation it holds (and every one this replica read in the log)
+        is put back in the log when the log lacks it (emptied, cut), and its record in Redis (emptied, or
+        given an older copy by whoever can write it), so no replica reading Redis takes the token again."""
         if self._shared is None:
             return
         now = time.time()
-        for record in [r for r in self._records.values() if r.revoked is not None and r.expires > now]:
+        revoked = [r for r in self._records.values() if r.revoked is not None and r.expires > now]
+        try:
+            await self._shared.heal((r.digest, r.expires) for r in revoked)
+            for record in revoked:
+                await self._shared.put(record.digest, record.to_json(), True, record.expires)
+            if not self._upgraded:
+                await self._upgrade()
+        except RedisDown:
+            return
+
+    async def _upgrade(self) -> None:
+        """Once: the active records this replica holds that Redis has as an earlier gitreg wrote them (no
+        revocation log named, so no replica takes them) are merged with that copy and written again."""
+        held = {r.digest for r in self._records.values() if r.active(time.time())}
+        earlier = await self._shared.earlier(held) if self._shared is not None and held else {}
+        self._merge(self._opened(digest, text) for digest, text in earlier.items())
+        for digest in earlier:
+            await self._publish(self._records[digest])
+        self._upgraded = True
+
+    def start_watching(self) -> None:
+        """With Redis: read the revocation log every WATCH_SECONDS (revocations of tokens never seen here are
+        learned, a log someone cut is healed), until `close`."""
+        if self._shared is not None and self._watching is None:
+            self._watching = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        shared = self._shared
+        while shared is not None:
+            await asyncio.sleep(WATCH_SECONDS)
             try:
-                await self._shared.put(record.digest, self._signed(record))
+                await shared.watch()
             except RedisDown:
-                return
+                continue
+            self._heal_if_cut()
+
+    def _heal_if_cut(self) -> None:
+        if self._shared is not None and self._shared.cut_seen:
+            self.reconnected()  # the same: the log lacks revocations this replica knows
+
+    def _learned(self, digests: list[str]) -> None:
+        """Revocations read in the log: the records held here are revoked too (and kept so on disk)."""
+        now = time.time()
+        for digest in digests:
+            record = self._records.get(digest)
+            if record is not None and record.revoked is None:
+                self._records[digest] = replace(record, revoked=now)
+        self._file.mark_dirty()  # (the learned revocations are kept in the file too)
 
     def _mtime(self) -> int | None:
         try:
@@ -233,6 +289,8 @@ class IssuedTokens:
             revoked = [r.revoked for r in (held, record) if r is not None and r.revoked is not None]
             if revoked and taken.revoked != min(revoked):
                 taken = replace(taken, revoked=min(revoked))
+            if taken.revoked is None and self._shared is not None and record.digest in self._shared.log.revoked:
+                taken = replace(taken, revoked=time.time())  # the log says so (whatever copy was put back)
             if taken != held:
                 self._records[record.digest] = taken
                 changed = True
@@ -262,27 +320,14 @@ class IssuedTokens:
     async def _publish(self, record: IssuedRecord) -> None:
         if self._shared is not None:
             try:
-                await self._shared.put(record.digest, self._signed(record))
+                await self._shared.put(record.digest, record.to_json(), record.revoked is not None, record.expires)
             except RedisDown as e:
                 log.warning("issued token %s: not shared through redis (%s); this replica keeps it", record.id, e)
 
-    def _signed(self, record: IssuedRecord) -> str:
-        """The record as Redis holds it: an HMAC (a key derived from `[auth] signing_key`) over its digest
-        and JSON, then the JSON. What gitreg reads back without a valid one is ignored."""
-        text = record.to_json()
-        return f"{self._mac(record.digest, text)}.{text}"
-
-    def _mac(self, digest: str, text: str) -> str:
-        return hmac.new(self._record_key, f"{digest}\0{text}".encode(), hashlib.sha256).hexdigest()
-
-    def _from_redis(self, digest: str, value: str | None) -> IssuedRecord | None:
-        """A record Redis holds for `digest`, if gitreg wrote it there for that digest (else None)."""
-        mac, _, text = (value or "").partition(".")
-        if not text or not hmac.compare_digest(mac, self._mac(digest, text)):
-            if value is not None:
-                log.warning("issued token record in redis for %s...: not signed by this registry; ignored", digest[:8])
-            return None
-        record = IssuedRecord.from_json(text)
+    @staticmethod
+    def _opened(digest: str, text: str | None) -> IssuedRecord | None:
+        """The record of `digest` Redis gave (its JSON, authenticated by SharedRecords), if it is one."""
+        record = IssuedRecord.from_json(text) if text is not None else None
         return record if record is not None and record.digest == digest else None
 
     async def _look_again(self) -> None:
@@ -308,23 +353,25 @@ class IssuedTokens:
             text = await self._shared.get(digest)
         except RedisDown:
             return  # this replica's own copy answers
-        if text is not None and self._merge([self._from_redis(digest, text)]):
+        if text is not None and self._merge([self._opened(digest, text)]):
             self._file.mark_dirty()
+        self._heal_if_cut()
 
     async def load_shared(self) -> None:
         """With Redis: every shared record (`gitreg tokens list` and `revoke`); RedisDown when it is unreachable."""
         if self._shared is not None:
             found = await self._shared.all()
-            self._merge(self._from_redis(digest, text) for digest, text in found.items())
+            self._merge(self._opened(digest, text) for digest, text in found.items())
 
     async def close(self) -> None:
         """Write what is pending, disconnect from Redis."""
-        if self._republishing is not None:
-            self._republishing.cancel()
-            await asyncio.gather(self._republishing, return_exceptions=True)
+        running = [f for f in (self._republishing, self._watching, *self._refreshing.futures()) if f is not None]
+        for future in running:
+            future.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await self._file.flush()
-        if self._shared is not None:
-            await self._shared.close()
+        if self._logins is not None:
+            await self._logins.close()
 
     # ---- issuing, looking up, revoking ----------------------------------------------------
 
@@ -415,6 +462,8 @@ class IssuedTokens:
         now = time.time()
         if record is None or record.kind != kind or not record.active(now):
             return None
+        if self._shared is not None and digest in self._shared.log.revoked:
+            return None  # revoked in the log (the record held here is marked so when it is next merged)
         forge = self._forges.get(record.forge)
         if forge is None:
             return None  # the host is no longer configured (or lost its OAuth application)
@@ -429,22 +478,27 @@ class IssuedTokens:
         return Principal(kind="login", name=person(record.username, forge), forge=forge, host_token=grant.access_token)
 
     async def _refreshed(self, digest: str, forge: ForgeAuthConfig) -> HostGrant | None:
-        """The host grant of `digest` renewed (one refresh at a time per record); None when the host refused."""
-        lock = self._locks.setdefault(digest, asyncio.Lock())
-        try:
-            async with lock:
-                await self._from_shared(digest, force=True)  # another replica may have refreshed it
-                record = self._records[digest]
-                grant = self._unseal(record)
-                now = time.time()
-                if grant is None or not record.active(now):
-                    return None
-                if grant.expires_at is None or grant.expires_at - REFRESH_MARGIN_SECONDS >= now:
-                    return grant
-                return await self._refresh(record, grant, forge)
-        finally:
-            if not lock.locked():
-                self._locks.pop(digest, None)
+        """The host grant of `digest` renewed; None when the host refused. One refresh at a time per record,
+        shared by every request that needs it; each waits at most what is left of its budget
+        (identity/deadline.py), and the refresh goes on for the next one."""
+        future = self._refreshing.join(digest, lambda: self._refresh_held(digest, forge))
+        return await deadline.wait(
+            future,
+            lambda waited: deadline.late(
+                f"the Git host {host_of(forge.url)}", "a renewal of this login's access", waited, oauth.CALL_SECONDS
+            ),
+        )
+
+    async def _refresh_held(self, digest: str, forge: ForgeAuthConfig) -> HostGrant | None:
+        await self._from_shared(digest, force=True)  # another replica may have refreshed it
+        record = self._records[digest]
+        grant = self._unseal(record)
+        now = time.time()
+        if grant is None or not record.active(now):
+            return None
+        if grant.expires_at is None or grant.expires_at - REFRESH_MARGIN_SECONDS >= now:
+            return grant
+        return await self._refresh(record, grant, forge)
 
     async def _refresh(self, record: IssuedRecord, grant: HostGrant, forge: ForgeAuthConfig) -> HostGrant | None:
         if grant.refresh_token is None or self._http is None:
@@ -504,9 +558,9 @@ class IssuedTokens:
                 f"a one-time login code could not be marked used on disk ({self._file.path.parent}); "
                 "free space there and log in again"
             )
-        if self._shared is not None:
+        if self._logins is not None:
             try:
-                return await self._shared.first_use(code_id, ttl_seconds)
+                return await self._logins.first_use(code_id, ttl_seconds)
             except RedisDown as e:
                 log.warning("a one-time login code could not be checked on every replica: %s", e)
                 raise Overloaded("the replicas' shared store is unreachable; try the login again", 30) from None

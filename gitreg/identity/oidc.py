@@ -30,6 +30,7 @@ from gitreg.core.errors import IdentityUnavailable, Unauthorized
 from gitreg.core.flight import InFlight
 from gitreg.core.urls import GitUrl, parse
 from gitreg.forges.base import ForgeClient, ForgeError, OrgStats
+from gitreg.identity import deadline
 from gitreg.identity.model import CiJob, Principal, host_of, safe_name
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,13 @@ class _Issuer:
                 return None
             running = self._start()
         with contextlib.suppress(ForgeError):  # (kept in _failed by _fetched)
-            await InFlight.wait(running)
+            await deadline.wait(running, self._late)
         self._unavailable(self._refresh)
         return self._keys.get(kid)
+
+    def _late(self, waited: float) -> IdentityUnavailable:
+        """The 503 of a request whose budget ran out while the keys were fetched (kept for the retry)."""
+        return deadline.late(f"the CI issuer {self.host}", "with its signing keys", waited, ASK_SECONDS)
 
     def _unavailable(self, wait: float) -> None:
         """IdentityUnavailable (503, naming the issuer) when no key is held because the last fetch failed."""

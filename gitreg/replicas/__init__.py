@@ -16,7 +16,8 @@
 - `owning`: `SharedOwners`, org module owners: the earliest holder wins on every replica.
 - `access`: `SharedAccess`, Git hosts' "can read" answers, asked once across replicas.
 - `logins`: `SharedLogins`, the tokens `terraform login` and sign-in issued (digests, host
-  tokens sealed) and their one-time codes, shared so that every replica accepts and revokes alike.
+  tokens sealed), the revocation log beside them, and their one-time codes, shared so that every
+  replica accepts and revokes alike.
 - `installs`: `SharedInstalls`, observed CI installs of each module, newest time kept, bounded.
 - `values`: what is read back from Redis, checked (only values gitreg itself writes).
 - `connection`: talking to Redis (fail-fast client, masked error texts, `check_redis` for

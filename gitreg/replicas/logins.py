@@ -6,7 +6,9 @@ keyed by the token's digest (hex, never the token): the record's JSON as identit
 writes it, the Git host's tokens inside it sealed (AES-GCM). Replicas read a record again at
 most once a second while it is used, so a revocation (or a refreshed host token) written here
 is seen everywhere within that second. A one-time code Terraform redeems is marked used with
-`SET NX PX`: on every replica, the second redemption finds it taken.
+`SET NX PX`: on every replica, the second redemption finds it taken. Revocations are also
+appended to a list (`<prefix>login-revocations`, identity/revocations.py says what its entries
+mean), read together with a record in one round trip.
 
 Each replica keeps its own copy on disk (issued_tokens.json): with Redis down it answers from
 that, as alone. A server's SharedLogins rides on its replicas' connection (`RedisShared.logins`):
@@ -26,8 +28,19 @@ from gitreg.replicas.connection import OP_TIMEOUT_SECONDS, RedisDown, connect, d
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+Entries = list[str | None]  # a slice of the revocation log, as read (None: not text gitreg could have written)
 # A record is a few hundred bytes; anything far larger was not written by gitreg.
 MAX_RECORD = 16 * 1024
+# Starts a log (its first entry) when the list is empty, or when its first item is `ARGV[2]` (no entry
+# of a log: made up by someone), in one step, so two replicas never start two; the first item after.
+_START_LOG = """
+local first = redis.call('LINDEX', KEYS[1], 0)
+if (not first and ARGV[2] == '') or (first and first == ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('RPUSH', KEYS[1], ARGV[1])
+end
+return redis.call('LINDEX', KEYS[1], 0)
+"""
 
 
 class SharedLogins:
@@ -50,6 +63,7 @@ class SharedLogins:
         self._owned = owned  # closed by close(): a connection of its own, not the replicas'
         self.key = f"{prefix}logins"
         self._codes = f"{prefix}login-code:"
+        self.log_key = f"{prefix}login-revocations"
 
     @classmethod
     def connect(cls, url: str, prefix: str) -> SharedLogins:
@@ -87,6 +101,35 @@ class SharedLogins:
             if text is not None and name is not None:
                 out[name] = text
         return out
+
+    async def read(
+        self, digest: str | None, start: int, count: int
+    ) -> tuple[str | None, str | None, int, list[str | None]]:
+        """In one round trip: (the record of `digest` or None, the log's first entry, its length, up to
+        `count` of its entries from index `start`)."""
+
+        async def pipeline(r: Redis) -> list[Any]:
+            async with r.pipeline(transaction=True) as p:
+                p.hget(self.key, digest or "")
+                p.lindex(self.log_key, 0)
+                p.llen(self.log_key)
+                p.lrange(self.log_key, start, start + count - 1)
+                return list(await p.execute())
+
+        record, first, length, entries = await self._run(pipeline)
+        found = [_text(e) for e in entries] if isinstance(entries, list) else []
+        return _text(record) if digest else None, _text(first), int(length or 0), found
+
+    async def start_log(self, first: str, replacing: str | None) -> str | None:
+        """Start the log with `first` when it is empty (`replacing` None) or begins with `replacing`
+        (not an entry of a log); its first entry afterwards."""
+        found = await self._run(lambda r: r.eval(_START_LOG, 1, self.log_key, first, replacing or ""))
+        return _text(found)
+
+    async def append(self, *entries: str) -> None:
+        """Append revocation entries to the log."""
+        if entries:
+            await self._run(lambda r: r.rpush(self.log_key, *entries))
 
     async def first_use(self, code_id: str, ttl_seconds: float) -> bool:
         """True the first time `code_id` is used on any replica (remembered `ttl_seconds`)."""

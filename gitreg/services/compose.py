@@ -551,6 +551,7 @@ class Services:
         tokens = IssuedTokens(config, self._storage() / ISSUED_FILE, http, self.shared.logins)
         await tokens.load()
         self.shared.on_reconnect.connect(tokens.reconnected)  # the file's revocations back in Redis
+        tokens.start_watching()  # revocations of tokens this replica never saw, from the log in Redis
         self.logins = LoginFlows(config.auth.forges, key, tokens, http)  # the identity door's
         yield
         await tokens.close()

@@ -6,7 +6,6 @@ The real Terraform CLI, Redis replicas and Chromium drive the same flow in tests
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import hashlib
 import json
@@ -28,7 +27,19 @@ from gitreg.observability.logs import AccessEntry, access_line
 from gitreg.web.app import create_app
 from gitreg.web.keys import IDENTITY
 from tests.support.app import assert_error, make_config
-from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, git_host
+from tests.support.oauth import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    FakeOAuthHost,
+    consent,
+    git_host,
+    login,
+    path_of,
+    pkce,
+    redeem_form,
+    terraform_code,
+    terraform_params,
+)
 from tests.support.process import GitregProcess, run_gitreg
 from tests.support.storage import fill, small_disk
 
@@ -64,62 +75,6 @@ def login_config(tmp_path: Path, *fakes: FakeOAuthHost) -> Any:
     )
 
 
-def pkce() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(40)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    return verifier, challenge
-
-
-def terraform_params(challenge: str, port: int = 10005, **changes: str) -> dict[str, str]:
-    """What Terraform's oauth2 library puts in its authorize URL."""
-    return {
-        "client_id": "terraform-cli",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "redirect_uri": f"http://localhost:{port}/login",
-        "response_type": "code",
-        "state": "f3a1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
-        **changes,
-    }
-
-
-async def consent(host_url: str) -> str:
-    """The person approves on the fake host's consent page: where the host sends the browser."""
-    async with aiohttp.ClientSession() as http:
-        async with http.get(host_url) as resp:
-            assert resp.status == 200, await resp.text()
-        parts = urlsplit(host_url)
-        form = {k: v[0] for k, v in parse_qs(parts.query).items()}
-        async with http.post(f"{parts.scheme}://{parts.netloc}{parts.path}", data=form, allow_redirects=False) as resp:
-            assert resp.status == 302
-            return resp.headers["Location"]
-
-
-def path_of(url: str) -> str:
-    parts = urlsplit(url)
-    return parts.path + ("?" + parts.query if parts.query else "")
-
-
-async def terraform_code(client: Any, params: dict[str, str]) -> str:
-    """Terraform's localhost URL at the end of the browser's part of the flow."""
-    resp = await client.get("/oauth/authorize", params=params, allow_redirects=False)
-    assert resp.status == 302, await resp.text()
-    back = await consent(resp.headers["Location"])
-    resp = await client.get(path_of(back), allow_redirects=False)
-    assert resp.status == 302, await resp.text()
-    return resp.headers["Location"]
-
-
-def redeem_form(code: str, verifier: str, port: int = 10005) -> dict[str, str]:
-    return {
-        "grant_type": "authorization_code",
-        "code": code,
-        "code_verifier": verifier,
-        "redirect_uri": f"http://localhost:{port}/login",
-        "client_id": "terraform-cli",
-    }
-
-
 async def assert_oauth_error(resp: Any, status: int, error: str, *fragments: str) -> None:
     """The one error shape, with OAuth's `error` beside `errors`."""
     assert resp.status == status, await resp.text()
@@ -133,16 +88,6 @@ async def assert_oauth_error(resp: Any, status: int, error: str, *fragments: str
 def issued_file(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "state" / FILE_NAME
     return json.loads(path.read_text())["tokens"] if path.exists() else []
-
-
-async def login(client: Any) -> str:
-    """A full `terraform login` as Terraform does it: the registry token."""
-    verifier, challenge = pkce()
-    back = await terraform_code(client, terraform_params(challenge))
-    code = parse_qs(urlsplit(back).query)["code"][0]
-    resp = await client.post("/oauth/token", data=redeem_form(code, verifier))
-    assert resp.status == 200, await resp.text()
-    return str((await resp.json())["access_token"])
 
 
 async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_client, tmp_path, gitlab):

@@ -144,6 +144,8 @@ class FakeForge(ReleasesMixin, FakeServer):
         self.api_path = api_path  # GitHub: "/api/v3" is GitHub Enterprise Server's API, "" github.com's
         self.mode = "ok"  # "ok", "down": every request answers 503, or "hang": no answer for 12 s
         self.delay = 0.0  # seconds a listing page takes to arrive (its content is taken when asked)
+        # (method, path prefix) -> seconds any such request waits before it is answered (`stall`)
+        self.stalls: dict[tuple[str, str], float] = {}
         self.hold_page: int | None = None  # listing pages from this one on are held back (hold, release)
         self._released = asyncio.Event()
         self.started = 0  # requests received so far, answered or not
@@ -488,6 +490,15 @@ class FakeForge(ReleasesMixin, FakeServer):
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._released.set)
 
+    def stall(self, method: str, path_prefix: str, seconds: float) -> None:
+        """Answer every `method` request whose path starts with `path_prefix` only after `seconds` (a host
+        slow on one endpoint: its token endpoint, can-read, a listing); 0 answers them at once again."""
+        with self._lock:
+            if seconds > 0:
+                self.stalls[(method, path_prefix)] = seconds
+            else:
+                self.stalls.pop((method, path_prefix), None)
+
     def rate_limit_next(self, count: int = 1, seconds: int = 1) -> None:
         """Answer the next `count` listing requests "rate limited", resetting in `seconds`."""
         with self._lock:
@@ -559,6 +570,10 @@ class FakeForge(ReleasesMixin, FakeServer):
             self.started += 1
         if self.mode == "hang":  # accepted, then nothing: a host stuck behind its load balancer
             await asyncio.sleep(12)  # longer than gitreg waits for one answer (8 s), short for teardown
+        with self._lock:
+            stalled = [s for (m, p), s in self.stalls.items() if m == request.method and request.path.startswith(p)]
+        if stalled:
+            await asyncio.sleep(max(stalled))
         if self.mode == "down":
             response: web.StreamResponse = web.Response(
                 status=503, text="<html><body>503 Service Unavailable</body></html>", content_type="text/html"

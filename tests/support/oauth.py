@@ -35,8 +35,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
+import aiohttp
 from aiohttp import web
 
 from tests.support.forges import FakeForge
@@ -271,3 +272,73 @@ def git_host(provider: str, root: Path, host: str = "127.0.0.1", **options: Any)
         fake = FakeOAuthHost(forge, **options)
         with forge.in_thread():
             yield fake
+
+
+# ---- a login as Terraform and a browser make it, against a gitreg test client ----------------
+
+
+def pkce() -> tuple[str, str]:
+    """(verifier, S256 challenge): PKCE as Terraform makes it."""
+    verifier = secrets.token_urlsafe(40)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return verifier, challenge
+
+
+def terraform_params(challenge: str, port: int = 10005, **changes: str) -> dict[str, str]:
+    """What Terraform's oauth2 library puts in its authorize URL."""
+    return {
+        "client_id": "terraform-cli",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "redirect_uri": f"http://localhost:{port}/login",
+        "response_type": "code",
+        "state": "f3a1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
+        **changes,
+    }
+
+
+async def consent(host_url: str) -> str:
+    """The person approves on the fake host's consent page: where the host sends the browser."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(host_url) as resp:
+            assert resp.status == 200, await resp.text()
+        parts = urlsplit(host_url)
+        form = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        async with http.post(f"{parts.scheme}://{parts.netloc}{parts.path}", data=form, allow_redirects=False) as resp:
+            assert resp.status == 302
+            return resp.headers["Location"]
+
+
+def path_of(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path + ("?" + parts.query if parts.query else "")
+
+
+async def terraform_code(client: Any, params: dict[str, str]) -> str:
+    """Terraform's localhost URL at the end of the browser's part of the flow."""
+    resp = await client.get("/oauth/authorize", params=params, allow_redirects=False)
+    assert resp.status == 302, await resp.text()
+    back = await consent(resp.headers["Location"])
+    resp = await client.get(path_of(back), allow_redirects=False)
+    assert resp.status == 302, await resp.text()
+    return resp.headers["Location"]
+
+
+def redeem_form(code: str, verifier: str, port: int = 10005) -> dict[str, str]:
+    return {
+        "grant_type": "authorization_code",
+        "code": code,
+        "code_verifier": verifier,
+        "redirect_uri": f"http://localhost:{port}/login",
+        "client_id": "terraform-cli",
+    }
+
+
+async def login(client: Any) -> str:
+    """A full `terraform login` as Terraform does it: the registry token."""
+    verifier, challenge = pkce()
+    back = await terraform_code(client, terraform_params(challenge))
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    resp = await client.post("/oauth/token", data=redeem_form(code, verifier))
+    assert resp.status == 200, await resp.text()
+    return str((await resp.json())["access_token"])
