@@ -164,6 +164,9 @@ class UsageScanner:
             except GitregError as e:  # (Overloaded, UpstreamUnavailable, DiskFull...): next pass
                 stats.failed += 1
                 log.info("usage scan: %s not read (%s); tried again on the next pass", mask(target.repository), e)
+            except Exception:  # a bug or the disk: this repository only, the pass goes on
+                stats.failed += 1
+                log.exception("usage scan: %s not read; tried again on the next pass", mask(target.repository))
 
     async def _scan(self, target: Target, stats: PassStats) -> None:
         host = origin_label(target.repository)

@@ -28,6 +28,7 @@ from gitreg.usage.store import FILE_NAME, RepoScan, UsageStore
 log = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 300.0  # at most this long between passes (each org's own listing refreshes on its schedule)
+LISTED_POLL_SECONDS = 2.0  # before the orgs' first listings: how often to look again
 SCRATCH = "usage-scratch"  # under [storage] path: one shallow repository per read, removed after it
 
 
@@ -86,8 +87,10 @@ class Usage:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RESCAN_SECONDS)
             self._wake.clear()
-            if not self._complete():
-                continue  # until every org has a listing: a partial one would forget repositories
+            if not self._complete():  # until every org has a listing: a partial one would forget repositories
+                await asyncio.sleep(LISTED_POLL_SECONDS)
+                self._wake.set()
+                continue
             try:
                 stats = await self.scanner.refresh()
             except Exception:
