@@ -151,7 +151,7 @@ async def scans(cfg: Config, storage: Path, git: GitHttpChild) -> dict[str, floa
             before = git.requests()
             with LagProbe() as lag:
                 started = time.perf_counter()
-                stats = await usage.scanner.refresh()
+                stats = await usage.refresh()
                 out[f"{run}_seconds"] = time.perf_counter() - started
             out[f"{run}_lag_ms"] = lag.worst * 1000
             out[f"{run}_lag_p99_ms"] = lag.p99 * 1000
