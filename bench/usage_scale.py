@@ -11,9 +11,10 @@ Basic auth) in a process of its own, and listed by the fake GitHub API of the te
 - baseline: for every repository, `git init --bare` and `git fetch --depth=1` of its HEAD (its
   default branch), `--concurrency` at a time (the scan's own: half the git pool, at most 4),
   with the same credential header, against the same server;
-- the first scan: gitreg's own `Usage` (gitreg/usage), as the serving process runs it (its git
-  pool, runner, parse worker, uvloop), over the enumerated org; wall time, and the max lag of
-  a probe on the same event loop (a 5 ms sleep, measured late by how much) while it runs;
+- the first scan: gitreg's own `Usage` (gitreg/usage), as the serving process runs it (uvloop;
+  the pass planned on the loop, the reads in `python -m gitreg.usage.child`), over the
+  enumerated org; wall time, and the max lag of a probe on the same event loop (a 5 ms sleep,
+  measured late by how much) while it runs, with the loop thread's own CPU between wake-ups;
 - a second pass with nothing changed, and a pass after a "restart" (a new store loading
   usage.json): the git requests each made, counted at the git server.
 """

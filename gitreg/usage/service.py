@@ -3,7 +3,9 @@
 In the serving process (the org listings, every repository's record and push marker, live
 there; the index process is told only of the modules): usage.json is loaded at start, then a
 pass runs once the orgs are listed, again whenever a listing changes, and at least every
-RESCAN_SECONDS (a pass over unchanged repositories makes no git call). Off with `[usage] scan =
+RESCAN_SECONDS. A pass is planned here (no git: a repository whose marker has not moved is not
+read) and what must be read is read by `python -m gitreg.usage.child` (usage/child.py: why),
+whose usage.json is then loaded. Off with `[usage] scan =
 false`: nothing is scanned and every module has no consumers.
 """
 
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 300.0  # at most this long between passes (each org's own listing refreshes on its schedule)
 CHILD = "gitreg.usage.child"  # `python -m` this: a pass's reads, in a process of their own
+CHILD_SECONDS = 4 * 3600.0  # a pass's process past this is stopped (each git call and parse has its own bound)
 LISTED_POLL_SECONDS = 2.0  # before the orgs' first listings: how often to look again
 SCRATCH = "usage-scratch"  # under [storage] path: one shallow repository per read, removed after it
 
@@ -89,8 +92,11 @@ class Usage:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-P", "-m", CHILD, stdin=PIPE, stdout=PIPE, env=index_environment()
         )
+        out = b""
         try:
-            out, _ = await proc.communicate(frame)
+            out, _ = await asyncio.wait_for(proc.communicate(frame), CHILD_SECONDS)
+        except TimeoutError:
+            log.warning("usage scan: its process ran past %.0f s; stopped", CHILD_SECONDS)
         finally:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
