@@ -11,9 +11,12 @@ Basic auth) in a process of its own, and listed by the fake GitHub API of the te
 - baseline: for every repository, `git init --bare` and `git fetch --depth=1` of its HEAD (its
   default branch), `--concurrency` at a time (the scan's own: half the git pool, at most 4),
   with the same credential header, against the same server;
-- the first scan: gitreg's own `Usage` (gitreg/usage), as the serving process runs it (its git
-  pool, runner, parse worker, uvloop), over the enumerated org; wall time, and the max lag of
-  a probe on the same event loop (a 5 ms sleep, measured late by how much) while it runs;
+- the first scan: gitreg's own `Usage` (gitreg/usage), as the serving process runs it (uvloop;
+  the pass planned on the loop, the reads in `python -m gitreg.usage.child`), over the
+  enumerated org; wall time, and the max lag of a probe on the same event loop (a 5 ms sleep,
+  measured late by how much) while it runs, with the loop thread's own CPU between wake-ups;
+- the same probe for IDLE_SECONDS with nothing running in this process (the machine's own lag), and
+  during the baseline (whose git runs from threads of this process);
 - a second pass with nothing changed, and a pass after a "restart" (a new store loading
   usage.json): the git requests each made, counted at the git server.
 """
@@ -51,6 +54,7 @@ from tests.support.forges import FakeForge
 HOST = "registry.example.com"
 CONSUMER = b'\nmodule "vpc" {\n  source  = "registry.example.com/acme/vpc/aws"\n  version = "~> 1.2"\n}\n'
 PROBE_SECONDS = 0.005
+IDLE_SECONDS = 20.0
 TARGET_RATIO, TARGET_LAG_MS = 1.5, 50.0
 
 
@@ -151,7 +155,7 @@ async def scans(cfg: Config, storage: Path, git: GitHttpChild) -> dict[str, floa
             before = git.requests()
             with LagProbe() as lag:
                 started = time.perf_counter()
-                stats = await usage.scanner.refresh()
+                stats = await usage.refresh()
                 out[f"{run}_seconds"] = time.perf_counter() - started
             out[f"{run}_lag_ms"] = lag.worst * 1000
             out[f"{run}_lag_p99_ms"] = lag.p99 * 1000
@@ -182,6 +186,7 @@ def run(args: argparse.Namespace) -> None:
                 fake.add(repo, pushed=1700000000 + i)
             urls = [git.url(f"{repo}.git") for repo in names]
             env = credential_env(git.base_url)
+            idle = run_main(idle_probe(IDLE_SECONDS))
             base, floor = run_main(probed_baseline(urls, env, args.concurrency, work / "baseline"))
             print(f"baseline: {len(urls)} shallow fetches of HEAD at concurrency {args.concurrency}: {base:.1f} s")
             cfg = config(work / "state", fake.api_url, git.base_url)
@@ -189,7 +194,7 @@ def run(args: argparse.Namespace) -> None:
     finally:
         git.stop()
         shutil.rmtree(work, ignore_errors=True)
-    report(args, base, floor, found)
+    report(args, base, floor, found, idle)
 
 
 async def probed_baseline(
@@ -201,12 +206,23 @@ async def probed_baseline(
     return took, floor
 
 
-def report(args: argparse.Namespace, base: float, floor: LagProbe, found: dict[str, float]) -> None:
+async def idle_probe(seconds: float) -> LagProbe:
+    """The loop-lag probe with nothing else in this process: the machine's own lag."""
+    with LagProbe() as idle:
+        await asyncio.sleep(seconds)
+    return idle
+
+
+def report(args: argparse.Namespace, base: float, floor: LagProbe, found: dict[str, float], idle: LagProbe) -> None:
     ratio = found["first_seconds"] / base
     print(f"\nmachine: {machine()}")
     print(f"repositories: {args.repos}; scan concurrency {found['concurrency']:.0f}")
     print("| pass | wall s | read | failed | consumers | git requests | loop lag max ms | p99 ms | loop CPU max ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        f"| idle ({IDLE_SECONDS:.0f} s, nothing running here) | | | | | "
+        f"| {idle.worst * 1000:.1f} | {idle.p99 * 1000:.1f} | |"
+    )
     print(
         f"| baseline (plain git) | {base:.2f} | | | | | {floor.worst * 1000:.1f} | {floor.p99 * 1000:.1f} "
         f"| {floor.busy * 1000:.1f} |"

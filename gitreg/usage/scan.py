@@ -124,37 +124,48 @@ class UsageScanner:
         self.scratch = scratch
         self.concurrency = concurrency or max(1, min(4, config.git.max_concurrency // 2))
         self.last = PassStats()
-        self._lock = asyncio.Lock()  # one pass at a time
+        self.lock = asyncio.Lock()  # one pass at a time
 
     async def refresh(self, complete: bool = True) -> PassStats:
-        """One pass over every listed repository; `complete`: the listings are whole, so a repository
-        not in them is forgotten."""
-        async with self._lock:
-            loop = asyncio.get_running_loop()
-            snapshot = self.listings()
-            found = await loop.run_in_executor(None, targets, snapshot, self.config.git.protocols)
-            stats = PassStats(repositories=len(found))
-            todo = []
-            for start in range(0, len(found), SLICE):
-                for target in found[start : start + SLICE]:
-                    old = self.store.get(target.repository)
-                    if old is not None and target.marker and old.marker == target.marker and not target.recent:
-                        if (old.full_name, old.web_url) != (target.full_name, target.web_url):
-                            self.store.put(dataclasses.replace(old, full_name=target.full_name, web_url=target.web_url))
-                        stats.unchanged += 1
-                    else:
-                        todo.append(target)
-                await asyncio.sleep(0)
-            if complete:
-                stats.forgotten = self.store.keep_only(t.repository for t in found)
-            await asyncio.to_thread(self.scratch.mkdir, parents=True, exist_ok=True)
-            queue: asyncio.Queue[Target] = asyncio.Queue()
-            for target in todo:
-                queue.put_nowait(target)
-            await asyncio.gather(*(self._drain(queue, stats) for _ in range(min(self.concurrency, len(todo)))))
+        """One pass over every listed repository, in this process; `complete`: the listings are whole,
+        so a repository not in them is forgotten."""
+        async with self.lock:
+            todo, stats = await self.plan(complete)
+            await self.scan(todo, stats)
             await self.store.flush()
             self.last = stats
             return stats
+
+    async def plan(self, complete: bool = True) -> tuple[list[Target], PassStats]:
+        """The repositories a pass must look at (marker moved, or never read); the rest counted unchanged
+        (no git call). With `complete`, a repository no longer listed is forgotten. Hold `lock`."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, targets, self.listings(), self.config.git.protocols)
+        stats = PassStats(repositories=len(found))
+        todo = []
+        for start in range(0, len(found), SLICE):
+            for target in found[start : start + SLICE]:
+                old = self.store.get(target.repository)
+                if old is not None and target.marker and old.marker == target.marker and not target.recent:
+                    if (old.full_name, old.web_url) != (target.full_name, target.web_url):
+                        self.store.put(dataclasses.replace(old, full_name=target.full_name, web_url=target.web_url))
+                    stats.unchanged += 1
+                else:
+                    todo.append(target)
+            await asyncio.sleep(0)
+        if complete:
+            stats.forgotten = self.store.keep_only(t.repository for t in found)
+        return todo, stats
+
+    async def scan(self, todo: list[Target], stats: PassStats) -> None:
+        """Read each of `todo` (git, then the parse workers), `concurrency` at a time, into the store."""
+        if not todo:
+            return
+        await asyncio.to_thread(self.scratch.mkdir, parents=True, exist_ok=True)
+        queue: asyncio.Queue[Target] = asyncio.Queue()
+        for target in todo:
+            queue.put_nowait(target)
+        await asyncio.gather(*(self._drain(queue, stats) for _ in range(min(self.concurrency, len(todo)))))
 
     async def _drain(self, queue: asyncio.Queue[Target], stats: PassStats) -> None:
         while not queue.empty():
@@ -164,6 +175,9 @@ class UsageScanner:
             except GitregError as e:  # (Overloaded, UpstreamUnavailable, DiskFull...): next pass
                 stats.failed += 1
                 log.info("usage scan: %s not read (%s); tried again on the next pass", mask(target.repository), e)
+            except Exception:  # a bug or the disk: this repository only, the pass goes on
+                stats.failed += 1
+                log.exception("usage scan: %s not read; tried again on the next pass", mask(target.repository))
 
     async def _scan(self, target: Target, stats: PassStats) -> None:
         host = origin_label(target.repository)

@@ -9,6 +9,7 @@ Touched from the event loop only; the per-address view is kept up to date entry 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -119,12 +120,16 @@ class UsageStore:
     # ---- usage.json --------------------------------------------------------------------------
 
     async def load(self) -> int:
-        """Read usage.json (off the loop); how many repositories it held (0: none, or unreadable)."""
+        """Read usage.json (off the loop), in place of what is in memory; how many repositories it held
+        (0: none, or unreadable). Taken in slices: the loop is free between them."""
         if self.path is None:
             return 0
         entries = await run_file_work(self.executor, _read, self.path)
-        for entry in entries:
-            self.put(entry)
+        self._repos, self._by_address = {}, {}
+        for start in range(0, len(entries), 2000):
+            for entry in entries[start : start + 2000]:
+                self.put(entry)
+            await asyncio.sleep(0)
         self._dirty = False
         return len(entries)
 

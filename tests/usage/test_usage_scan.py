@@ -147,10 +147,10 @@ async def test_an_unchanged_repository_costs_no_git_call_on_later_refreshes_nor_
     async for site in start(aiohttp_client, tmp_path, "gitlab"):
         await site.scanned()
         usage = site.client.app[USAGE]
-        assert usage.scanner.last.read == 5
+        assert usage.last.read == 5
         site.git.reset_counters()
         await site.client.app[ORGS].enumerate(0)
-        stats = await usage.scanner.refresh()
+        stats = await usage.refresh()
         assert (stats.unchanged, stats.read) == (5, 0)
         assert consumer_requests(site.git) == []  # not one git request for an unchanged repository
         await site.client.close()
@@ -159,13 +159,13 @@ async def test_an_unchanged_repository_costs_no_git_call_on_later_refreshes_nor_
         site.client = await aiohttp_client(create_app(parse_config(config_data(site.forge, tmp_path), {})))
         await site.scanned()
         usage = site.client.app[USAGE]
-        assert (usage.scanner.last.unchanged, usage.scanner.last.read) == (5, 0)
+        assert (usage.last.unchanged, usage.last.read) == (5, 0)
         assert consumer_requests(site.git) == []
         # A push to one consumer: only that repository is read again.
         site.repos["app-frontend"].commit({"main.tf": f'module "vpc" {{\n  source = "{HOST}/acme/vpc/aws"\n}}\n'})
         site.forge.touch("app-frontend", when=time.time() - 1800)
         await site.client.app[ORGS].enumerate(0)
-        await usage.scanner.refresh()  # (or the background pass the listing's change woke did it)
+        await usage.refresh()  # (or the background pass the listing's change woke did it)
         assert {r.path.split("/")[2] for r in consumer_requests(site.git)} == {"app-frontend.git"}
         body = await site.consumers(bearer(site.alice))
         assert ("acme/app-frontend", "main.tf", 1, "", "2.0.0") in shown(body)
