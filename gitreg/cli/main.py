@@ -16,6 +16,7 @@ from typing import Any
 
 from gitreg import __version__
 from gitreg.cli import tokens
+from gitreg.cli.archive_mode import MovedReport, keep_signing_key, signing_key_warnings
 from gitreg.cli.server import ListenError, run_server
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
@@ -233,6 +234,10 @@ def _serve(config: Config, workers: int = 1) -> int:
     ssl_context, problems = start_checks(config)
     if _refuse_start_problems(problems):
         return EXIT_CONFIG
+    keyed = keep_signing_key(config)  # before any worker forks: all of them sign with one key
+    if keyed is None:
+        return EXIT_CONFIG
+    config = keyed
     try:
         if workers > 1:
             from gitreg.cli.workers import run_workers
@@ -326,6 +331,8 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0) -> int
             f"{labels[winner]} has the same namespace, name and system and wins",
             file=sys.stderr,
         )
+    for line in signing_key_warnings(config):
+        print(line, file=sys.stderr)
     from gitreg.web.api.webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
 
     for line in webhook_instructions(config):
@@ -365,6 +372,7 @@ def _report_redis(config: Config) -> bool:
 
 def _probe(config: Config, adapter: GitAdapter) -> int:
     failed = False
+    moved = MovedReport(config)
     for i, rule in enumerate(config.modules):
         if not rule.explicit:
             print(
@@ -378,7 +386,7 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
             + (f" path={rule.path}" if rule.path else "")
             + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
         )
-        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, moved)
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
@@ -417,7 +425,7 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
     repo = orgs.get(address)
     if repo is not None:
         print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
-        return EXIT_OK if _probe_repository(adapter, repo.repository, "") else EXIT_PROBE_FAILED
+        return EXIT_OK if _probe_repository(adapter, repo.repository, "", MovedReport(config)) else EXIT_PROBE_FAILED
     rule = resolved.rule
     label = labels[config.modules.index(rule)]
     print(
@@ -425,10 +433,11 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         + (f" path={rule.path}" if rule.path else "")
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
-    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+    probed = _probe_repository(adapter, resolved.repository, rule.tag_prefix, MovedReport(config))
+    return EXIT_OK if probed else EXIT_PROBE_FAILED
 
 
-def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
+def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str, moved: MovedReport) -> bool:
     """Print the versions and skipped tags of one repository; False when it cannot be listed."""
     try:
         tags = adapter.ls_remote_tags(repository)
@@ -446,6 +455,8 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
         print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    for line in moved.lines(repository, tags.tags):
+        print(line)
     return bool(found.versions)
 
 
@@ -482,7 +493,7 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
     from gitreg.orgs.probe import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
 
     reports = run_main(probe_orgs(config))
-    failed = False
+    failed, moved = False, MovedReport(config)
     for report in reports:
         org = report.org
         print(f"\norg {org.label} ({org.api_url}) -> namespace {org.namespace}")
@@ -507,7 +518,7 @@ def _probe_orgs(config: Config, adapter: GitAdapter) -> int:
                 ", ..." if len(found.versions) > 10 else ""
             )
             lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
-            lines += [f"    versions ({len(found.versions)}): {shown}"]
+            lines += [f"    versions ({len(found.versions)}): {shown}", *moved.lines(repo.repository, tags.tags)]
         modules = len(report.modules) - (len(ignored) - len(report.ignored))
         print(f"  {report.found} repositories found, {modules} module(s), {len(ignored)} ignored")
         print("\n".join([*lines, *(f"  ignored {full_name}: {reason}" for full_name, reason in ignored)]))

@@ -301,9 +301,9 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None, 
     index = _parse_index(root.section("index"))
     ui = _parse_ui(root.section("ui"))
     webhooks = _parse_webhooks(root.section("webhooks"))
-    unsigned = auth.enabled and auth.signing_key is None  # archives would need a signing key
-    modules = parse_modules(root, gitcfg.protocols, unsigned and not a.problems_for("signing_key"))
-    orgs = parse_orgs(root, unsigned)
+    unsigned = auth.enabled and auth.signing_key is None  # provider package URLs would need a signing key
+    modules = parse_modules(root, gitcfg.protocols)
+    orgs = parse_orgs(root)
     providers = parse_providers(root, tuple(orgs), auth.forges, unsigned and not a.problems_for("signing_key"))
     credentials = _parse_credentials(root)
     root.finish()

@@ -47,6 +47,7 @@ from gitreg.orgs.store import FILE_NAME as ORGS_FILE
 from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
+from gitreg.registry.provenance import Provenances
 from gitreg.registry.publish import Publisher
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
@@ -58,6 +59,7 @@ from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
 from gitreg.storage.files import keep_long_lived
 from gitreg.storage.mirrors import MirrorStore
+from gitreg.storage.moved import MOVED_FILE, MovedTags
 from gitreg.storage.pins import TagPins
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,7 @@ class Services:
     index: ModuleIndex
     browse: BrowseService
     providers: Providers  # not in the index process
+    provenance: Provenances  # not in the index process
     index_process: IndexProcess  # Role.SERVE only
     # What later services are built with.
     home: str
@@ -135,8 +138,8 @@ class Services:
         if role is not Role.INDEX:  # the serving process signs people in and asks who is calling
             contexts += [self._logins, self._identities, self._providers]
         contexts.append(self._registry)
-        if role is not Role.INDEX:  # the serving process enumerates the orgs
-            contexts.append(self._org_listings)
+        if role is not Role.INDEX:  # the serving process enumerates the orgs, and answers pages and details
+            contexts += [self._org_listings, self._provenance]
         contexts += [self._details, self._index]
         if role is Role.SERVE:
             contexts.append(self._index_process)
@@ -329,6 +332,15 @@ class Services:
         shared.share_pins(self.pins.entries, self.config.git.allow_moved_tags)
         yield
 
+    async def _provenance(self) -> AsyncIterator[None]:
+        """What pages and details say of a version's commit, archive sha256 and moved tag (registry/provenance.py)."""
+        moved = MovedTags(self._storage() / MOVED_FILE, self.files)
+        await moved.load()
+        self.provenance = Provenances(self.config, self.registry, self.pins, moved, self.archives)
+        self.pins.on_moved.connect(self.provenance.noticed_by_download)
+        async with moved.flushing():
+            yield
+
     async def _mirrors_and_archives(self) -> AsyncIterator[None]:
         """Bare mirrors and archive builds, in [storage] path, within one budget."""
         config, pool, files = self.config, self.pool, self.files
@@ -349,10 +361,8 @@ class Services:
         archives = self.archives = ArchiveStore(
             storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
         )
-        archive_mode = any(r.download == "archive" for r in config.modules) or any(
-            o.download == "archive" for o in config.orgs
-        )
-        if archive_mode and not index_process:  # its prepare() removes builds cut short: the serving process's
+        # Every mode: pages and details show the sha256 of the archive gitreg would serve (registry/provenance.py).
+        if not index_process:  # its prepare() removes builds cut short: the serving process's
             await archives.prepare()
         self.metrics.registry.register(ArchiveCollector(archives, pins))
         yield

@@ -38,6 +38,7 @@ from gitreg.web.keys import (
     METRICS,
     MIRRORS,
     ORGS,
+    PROVENANCE,
     PROVIDERS,
     PUBLISHER,
     REGISTRY,
@@ -68,6 +69,7 @@ def _serving(services: Services) -> Callable[[web.Application], AsyncIterator[No
             app[BROWSE] = services.browse
             app[IDENTITY] = services.identities
             app[PROVIDERS] = services.providers
+            app[PROVENANCE] = services.provenance
             yield
 
     return context

@@ -24,6 +24,7 @@ from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.address import request_address
 from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE
+from gitreg.web.provenance import version_provenance
 from gitreg.web.route_rules import Access
 
 browse_routes = web.RouteTableDef()
@@ -149,6 +150,7 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
         providers=systems,
         versions=[v.canonical for v in entry.versions],
     )
+    body.update((await version_provenance(request, entry, shown)).to_json())  # commit, archive_sha256, moved
     return web.json_response(body)
 
 

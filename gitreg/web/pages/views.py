@@ -49,6 +49,7 @@ from gitreg.web.pages.render import (
     snippet,
 )
 from gitreg.web.pages.session import SESSIONS, Sessions, login, login_form, logout, sign_in
+from gitreg.web.provenance import version_provenance
 from gitreg.web.route_rules import Access
 
 # The files endpoint's answers: a commit's files never change; an SVG can run no script, load
@@ -238,6 +239,7 @@ async def module_page(request: web.Request) -> web.Response:
         details_missing=details is None,
         details_pending=bool(reload_after),
         reload_after=reload_after,
+        provenance=await version_provenance(request, entry, version),  # commit, archive sha256, moved tag
     )
 
 
