@@ -259,7 +259,7 @@ async def test_a_moved_tag_with_git_downloads_logs_that_clients_follow_the_tag(m
     repo.tag("v1.0.0")
     client = await make_client(
         make_config(
-            [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url}],
+            [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url, "download": "git"}],
             cache={"ttl_seconds": 0},
         )
     )
