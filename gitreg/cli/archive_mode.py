@@ -31,10 +31,10 @@ def signing_key_warnings(config: Config) -> list[str]:
         return []
     where = Path(config.storage.path, KEY_FILE)
     warning = (
-        "warning: [auth] signing_key is not set, so each replica signs archive URLs and page sessions with the "
-        f'key it made in its own storage ({where}); replicas sharing Redis ([cache] backend = "redis") need '
-        "one shared key, or an archive URL one replica hands out is refused by another: set [auth] signing_key "
-        '(e.g. signing_key = "${GITREG_SIGNING_KEY}", from `openssl rand -hex 32`) on every replica'
+        "warning: [auth] signing_key is not set: this replica signs archive URLs and page sessions with the key "
+        f'it made in its storage ({where}), and replicas need one shared key ([cache] backend = "redis": an '
+        "archive URL one replica hands out is refused by another); set [auth] signing_key on every replica "
+        '(e.g. signing_key = "${GITREG_SIGNING_KEY}", from `openssl rand -hex 32`)'
     )
     return [warning]
 
