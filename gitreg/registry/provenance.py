@@ -6,11 +6,11 @@ archive's sha256, and whether its tag moved.
   `[git] allow_moved_tags`; with `ref = "tag"` and `download = "git"` clients resolve the tag
   themselves, so it is the commit the tag names.
 - `archive_sha256`: the SHA-256 of the archive gitreg serves (archive mode) or would serve for
-  that commit (`storage.archives`, content-addressed and reproducible). Not known until built:
-  a page or details answer that finds it missing starts its build in the background, at the
-  request's (browse) priority, and says null meanwhile; nothing on `terraform init`'s path
-  builds one for a git or template mode module. A build that fails (submodules, too large) is
-  not tried again for a while, and never turns the answer into an error.
+  that commit (`storage.archives`, content-addressed and reproducible): the archive store's, once
+  built, else what the details read hashed from the very `git archive` it runs (the index, in the
+  background: `index.tree.read_commit`). No build, no fetch on this path, and none on
+  `terraform init`'s for a git or template mode module; None until known (details not read yet,
+  details files from before this was kept, a module with submodules).
 - `moved`: the tag names another commit than the one first served (`storage.moved`), noticed
   by a download (`TagPins.on_moved`) or here, by the pin differing from the commit the index
   read for the tag.
@@ -18,9 +18,6 @@ archive's sha256, and whether its tag moved.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +28,6 @@ from gitreg.registry.service import Registry
 from gitreg.storage.archives import ArchiveStore
 from gitreg.storage.moved import MovedTag, MovedTags
 from gitreg.storage.pins import TagPins
-
-log = logging.getLogger(__name__)
-
-# A lazy build that failed is tried again after this long (its reason is logged by the store).
-RETRY_FAILED_SECONDS = 600.0
-MAX_FAILED = 4096
 
 
 @dataclass(frozen=True)
@@ -67,15 +58,14 @@ class Provenances:
         self.pins = pins
         self.moved = moved
         self.archives = archives
-        self._failed: dict[ContentKey, float] = {}  # key -> when its build may be tried again (monotonic)
-        self._building: set[ContentKey] = set()
 
     def noticed_by_download(self, repository: str, tag: str, first: str, current: str) -> None:
         """TagPins.on_moved's listener: a download found `tag` moved."""
         self.moved.notice(repository, tag, first, current)
 
-    async def of(self, address: ModuleAddress, tag: str, sha: str) -> Provenance:
-        """The provenance of the version of `address` tagged `tag`, whose tag names `sha` (the index's read)."""
+    async def of(self, address: ModuleAddress, tag: str, sha: str, read_sha256: str | None) -> Provenance:
+        """The provenance of the version of `address` tagged `tag`, whose tag names `sha` (the index's
+        read), and `read_sha256` the archive sha256 its details read found for `sha` (None: unknown)."""
         resolved = self.registry.resolve(address)
         rule = resolved.rule
         repository = resolved.repository
@@ -85,22 +75,8 @@ class Provenances:
             moved = self.moved.notice(repository, tag, pinned, sha)
         follows_tag = rule.download == "git" and rule.ref == "tag"
         commit = sha if follows_tag or self.allow_moved or pinned is None else pinned
-        return Provenance(commit, await self._checksum(ContentKey(repository, rule.path, commit)), moved)
-
-    async def _checksum(self, key: ContentKey) -> str | None:
-        """The archive's SHA-256 when built; else its build started in the background and None."""
-        if self.archives.cached(key) is not None:
-            return await self.archives.checksum(key)
-        if key not in self._building and self._failed.get(key, 0.0) <= time.monotonic():
-            self._failed.pop(key, None)
-            self._building.add(key)
-            # Started from this request's context: the build runs at its (browse) git priority.
-            self.archives.start(key).add_done_callback(lambda task: self._built(key, task))
-        return None
-
-    def _built(self, key: ContentKey, task: asyncio.Future[Any]) -> None:
-        self._building.discard(key)
-        if task.cancelled() or task.exception() is not None:  # logged by the archive store
-            if len(self._failed) >= MAX_FAILED:
-                self._failed.pop(next(iter(self._failed)))
-            self._failed[key] = time.monotonic() + RETRY_FAILED_SECONDS
+        key = ContentKey(repository, rule.path, commit)
+        digest = await self.archives.checksum(key) if self.archives.cached(key) is not None else None
+        if digest is None and commit == sha:  # the details were read at `sha`: theirs is for another commit else
+            digest = read_sha256
+        return Provenance(commit, digest, moved)

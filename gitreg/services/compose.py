@@ -361,8 +361,10 @@ class Services:
         archives = self.archives = ArchiveStore(
             storage / "archives", mirrors, ArchiveBuilder(mirrors.git), pool, config.storage.max_bytes, files
         )
-        # Every mode: pages and details show the sha256 of the archive gitreg would serve (registry/provenance.py).
-        if not index_process:  # its prepare() removes builds cut short: the serving process's
+        archive_mode = any(r.download == "archive" for r in config.modules) or any(
+            o.download == "archive" for o in config.orgs
+        )
+        if archive_mode and not index_process:  # its prepare() removes builds cut short: the serving process's
             await archives.prepare()
         self.metrics.registry.register(ArchiveCollector(archives, pins))
         yield

@@ -150,7 +150,7 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
         providers=systems,
         versions=[v.canonical for v in entry.versions],
     )
-    body.update((await version_provenance(request, entry, shown)).to_json())  # commit, archive_sha256, moved
+    body.update((await version_provenance(request, entry, shown, details)).to_json())  # commit, archive_sha256, moved
     return web.json_response(body)
 
 

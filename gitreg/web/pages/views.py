@@ -239,7 +239,7 @@ async def module_page(request: web.Request) -> web.Response:
         details_missing=details is None,
         details_pending=bool(reload_after),
         reload_after=reload_after,
-        provenance=await version_provenance(request, entry, version),  # commit, archive sha256, moved tag
+        provenance=await version_provenance(request, entry, version, details),  # commit, archive sha256, moved tag
     )
 
 
