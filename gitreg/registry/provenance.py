@@ -12,8 +12,8 @@ archive's sha256, and whether its tag moved.
   `terraform init`'s for a git or template mode module; None until known (details not read yet,
   details files from before this was kept, a module with submodules).
 - `moved`: the tag names another commit than the one first served (`storage.moved`), noticed
-  by a download (`TagPins.on_moved`) or here, by the pin differing from the commit the index
-  read for the tag.
+  by a download (`TagPins.on_moved`) or here, by the pin (this replica's, else the one another
+  replica recorded in Redis) differing from the commit the index read for the tag.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gitreg.config.model import Config
 from gitreg.core.content import ContentKey
 from gitreg.core.names import ModuleAddress
 from gitreg.registry.service import Registry
+from gitreg.replicas.base import SharedState
 from gitreg.storage.archives import ArchiveStore
 from gitreg.storage.moved import MovedTag, MovedTags
 from gitreg.storage.pins import TagPins
@@ -51,11 +52,18 @@ class Provenances:
     """Answers `Provenance` for the pages and the details API; never git on the caller's path."""
 
     def __init__(
-        self, config: Config, registry: Registry, pins: TagPins, moved: MovedTags, archives: ArchiveStore
+        self,
+        config: Config,
+        registry: Registry,
+        pins: TagPins,
+        shared: SharedState,
+        moved: MovedTags,
+        archives: ArchiveStore,
     ) -> None:
         self.allow_moved = config.git.allow_moved_tags
         self.registry = registry
         self.pins = pins
+        self.shared = shared
         self.moved = moved
         self.archives = archives
 
@@ -70,6 +78,9 @@ class Provenances:
         rule = resolved.rule
         repository = resolved.repository
         pinned = self.pins.pinned(repository, tag)
+        if pinned is None:  # another replica may have served it: its pin is in the shared store (Redis)
+            shared = await self.shared.pinned(repository, tag)
+            pinned = shared[0] if shared is not None else None
         moved = self.moved.get(repository, tag)
         if pinned is not None and pinned != sha:
             moved = self.moved.notice(repository, tag, pinned, sha)

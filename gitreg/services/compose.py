@@ -336,7 +336,7 @@ class Services:
         """What pages and details say of a version's commit, archive sha256 and moved tag (registry/provenance.py)."""
         moved = MovedTags(self._storage() / MOVED_FILE, self.files)
         await moved.load()
-        self.provenance = Provenances(self.config, self.registry, self.pins, moved, self.archives)
+        self.provenance = Provenances(self.config, self.registry, self.pins, self.shared, moved, self.archives)
         self.pins.on_moved.connect(self.provenance.noticed_by_download)
         async with moved.flushing():
             yield
