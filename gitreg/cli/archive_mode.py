@@ -64,6 +64,6 @@ class MovedReport:
                 continue
             record = self.moved.get((repository, tag))
             noticed = utc(record.noticed) if record is not None else "now, by this probe"
-            found.append(f"  moved tag {tag!r}: first served at commit {first[:12]}, now names {current[:12]}")
-            found[-1] += f" (noticed {noticed})"
+            moved = f"first served at commit {first[:12]}, now names {current[:12]}"
+            found.append(f"  moved tag {tag!r}: {moved} (noticed {noticed})")
         return found
