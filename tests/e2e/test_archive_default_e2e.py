@@ -78,6 +78,11 @@ def test_terraform_installs_a_module_with_no_download_key_from_its_archive_with_
             location = json.loads(body)["location"]
             assert location == headers["X-Terraform-Get"]
             assert "/1.2.0/archive.tar.gz?expires=" in location and "&checksum=sha256:" in location
+            # The version's details (read by the index process) name the commit and that sha256.
+            server.wait_indexed()
+            details = json.loads(get(f"{server.url}/v1/modules/demo/hello/null/1.2.0", TOKEN)[1])
+            assert details["commit"] == hello.head() and details["moved"] is None
+            assert location.endswith(f"&checksum=sha256:{details['archive_sha256']}")
         first_log = "".join(server.log)
         seen = git_http.requests()
         key_file = store / "signing-key"
