@@ -16,6 +16,7 @@ from typing import Any
 
 from gitreg import __version__
 from gitreg.cli import tokens
+from gitreg.cli.archive_mode import keep_signing_key, signing_key_warnings
 from gitreg.cli.exits import EXIT_CONFIG, EXIT_OK, EXIT_PROBE_FAILED
 from gitreg.cli.probe import probe_address, probe_consumers, probe_orgs, probe_providers, probe_rules, rule_pattern
 from gitreg.cli.server import ListenError, run_server
@@ -236,6 +237,10 @@ def _serve(config: Config, workers: int = 1) -> int:
     ssl_context, problems = start_checks(config)
     if _refuse_start_problems(problems):
         return EXIT_CONFIG
+    keyed = keep_signing_key(config)  # before any worker forks: all of them sign with one key
+    if keyed is None:
+        return EXIT_CONFIG
+    config = keyed
     try:
         if workers > 1:
             from gitreg.cli.workers import run_workers
@@ -325,6 +330,8 @@ def _check(config: Config, probe: bool | str | None, flag_rules: int = 0, consum
             f"{labels[winner]} has the same namespace, name and system and wins",
             file=sys.stderr,
         )
+    for line in signing_key_warnings(config):
+        print(line, file=sys.stderr)
     from gitreg.web.api.webhooks import webhook_instructions  # imports aiohttp: only `check` needs it here
 
     for line in webhook_instructions(config):

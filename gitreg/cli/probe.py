@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from gitreg.cli.archive_mode import MovedReport
 from gitreg.cli.exits import EXIT_CONFIG, EXIT_OK, EXIT_PROBE_FAILED
 from gitreg.config.model import Config, ModuleRule
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
@@ -20,6 +21,7 @@ def rule_pattern(rule: ModuleRule) -> str:
 
 def probe_rules(config: Config, adapter: GitAdapter) -> int:
     failed = False
+    moved = MovedReport(config)
     for i, rule in enumerate(config.modules):
         if not rule.explicit:
             print(
@@ -33,7 +35,7 @@ def probe_rules(config: Config, adapter: GitAdapter) -> int:
             + (f" path={rule.path}" if rule.path else "")
             + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
         )
-        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, (config, rule))
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, moved, (config, rule))
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
@@ -72,9 +74,8 @@ def probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[s
     repo = orgs.get(address)
     if repo is not None:
         print(f"\n{address} <- {repo.full_name} ({mask_url(repo.repository)}, org {config.orgs[repo.org].label})")
-        return (
-            EXIT_OK if _probe_repository(adapter, repo.repository, "", (config, resolved.rule)) else EXIT_PROBE_FAILED
-        )
+        served = _probe_repository(adapter, repo.repository, "", MovedReport(config), (config, resolved.rule))
+        return EXIT_OK if served else EXIT_PROBE_FAILED
     rule = resolved.rule
     label = labels[config.modules.index(rule)]
     print(
@@ -82,7 +83,7 @@ def probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[s
         + (f" path={rule.path}" if rule.path else "")
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
-    served = _probe_repository(adapter, resolved.repository, rule.tag_prefix, (config, rule))
+    served = _probe_repository(adapter, resolved.repository, rule.tag_prefix, MovedReport(config), (config, rule))
     return EXIT_OK if served else EXIT_PROBE_FAILED
 
 
@@ -99,7 +100,11 @@ def probe_consumers(config: Config, text: str) -> int:
 
 
 def _probe_repository(
-    adapter: GitAdapter, repository: str, tag_prefix: str, signing: tuple[Config, ModuleRule] | None = None
+    adapter: GitAdapter,
+    repository: str,
+    tag_prefix: str,
+    moved: MovedReport,
+    signing: tuple[Config, ModuleRule] | None = None,
 ) -> bool:
     """Print the versions and skipped tags of one repository (and with [signing] keys, each version's
     signature); False when it cannot be listed or serves nothing."""
@@ -119,6 +124,8 @@ def _probe_repository(
         print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
+    for line in moved.lines(repository, tags.tags):
+        print(line)
     if signing is not None and signing[0].signing.keys and found.versions:
         from gitreg.cli.signatures import signature_lines  # the registry's service: only a probe with keys needs it
 
@@ -161,7 +168,7 @@ def probe_orgs(config: Config, adapter: GitAdapter) -> int:
     from gitreg.orgs.probe import probe_orgs  # imports aiohttp: only `check --probe` with orgs needs it
 
     reports = run_main(probe_orgs(config))
-    failed = False
+    failed, moved = False, MovedReport(config)
     for report in reports:
         org = report.org
         print(f"\norg {org.label} ({org.api_url}) -> namespace {org.namespace}")
@@ -186,7 +193,7 @@ def probe_orgs(config: Config, adapter: GitAdapter) -> int:
                 ", ..." if len(found.versions) > 10 else ""
             )
             lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
-            lines += [f"    versions ({len(found.versions)}): {shown}"]
+            lines += [f"    versions ({len(found.versions)}): {shown}", *moved.lines(repo.repository, tags.tags)]
             if config.signing.keys:
                 from gitreg.cli.signatures import signature_lines  # only a probe with [signing] keys needs it
 

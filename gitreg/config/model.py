@@ -222,7 +222,9 @@ class ModuleRule:
     tag_prefix: str = ""
     clone_url: str | None = None
     ref: Ref = "tag"
-    download: str = "git"
+    # "archive" (the default): a pinned commit, a sha256 the CLI verifies, no Git credentials on the
+    # clients; "git": clients clone the tag themselves (see docs/archives.md, what git mode gives up).
+    download: str = "archive"
     # git mode: `&depth=1` in the location (a shallow clone of the tag). Off by default:
     # Checkov 3.3.30 and tfmodcache 0.1.0 misread any query after `ref` and skip the module.
     shallow: bool = False
@@ -288,7 +290,7 @@ class OrgConfig:
     repository_pattern: str = DEFAULT_REPOSITORY_PATTERN
     topic: str | None = None
     clone: Clone = "https"
-    download: str = "git"
+    download: str = "archive"  # as ModuleRule.download
     refresh_seconds: float = 600.0
     include_archived: bool = False
     # Hosts besides the API's own whose clone URLs the API may name (lowercased host names).

@@ -82,9 +82,10 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     tag_prefix = r.str("tag_prefix", ModuleRule.tag_prefix) or ""
     clone_url = r.str("clone_url")
     ref = r.str("ref", ModuleRule.ref)
-    download = r.str("download", ModuleRule.download) or ModuleRule.download
     verified = r.bool("verified", ModuleRule.verified)
     shallow = r.bool("shallow", ModuleRule.shallow)
+    # `shallow` exists only in git mode: a rule that set it before archive became the default keeps git.
+    download = r.str("download") or ("git" if shallow else ModuleRule.download)
     archive_root = r.str("archive_root")
     require_signed = read_require_signed(r)
     if archive_root is not None and not download.startswith("https://"):
@@ -128,20 +129,12 @@ def parse_rule(r: TableReader, protocols: tuple[str, ...]) -> ModuleRule | None:
     )
 
 
-def parse_modules(root: TableReader, protocols: tuple[str, ...], unsigned: bool) -> list[ModuleRule]:
-    """`[[modules]]`; `unsigned`: [auth] has tokens and no signing key, which archive downloads need."""
+def parse_modules(root: TableReader, protocols: tuple[str, ...]) -> list[ModuleRule]:
+    """`[[modules]]`. Archive mode with registry auth and no `[auth] signing_key` is fine: `gitreg serve`
+    keeps a generated key in its storage (storage/signing_key.py)."""
     modules = []
     for i, table in enumerate(root.table_list("modules")):
         rule = parse_rule(TableReader(table, f"modules[{i}]", root.problems, root.env), protocols)
         if rule is not None:
             modules.append(rule)
-    if unsigned:
-        for i, rule in enumerate(modules):
-            if rule.download == "archive":
-                root.problems.append(
-                    f'modules[{i}].download: "archive" with registry auth ([auth] tokens, forges or oidc) needs '
-                    "[auth] signing_key, which signs the "
-                    'archive URLs Terraform fetches without its token (e.g. signing_key = "${GITREG_SIGNING_KEY}")'
-                )
-                break
     return modules

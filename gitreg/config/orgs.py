@@ -98,7 +98,7 @@ def parse_org(r: TableReader) -> OrgConfig | None:
     if topic is not None and not topic.strip():
         r.error("topic", "must not be empty; leave it out to take repositories with any topics")
     clone: Clone = one_of(r, "clone", r.str("clone", OrgConfig.clone), ("https", "ssh")) or OrgConfig.clone
-    download = r.str("download", "git") or "git"
+    download = r.str("download", OrgConfig.download) or OrgConfig.download
     check_download(r, download)
     refresh = r.number(
         "refresh_seconds", OrgConfig.refresh_seconds, minimum=MIN_REFRESH_SECONDS, maximum=MAX_REFRESH_SECONDS
@@ -134,8 +134,8 @@ def parse_org(r: TableReader) -> OrgConfig | None:
     )
 
 
-def parse_orgs(root: TableReader, unsigned: bool) -> list[OrgConfig]:
-    """`[[orgs]]`, each group listed once; `unsigned` as for `module_rules.parse_modules`."""
+def parse_orgs(root: TableReader) -> list[OrgConfig]:
+    """`[[orgs]]`, each group listed once (archive mode needs no configured key: see `module_rules.parse_modules`)."""
     orgs: list[OrgConfig] = []
     seen_groups: dict[tuple[str, str, str], int] = {}
     for i, table in enumerate(root.table_list("orgs")):
@@ -147,8 +147,4 @@ def parse_orgs(root: TableReader, unsigned: bool) -> list[OrgConfig]:
             root.problems.append(f"orgs[{i}].group: {org.group!r} is already listed by orgs[{seen_groups[group_key]}]")
         seen_groups.setdefault(group_key, i)
         orgs.append(org)
-    if unsigned and any(org.download == "archive" for org in orgs):
-        root.problems.append(
-            'orgs: download = "archive" with registry auth ([auth] tokens, forges or oidc) needs [auth] signing_key'
-        )
     return orgs

@@ -60,6 +60,7 @@ class ModuleDetails:
     root: dict[str, Any]
     submodules: list[dict[str, Any]] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)  # each `examples/*` directory
+    archive_sha256: str | None = None  # of the archive of this commit and path (index.tree.CommitTree)
 
 
 class DetailsService:
@@ -161,7 +162,7 @@ class DetailsService:
         root = dirs.pop("")
         submodules = [d for path, d in dirs.items() if path.startswith("modules/")]
         examples = [d for path, d in dirs.items() if path.startswith("examples/")]
-        return ModuleDetails(description, tree.published_at, root, submodules, examples)
+        return ModuleDetails(description, tree.published_at, root, submodules, examples, tree.archive_sha256)
 
     async def _ask(self, call: Callable[[Any], Any], request: dict[str, Any], shown: str) -> dict[str, Any]:
         """One parse_request() answer from the worker, or no declarations and a note saying why

@@ -94,6 +94,7 @@ class DetailsStore:
                 dict(data["root"]),
                 list(data["submodules"]),
                 list(data.get("examples", [])),
+                _sha256(data.get("archive_sha256")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -103,3 +104,8 @@ class DetailsStore:
         """Write the details atomically."""
         # Not fsynced: details are read again from git when a power loss left a file behind.
         write_atomically(self._file(repository, path, sha), json.dumps(asdict(details)), TMP_PREFIX, durable=False)
+
+
+def _sha256(value: object) -> str | None:
+    """An archive's SHA-256 as details files keep it (absent from files written before it was kept)."""
+    return value if isinstance(value, str) and len(value) == 64 else None

@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from gitreg.core.errors import UpstreamUnavailable
 from gitreg.index.declarations import MAX_README_BYTES, MAX_TF_BYTES, README_NAMES
@@ -104,6 +104,10 @@ class CommitTree:
     dirs: dict[str, dict[str, bytes]]
     notes: list[str]
     published_at: str = ""
+    # The SHA-256 of the archive gitreg serves (or would serve) for this commit and path: hashed from
+    # the same `git archive` output (storage.archives.archive_digest); None when the tree was too large
+    # to keep whole here or holds submodules.
+    archive_sha256: str | None = None
 
 
 def read_commit(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged: TaggedVersion) -> CommitTree:
@@ -125,6 +129,12 @@ def read_commit(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged: T
             return CommitTree({"": {}}, [f"the path {base!r} does not exist at tag {tagged.tag!r}"])
         spool.seek(0)
         dirs, notes = read_tree(spool, "")  # `git archive <sha>:<path>`: the module's files are at the root
+        archive_sha256 = None
+        if not writer.truncated:
+            from gitreg.storage.archives import archive_digest  # (as NoSuchTree above)
+
+            spool.seek(0)
+            archive_sha256 = archive_digest(cast(BinaryIO, spool))
     if writer.truncated:
         notes.append(f"the module tree is larger than {MAX_TREE_BYTES} bytes; details may be incomplete")
     published = ""
@@ -132,7 +142,7 @@ def read_commit(git: MirrorGit, mirror: str, resolved: ResolvedModule, tagged: T
         published = utc_timestamp(git.tag_dates(mirror).get(tagged.tag, ""))
     except Exception as e:  # noqa: BLE001 - a date is nice to have, never worth failing the details
         log.warning("could not read the date of tag %s: %s", tagged.tag, type(e).__name__)
-    return CommitTree(dirs, notes, published)
+    return CommitTree(dirs, notes, published, archive_sha256)
 
 
 def utc_timestamp(iso: str) -> str:

@@ -83,6 +83,11 @@ class SharedState(Protocol):
         of it: (`sha`, `at`), or the earliest pin another replica recorded."""
         ...
 
+    async def pinned(self, repository: str, tag: str) -> tuple[str, float] | None:
+        """The commit another replica pinned `tag` at, and when; None when none is known (or the
+        shared store is down). Read-only: what pages and details show of a moved tag."""
+        ...
+
     def share_pins(self, source: Callable[[], list[tuple[str, str, str, float]]], allow_moved: bool) -> None:
         """Where this replica's pins on disk are read (`TagPins.entries`), to publish them again
         whenever the shared store (re)connects: it may have lost them."""

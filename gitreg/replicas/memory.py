@@ -57,6 +57,10 @@ class MemoryShared:
         """No other replica's record: (`sha`, `at`)."""
         return sha, at
 
+    async def pinned(self, repository: str, tag: str) -> tuple[str, float] | None:
+        """No other replica."""
+        return None
+
     def share_pins(self, source: Callable[[], list[tuple[str, str, str, float]]], allow_moved: bool) -> None:
         """Nobody to share them with."""
 

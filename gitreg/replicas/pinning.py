@@ -85,6 +85,16 @@ class SharedPins:
             return sha, at
         return pin_value(winner) or (sha, at)
 
+    async def pinned(self, call: Call | None, repository: str, tag: str) -> tuple[str, float] | None:
+        """The pin recorded for `tag` (read-only), or None: none recorded, or Redis down (`call` None, or failing)."""
+        if call is None:
+            return None
+        try:
+            value = await call(self.client.hget(self.key, json.dumps([repository, tag], ensure_ascii=False)))
+        except RedisDown:
+            return None
+        return pin_value(value)
+
     def _args(self, repository: str, tag: str, sha: str, at: float) -> list[Any]:
         field = json.dumps([repository, tag], ensure_ascii=False)
         message = self._message("pin", repository=repository, tag=tag, value=f"{sha} {at!r}")

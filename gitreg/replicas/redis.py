@@ -321,6 +321,10 @@ class RedisShared:
         """The commit every replica pins `tag` at, and when (see `pinning`)."""
         return await self.pins.pin(self._call if self._up else None, repository, tag, sha, allow_moved, at)
 
+    async def pinned(self, repository: str, tag: str) -> tuple[str, float] | None:
+        """The pin Redis holds for `tag` (see `pinning`); None when none, or Redis is down."""
+        return await self.pins.pinned(self._call if self._up else None, repository, tag)
+
     def share_pins(self, source: Entries, allow_moved: bool) -> None:
         """Publish `source`'s pins at every (re)connect; with allow_moved_tags pins follow the tags instead."""
         self.pins.share(source, allow_moved)

@@ -52,6 +52,7 @@ from gitreg.providers.readme import ReleaseReadmes
 from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
+from gitreg.registry.provenance import Provenances
 from gitreg.registry.publish import Publisher
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
@@ -65,6 +66,7 @@ from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
 from gitreg.storage.files import keep_long_lived
 from gitreg.storage.mirrors import MirrorStore
+from gitreg.storage.moved import MOVED_FILE, MovedTags
 from gitreg.storage.pins import TagPins
 from gitreg.usage.installs import FILE_NAME as INSTALLS_FILE
 from gitreg.usage.installs import Installs
@@ -101,6 +103,7 @@ class Services:
     providers: Providers  # not in the index process
     installs: Installs  # observed CI installs; not in the index process
     usage: Usage  # not in the index process
+    provenance: Provenances  # not in the index process
     index_process: IndexProcess  # Role.SERVE only
     # What later services are built with.
     home: str
@@ -154,8 +157,9 @@ class Services:
         if role is not Role.INDEX:  # the serving process signs people in, asks who is calling, sees installs
             contexts += [self._logins, self._identities, self._providers, self._installs]
         contexts += [self._signatures, self._registry]
-        if role is not Role.INDEX:  # the serving process enumerates the orgs (and scans their repositories)
-            contexts += [self._org_listings, self._usage]
+        # The serving process enumerates the orgs (and scans their repositories) and answers details.
+        if role is not Role.INDEX:
+            contexts += [self._org_listings, self._usage, self._provenance]
         contexts += [self._details, self._index]
         if role is Role.SERVE:
             contexts.append(self._index_process)
@@ -385,6 +389,15 @@ class Services:
         await signatures.start()
         yield
         await signatures.close()
+
+    async def _provenance(self) -> AsyncIterator[None]:
+        """What pages and details say of a version's commit, archive sha256 and moved tag (registry/provenance.py)."""
+        moved = MovedTags(self._storage() / MOVED_FILE, self.files)
+        await moved.load()
+        self.provenance = Provenances(self.config, self.registry, self.pins, self.shared, moved, self.archives)
+        self.pins.on_moved.connect(self.provenance.noticed_by_download)
+        async with moved.flushing():
+            yield
 
     async def _mirrors_and_archives(self) -> AsyncIterator[None]:
         """Bare mirrors and archive builds, in [storage] path, within one budget."""

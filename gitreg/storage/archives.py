@@ -188,6 +188,30 @@ def normalize(tar_in: BinaryIO, out: BinaryIO, mtime: int = FIXED_MTIME) -> list
     return submodules
 
 
+class _Digest:
+    """A write-only file that hashes what is written (SHA-256)."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def archive_digest(tar: BinaryIO) -> str | None:
+    """The SHA-256 of the archive ArchiveBuilder makes from `git archive`'s tar `tar` (the same bytes:
+    normalize is all that differs from git's output); None when it holds submodules (not archivable).
+    Lets the details read, which runs that very `git archive`, say the archive's sha256 without a build."""
+    digest = _Digest()
+    if normalize(tar, cast(BinaryIO, digest)):
+        return None
+    return digest.hash.hexdigest()
+
+
 def _pax_path(records: bytes) -> str | None:
     """The `path` of a pax extended header ("<len> path=<value>\\n" records)."""
     for line in records.split(b"\n"):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gitreg.core.errors import DISK_FULL, DiskFull, GitregError, disk_full
+from gitreg.core.events import Signal
 from gitreg.core.urls import mask
 from gitreg.storage.files import remove_leftovers, run_file_work, write_atomically
 
@@ -46,6 +47,36 @@ COMPACT_MIN_SUPERSEDED = 256
 Key = tuple[str, str]  # (repository, tag)
 # How each record written starts: a last line that begins so (or is cut short before) was torn by a crash.
 _RECORD_START = b'{"repository": '
+
+
+def parse_record(line: bytes) -> tuple[str, str, str, float]:
+    """(repository, tag, commit, when pinned) of one line of the file; ValueError, KeyError,
+    TypeError or RecursionError when it is not a record."""
+    record = json.loads(line)
+    repository, tag, sha = record["repository"], record["tag"], record["sha"]
+    at = record.get("at", 0.0)
+    if not (isinstance(repository, str) and isinstance(tag, str) and isinstance(sha, str)):
+        raise ValueError("bad types")
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        raise ValueError("bad types")
+    return repository, tag, sha, float(at)
+
+
+def read_pins(path: Path) -> dict[Key, str]:
+    """The pins in a file, read-only (`gitreg check --probe`; a running gitreg owns the file): the
+    last record of each tag wins, what is not a record is skipped. Blocking."""
+    pins: dict[Key, str] = {}
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return pins
+    for line in data.splitlines():
+        try:
+            repository, tag, sha, _ = parse_record(line)
+        except (ValueError, KeyError, TypeError, RecursionError):
+            continue
+        pins[(repository, tag)] = sha
+    return pins
 
 
 class PinNotRecorded(GitregError):
@@ -70,6 +101,8 @@ class TagPins:
         self._unwritten: dict[Key, asyncio.Future[None]] = {}  # key -> the write its latest record is in
         self._writer: asyncio.Task[None] | None = None
         self.moved_total = 0
+        # (repository, tag, first commit, commit it names now): a download found the tag moved.
+        self.on_moved: Signal[[str, str, str, str]] = Signal()
         self._load()
 
     def _load(self) -> None:
@@ -86,13 +119,7 @@ class TagPins:
         lines = data.splitlines(keepends=True)
         for number, line in enumerate(lines, 1):
             try:
-                record = json.loads(line)
-                repository, tag, sha = record["repository"], record["tag"], record["sha"]
-                at = record.get("at", 0.0)
-                if not (isinstance(repository, str) and isinstance(tag, str) and isinstance(sha, str)):
-                    raise ValueError("bad types")
-                if not isinstance(at, int | float) or isinstance(at, bool):
-                    raise ValueError("bad types")
+                repository, tag, sha, at = parse_record(line)
             except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: `[[[[...` nested deeply
                 if number == len(lines) and not line.endswith(b"\n") and _RECORD_START.startswith(line[:15]):
                     torn = True  # a line cut short by a crash: it was never acknowledged
@@ -193,6 +220,7 @@ class TagPins:
             if (repository, tag, sha) not in self._warned:
                 self._warned.add((repository, tag, sha))
                 self.moved_total += 1
+                self.on_moved.emit(repository, tag, first, sha)
                 if follows_tag:  # whatever allow_moved_tags says: git downloads the tag as it is now
                     outcome = (
                         f'clients follow the tag (ref = "tag" with download = "git": they resolve it '

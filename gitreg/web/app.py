@@ -40,6 +40,7 @@ from gitreg.web.keys import (
     METRICS,
     MIRRORS,
     ORGS,
+    PROVENANCE,
     PROVIDERS,
     PUBLISHER,
     REGISTRY,
@@ -73,6 +74,7 @@ def _serving(services: Services) -> Callable[[web.Application], AsyncIterator[No
             app[PROVIDERS] = services.providers
             app[INSTALLS] = services.installs
             app[USAGE] = services.usage
+            app[PROVENANCE] = services.provenance
             yield
 
     return context

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gitreg.orgs.service import OrgCatalog
     from gitreg.providers.service import Providers
     from gitreg.registry.catalog import Catalog
+    from gitreg.registry.provenance import Provenances
     from gitreg.registry.publish import Publisher
     from gitreg.registry.service import Registry
     from gitreg.registry.tags import TagCache
@@ -41,6 +42,8 @@ CACHE: web.AppKey[TagCache] = web.AppKey("cache")
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
 # The browse API's facade (list, search, details): what the browsing endpoints call.
 BROWSE: web.AppKey[BrowseService] = web.AppKey("browse")
+# What a version's page and details say of its commit, archive sha256 and moved tag (registry/provenance.py).
+PROVENANCE: web.AppKey[Provenances] = web.AppKey("provenance")
 # "Repositories changed": a webhook here, or another replica through Redis.
 PUBLISHER: web.AppKey[Publisher] = web.AppKey("publisher")
 # The identity door (identity/door.py): who is calling (bearer or page session) and what they may

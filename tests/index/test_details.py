@@ -180,7 +180,7 @@ async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, t
 
 async def test_details_are_cached_by_commit_and_read_with_one_fetch_that_leaves_no_mirror(make_client, vpc, tmp_path):
     client = await indexed(
-        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+        await make_client(make_config([vpc_rule(vpc.url, download="git")], storage={"path": str(tmp_path / "state")}))
     )
     for _ in range(3):
         assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
@@ -201,7 +201,9 @@ async def test_details_need_only_the_tags_files_not_the_repositorys_history(make
         repo.commit({f"data{n}.txt": "".join(rng.choice("0123456789abcdef") for _ in range(2_000_000))})
     repo.commit({f"data{n}.txt": None for n in range(3)} | {"variables.tf": 'variable "zone" { type = string }\n'})
     repo.tag("v1.0.0", annotated=True, message="first release")
-    config = make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state"), "max_bytes": 1024 * 1024})
+    config = make_config(
+        [vpc_rule(repo.url, download="git")], storage={"path": str(tmp_path / "state"), "max_bytes": 1024 * 1024}
+    )
     client = await indexed(await make_client(config))
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     assert resp.status == 200, await resp.text()

@@ -243,7 +243,7 @@ async def test_when_the_api_is_down_the_last_listing_stays(github, git_http, tmp
 async def test_versions_and_download_of_an_org_module_that_no_rule_names(make_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0", "2.0.0-rc.1"))
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http))
+    client = await make_client(org_config(github, git_http, org={"download": "git"}))
     assert await versions_of(client) == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     resp = await client.get("/v1/modules/acme/vpc/aws/1.1.0/download")
     assert resp.status == 200, await resp.text()
@@ -254,7 +254,9 @@ async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     # (The fake's ssh URLs name github.com, not the fake API's host: listed as a clone host.)
-    client = await make_client(org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["github.com"]}))
+    client = await make_client(
+        org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["github.com"], "download": "git"})
+    )
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     assert resp.status == 200, await resp.text()
     # gitreg lists tags over https (with [[credentials]]); clients clone over ssh with their keys.

@@ -252,7 +252,7 @@ def test_a_moved_tag_is_pinned_to_the_same_commit_on_every_replica(tmp_path, red
     repo = public_repo(tmp_path)
     first = repo.head()
     url = git_server.url("public.git")
-    a, b, c = replicas = start_replicas(tmp_path, redis_server, url, rule='ref = "commit"')
+    a, b, c = replicas = start_replicas(tmp_path, redis_server, url, rule='ref = "commit"\ndownload = "git"')
     try:
         assert download_location(a.url).endswith(f"?ref={first}")  # a pins v1.0.0 at its commit
         repo.commit({"main.tf": "# moved\n"})
@@ -275,7 +275,7 @@ def test_the_first_served_commit_is_the_same_on_every_replica_whatever_redis_los
     repo = public_repo(tmp_path)
     first = repo.head()
     url = git_server.url("public.git")
-    a, b = replicas = start_replicas(tmp_path, redis_server, url, count=2, rule='ref = "commit"')
+    a, b = replicas = start_replicas(tmp_path, redis_server, url, count=2, rule='ref = "commit"\ndownload = "git"')
     try:
         assert download_location(a.url).endswith(f"?ref={first}")  # a pins v1.0.0 (disk and Redis)
         redis_server.kill()  # ...which restarts empty (no persistence), and meanwhile the tag moves

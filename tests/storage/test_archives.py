@@ -298,13 +298,14 @@ async def test_archive_url_follows_the_host_and_a_trusted_proxys_forwarded_origi
     assert location.startswith(f"https://[::1]:8443{path}")
 
 
-def test_archive_mode_with_tokens_needs_a_signing_key():
+def test_archive_mode_with_tokens_and_no_signing_key_is_a_valid_config():
+    # Archive is the default download mode: a config with registry auth and no [auth] signing_key
+    # (which started before, in git mode) still starts; `gitreg serve` keeps a key in its storage.
     from gitreg.config.parse import parse_config
-    from gitreg.core.errors import ConfigError
 
-    with pytest.raises(ConfigError) as e:
-        parse_config({"auth": {"tokens": [TOKEN]}, "modules": [mono_rule("file:///r.git")]}, {})
-    assert any("signing_key" in p and p.startswith("modules[0].download") for p in e.value.problems)
+    for rule in (mono_rule("file:///r.git"), {"namespace": "a", "repository": "file:///r.git"}):
+        config = parse_config({"auth": {"tokens": [TOKEN]}, "modules": [rule]}, {})
+        assert config.modules[0].download == "archive" and config.auth.signing_key is None
 
 
 # --- moved tags --------------------------------------------------------------------------------
@@ -344,7 +345,16 @@ async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(make_cli
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
     config = make_config(
-        [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url, "ref": "commit"}],
+        [
+            {
+                "namespace": "demo",
+                "name": "moving",
+                "system": "null",
+                "repository": repo.url,
+                "ref": "commit",
+                "download": "git",
+            }
+        ],
         cache={"ttl_seconds": 0},
     )
     client = await make_client(config)

@@ -259,7 +259,7 @@ async def test_a_moved_tag_with_git_downloads_logs_that_clients_follow_the_tag(m
     repo.tag("v1.0.0")
     client = await make_client(
         make_config(
-            [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url}],
+            [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url, "download": "git"}],
             cache={"ttl_seconds": 0},
         )
     )
@@ -340,6 +340,7 @@ def test_a_stalled_pin_write_does_not_freeze_the_server(tmp_path):
     config.write_text(
         f'[storage]\npath = "{store}"\n'
         f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
+        'download = "git"\n'  # the pin is written in the background (clients follow the tag)
     )
     with GitregProcess("--config", str(config)) as server:
         # A pin record that cannot be written (a named pipe nobody reads: opening it for writing

@@ -33,8 +33,17 @@ def module_repo(tmp_path: Path, name: str, readme: str = README) -> GitRepo:
 
 
 def rules(git_http, names: list[str]) -> list[dict]:
+    """Rules for `public-<name>.git`, in git mode: the index tests count the details read's git
+    requests and mirrors, which archive mode (the default) reads from its mirror instead."""
     return [
-        {"namespace": "acme", "name": n, "system": "aws", "repository": git_http.url(f"public-{n}.git")} for n in names
+        {
+            "namespace": "acme",
+            "name": n,
+            "system": "aws",
+            "repository": git_http.url(f"public-{n}.git"),
+            "download": "git",
+        }
+        for n in names
     ]
 
 

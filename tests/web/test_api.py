@@ -51,7 +51,7 @@ async def test_versions_list_semver_tags_without_v_and_skip_the_rest(make_client
 
 
 async def test_download_answers_with_json_body_and_x_terraform_get_header(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)]))
+    client = await make_client(make_config([rule(repo.url, download="git")]))
     resp = await client.get("/v1/modules/demo/hello/null/1.1.0/download")
     assert resp.status == 200
     assert resp.content_type == "application/json"
@@ -71,19 +71,19 @@ async def test_a_git_location_carries_ref_alone_unless_the_rule_asks_for_a_shall
 
 
 async def test_download_accepts_the_version_with_a_leading_v(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)]))
+    client = await make_client(make_config([rule(repo.url, download="git")]))
     assert await location_of(client, "v1.0.0") == f"git::{repo.url}?ref=v1.0.0"
 
 
 async def test_ref_commit_pins_the_peeled_commit_of_an_annotated_tag(make_client, repo):
-    client = await make_client(make_config([rule(repo.url, ref="commit")]))
+    client = await make_client(make_config([rule(repo.url, ref="commit", download="git")]))
     sha = repo.tag("v1.1.0", annotated=True, message="again")  # the commit, not the tag object
     assert await location_of(client, "1.1.0") == f"git::{repo.url}?ref={sha}"
 
 
 async def test_plus_in_a_tag_is_percent_encoded_in_the_location(make_client, repo):
     repo.tag("v3.0.0+build.5")
-    client = await make_client(make_config([rule(repo.url)]))
+    client = await make_client(make_config([rule(repo.url, download="git")]))
     assert "3.0.0+build.5" in await versions_of(client)
     assert await location_of(client, "3.0.0+build.5") == f"git::{repo.url}?ref=v3.0.0%2Bbuild.5"
 
@@ -104,6 +104,7 @@ async def test_monorepo_module_gets_its_subdirectory_and_prefixed_tags(make_clie
                 "path": "modules/network",
                 "tag_prefix": "network/",
                 "clone_url": "ssh://git@git.example.com/acme/infra.git",
+                "download": "git",
             }
         ]
     )
@@ -114,7 +115,9 @@ async def test_monorepo_module_gets_its_subdirectory_and_prefixed_tags(make_clie
 
 
 async def test_scp_like_clone_url_becomes_an_ssh_url(make_client, repo):
-    client = await make_client(make_config([rule(repo.url, clone_url="git@git.example.com:demo/hello.git")]))
+    client = await make_client(
+        make_config([rule(repo.url, clone_url="git@git.example.com:demo/hello.git", download="git")])
+    )
     assert await location_of(client, "1.0.0") == "git::ssh://git@git.example.com/demo/hello.git?ref=v1.0.0"
 
 
@@ -129,6 +132,7 @@ async def test_wildcard_rule_fills_placeholders_from_the_request(make_client, tm
                 "namespace": "acme",
                 "repository": base + "/terraform-{system}-{name}.git",
                 "clone_url": "https://git.example.com/{namespace}/terraform-{system}-{name}.git",
+                "download": "git",
             }
         ]
     )
@@ -147,10 +151,10 @@ async def test_most_specific_rule_wins_then_the_earlier(make_client, tmp_path):
         repos[name].tag("v1.0.0")
     config = make_config(
         [
-            {"namespace": "acme", "repository": repos["wild"].url},
-            {"namespace": "acme", "name": "vpc", "repository": repos["named"].url},
-            {"name": "db", "system": "aws", "repository": repos["first"].url},
-            {"namespace": "acme", "system": "aws", "repository": repos["second"].url},
+            {"namespace": "acme", "repository": repos["wild"].url, "download": "git"},
+            {"namespace": "acme", "name": "vpc", "repository": repos["named"].url, "download": "git"},
+            {"name": "db", "system": "aws", "repository": repos["first"].url, "download": "git"},
+            {"namespace": "acme", "system": "aws", "repository": repos["second"].url, "download": "git"},
         ]
     )
     client = await make_client(config)
@@ -279,7 +283,7 @@ def private_repo(tmp_path: Path) -> GitRepo:
 async def test_private_repository_is_listed_with_configured_credentials(make_client, git_http, tmp_path):
     private_repo(tmp_path)
     config = make_config(
-        [rule(git_http.url("private.git"))],
+        [rule(git_http.url("private.git"), download="git")],
         credentials=[{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}],
     )
     client = await make_client(config)

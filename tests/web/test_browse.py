@@ -233,8 +233,8 @@ async def test_module_name_lists_the_latest_version_for_every_system(client):
 
 
 async def test_latest_and_download_skip_prereleases(make_client, repo, tmp_path):
-    config = make_config([{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url}])
-    client = await indexed(await make_client(config))
+    rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "git"}
+    client = await indexed(await make_client(make_config([rule])))
     body = await get_json(client, "/v1/modules/demo/hello/null")
     assert body["version"] == "1.1.0" and body["versions"] == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     assert body["providers"] == ["null"]

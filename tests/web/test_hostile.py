@@ -784,7 +784,9 @@ def nasty_repo(tmp_path: Path) -> GitRepo:
 
 async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(make_client, nasty_repo):
     client = await make_client(
-        make_config([{"namespace": "demo", "name": "hello", "system": "null", "repository": nasty_repo.url}])
+        make_config(
+            [{"namespace": "demo", "name": "hello", "system": "null", "repository": nasty_repo.url, "download": "git"}]
+        )
     )
     resp = await client.get("/v1/modules/demo/hello/null/versions")
     listed = [v["version"] for v in (await resp.json())["modules"][0]["versions"]]

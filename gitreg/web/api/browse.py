@@ -24,6 +24,7 @@ from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.address import request_address
 from gitreg.web.auth import visibility
 from gitreg.web.keys import BROWSE
+from gitreg.web.provenance import version_provenance
 from gitreg.web.route_rules import Access
 
 browse_routes = web.RouteTableDef()
@@ -154,6 +155,7 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
         signature_refused=refused,
         refused_versions=sorted(browse.refused_versions(entry)),
     )
+    body.update((await version_provenance(request, entry, shown, details)).to_json())  # commit, archive_sha256, moved
     return web.json_response(body)
 
 

@@ -50,6 +50,7 @@ from gitreg.web.pages.render import (
     snippet,
 )
 from gitreg.web.pages.session import SESSIONS, Sessions, login, login_form, logout, sign_in
+from gitreg.web.provenance import version_provenance
 from gitreg.web.route_rules import Access
 from gitreg.web.used_by import used_by
 
@@ -243,6 +244,7 @@ async def module_page(request: web.Request) -> web.Response:
         signature=signature,  # [signing]: "Signed by <principal>", or why this version is not served
         refused=refused,
         refused_versions=request.app[BROWSE].refused_versions(entry),
+        provenance=await version_provenance(request, entry, version, details),  # commit, archive sha256, moved tag
     )
 
 
