@@ -49,10 +49,19 @@ Resolve = Callable[[ModuleAddress], ResolvedModule | None]
 Versions = Callable[[ModuleAddress], Any]  # async: (ResolvedModule, ModuleVersions)
 
 
+class Reader(Protocol):
+    """How the builder reads a version's details (reading.VersionReader)."""
+
+    async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
+
+
 class Store(Protocol):
     """What the builder needs of the index it builds (store.ModuleIndex)."""
 
     stats: IndexStats
+
+    @property
+    def read(self) -> Reader: ...
 
     def get(self, address: ModuleAddress) -> IndexEntry | None: ...
 
@@ -67,8 +76,6 @@ class Store(Protocol):
     def untagged(self, address: ModuleAddress) -> Untagged | None: ...
 
     def mark_untagged(self, address: ModuleAddress, found: Untagged) -> None: ...
-
-    async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
 
 
 def _idle() -> asyncio.Event:
@@ -231,7 +238,7 @@ class IndexBuilder:
             return
         try:
             with git_priority(Priority.BROWSE):
-                details = await self.store.details(resolved, version, build=True)
+                details = await self.store.read.details(resolved, version, build=True)
         except DetailsUnfinished as e:
             self._cut_short(address, canonical, e)
             return
@@ -455,7 +462,7 @@ class IndexBuilder:
         details: ModuleDetails | None = None
         published = old.published_at if old is not None and old.latest == newest else ""
         try:
-            details = await self.store.details(resolved, newest, build=True)
+            details = await self.store.read.details(resolved, newest, build=True)
         except DetailsUnfinished as e:
             self._cut_short(address, newest.canonical, e)
             published = e.published_at or published  # git gave the tag's date; only the parsing was cut short

@@ -243,7 +243,7 @@ class IndexProcess:
         """The tag cache fetched new tags of `key` (TagCache.on_fetched): the index process takes them."""
         tags = self.cache.peek(key)
         if tags is not None:
-            self.commands.send(TagsFetched(key, dict(tags.tags), self.index.tag_objects.of(key)))
+            self.commands.send(TagsFetched(key, dict(tags.tags), self.index.read.tag_objects.of(key)))
 
     def orgs_changed(self, changes: OrgChanges) -> None:
         """An enumeration or a repository webhook changed the org listing: told at once, or in parts
