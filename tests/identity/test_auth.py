@@ -19,8 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
-from gitreg.web.app import create_app
-from tests.support.app import assert_error, indexed, make_config
+from tests.support.app import assert_error, indexed, make_config, served_app
 from tests.support.githttp import GitHttpServer
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
@@ -76,9 +75,9 @@ def rules(git_host: GitHttpServer) -> list[dict[str, Any]]:
     return [*explicit, {"namespace": "platform", "repository": git_host.base_url + "/platform-{name}.git"}]
 
 
-# The app these tests ask is built once for the module (an app costs ~0.7 s to build and index) and
-# run on the module's event loop: the tests that use it only read, and each starts from its index
-# settled and the git server's counters reset, as with an app of its own.
+# The app these tests ask is what `gitreg serve` builds (its index process too), built once for the
+# module and run on the module's event loop: the tests that use it only read, and each starts from
+# its index settled and the git server's counters reset, as with an app of its own.
 module_loop = pytest.mark.asyncio(loop_scope="module")
 
 
@@ -94,7 +93,7 @@ async def shared_client(git_host: GitHttpServer, tmp_path_factory: pytest.TempPa
         },
         ENV,
     )
-    async with TestClient(TestServer(create_app(config))) as client:
+    async with TestClient(TestServer(served_app(config))) as client:
         yield client
 
 
