@@ -133,7 +133,9 @@ def index_config(config: Config) -> Config:
 class Role(Enum):
     """What an application built by create_app does."""
 
-    ALL = "all"  # serves and builds its own index (tests of one process)
+    # Serves and builds its own index: `gitreg serve` with the index off (nothing to build); with it
+    # on, only the tests not converted to what serve builds yet (tests/support/app.py).
+    ALL = "all"
     SERVE = "serve"  # serves; the index process builds the index
     INDEX = "index"  # the index process: builds the index, serves nothing
 
