@@ -10,14 +10,13 @@ from typing import Any, cast
 import pytest
 
 from gitreg.config.model import Config
-from gitreg.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts and tests alike
 # The helpers' asserts (assert_error's error shape...) report like a test's own.
 pytest.register_assert_rewrite("tests.support")
 
-from tests.support.app import GIT_PASSWORD, GIT_USER  # noqa: E402
+from tests.support.app import GIT_PASSWORD, GIT_USER, in_process_index_app, served_app  # noqa: E402
 from tests.support.browser import chromium_driver  # noqa: E402
 from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
@@ -65,10 +64,23 @@ def git_http(tmp_path: Path) -> Iterator[GitHttpServer]:
 
 @pytest.fixture
 def make_client(aiohttp_client):
-    """Start a test client for create_app(config)."""
+    """Start a test client for `config`'s app: what `gitreg serve` builds with the index off; with it
+    on, still the index built in process (tests/support/app.py: in_process_index_app; `serve_client`
+    is what production builds)."""
 
     async def make(config: Config):
-        return await aiohttp_client(create_app(config))
+        return await aiohttp_client(in_process_index_app(config))
+
+    return make
+
+
+@pytest.fixture
+def serve_client(aiohttp_client):
+    """Start a test client for what `gitreg serve` builds from `config` (tests/support/app.py:
+    served_app; with the index on, a real index process beside it)."""
+
+    async def make(config: Config):
+        return await aiohttp_client(served_app(config))
 
     return make
 

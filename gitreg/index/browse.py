@@ -128,18 +128,18 @@ class BrowseService:
         From memory or disk, never git: a version not read yet is a 503 (Retry-After) while the
         index reads it in the background (the latest's are read when the module is indexed).
         """
-        details = await self.index.stored_details(entry, shown)
+        details = await self.index.read.stored_details(entry, shown)
         return details, sorted({*self.systems(entry.address), entry.address.system})
 
     async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
         """canonical -> when each version of `entry` was tagged ("" where gitreg's mirror does not say)."""
-        return await self.index.version_dates(entry)
+        return await self.index.read.version_dates(entry)
 
     async def served_details(self, entry: IndexEntry, shown: IndexedVersion) -> ModuleDetails:
         """The details of one version from memory or disk (never git), once the registry still
         serves the module (404 otherwise); a version not read yet raises DetailsPending."""
         self.registry.resolve(entry.address)
-        return await self.index.stored_details(entry, shown)
+        return await self.index.read.stored_details(entry, shown)
 
     async def image(self, entry: IndexEntry, shown: IndexedVersion, path: str) -> tuple[memoryview, str]:
         """(bytes, Content-Type) of an image in the module's folder at `shown` (files.ModuleFiles.image),

@@ -9,6 +9,7 @@ first (`want`). WORKERS tasks do the work, each at background priority in the gi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -35,16 +36,32 @@ WORKERS = 4
 # does not bring the read forward: a page reloads every 2 s).
 RETRY_FIRST_SECONDS = 5.0
 RETRY_MAX_SECONDS = 600.0
+# While an org's first listing is still arriving (a page noticed within LISTING_HOLD_SECONDS), a
+# new module's details wait: every module is listed before a details read (a fetch, an archive,
+# a parse: several ls-remotes' worth) takes one of the WORKERS background slots between two
+# pages (#33: at 2,000 repositories the listing took 1.32x bare ls-remote with them mixed in).
+# An org whose next page does not come (a spent rate limit, a host down) holds nothing longer.
+LISTING_HOLD_SECONDS = 10.0
+HOLD_CHECK_SECONDS = 0.5  # how soon a held worker sees the listing complete
 
 Sources = Callable[[], Mapping[ModuleAddress, ResolvedModule]]
 Resolve = Callable[[ModuleAddress], ResolvedModule | None]
 Versions = Callable[[ModuleAddress], Any]  # async: (ResolvedModule, ModuleVersions)
 
 
+class Reader(Protocol):
+    """How the builder reads a version's details (reading.VersionReader)."""
+
+    async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
+
+
 class Store(Protocol):
     """What the builder needs of the index it builds (store.ModuleIndex)."""
 
     stats: IndexStats
+
+    @property
+    def read(self) -> Reader: ...
 
     def get(self, address: ModuleAddress) -> IndexEntry | None: ...
 
@@ -59,8 +76,6 @@ class Store(Protocol):
     def untagged(self, address: ModuleAddress) -> Untagged | None: ...
 
     def mark_untagged(self, address: ModuleAddress, found: Untagged) -> None: ...
-
-    async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None: ...
 
 
 def _idle() -> asyncio.Event:
@@ -81,6 +96,7 @@ class _Work:
     # (a request never runs git: it gets DetailsPending and asks again).
     wanted: OrderedDict[tuple[ModuleAddress, str], None] = field(default_factory=OrderedDict)
     reading: int = 0  # versions being read now
+    noticed: float = 0.0  # time.monotonic() of the last notice (an org page, a pass, a fetch)
     active: set[ModuleAddress] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     idle: asyncio.Event = field(default_factory=_idle)
@@ -195,6 +211,7 @@ class IndexBuilder:
         for address in addresses:
             self._work.pending[address] = None
         if self._work.pending:
+            self._work.noticed = time.monotonic()
             self._work.woken()
 
     def want(self, address: ModuleAddress, canonical: str) -> None:
@@ -221,7 +238,7 @@ class IndexBuilder:
             return
         try:
             with git_priority(Priority.BROWSE):
-                details = await self.store.details(resolved, version, build=True)
+                details = await self.store.read.details(resolved, version, build=True)
         except DetailsUnfinished as e:
             self._cut_short(address, canonical, e)
             return
@@ -293,13 +310,33 @@ class IndexBuilder:
         if self._work.pass_listed:
             self.store.pass_done()
 
+    def _holding_details(self) -> bool:
+        """Whether new modules' details wait: only they are left while an org's first listing is
+        still arriving (see LISTING_HOLD_SECONDS)."""
+        work = self._work
+        if work.pending or work.wanted or not work.later or self._listed():
+            return False
+        return time.monotonic() - work.noticed < LISTING_HOLD_SECONDS
+
+    async def _ready(self) -> None:
+        """Wait until there is work a worker may take now."""
+        work = self._work
+        while True:
+            held = self._holding_details()
+            if work.waiting() and not held:
+                return  # (taken before the next await: no other worker takes it meanwhile)
+            work.settle()
+            work.wake.clear()
+            if held:  # the listing's end wakes nobody: look again soon
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(work.wake.wait(), HOLD_CHECK_SECONDS)
+            else:
+                await work.wake.wait()
+
     async def _worker(self) -> None:
         work = self._work
         while True:
-            while not work.waiting():
-                work.settle()
-                work.wake.clear()
-                await work.wake.wait()
+            await self._ready()
             if work.wanted:  # someone is waiting for these
                 (wanted, canonical), _ = work.wanted.popitem(last=False)
                 work.reading += 1
@@ -414,15 +451,18 @@ class IndexBuilder:
         kept = old is not None and old.details and old.latest == newest
         if old is not None and kept and _same_place(old, resolved):
             return _Described(old.description, old.published_at, old.words, True)
-        if not build and old is None:
-            # New: listed now with its versions; described later, from disk when it is there
-            # (a restart that lost index.json), else built (listing is not held up by either).
+        if not build and (old is None or not old.details):
+            # New, or listed a moment ago and noticed again (a pass, an org page) before its details
+            # came: listed now with its versions; described later, from disk when it is there (a
+            # restart that lost index.json), else built (listing is not held up by either).
             self._work.later[address] = None
-            return _Described("", "", "", False)
+            if old is None or old.latest != newest:
+                return _Described("", "", "", False)
+            return _Described(old.description, old.published_at, old.words, False)
         details: ModuleDetails | None = None
         published = old.published_at if old is not None and old.latest == newest else ""
         try:
-            details = await self.store.details(resolved, newest, build=True)
+            details = await self.store.read.details(resolved, newest, build=True)
         except DetailsUnfinished as e:
             self._cut_short(address, newest.canonical, e)
             published = e.published_at or published  # git gave the tag's date; only the parsing was cut short

@@ -80,7 +80,7 @@ class IndexSide:
                 with contextlib.suppress(GitregError):
                     self.catalog.remember(self.registry.resolve(address))
             case TagsFetched(key, tags, objects):
-                self.index.tag_objects.keep(key, objects)
+                self.index.read.tag_objects.keep(key, objects)
                 self.cache.accept(key, TagList(tags))
             case Want(address, version):
                 self.index.want(address, version)

@@ -133,7 +133,9 @@ def index_config(config: Config) -> Config:
 class Role(Enum):
     """What an application built by create_app does."""
 
-    ALL = "all"  # serves and builds its own index (tests of one process)
+    # Serves and builds its own index: `gitreg serve` with the index off (nothing to build); with it
+    # on, only the tests not converted to what serve builds yet (tests/support/app.py).
+    ALL = "all"
     SERVE = "serve"  # serves; the index process builds the index
     INDEX = "index"  # the index process: builds the index, serves nothing
 
@@ -243,7 +245,7 @@ class IndexProcess:
         """The tag cache fetched new tags of `key` (TagCache.on_fetched): the index process takes them."""
         tags = self.cache.peek(key)
         if tags is not None:
-            self.commands.send(TagsFetched(key, dict(tags.tags), self.index.tag_objects.of(key)))
+            self.commands.send(TagsFetched(key, dict(tags.tags), self.index.read.tag_objects.of(key)))
 
     def orgs_changed(self, changes: OrgChanges) -> None:
         """An enumeration or a repository webhook changed the org listing: told at once, or in parts

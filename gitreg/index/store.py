@@ -26,34 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 
-from cachetools import LRUCache
-
-from gitreg.config.rules import ResolvedModule
 from gitreg.core.errors import ModuleNotFound
 from gitreg.core.events import AsyncSignal, Signal
-from gitreg.core.flight import InFlight
 from gitreg.core.names import ModuleAddress
-from gitreg.core.urls import mask
-from gitreg.git.pool import Priority, git_priority
-from gitreg.git.remote import TagObjects
 from gitreg.index.build import IndexBuilder, Resolve, Sources, Versions
-from gitreg.index.details import DetailsService, ModuleDetails
-from gitreg.index.model import (
-    ChangeLog,
-    DetailsPending,
-    IndexedVersion,
-    IndexEntry,
-    IndexStats,
-    NotListedYet,
-    OrgInfo,
-    Untagged,
-)
+from gitreg.index.details import DetailsService
+from gitreg.index.entries import Entries
+from gitreg.index.model import ChangeLog, IndexEntry, IndexStats, NotListedYet, OrgInfo, Untagged
 from gitreg.index.persist import (
     DETAILS_DIR,
     FILE_NAME,
@@ -64,24 +48,21 @@ from gitreg.index.persist import (
     encode_index,
     parse_index,
 )
+from gitreg.index.reading import VersionReader
 from gitreg.index.search import View
-from gitreg.index.tree import utc_timestamp
 from gitreg.storage.files import collector_paused, keep_long_lived, run_file_work
 from gitreg.storage.state import StateFile
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 2.0
-DATES_KEPT = 4096  # tag dates remembered for the version picker
-DATES_READ = 1000  # at most this many tags' dates read from the host per page (git's argv stays small)
-# While the indexer is busy, lists may be this much behind it (see ModuleIndex.view).
-VIEW_STALE_SECONDS = 1.0
 
 
 class ModuleIndex:
     """Listable modules with their versions and latest details, served from memory.
 
-    The store: entries, the view lists and search read, details from disk, index.json; the
+    The store: the entries (entries.Entries, with the view lists and search read), index.json,
+    what changed; a version's details and dates are its `read` (reading.VersionReader); the
     background work that keeps it current is its IndexBuilder's (`build`).
     """
 
@@ -102,20 +83,12 @@ class ModuleIndex:
         on_wanted: Callable[[ModuleAddress, str], None] | None = None,
     ) -> None:
         self.path = root / FILE_NAME
-        self.store = DetailsStore(root / DETAILS_DIR)
         self._resolve = resolve  # one listable module, O(1)
-        self._details = details
-        # Tag dates read from a mirror for the version picker: (repository, tag, sha) -> RFC 3339.
-        self._dates: LRUCache[tuple[str, str, str], str] = LRUCache(maxsize=DATES_KEPT)
-        # The host's tag dates being read for a page, by the key marking them read (_read_dates).
-        self._reading: InFlight[tuple[str, str, str], None] = InFlight()
         self.enabled = enabled
         # False in the serving process when the index process builds: load, then take() its entries.
         self.builds = builds
         # In the index process: what changed since the serving process was sent it (process.py).
         self.changes = changes
-        # In the serving process: details someone asked for go to the index process, which reads them.
-        self.on_wanted = on_wanted
         # Not fsynced (written every FLUSH_SECONDS while indexing): a damaged file is built again.
         self.state = StateFile(
             self.path, FORMAT, TMP_PREFIX, self._snapshot, unreadable="the index is built again", durable=False
@@ -123,22 +96,16 @@ class ModuleIndex:
         self.state.on_written.connect(self._written)
         # Told of each indexed module whose repository no longer exists (the catalog forgets it).
         self.on_gone: Signal[[ModuleAddress]] = Signal()
-        self._entries: dict[ModuleAddress, IndexEntry] = {}
-        self._untagged: dict[ModuleAddress, Untagged] = {}  # served, but no SemVer tag yet
-        self._by_repository: dict[str, set[ModuleAddress]] = {}
-        self._readme: dict[str, set[ModuleAddress]] = {}  # README word -> modules (search)
-        # Modules the index looked at and does not list (no SemVer tag, repository gone...): their
-        # pages and API answers are 404s; any other servable module not listed yet is a 503.
-        self._refused: dict[ModuleAddress, str] = {}
-        self._view: View | None = None
-        self._view_stale = False
-        self._view_built = 0.0
+        self._entries = Entries()
         self._complete = False
         self.stats = IndexStats()
         self._remote_queued = 0  # the index process's queue depth (take_status)
         self._builder = IndexBuilder(
             self, sources, resolve, versions, refresh_seconds, org_info, self.on_gone.emit, listed, leading
         )
+        # In the serving process (on_wanted): details someone asked for go to the index process, which reads them.
+        ask = on_wanted or self.want
+        self.read = VersionReader(DetailsStore(root / DETAILS_DIR), details, resolve, self.stats, ask)
 
     # --- reads (event loop, no I/O) -----------------------------------------------------------
 
@@ -155,27 +122,26 @@ class ModuleIndex:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def entries(self) -> list[IndexEntry]:
-        """Every listed module now (unordered; lists and search use the sorted view)."""
-        return list(self._entries.values())
-
     def get(self, address: ModuleAddress) -> IndexEntry | None:
         """The indexed module at `address`, or None when it is not listed."""
         return self._entries.get(address)
 
     def untagged(self, address: ModuleAddress) -> Untagged | None:
         """What the index remembers of a module served without a SemVer tag yet (None: not that)."""
-        return self._untagged.get(address)
+        return self._entries.untagged(address)
+
+    def addresses(self) -> list[ModuleAddress]:
+        """Every listed module's address, and every untagged one's."""
+        return self._entries.addresses()
 
     def unlisted(self, address: ModuleAddress) -> ModuleNotFound | NotListedYet:
         """Why a module the registry serves is not listed: NotListedYet (503) while the index has not
         looked at it yet, ModuleNotFound when it has (or nothing makes it listable)."""
-        untagged = self._untagged.get(address)
-        if untagged is not None:
+        if self._entries.untagged(address) is not None:
             return ModuleNotFound(
                 f"module {address} has no SemVer tag yet: it is listed once its repository has a tag like v1.0.0"
             )
-        why = self._refused.get(address)
+        why = self._entries.refused(address)
         if why is None and self.enabled and self._resolve(address) is not None:
             return NotListedYet(
                 f"module {address} is being indexed: its versions are being read from its repository; "
@@ -192,21 +158,8 @@ class ModuleIndex:
         )
 
     def view(self) -> View:
-        """The current generation's sorted entries, rebuilt lazily after a change.
-
-        While the indexer is busy (the first pass over a large org changes the index many
-        times a second) a view up to VIEW_STALE_SECONDS old is served, so requests do not
-        rebuild it after every module; once the indexer is idle, the next request sees all.
-        """
-        view = self._view
-        if view is not None and (
-            not self._view_stale or (self.queue_depth() and time.monotonic() - self._view_built < VIEW_STALE_SECONDS)
-        ):
-            return view
-        self._view = view = View(self._entries.values(), self._readme)
-        self._view_stale = False
-        self._view_built = time.monotonic()
-        return view
+        """The current generation's sorted entries (entries.Entries.view: a second behind while indexing)."""
+        return self._entries.view(busy=bool(self.queue_depth()))
 
     def age(self) -> float:
         """Seconds since the last complete pass over every listable module."""
@@ -216,96 +169,11 @@ class ModuleIndex:
         """Modules waiting to be (re)indexed."""
         return self._builder.depth() + self._remote_queued
 
-    # --- details (the latest's from disk; others built once, then on disk) ------------------------
-
-    async def details(self, resolved: ResolvedModule, version: IndexedVersion, build: bool) -> ModuleDetails | None:
-        """Details of one version: memory, then disk, then (when `build`) computed from the mirror."""
-        tagged = version.tagged()
-        cached = self._details.cached(resolved, tagged)
-        if cached is not None:
-            return cached
-        stored = await run_file_work(None, self.store.load, resolved.repository, resolved.rule.path, version.sha)
-        if stored is not None:
-            self._details.remember(resolved, tagged, stored)
-            return stored
-        if not build:
-            return None
-        built = await self._details.get(resolved, tagged)
-        self.stats.details_built += 1
-        await run_file_work(None, self.store.save, resolved.repository, resolved.rule.path, version.sha, built)
-        return built
-
-    async def version_dates(self, entry: IndexEntry) -> dict[str, str]:
-        """Each version's date (canonical -> RFC 3339 UTC, "" when unknown) as far as gitreg's mirror
-        knows: one read of its tags per repository and set of versions, remembered. The dates it
-        lacks are read from the host in the background (_read_dates), for the next view."""
-        resolved = self._resolve(entry.address)
-        if resolved is None:
-            return {}
-        keys = {v.canonical: (resolved.repository, v.tag, v.sha) for v in entry.versions}
-        # Read once for this set of versions, even when the mirror lacks some of their tags.
-        marker = (resolved.repository, entry.latest.sha, f"{len(entry.versions)} versions")
-        if marker not in self._dates and any(k not in self._dates for k in keys.values()):
-            dates = await self._details.mirrors.known_tag_dates(resolved.repository)
-            if dates is not None:  # a failed read is not remembered: the next view asks again
-                for key in keys.values():
-                    if dates.get(key[1]):  # only what was found: the others come with their details
-                        self._dates[key] = utc_timestamp(dates[key[1]])
-                self._dates[marker] = ""
-        if marker in self._dates and any(k not in self._dates for k in keys.values()):
-            self._read_dates(resolved.repository, list(keys.values()))
-        return {canonical: self._dates.get(key, "") for canonical, key in keys.items()}
-
-    def _read_dates(self, repository: str, keys: list[tuple[str, str, str]]) -> None:
-        """Read the dates of `keys` (repository, tag, commit) gitreg does not know from the host, in
-        the background at BROWSE priority: one scratch fetch of their tag objects and commits (no
-        files, no ref listing), at most once per repository and set of tags (remembered in
-        `_dates`); a failed read is not remembered, so a later view tries again."""
-        tags = "\0".join(sorted(f"{tag} {sha}" for _, tag, sha in keys))
-        read = (repository, hashlib.sha256(tags.encode()).hexdigest(), "tag dates read")
-        if read in self._dates or self._reading.get(read) is not None:
-            return
-        missing = dict([(tag, sha) for repo, tag, sha in keys if (repo, tag, sha) not in self._dates][:DATES_READ])
-
-        async def work() -> None:
-            try:
-                dates = await self._details.mirrors.fetched_tag_dates(repository, missing)
-            except Exception as e:  # noqa: BLE001 - the page shows the dates it has; a later view retries
-                log.info("could not read the tag dates of %s for its page: %s", mask(repository), e)
-                return
-            for key in keys:
-                if dates.get(key[1]):
-                    self._dates[key] = utc_timestamp(dates[key[1]])
-            self._dates[read] = ""
-
-        with git_priority(Priority.BROWSE):  # a person looks at the page: before the index's work
-            self._reading.start(read, work())
-
-    @property
-    def tag_objects(self) -> TagObjects:
-        """Annotated tags' own objects from recent ls-remotes, which details fetches ask for."""
-        return self._details.mirrors.git.adapter.tag_objects
-
-    async def stored_details(self, entry: IndexEntry, version: IndexedVersion) -> ModuleDetails:
-        """The details of `version` from memory or disk, never from git: DetailsPending (503) when
-        they have not been read yet, and then they are read in the background for the next ask."""
-        resolved = self._resolve(entry.address)
-        if resolved is None:
-            raise ModuleNotFound(f"module {entry.address} is not served by this registry any more")
-        found = await self.details(resolved, version, build=False)
-        if found is not None:
-            return found
-        (self.on_wanted or self.want)(entry.address, version.canonical)
-        raise DetailsPending(
-            f"the details of {entry.address} {version.canonical} are being read from its repository; "
-            "ask again in a moment"
-        )
+    # --- the background work --------------------------------------------------------------------
 
     def want(self, address: ModuleAddress, canonical: str) -> None:
         """Read the details of this version next, in the background (someone asked for them)."""
         self._builder.want(address, canonical)
-
-    # --- changes --------------------------------------------------------------------------------
 
     def notice(self, addresses: Iterable[ModuleAddress]) -> None:
         """(Re)index these modules soon (a new module served, an org repository changed)."""
@@ -316,11 +184,29 @@ class ModuleIndex:
 
         (A module not listed yet is indexed anyway: it is pending, or not listable.)
         """
-        self.notice(list(self._by_repository.get(repository, ())))
+        self.notice(self._entries.of_repository(repository))
 
     async def settled(self, timeout: float = 30.0) -> None:
         """Wait until nothing is waiting to be indexed (tests, benchmarks)."""
         await self._builder.settled(timeout)
+
+    async def lifetime(self) -> AsyncIterator[None]:
+        """Load, index in the background while the app runs, write once more at shutdown."""
+        if not self.enabled:
+            yield
+            return
+        await run_file_work(None, self.load)
+        if not self.builds:  # the index process builds, writes index.json, and sends its changes
+            yield
+            return
+        async with self.state.flushing(FLUSH_SECONDS):  # its last flush after the builder stopped
+            tasks = self._builder.start()
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- what another process built ----------------------------------------------------------------
 
@@ -344,17 +230,11 @@ class ModuleIndex:
         self._replace(document)
         keep_long_lived()
         self.stats.last_pass = time.time()
-        self._changed()
+        self.state.mark_dirty()
 
     def _replace(self, document: IndexDocument) -> None:
-        for entry in self._entries.values():
-            self._unlink(entry)
-        self._entries.clear()
-        for entry in document.entries:
-            self._entries[entry.address] = entry
-            self._link(entry)
-        self._untagged = dict(document.untagged)
-        self._complete = document.complete and bool(self._entries or self._untagged)
+        self._entries.replace(document.entries, document.untagged)
+        self._complete = document.complete and bool(self._entries.addresses())
 
     def take(
         self,
@@ -379,73 +259,39 @@ class ModuleIndex:
         for name, value in stats.items():
             setattr(self.stats, name, value)
 
-    # --- the background work ------------------------------------------------------------------------
-
-    async def lifetime(self) -> AsyncIterator[None]:
-        """Load, index in the background while the app runs, write once more at shutdown."""
-        if not self.enabled:
-            yield
-            return
-        await run_file_work(None, self.load)
-        if not self.builds:  # the index process builds, writes index.json, and sends its changes
-            yield
-            return
-        async with self.state.flushing(FLUSH_SECONDS):  # its last flush after the builder stopped
-            tasks = self._builder.start()
-            try:
-                yield
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-
     # --- the entries, and what follows them ----------------------------------------------------------
 
     def put(self, entry: IndexEntry) -> None:
         """List `entry` (in place of the module's old one)."""
-        self._untagged.pop(entry.address, None)
-        old = self._entries.get(entry.address)
-        if old is not None:
-            self._unlink(old)
-        self._refused.pop(entry.address, None)
-        self._entries[entry.address] = entry
-        self._link(entry)
-        self._changed()
+        self._entries.set(entry)
+        self.state.mark_dirty()
         if self.changes is not None:
             self.changes.record(entry.address, entry)
 
     def mark_untagged(self, address: ModuleAddress, found: Untagged) -> None:
         """`address` is served but has no SemVer tag: not listed (dropped if it was), remembered."""
         self._unlist(address, "no tag is a SemVer version")
-        if self._untagged.get(address) != found:
-            self._untagged[address] = found
+        if self._entries.set_untagged(address, found):
             self.state.mark_dirty()
             if self.changes is not None:
                 self.changes.record(address, found)
 
     def drop(self, address: ModuleAddress, why: str | None) -> None:
         """No longer list `address` (nor remember it untagged); `why` is logged (None: said elsewhere)."""
-        if self._untagged.pop(address, None) is not None:
+        if self._entries.forget_untagged(address):
             self.state.mark_dirty()
             if self.changes is not None:
                 self.changes.record(address, None)
         self._unlist(address, why)
 
     def _unlist(self, address: ModuleAddress, why: str | None) -> None:
-        old = self._entries.pop(address, None)
-        newly_refused = address not in self._refused
-        self._refused[address] = why or "the index does not list it"
+        old, newly_refused = self._entries.unlist(address, why)
         if old is not None:
-            self._unlink(old)
             if why is not None:
                 log.info("%s is no longer listed: %s", address, why)
-            self._changed()
+            self.state.mark_dirty()
         if (old is not None or newly_refused) and self.changes is not None:
             self.changes.record(address, None)  # (the serving process answers 404 for it, not 503)
-
-    def addresses(self) -> list[ModuleAddress]:
-        """Every listed module's address, and every untagged one's."""
-        return [*self._entries, *self._untagged]
 
     def pass_done(self) -> None:
         """A pass that started with every org listed is over: the index is complete."""
@@ -454,28 +300,10 @@ class ModuleIndex:
         self.stats.last_pass = time.time()
         self.state.mark_dirty()
 
-    def _link(self, entry: IndexEntry) -> None:
-        self._by_repository.setdefault(entry.repository, set()).add(entry.address)
-        for word in entry.words.split():
-            self._readme.setdefault(word, set()).add(entry.address)
-
-    def _unlink(self, entry: IndexEntry) -> None:
-        self._by_repository.get(entry.repository, set()).discard(entry.address)
-        for word in entry.words.split():
-            modules = self._readme.get(word)
-            if modules is not None:
-                modules.discard(entry.address)
-                if not modules:
-                    del self._readme[word]
-
-    def _changed(self) -> None:
-        self._view_stale = True
-        self.state.mark_dirty()
-
     def _snapshot(self) -> Callable[[], str]:
         """What a flush of index.json takes on the event loop: entries are immutable, so a copy of
         the list is all; encoding thousands of them (tens of ms) is done off the loop."""
-        return functools.partial(encode_index, list(self._entries.values()), self._complete, dict(self._untagged))
+        return functools.partial(encode_index, self._entries.listed(), self._complete, self._entries.all_untagged())
 
     async def _written(self, _text: str) -> None:
         self.stats.writes += 1

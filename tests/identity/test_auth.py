@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
-from tests.support.app import assert_error, indexed, make_config
+from tests.support.app import assert_error, indexed, make_config, served_app
 from tests.support.githttp import GitHttpServer
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
@@ -51,9 +53,9 @@ TOKENS: list[Any] = [
 ]
 
 
-@pytest.fixture
-def git_host(tmp_path: Path) -> Iterator[GitHttpServer]:
-    root = tmp_path / "repos"
+@pytest.fixture(scope="module")
+def git_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitHttpServer]:
+    root = tmp_path_factory.mktemp("auth") / "repos"
     for repo_name in [*MODULES.values(), WILDCARD_REPO]:
         repo = GitRepo(root, repo_name)
         repo.commit({"main.tf": f"# {repo_name}\n", "README.md": f"# {repo_name}\n\nThe {repo_name} module.\n"})
@@ -73,21 +75,33 @@ def rules(git_host: GitHttpServer) -> list[dict[str, Any]]:
     return [*explicit, {"namespace": "platform", "repository": git_host.base_url + "/platform-{name}.git"}]
 
 
-@pytest.fixture
-async def client(make_client, git_host, tmp_path):
+# The app these tests ask is what `gitreg serve` builds (its index process too), built once for the
+# module and run on the module's event loop: the tests that use it only read, and each starts from
+# its index settled and the git server's counters reset, as with an app of its own.
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_client(git_host: GitHttpServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
     config = parse_config(
         {
             "git": {"protocols": ["http"], "timeout_seconds": 10},
-            "storage": {"path": str(tmp_path / "state")},
+            "storage": {"path": str(tmp_path_factory.mktemp("auth-state"))},
             "auth": {"tokens": TOKENS, "metrics_token": METRICS_TOKEN},
             "webhooks": {"github_secret": "github-webhook-secret-0001"},
             "modules": rules(git_host),
         },
         ENV,
     )
-    client = await indexed(await make_client(config))
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(shared_client: TestClient, git_host: GitHttpServer) -> TestClient:
+    await indexed(shared_client)
     git_host.reset_counters()  # what the background index asked is not what these requests cause
-    return client
+    return shared_client
 
 
 def git_calls_for(git_host: GitHttpServer, repo: str) -> int:
@@ -118,6 +132,7 @@ API = [
 
 
 @pytest.mark.slow
+@module_loop
 async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_bearer_challenge(client, git_host):
     for path, headers in (
         (p, h)
@@ -143,6 +158,7 @@ async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_be
     assert git_host.requests() == []  # no refused request reached git
 
 
+@module_loop
 async def test_a_path_that_is_no_endpoint_is_404_with_or_without_a_token(client, git_host):
     # Only the API's endpoints need the token: a typo'd URL says "no such endpoint", not "401".
     # (`/` is the module browser's page: with tokens it sends a browser to /login, see test_ui.py.)
@@ -156,11 +172,13 @@ async def test_a_path_that_is_no_endpoint_is_404_with_or_without_a_token(client,
     assert git_host.requests() == []
 
 
+@module_loop
 async def test_discovery_and_health_stay_open(client):
     for path in ("/.well-known/terraform.json", "/healthz", "/readyz"):
         assert (await client.get(path)).status == 200, path
 
 
+@module_loop
 async def test_metrics_take_their_own_token_and_only_it(client):
     for headers in ({}, bearer(ADMIN), bearer(CI), bearer(METRICS_TOKEN + "x")):
         resp = await client.get("/metrics", headers=headers)
@@ -170,6 +188,7 @@ async def test_metrics_take_their_own_token_and_only_it(client):
     assert resp.status == 200 and "gitreg_http_requests_total" in await resp.text()
 
 
+@module_loop
 async def test_webhooks_answer_their_own_secret_not_a_registry_token(client, git_host):
     resp = await client.post("/webhooks/github", data=b"{}", headers={**bearer(ADMIN), "X-GitHub-Event": "push"})
     await assert_error(resp, 401, "X-Hub-Signature-256")
@@ -179,6 +198,7 @@ async def test_webhooks_answer_their_own_secret_not_a_registry_token(client, git
 # --- what a valid token looks like --------------------------------------------------------------
 
 
+@module_loop
 async def test_a_configured_token_opens_the_api_however_the_scheme_is_spelled(client):
     for authorization in (
         f"Bearer {ADMIN}",
@@ -194,6 +214,7 @@ async def test_a_configured_token_opens_the_api_however_the_scheme_is_spelled(cl
 
 
 @pytest.mark.slow  # a thousand requests
+@module_loop
 async def test_a_token_keeps_its_scope_and_keeps_working_however_often_and_however_written(client):
     # The warm path remembers a header that named a token (identity/static.py): asked again, the
     # same header still reads only the token's namespaces, and past the bound of remembered
@@ -209,6 +230,7 @@ async def test_a_token_keeps_its_scope_and_keeps_working_however_often_and_howev
     await assert_error(await client.get("/v1/modules", headers=bearer(ADMIN + "x")), 401, "not valid")
 
 
+@module_loop
 async def test_a_stored_hash_is_not_itself_a_token(client):
     # Someone who reads the config file learns sha256:..., which must not open anything.
     for presented in (
@@ -220,6 +242,7 @@ async def test_a_stored_hash_is_not_itself_a_token(client):
 
 
 @pytest.mark.slow
+@module_loop
 async def test_a_token_with_bytes_that_are_not_utf8_is_refused_not_a_500(client):
     for raw in ("Bearer \udcff\udcfe" + ADMIN, "Bearer " + ADMIN + "\udc80"):
         resp = await client.get(
@@ -228,6 +251,7 @@ async def test_a_token_with_bytes_that_are_not_utf8_is_refused_not_a_500(client)
         await assert_error(resp, 401)
 
 
+@module_loop
 async def test_scoping_a_request_records_no_untyped_request_key(client, recwarn):
     resp = await client.get("/v1/modules/acme/vpc/aws/versions", headers=bearer(CI))
     assert resp.status == 200
@@ -247,6 +271,7 @@ OTHER_PATHS = [
 ]
 
 
+@module_loop
 async def test_a_scoped_token_gets_403_for_another_namespace_before_any_git_call(client, git_host):
     for path in OTHER_PATHS:
         for token in (CI, NOBODY):
@@ -261,6 +286,7 @@ async def test_a_scoped_token_gets_403_for_another_namespace_before_any_git_call
             assert resp.status in (200, 302), (path, resp.status, await resp.text())
 
 
+@module_loop
 async def test_a_scoped_token_reads_its_own_namespaces_including_wildcard_modules(client):
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download", headers=bearer(CI))
     assert resp.status == 200
@@ -281,6 +307,7 @@ async def walk(client, url: str, token: str) -> list[str]:
     return seen
 
 
+@module_loop
 async def test_lists_and_search_never_show_a_scoped_token_another_namespace(client):
     # The wildcard module becomes listed once served (by anyone).
     assert (await client.get("/v1/modules/platform/db/aws/versions", headers=bearer(ADMIN))).status == 200

@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.index.declarations import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
 from gitreg.web.keys import DETAILS, MIRRORS
-from tests.support.app import assert_error, indexed, make_config, version_details
+from tests.support.app import assert_error, indexed, make_config, served_app, version_details
 from tests.support.details import README, realistic_module
 from tests.support.repos import GitRepo
 
@@ -26,14 +28,22 @@ def vpc(tmp_path: Path) -> GitRepo:
     return realistic_module(tmp_path / "repos")
 
 
-@pytest.fixture
-async def details(make_client, vpc, tmp_path) -> dict:
-    client = await indexed(
-        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
-    )
-    resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
-    assert resp.status == 200, await resp.text()
-    return await resp.json()
+@pytest.fixture(scope="module")
+def shared_vpc(tmp_path_factory: pytest.TempPathFactory) -> GitRepo:
+    """The repository of the details the tests below only read (module-scoped, with them)."""
+    return realistic_module(tmp_path_factory.mktemp("details") / "repos")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def details(shared_vpc: GitRepo, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Version 1.0.0's details as `gitreg serve` answers them (its index process read them), read once
+    for the module: the tests that take them only read them."""
+    config = make_config([vpc_rule(shared_vpc.url)], storage={"path": str(tmp_path_factory.mktemp("details-state"))})
+    async with TestClient(TestServer(served_app(config))) as client:
+        await indexed(client)
+        resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
 
 
 def by_name(items: list[dict]) -> dict[str, dict]:
@@ -242,8 +252,9 @@ async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_p
     assert [s["path"] for s in body["submodules"]] == ["modules/peering"]
 
 
-async def test_published_at_is_the_tag_date_in_utc(details, vpc):
-    tagged = datetime.fromisoformat(vpc.git("for-each-ref", "--format=%(creatordate:iso-strict)", "refs/tags/v1.0.0"))
+async def test_published_at_is_the_tag_date_in_utc(details, shared_vpc):
+    created = shared_vpc.git("for-each-ref", "--format=%(creatordate:iso-strict)", "refs/tags/v1.0.0")
+    tagged = datetime.fromisoformat(created)
     assert details["published_at"] == tagged.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

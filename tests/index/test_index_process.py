@@ -232,6 +232,30 @@ def test_an_org_listed_for_the_first_time_is_indexed_page_by_page_and_complete_a
         eventually(lambda: names(server) == ["acme/dns/aws", "acme/iam/aws", "acme/vpc/aws"], 5, "the whole list")
 
 
+def fetches(git_http) -> int:
+    """git-upload-pack POSTs that were not ref listings: fetches (a mirror's, a details read's)."""
+    posts = sum(1 for r in git_http.requests() if r.method == "POST" and r.path.endswith("/git-upload-pack"))
+    return posts - git_http.ref_listings()
+
+
+def test_every_module_of_a_first_org_listing_is_listed_before_any_details_are_fetched(github, git_http, tmp_path):
+    # #33: details reads (a fetch, an archive, a parse each) took the index's background slots
+    # between two pages of the org's first listing: at 2,000 repositories the listing took 1.32x
+    # bare ls-remote. The org's second page is held: the first page's modules are listed, and
+    # their details wait for the listing's end.
+    for name in ("terraform-aws-vpc", "terraform-aws-dns", "terraform-aws-iam"):  # pages of two: iam on page 2
+        module_repo(tmp_path, name)
+        github.add(name)
+    github.hold(2)
+    with GitregProcess("--config", str(config_for(tmp_path, github, git_http)), env=ENV) as server:
+        eventually(lambda: names(server) == ["acme/dns/aws", "acme/vpc/aws"], what="the first page's modules")
+        time.sleep(2.0)  # time for details reads to start, before the org is listed
+        assert fetches(git_http) == 0, "details were fetched before every module was listed"
+        github.release()
+        eventually(lambda: get(server, "/readyz")[1]["index"]["complete"], what="the first index")
+        assert fetches(git_http) > 0  # complete: every module's details read, after the listing
+
+
 def environ(pid: int) -> dict[str, str]:
     """The environment `pid` was started with (empty when it is gone)."""
     try:
