@@ -21,11 +21,13 @@ from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule, fill_template
 from gitreg.core import urls
 from gitreg.core.content import ContentKey
-from gitreg.core.errors import ModuleNotFound, VersionNotFound
+from gitreg.core.errors import ModuleNotFound, VersionNotFound, VersionRevoked
 from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
 from gitreg.git.remote import TagList
 from gitreg.registry.catalog import Catalog
+from gitreg.registry.declared import Declarations
+from gitreg.registry.lifecycle import NOTHING, Declaration
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
@@ -45,7 +47,8 @@ class _Derived:
     """What the warm path derives from one fetched tag list, computed once per fetch."""
 
     versions: dict[str, ModuleVersions] = field(default_factory=dict)  # by tag_prefix
-    answers: dict[tuple[str, ModuleAddress], bytes] = field(default_factory=dict)  # (tag_prefix, address) -> JSON
+    # (tag_prefix, address) -> (the .gitreg.toml declaration it was rendered with, JSON)
+    answers: dict[tuple[str, ModuleAddress], tuple[Declaration, bytes]] = field(default_factory=dict)
 
 
 class _DerivedByTagList:
@@ -79,6 +82,7 @@ class Registry:
         shared: SharedState,
         catalog: Catalog,
         archives: ArchiveStore,
+        declarations: Declarations | None = None,
     ) -> None:
         self.config = config
         self.resolver = resolver
@@ -87,6 +91,7 @@ class Registry:
         self.shared = shared  # with Redis, replicas pin a tag at the same commit
         self.catalog = catalog
         self.archives = archives
+        self.declarations = declarations  # .gitreg.toml: deprecated and revoked versions (declared.py)
         self._derived = _DerivedByTagList()
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
@@ -133,8 +138,9 @@ class Registry:
         return resolved, derived, found
 
     async def served_versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
-        """versions() for a client: a module served with versions becomes listed (see served)."""
+        """versions() for a client (revoked versions left out): a module served with versions becomes listed."""
         resolved, found = await self.versions(address)
+        found = (await self.declared(resolved)).served(found)
         if found.versions:
             self.served(resolved)
         return resolved, found
@@ -148,15 +154,32 @@ class Registry:
         resolved, derived, found = await self._versions(address)
         if found.versions:
             self.served(resolved)
+        declared = self._declared_now(resolved) or await self.declared(resolved)
         key = (resolved.rule.tag_prefix, address)
-        text = derived.answers.get(key)
-        if text is None:
+        memo = derived.answers.get(key)
+        if memo is None or memo[0] is not declared:
             # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
             # module's source link when it is an http(s) URL: the repository's web page, when known.
             source = urls.web_url(resolved.clone_url) or str(address)
-            body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
-            text = derived.answers[key] = json.dumps(body).encode()
-        return text
+            listed = lifecycle_entries(declared, found)
+            body = {"modules": [{"source": source, "versions": listed}]}
+            memo = derived.answers[key] = (declared, json.dumps(body).encode())
+        return memo[1]
+
+    def _declared_now(self, resolved: ResolvedModule) -> Declaration | None:
+        """The module's .gitreg.toml declaration when known at its default branch's commit (no coroutine)."""
+        if self.declarations is None:
+            return NOTHING
+        tags = self.cache.peek(resolved.repository)
+        return self.declarations.known(resolved.repository, resolved.rule.path, tags.head if tags else None)
+
+    async def declared(self, resolved: ResolvedModule) -> Declaration:
+        """The module's .gitreg.toml declaration at its default branch's commit (read when it moved)."""
+        if self.declarations is None:
+            return NOTHING
+        tags = self.cache.peek(resolved.repository)
+        head = tags.head if tags is not None else None
+        return await self.declarations.declaration(resolved.repository, resolved.rule.path, head)
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version a client is served; VersionNotFound when no tag is a version."""
@@ -184,6 +207,7 @@ class Registry:
     async def download(self, address: ModuleAddress, version: str) -> Download:
         """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
+        await self._not_revoked(resolved, found, counted=True)
         rule = resolved.rule
         sha = await self._served_sha(resolved, found)
         if rule.download == "git":
@@ -197,9 +221,17 @@ class Registry:
     async def archive_key(self, address: ModuleAddress, version: str) -> ContentKey:
         """The archive an archive-mode module version is served from (pins applied)."""
         resolved, found = await self.find_version(address, version)
+        await self._not_revoked(resolved, found)  # revocation wins over an archive already built
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
         return ContentKey(resolved.repository, resolved.rule.path, await self._served_sha(resolved, found))
+
+    async def _not_revoked(self, resolved: ResolvedModule, found: TaggedVersion, counted: bool = False) -> None:
+        """VersionRevoked (410, with the reason) when .gitreg.toml revokes `found`; a deprecated one is counted."""
+        if self.declarations is None:
+            return
+        declared = self._declared_now(resolved) or await self.declared(resolved)
+        check_revoked(self.declarations, resolved.address, declared, found, counted)
 
     async def archive_checksum(self, key: ContentKey) -> str | None:
         """Start the build (so a broken module fails here, with its reason); the archive's SHA-256 once built.
@@ -236,6 +268,31 @@ class Registry:
             follows_tag=rule.download == "git" and rule.ref == "tag",
             at=at,
         )
+
+
+def lifecycle_entries(declared: Declaration, found: ModuleVersions) -> list[dict[str, object]]:
+    """The versions answer's entries: revoked versions left out, deprecated ones with `deprecation`
+    (HCP Terraform's shape; both Terraform CLIs install them, warning or not)."""
+    entries: list[dict[str, object]] = []
+    for tv in declared.served(found).versions:
+        rule = declared.deprecation(tv)
+        if rule is None:
+            entries.append({"version": tv.canonical})
+        else:
+            entries.append({"version": tv.canonical, "deprecation": {"reason": rule.reason, "link": rule.link}})
+    return entries
+
+
+def check_revoked(
+    declarations: Declarations, address: ModuleAddress, declared: Declaration, found: TaggedVersion, count: bool
+) -> None:
+    """Raise VersionRevoked when `declared` revokes `found` (counted); count a deprecated download."""
+    revoked = declared.revocation(found)
+    if revoked is not None:
+        declarations.revoked_requests.add(address)
+        raise VersionRevoked(f"module {address} version {found.canonical} is revoked: {revoked.reason}")
+    if count and declared.deprecation(found) is not None:
+        declarations.deprecated_downloads.add(address)
 
 
 def _select_and_index(tags: Mapping[str, str], tag_prefix: str) -> ModuleVersions:
