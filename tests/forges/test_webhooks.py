@@ -232,7 +232,10 @@ async def test_events_that_are_not_tag_pushes_are_202_and_change_nothing(
     client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
     await versions_of(client)
     post = post_github if provider == "github" else post_gitlab
-    resp = await post(client, fixture(name), event=event)
+    payload = fixture(name)
+    if "push-branch" in name:  # a push to the default branch re-reads .gitreg.toml (#35); another branch's does nothing
+        payload["ref"] = "refs/heads/feature-x"
+    resp = await post(client, payload, event=event)
     assert resp.status == 202
     assert (await resp.json())["result"] == "ignored"
     assert client.app[CACHE].stats.invalidations == 0
