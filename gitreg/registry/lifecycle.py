@@ -17,12 +17,13 @@ A malformed file declares nothing (and says why: `Declaration.problem`), never h
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from gitreg.core.constraints import Constraint, ConstraintError, parse_constraint
-from gitreg.core.versions import ModuleVersions, TaggedVersion
+from gitreg.core.versions import ModuleVersions
 
 FILE_NAME = ".gitreg.toml"
 MAX_FILE_BYTES = 64 * 1024  # a few dozen entries take a few KiB
@@ -32,6 +33,13 @@ MAX_LINK = 2000
 MAX_VERSIONS = 500  # as core.constraints.MAX_CONSTRAINT
 _KINDS = ("deprecated", "revoked")
 _KEYS = {"versions", "reason", "link"}
+
+
+class Versioned(Protocol):
+    """A version as listed (core.versions.TaggedVersion, index.model.IndexedVersion)."""
+
+    @property
+    def canonical(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -58,21 +66,41 @@ class Declaration:
         """True when it declares nothing (no file, an empty one, or a malformed one)."""
         return not self.deprecated and not self.revoked
 
-    def deprecation(self, version: TaggedVersion) -> Rule | None:
+    def deprecation(self, version: Versioned) -> Rule | None:
         """The first `[[deprecated]]` entry whose constraint allows `version`, else None."""
         return self._match("deprecated", self.deprecated, version)
 
-    def revocation(self, version: TaggedVersion) -> Rule | None:
+    def revocation(self, version: Versioned) -> Rule | None:
         """The first `[[revoked]]` entry whose constraint allows `version`, else None."""
         return self._match("revoked", self.revoked, version)
 
-    def _match(self, kind: str, rules: tuple[Rule, ...], version: TaggedVersion) -> Rule | None:
+    def _match(self, kind: str, rules: tuple[Rule, ...], version: Versioned) -> Rule | None:
         if not rules:
             return None
         key = (kind, version.canonical)
         if key not in self._memo:
-            self._memo[key] = next((r for r in rules if _allows(r.constraint, version)), None)
+            self._memo[key] = next((r for r in rules if r.constraint.allows(version.canonical)), None)
         return self._memo[key]
+
+    def details(self, version: Versioned) -> dict[str, object]:
+        """What a version's details (API and page) say of it: `deprecation`, `revoked`, and the file's
+        `declaration_problem` (each null when there is none)."""
+        deprecated, revoked = self.deprecation(version), self.revocation(version)
+        return {
+            "deprecation": None if deprecated is None else {"reason": deprecated.reason, "link": deprecated.link},
+            "revoked": None if revoked is None else {"reason": revoked.reason},
+            "declaration_problem": self.problem,
+        }
+
+    def marks(self, versions: Iterable[Versioned]) -> dict[str, str]:
+        """canonical -> "revoked" or "deprecated", for the versions the declaration names (a page's picker)."""
+        found: dict[str, str] = {}
+        for version in versions:
+            if self.revocation(version) is not None:
+                found[version.canonical] = "revoked"
+            elif self.deprecation(version) is not None:
+                found[version.canonical] = "deprecated"
+        return found
 
     def served(self, found: ModuleVersions) -> ModuleVersions:
         """`found` without its revoked versions (what the versions answer lists)."""
@@ -90,11 +118,6 @@ class Declaration:
 
 
 NOTHING = Declaration()
-
-
-def _allows(constraint: Constraint, version: TaggedVersion) -> bool:
-    # A constraint matches the version as Terraform would compare it: build metadata aside.
-    return constraint.allows(version.version)
 
 
 def _rule_json(rule: Rule) -> dict[str, str | None]:

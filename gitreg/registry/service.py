@@ -21,7 +21,7 @@ from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule, fill_template
 from gitreg.core import urls
 from gitreg.core.content import ContentKey
-from gitreg.core.errors import ModuleNotFound, VersionNotFound, VersionRevoked
+from gitreg.core.errors import GitregError, ModuleNotFound, VersionNotFound, VersionRevoked
 from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
 from gitreg.git.remote import TagList
@@ -180,6 +180,15 @@ class Registry:
         tags = self.cache.peek(resolved.repository)
         head = tags.head if tags is not None else None
         return await self.declarations.declaration(resolved.repository, resolved.rule.path, head)
+
+    async def declared_for(self, address: ModuleAddress) -> Declaration:
+        """The .gitreg.toml declaration of a module for its pages and details; NOTHING when it cannot be
+        told now (no rule serves it any more, its host is down: the page still shows)."""
+        try:
+            resolved, _ = await self.versions(address)
+            return await self.declared(resolved)
+        except GitregError:
+            return NOTHING
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version a client is served; VersionNotFound when no tag is a version."""

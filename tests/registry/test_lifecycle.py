@@ -7,28 +7,18 @@ the download and archive answers (410), a push webhook, a monorepo path, the met
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from gitreg.core.versions import select_versions
 from gitreg.registry.lifecycle import MAX_ENTRIES, parse_declaration
 from tests.support.app import assert_error, make_config
+from tests.support.lifecycle import DECLARED, DEPRECATION, module_repo, rule
 from tests.support.metrics import scrape, value
 from tests.support.repos import GitRepo
 from tests.support.webhooks import WEBHOOKS, fixture, pointed_at, post_github, post_gitlab
-
-DECLARED = """
-[[deprecated]]
-versions = "< 2.0.0"
-reason   = "2.x moves to the new VPC layout"
-link     = "https://wiki.example.com/vpc-2"
-[[revoked]]
-versions = "= 1.4.2"
-reason   = "leaks the KMS key ARN in an output"
-"""
 
 
 def versions_of(*tags: str):
@@ -96,22 +86,6 @@ def test_hostile_files_are_refused_quickly_whole():
 # --- a real repository over git http-backend ----------------------------------------------------
 
 
-def module_repo(base: Path, name: str = "public", folder: str = "", declared: str | None = DECLARED) -> GitRepo:
-    """A module tagged v1.4.1, v1.4.2, v2.0.0, with `.gitreg.toml` (in `folder`) on main after the tags."""
-    repo = GitRepo(base, name)
-    prefix = f"{folder}/" if folder else ""
-    for version in ("1.4.1", "1.4.2", "2.0.0"):
-        repo.commit({f"{prefix}main.tf": f'output "version" {{ value = "{version}" }}\n'})
-        repo.tag(f"{folder + '/' if folder else ''}v{version}")
-    if declared is not None:
-        repo.commit({f"{prefix}.gitreg.toml": declared}, "retire versions")
-    return repo
-
-
-def rule(url: str, download: str, **extra: Any) -> dict[str, Any]:
-    return {"namespace": "demo", "name": "hello", "system": "null", "repository": url, "download": download, **extra}
-
-
 async def versions_answer(client, address: str = "demo/hello/null") -> list[dict[str, Any]]:
     resp = await client.get(f"/v1/modules/{address}/versions")
     assert resp.status == 200, await resp.text()
@@ -120,7 +94,6 @@ async def versions_answer(client, address: str = "demo/hello/null") -> list[dict
 
 GITHUB_CLONE = "https://github.com/Codertocat/Hello-World.git"
 GITLAB_CLONE = "git@gitlab.example.com:acme/platform/networking/terraform-aws-vpc.git"
-DEPRECATION = {"reason": "2.x moves to the new VPC layout", "link": "https://wiki.example.com/vpc-2"}
 
 
 @pytest.mark.parametrize("download", ["git", "archive"])

@@ -23,7 +23,7 @@ from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.address import request_address
 from gitreg.web.auth import visibility
-from gitreg.web.keys import BROWSE
+from gitreg.web.keys import BROWSE, REGISTRY
 from gitreg.web.route_rules import Access
 
 browse_routes = web.RouteTableDef()
@@ -149,6 +149,8 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
         providers=systems,
         versions=[v.canonical for v in entry.versions],
     )
+    # .gitreg.toml: `deprecation`, `revoked` (each null or with its reason) and `declaration_problem`
+    body.update((await request.app[REGISTRY].declared_for(entry.address)).details(shown))
     return web.json_response(body)
 
 
