@@ -16,6 +16,7 @@ from typing import Any
 
 from gitreg import __version__
 from gitreg.cli import tokens
+from gitreg.cli.declared import probe_declaration
 from gitreg.cli.server import ListenError, run_server
 from gitreg.config.model import Config, ModuleRule
 from gitreg.config.parse import load_config, module_rule_from_flag
@@ -378,7 +379,7 @@ def _probe(config: Config, adapter: GitAdapter) -> int:
             + (f" path={rule.path}" if rule.path else "")
             + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
         )
-        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix)
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, rule.path)
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
@@ -425,11 +426,12 @@ def _probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[
         + (f" path={rule.path}" if rule.path else "")
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
-    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix) else EXIT_PROBE_FAILED
+    return EXIT_OK if _probe_repository(adapter, resolved.repository, rule.tag_prefix, rule.path) else EXIT_PROBE_FAILED
 
 
-def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> bool:
-    """Print the versions and skipped tags of one repository; False when it cannot be listed."""
+def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str, path: str = "") -> bool:
+    """Print the versions and skipped tags of one repository, and what its .gitreg.toml declares;
+    False when it cannot be listed, has no version, or its .gitreg.toml is malformed."""
     try:
         tags = adapter.ls_remote_tags(repository)
     except GitregError as e:
@@ -446,7 +448,8 @@ def _probe_repository(adapter: GitAdapter, repository: str, tag_prefix: str) -> 
         print(f"  ERROR: no SemVer tag yet: nothing to serve (push a tag like {tag_prefix}v1.0.0)")
     for skipped in found.skipped:
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
-    return bool(found.versions)
+    declared_ok = probe_declaration(adapter, repository, tags.head, path, found.versions)
+    return bool(found.versions) and declared_ok
 
 
 def _probe_providers(config: Config, only: tuple[str, str] | None = None) -> int:

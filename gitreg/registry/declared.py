@@ -30,6 +30,7 @@ from gitreg.core.events import Signal
 from gitreg.core.flight import InFlight
 from gitreg.core.names import ModuleAddress
 from gitreg.core.urls import mask
+from gitreg.git.mirror import MirrorGit
 from gitreg.git.pool import background_task
 from gitreg.registry.lifecycle import FILE_NAME, MAX_FILE_BYTES, NOTHING, Declaration, from_json, malformed
 from gitreg.registry.lifecycle import parse_declaration as parse
@@ -150,7 +151,7 @@ class Declarations:
     async def _read(self, key: Key, head: str) -> Declaration | None:
         """Read the file at `head` and keep what it declares; None (and nothing kept) when the read failed."""
         repository, folder = key
-        file_path = f"{folder.strip('/')}/{FILE_NAME}" if folder.strip("/") else FILE_NAME
+        file_path = file_in(folder)
         self.reads += 1
         try:
             data = await self.mirrors.read_file(repository, head, file_path, MAX_FILE_BYTES)
@@ -208,3 +209,22 @@ class Declarations:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def read_now(git: MirrorGit, scratch: Path, repository: str, head: str, folder: str) -> Declaration:
+    """The declaration of (repository, folder) at `head`, read at once in a scratch repository at
+    `scratch` (which must not exist; it is left for the caller to remove): `gitreg check --probe`.
+    Blocking; raises what git met."""
+    git.init(str(scratch))
+    git.fetch_head(str(scratch), repository, head)
+    try:
+        data = git.read_file(str(scratch), head, file_in(folder), MAX_FILE_BYTES)
+    except ValueError as e:
+        return malformed(str(e))
+    return NOTHING if data is None else parse(data)
+
+
+def file_in(folder: str) -> str:
+    """The path of `.gitreg.toml` in a module's folder ("" for the repository root)."""
+    folder = folder.strip("/")
+    return f"{folder}/{FILE_NAME}" if folder else FILE_NAME
