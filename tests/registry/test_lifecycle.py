@@ -96,6 +96,7 @@ GITHUB_CLONE = "https://github.com/Codertocat/Hello-World.git"
 GITLAB_CLONE = "git@gitlab.example.com:acme/platform/networking/terraform-aws-vpc.git"
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_versions_answer_leaves_revoked_out_and_marks_deprecated(make_client, git_http, tmp_path, download):
     module_repo(tmp_path / "repos")
@@ -109,6 +110,7 @@ async def test_versions_answer_leaves_revoked_out_and_marks_deprecated(make_clie
     assert git_http.ref_listings("public.git") == 1
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_download_of_a_revoked_version_is_410_with_the_reason(make_client, git_http, tmp_path, download):
     module_repo(tmp_path / "repos")
@@ -122,6 +124,7 @@ async def test_download_of_a_revoked_version_is_410_with_the_reason(make_client,
     assert value(samples, "gitreg_deprecated_downloads_total", module="demo/hello/null") == 1
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 async def test_revocation_wins_over_an_archive_already_built(make_client, git_http, tmp_path):
     repo = module_repo(tmp_path / "repos", declared=None)
     client = await make_client(
@@ -155,6 +158,7 @@ async def _until_listed(client, expected: list[str], tries: int = 100) -> None:
     raise AssertionError(f"listed {listed}, expected {expected}")
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 @pytest.mark.parametrize("host", ["github", "gitlab"])
 async def test_a_push_to_the_default_branch_serves_the_new_declaration(make_client, git_http, tmp_path, host):
     repo = module_repo(tmp_path / "repos", declared=None)
@@ -179,6 +183,7 @@ async def push_main(client, host: str):
     return await post_gitlab(client, fixture("gitlab-push-branch.json"), event="Push Hook")
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 async def test_a_monorepo_module_reads_the_file_in_its_path(make_client, git_http, tmp_path):
     repo = GitRepo(tmp_path / "repos", "public")
     for version in ("1.4.1", "1.4.2", "2.0.0"):
@@ -204,6 +209,7 @@ async def test_a_monorepo_module_reads_the_file_in_its_path(make_client, git_htt
     await assert_error(resp, 410, "leaks the KMS key ARN")
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 async def test_a_malformed_file_is_reported_never_a_500_and_declares_nothing(make_client, git_http, tmp_path):
     module_repo(tmp_path / "repos", declared='[[revoked]]\nversions = "= 1.4.2"\n')
     client = await make_client(make_config([rule(git_http.url("public.git"), "git")]))
@@ -212,6 +218,7 @@ async def test_a_malformed_file_is_reported_never_a_500_and_declares_nothing(mak
     assert resp.status == 200
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 async def test_latest_skips_a_revoked_newest_version(make_client, git_http, tmp_path):
     module_repo(tmp_path / "repos", declared='[[revoked]]\nversions = "2.0.0"\nreason = "broken"\n')
     client = await make_client(make_config([rule(git_http.url("public.git"), "git")], index={"enabled": False}))
@@ -220,6 +227,7 @@ async def test_latest_skips_a_revoked_newest_version(make_client, git_http, tmp_
     assert resp.headers["Location"].endswith("/1.4.2/download")
 
 
+@pytest.mark.slow  # real git over HTTP, more than a second under load
 async def test_the_declaration_survives_a_restart_without_reading_the_file_again(make_client, git_http, tmp_path):
     module_repo(tmp_path / "repos")
     config = make_config([rule(git_http.url("public.git"), "git")], storage={"path": str(tmp_path / "storage")})
