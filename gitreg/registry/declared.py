@@ -126,10 +126,18 @@ class Declarations:
         read = await self._reading.wait(self._start(key, head))
         return read or NOTHING
 
-    def peek(self, repository: str, folder: str) -> tuple[str, Declaration] | None:
-        """(head, declaration) as last read, whatever the default branch is now; None when never read."""
-        found = self._known.get((repository, folder))
-        return None if found is None else (found.head, found.declaration)
+    def last(self, repository: str, folder: str, head: str | None) -> Declaration:
+        """The declaration as last read, without waiting (pages): when the default branch moved past it
+        (`head`), it is read again in the background. NOTHING when none was read yet."""
+        key = (repository, folder)
+        found = self._known.get(key)
+        if head is not None and (found is None or found.head != head):
+            self._read_in_background(key, head)
+        return NOTHING if found is None else found.declaration
+
+    def folders(self, repository: str) -> set[str]:
+        """The folders of `repository` whose declaration was read (a monorepo's modules)."""
+        return {folder for repo, folder in self._known if repo == repository}
 
     def _start(self, key: Key, head: str) -> asyncio.Future[Declaration | None]:
         future = self._reading.get(key)

@@ -99,8 +99,11 @@ class Registry:
         return self.resolver.resolve(address)
 
     async def versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
-        """The module's versions from its repository's (cached) tags."""
+        """The module's versions from its repository's (cached) tags (its .gitreg.toml read when its
+        default branch moved: the index asks here, so pages find the declaration known)."""
         resolved, _, found = await self._versions(address)
+        if self._declared_now(resolved) is None:
+            await self.declared(resolved)
         return resolved, found
 
     def _ready(self, address: ModuleAddress) -> tuple[ResolvedModule, _Derived, ModuleVersions] | None:
@@ -181,14 +184,28 @@ class Registry:
         head = tags.head if tags is not None else None
         return await self.declarations.declaration(resolved.repository, resolved.rule.path, head)
 
-    async def declared_for(self, address: ModuleAddress) -> Declaration:
-        """The .gitreg.toml declaration of a module for its pages and details; NOTHING when it cannot be
-        told now (no rule serves it any more, its host is down: the page still shows)."""
+    def declared_for(self, address: ModuleAddress) -> Declaration:
+        """The .gitreg.toml declaration of a module for its pages and details, as last read: browsing
+        runs no git (a moved default branch is read in the background); NOTHING when none was read."""
+        if self.declarations is None:
+            return NOTHING
         try:
-            resolved, _ = await self.versions(address)
-            return await self.declared(resolved)
+            resolved = self.resolve(address)
         except GitregError:
             return NOTHING
+        tags = self.cache.peek(resolved.repository)
+        head = tags.head if tags is not None else None
+        return self.declarations.last(resolved.repository, resolved.rule.path, head)
+
+    def tags_fetched(self, repository: str) -> None:
+        """A new tag list of `repository` (TagCache.on_fetched): its modules' .gitreg.toml is read in the
+        background when the default branch moved, so that pages (which run no git) find it known."""
+        tags = self.cache.peek(repository)
+        if self.declarations is None or tags is None or tags.head is None:
+            return
+        folders = {rule.path for rule in self.config.modules if rule.repository == repository} or {""}
+        for folder in folders | self.declarations.folders(repository):
+            self.declarations.last(repository, folder, tags.head)
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version a client is served; VersionNotFound when no tag is a version."""

@@ -331,7 +331,10 @@ class Services:
         )
         await declarations.load()
         self.metrics.watch_declarations(declarations)
-        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives, declarations)
+        # The index process serves nothing: it reads no .gitreg.toml (the serving process does).
+        served = None if self.role is Role.INDEX else declarations
+        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives, served)
+        cache.on_fetched.connect(self.registry.tags_fetched)
         publisher = self.publisher = Publisher(self.config, cache, shared, self.orgs)
         shared.on_invalidate.connect(publisher.changed_elsewhere)
         shared.on_reconnect.connect(publisher.reconnected)

@@ -255,7 +255,6 @@ class MirrorStore:
                 if path.is_dir() and await self._git(url, self.git.has_commit, str(path), sha):
                     return await self._git(url, self.git.read_file, str(path), sha, file_path, limit)
         self._raise_remembered(url)
-        self.fetches += 1
         tmp = self.root / f"tmp-{uuid.uuid4().hex}"
         try:
             await self._git(url, self.git.init, str(tmp))

@@ -150,7 +150,7 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
         versions=[v.canonical for v in entry.versions],
     )
     # .gitreg.toml: `deprecation`, `revoked` (each null or with its reason) and `declaration_problem`
-    body.update((await request.app[REGISTRY].declared_for(entry.address)).details(shown))
+    body.update(request.app[REGISTRY].declared_for(entry.address).details(shown))
     return web.json_response(body)
 
 

@@ -216,7 +216,7 @@ async def module_page(request: web.Request) -> web.Response:
     submodules = rendered[1 : 1 + len(details.submodules)] if details else []
     examples = rendered[1 + len(submodules) :] if details else []
     published_at = (details.published_at if details else "") or (entry.published_at if version == entry.latest else "")
-    declared = await request.app[REGISTRY].declared_for(address)  # .gitreg.toml: banners and picker badges
+    declared = request.app[REGISTRY].declared_for(address)  # .gitreg.toml: banners and picker badges
     return render(
         request,
         "module.html",
