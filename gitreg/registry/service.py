@@ -194,8 +194,12 @@ class Registry:
         except GitregError:
             return NOTHING
         tags = self.cache.peek(resolved.repository)
-        head = tags.head if tags is not None else None
-        return self.declarations.last(resolved.repository, resolved.rule.path, head)
+        if tags is None:
+            # Not served from this process yet (with an index process, pages come from its index): the
+            # tag list is fetched in the background, and its fetch reads the file (tags_fetched).
+            self.cache.refresh_in_background(resolved.repository)
+            return NOTHING
+        return self.declarations.last(resolved.repository, resolved.rule.path, tags.head)
 
     def tags_fetched(self, repository: str) -> None:
         """A new tag list of `repository` (TagCache.on_fetched): its modules' .gitreg.toml is read in the

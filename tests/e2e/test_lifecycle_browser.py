@@ -3,6 +3,8 @@ the version picker's badges, the revoked version's reason; axe finds no serious 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from selenium.webdriver.common.by import By
 
@@ -25,7 +27,13 @@ def test_the_page_shows_deprecated_and_revoked_versions_accessibly(tmp_path, bro
     with GitregProcess("--config", str(config)) as server:
         server.wait_indexed()
         b = browser
-        b.get(server.url + "/modules/demo/hello/null/1.4.1")
+        # A page runs no git: the first view of a module not served yet starts reading its .gitreg.toml
+        # in the background, and a view after that shows it.
+        for _ in range(100):
+            b.get(server.url + "/modules/demo/hello/null/1.4.1")
+            if b.find_elements(By.ID, "deprecated-banner"):
+                break
+            time.sleep(0.1)
         banner = b.find_element(By.ID, "deprecated-banner")
         assert "1.4.1 is deprecated" in banner.text and DEPRECATION["reason"] in banner.text
         assert banner.find_element(By.TAG_NAME, "a").get_attribute("href") == DEPRECATION["link"]
