@@ -211,6 +211,11 @@ class Declarations:
             if declaration is not None:
                 self._known[(entry[0], entry[1])] = _Known(entry[2], declaration)
 
+    async def settled(self) -> None:
+        """Wait until no read is running (tests, benchmarks)."""
+        while self._reading:
+            await asyncio.gather(*self._reading.futures(), return_exceptions=True)
+
     async def close(self) -> None:
         """Stop background reads (shutdown)."""
         tasks: list[asyncio.Future[Any]] = [*self._background, *self._reading.futures()]

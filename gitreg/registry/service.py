@@ -99,11 +99,8 @@ class Registry:
         return self.resolver.resolve(address)
 
     async def versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
-        """The module's versions from its repository's (cached) tags (its .gitreg.toml read when its
-        default branch moved: the index asks here, so pages find the declaration known)."""
+        """The module's versions from its repository's (cached) tags."""
         resolved, _, found = await self._versions(address)
-        if self._declared_now(resolved) is None:
-            await self.declared(resolved)
         return resolved, found
 
     def _ready(self, address: ModuleAddress) -> tuple[ResolvedModule, _Derived, ModuleVersions] | None:

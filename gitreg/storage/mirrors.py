@@ -245,15 +245,11 @@ class MirrorStore:
             await self._call(_remove_tree, str(tmp))
 
     async def read_file(self, url: str, sha: str, file_path: str, limit: int) -> bytes | None:
-        """The file `file_path` of commit `sha` of `url` (None: no such file), from the mirror when it
-        holds the commit, else from a shallow fetch of that one commit into a scratch repository,
-        removed after. ValueError when the file is larger than `limit`. Failures are not remembered
-        here: the caller keeps what it read last and asks again later."""
-        path = self.path_for(url)
-        if not self.scratch_only and path.is_dir():
-            async with self.hold(url):
-                if path.is_dir() and await self._git(url, self.git.has_commit, str(path), sha):
-                    return await self._git(url, self.git.read_file, str(path), sha, file_path, limit)
+        """The file `file_path` of commit `sha` of `url` (None: no such file), from a shallow fetch of that
+        one commit (by object name) into a scratch repository, removed after. ValueError when the file
+        is larger than `limit`. Failures are not remembered here: the caller keeps what it read last
+        and asks again later. (Not from a mirror: a mirror holds tags, and the default branch's commit
+        is rarely one; nor does it count in `fetches`, the trees fetched for archives and details.)"""
         self._raise_remembered(url)
         tmp = self.root / f"tmp-{uuid.uuid4().hex}"
         try:
