@@ -1,8 +1,8 @@
 """Each module's `.gitreg.toml` (lifecycle.py), read from its repository's default branch and kept.
 
 The default branch's commit comes with the tag list (`TagList.head`: the same `ls-remote`), so
-knowing whether the file may have changed costs nothing. It is read (through the mirrors: from
-the mirror when it holds the commit, else one shallow fetch of that commit) only when that
+knowing whether the file may have changed costs nothing. It is read (through the mirror store:
+one shallow fetch of that commit by object name, into a scratch repository) only when that
 commit moved: after a push webhook refreshed the tag list, or at the list's own refresh. What
 was read is remembered per (repository, folder) with the commit it was read at, in memory and
 in `[storage] path/declarations.json`, so a restart reads nothing again.

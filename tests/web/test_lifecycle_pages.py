@@ -6,10 +6,18 @@ import html
 
 import pytest
 
+from gitreg.web.keys import REGISTRY
 from tests.support.app import indexed, make_config, version_details
 from tests.support.lifecycle import DEPRECATION, REVOKED_REASON, module_repo, rule
 
 pytestmark = pytest.mark.slow  # real git over HTTP, the index
+
+
+async def ready(client):
+    """Indexed, and each module's .gitreg.toml read (in the background, after its tag list)."""
+    await indexed(client)
+    await client.app[REGISTRY].declarations.settled()
+    return client
 
 
 async def details(client, version: str) -> dict:
@@ -21,7 +29,7 @@ async def details(client, version: str) -> dict:
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_version_details_say_deprecated_and_revoked_with_the_reason(make_client, git_http, tmp_path, download):
     module_repo(tmp_path / "repos")
-    client = await indexed(await make_client(make_config([rule(git_http.url("public.git"), download)])))
+    client = await ready(await make_client(make_config([rule(git_http.url("public.git"), download)])))
     deprecated = await details(client, "1.4.1")
     assert deprecated["deprecation"] == DEPRECATION and deprecated["revoked"] is None
     revoked = await details(client, "1.4.2")
@@ -39,7 +47,7 @@ async def page(client, version: str) -> str:
 
 async def test_the_page_shows_a_banner_a_picker_badge_and_the_revoked_reason(make_client, git_http, tmp_path):
     module_repo(tmp_path / "repos")
-    client = await indexed(await make_client(make_config([rule(git_http.url("public.git"), "archive")])))
+    client = await ready(await make_client(make_config([rule(git_http.url("public.git"), "archive")])))
     text = await page(client, "1.4.1")
     assert 'id="deprecated-banner"' in text and DEPRECATION["reason"] in text
     assert f'href="{DEPRECATION["link"]}"' in text
@@ -54,7 +62,7 @@ async def test_the_page_shows_a_banner_a_picker_badge_and_the_revoked_reason(mak
 
 async def test_a_malformed_file_is_said_on_the_page_and_in_the_details_never_a_500(make_client, git_http, tmp_path):
     module_repo(tmp_path / "repos", declared='[[revoked]]\nversions = "= 1.4.2"\nreason = 42\n')
-    client = await indexed(await make_client(make_config([rule(git_http.url("public.git"), "git")])))
+    client = await ready(await make_client(make_config([rule(git_http.url("public.git"), "git")])))
     found = await details(client, "1.4.2")
     assert found["revoked"] is None
     assert "malformed and declares nothing" in found["declaration_problem"]
