@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from gitreg.cli.archive_mode import MovedReport
+from gitreg.cli.declared import probe_declaration
 from gitreg.cli.exits import EXIT_CONFIG, EXIT_OK, EXIT_PROBE_FAILED
 from gitreg.config.model import Config, ModuleRule
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
@@ -35,7 +36,7 @@ def probe_rules(config: Config, adapter: GitAdapter) -> int:
             + (f" path={rule.path}" if rule.path else "")
             + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
         )
-        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, moved, (config, rule))
+        failed |= not _probe_repository(adapter, rule.repository, rule.tag_prefix, moved, (config, rule), rule.path)
     return EXIT_PROBE_FAILED if failed else EXIT_OK
 
 
@@ -83,7 +84,9 @@ def probe_address(config: Config, adapter: GitAdapter, text: str, labels: list[s
         + (f" path={rule.path}" if rule.path else "")
         + (f" tag_prefix={rule.tag_prefix}" if rule.tag_prefix else "")
     )
-    served = _probe_repository(adapter, resolved.repository, rule.tag_prefix, MovedReport(config), (config, rule))
+    served = _probe_repository(
+        adapter, resolved.repository, rule.tag_prefix, MovedReport(config), (config, rule), rule.path
+    )
     return EXIT_OK if served else EXIT_PROBE_FAILED
 
 
@@ -105,6 +108,7 @@ def _probe_repository(
     tag_prefix: str,
     moved: MovedReport,
     signing: tuple[Config, ModuleRule] | None = None,
+    path: str = "",
 ) -> bool:
     """Print the versions and skipped tags of one repository (and with [signing] keys, each version's
     signature); False when it cannot be listed or serves nothing."""
@@ -126,13 +130,14 @@ def _probe_repository(
         print(f"  skipped tag {skipped.tag!r}: {skipped.reason}")
     for line in moved.lines(repository, tags.tags):
         print(line)
+    declared_ok = probe_declaration(adapter, repository, tags.head, path, found.versions)
     if signing is not None and signing[0].signing.keys and found.versions:
         from gitreg.cli.signatures import signature_lines  # the registry's service: only a probe with keys needs it
 
         lines, served = signature_lines(signing[0], adapter, repository, signing[1].require_signed, found)
         print("\n".join(lines))
-        return served
-    return bool(found.versions)
+        return served and declared_ok
+    return bool(found.versions) and declared_ok
 
 
 def probe_providers(config: Config, only: tuple[str, str] | None = None) -> int:

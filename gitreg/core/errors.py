@@ -45,6 +45,12 @@ class VersionNotFound(GitregError):
     status = 404
 
 
+class VersionRevoked(GitregError):
+    """The version is revoked by the module's `.gitreg.toml`: 410 Gone, with the reason."""
+
+    status = 410
+
+
 class UpstreamUnavailable(GitregError):
     """The Git host failed (down, refused credentials, answered garbage)."""
 

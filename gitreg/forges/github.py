@@ -175,7 +175,7 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     if event == "push":
         if not isinstance(ref, str):
             raise MalformedPayload("a push payload needs a string 'ref'")
-        if not ref.startswith("refs/tags/"):
+        if not ref.startswith("refs/tags/") and not _default_branch(payload, ref):
             return None
     elif event in ("create", "delete"):
         if payload.get("ref_type") != "tag":
@@ -186,6 +186,12 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     else:
         return None
     return TagEvent(payload_urls(payload.get("repository"), URL_FIELDS, "repository"), ref)
+
+
+def _default_branch(payload: Mapping[str, Any], ref: str) -> bool:
+    """A push to the repository's default branch: its `.gitreg.toml` may have changed (#35)."""
+    branch = dig(payload, "repository", "default_branch")
+    return isinstance(branch, str) and bool(branch) and ref == f"refs/heads/{branch}"
 
 
 def release_event(payload: Mapping[str, Any]) -> TagEvent:

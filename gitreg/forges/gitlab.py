@@ -127,9 +127,10 @@ def tag_event(event: str, payload: Mapping[str, Any]) -> TagEvent | None:
     ref = payload.get("ref")
     if not isinstance(ref, str):
         raise MalformedPayload(f"a {kind} payload needs a string 'ref'")
-    if not ref.startswith("refs/tags/"):
-        return None  # a branch push cannot change a tag list
     section = payload.get("project") if isinstance(payload.get("project"), dict) else payload.get("repository")
+    branch = section.get("default_branch") if isinstance(section, dict) else None
+    if not ref.startswith("refs/tags/") and not (isinstance(branch, str) and branch and ref == f"refs/heads/{branch}"):
+        return None  # another branch's push changes neither the tag list nor the default branch's .gitreg.toml
     return TagEvent(payload_urls(section, URL_FIELDS, "project"), ref)
 
 

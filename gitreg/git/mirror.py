@@ -151,6 +151,39 @@ class MirrorGit:
             self._fetch(path, url, settings, options, *[f"+refs/tags/{tag}:refs/tags/{tag}" for tag in named])
         return self.tag_dates(path)
 
+    def fetch_head(self, path: str, url: str, sha: str) -> None:
+        """Fetch commit `sha` (HEAD's, as `ls-remote` gave it) of `url` with its tree only (`--depth=1`)
+        into the repository at `path`, as `refs/gitreg/head`: what reading a file of the default
+        branch needs. By object name (no ref listing with protocol v2); a host that sends only
+        advertised objects is asked for its HEAD by name."""
+        if not SHA_RE.fullmatch(sha):
+            raise ValueError("not a commit SHA")
+        settings, options = ["-c", "fetch.unpackLimit=1"], ["--depth=1", "--no-tags"]
+        try:
+            self._fetch(path, url, settings, options, f"+{sha}:refs/gitreg/head")
+        except WantRefused:
+            log.info("%s sends only advertised objects: fetching its HEAD by name", mask(url))
+            self._fetch(path, url, settings, options, "+HEAD:refs/gitreg/head")
+
+    def read_file(self, path: str, sha: str, file_path: str, limit: int) -> bytes | None:
+        """The file `file_path` of commit `sha` in the repository at `path`: None when the commit has
+        no such file (or it is not a file); ValueError when it is larger than `limit` bytes."""
+        if not SHA_RE.fullmatch(sha):
+            raise ValueError("not a commit SHA")
+        found = self._checked(
+            path, ["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"], [f"{sha}:{file_path}"]
+        )
+        parts = found.split()
+        if len(parts) != 3 or parts[1] != "blob":
+            return None
+        if int(parts[2]) > limit:
+            raise ValueError(f"{file_path} is {parts[2]} bytes, more than {limit}")
+        run, out = self.adapter.runner.output(["git", "cat-file", "blob", parts[0]], "", cwd=path, timeout=30)
+        _raise_if_killed(run, "git cat-file")
+        if run.proc.returncode != 0:
+            raise UpstreamUnavailable(f"could not read {file_path} of commit {sha[:12]} from gitreg's repository")
+        return out
+
     def _fetch(self, path: str, url: str, settings: list[str], options: list[str], *refspecs: str) -> None:
         fetch = ["fetch", "--quiet", *options, "--no-write-fetch-head", "--end-of-options", url, *refspecs]
         try:

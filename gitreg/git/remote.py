@@ -36,6 +36,9 @@ class TagList:
     """The tags of one repository: tag name -> commit SHA (annotated tags peeled)."""
 
     tags: Mapping[str, str]
+    # The commit the repository's HEAD (its default branch) names, listed in the same call; None
+    # when the host advertised none (an empty repository, an unborn HEAD).
+    head: str | None = field(default=None, compare=False)
     # Seconds the list had been fetched before this process got it (from another replica, via Redis).
     age: float = field(default=0.0, compare=False)
 
@@ -111,7 +114,9 @@ class GitAdapter:
         """
         parser = _RefParser(url)
         size = 0
-        with self.runner.spawn(["git", "ls-remote", "--tags", "--end-of-options", url], url) as run:
+        # HEAD and the tags in one listing: the default branch's commit says when its `.gitreg.toml`
+        # must be read again (registry/declared.py). git matches these patterns at a ref's tail.
+        with self.runner.spawn(["git", "ls-remote", "--end-of-options", url, "HEAD", "refs/tags/*"], url) as run:
             assert run.proc.stdout is not None
             while line := run.proc.stdout.readline(_MAX_LINE):
                 size += len(line)
@@ -128,7 +133,7 @@ class GitAdapter:
         )
         tags = parser.result()
         self.tag_objects.keep(url, parser.objects(tags))
-        return TagList(tags)
+        return TagList(tags, head=parser.head)
 
 
 class _RefParser:
@@ -140,12 +145,18 @@ class _RefParser:
         self._tags: dict[str, str] = {}
         self._peeled: dict[str, str] = {}
         self._objects: dict[str, str] = {}  # annotated tag -> its tag object (result() fills it)
+        self.head: str | None = None
 
     def feed(self, raw: bytes | str) -> None:
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         line = line.rstrip("\r\n")
         self.lines += 1
         sha, sep, ref = line.partition("\t")
+        if sep and SHA_RE.fullmatch(sha) and (ref == "HEAD" or ref.endswith("/HEAD")):
+            if ref == "HEAD":  # not another ref ending in /HEAD (refs/remotes/origin/HEAD)
+                self.head = sha
+            if not ref.startswith("refs/tags/"):
+                return
         if not sep or not SHA_RE.fullmatch(sha) or not ref.startswith("refs/tags/"):
             if line.strip():
                 raise UpstreamUnavailable(

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from gitreg.core import urls
 from gitreg.core.errors import GitregError, Unauthorized, failure_kind
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from gitreg.git.remote import TagList
     from gitreg.index.store import ModuleIndex
     from gitreg.orgs.service import OrgCatalog
+    from gitreg.registry.declared import Declarations
     from gitreg.registry.tags import TagCache
     from gitreg.replicas.base import SharedState
 
@@ -154,6 +157,10 @@ class Metrics:
         """Expose the identity API calls (`source()`: (host label, its counters)) at scrape time."""
         self.registry.register(IdentityCollector(source))
 
+    def watch_declarations(self, declarations: Declarations) -> None:
+        """Expose the downloads of deprecated versions and the requests for revoked ones, by module."""
+        self.registry.register(_LifecycleCollector(declarations))
+
     def watch_cache(self, cache: TagCache) -> None:
         """Expose `cache.stats` and entry ages (read at scrape time, so the cache knows nothing of Prometheus)."""
         self._watched.cache = cache
@@ -217,6 +224,37 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of everything above."""
         return generate_latest(self.registry)
+
+
+_DEPRECATED_HELP = "Download answers for versions .gitreg.toml deprecates, by module."
+_REVOKED_HELP = "Download and archive requests for versions .gitreg.toml revokes (410), by module."
+
+
+class _LifecycleCollector(Collector):
+    """`gitreg_deprecated_downloads_total{module}` and `gitreg_revoked_requests_total{module}` (by module
+    only, never by who asked; the labels bounded by declared.MAX_LABELS), read at scrape time."""
+
+    def __init__(self, declarations: Declarations) -> None:
+        self._declarations = declarations
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        found = self._declarations
+        for name, help_text, counts in (
+            (
+                "gitreg_deprecated_downloads",
+                "Download answers for versions .gitreg.toml deprecates, by module.",
+                found.deprecated_downloads,
+            ),
+            (
+                "gitreg_revoked_requests",
+                "Download and archive requests for versions .gitreg.toml revokes (410), by module.",
+                found.revoked_requests,
+            ),
+        ):
+            family = CounterMetricFamily(name, help_text, labels=["module"])
+            for module, count in sorted(counts.counts.items()):
+                family.add_metric([module], count)
+            yield family
 
 
 def check_metrics_token(request: web.Request, token: str | None) -> None:

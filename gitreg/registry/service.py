@@ -21,11 +21,13 @@ from gitreg.config.model import Config, ModuleRule
 from gitreg.config.rules import ResolvedModule, fill_template
 from gitreg.core import urls
 from gitreg.core.content import ContentKey
-from gitreg.core.errors import ModuleNotFound, VersionNotFound
+from gitreg.core.errors import GitregError, ModuleNotFound, VersionNotFound, VersionRevoked
 from gitreg.core.names import ModuleAddress, check_version
 from gitreg.core.versions import ModuleVersions, TaggedVersion, select_versions
 from gitreg.git.remote import TagList
 from gitreg.registry.catalog import Catalog
+from gitreg.registry.declared import Declarations
+from gitreg.registry.lifecycle import NOTHING, Declaration
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.signatures import Signatures
 from gitreg.registry.tags import TagCache
@@ -46,8 +48,9 @@ class _Derived:
     """What the warm path derives from one fetched tag list, computed once per fetch."""
 
     versions: dict[str, ModuleVersions] = field(default_factory=dict)  # by tag_prefix
-    # (tag_prefix, address) -> (the signatures' generation it was made at, its JSON, whether it lists any)
-    answers: dict[tuple[str, ModuleAddress], tuple[int, bytes, bool]] = field(default_factory=dict)
+    # (tag_prefix, address) -> (the signatures' generation and the .gitreg.toml declaration it was
+    # rendered with, its JSON, whether it lists any version)
+    answers: dict[tuple[str, ModuleAddress], tuple[int, Declaration, bytes, bool]] = field(default_factory=dict)
 
 
 class _DerivedByTagList:
@@ -82,6 +85,7 @@ class Registry:
         catalog: Catalog,
         archives: ArchiveStore,
         signatures: Signatures | None = None,
+        declarations: Declarations | None = None,
     ) -> None:
         self.config = config
         self.resolver = resolver
@@ -91,6 +95,7 @@ class Registry:
         self.catalog = catalog
         self.archives = archives
         self.signatures = signatures  # [signing]: which versions are served where signatures are required
+        self.declarations = declarations  # .gitreg.toml: deprecated and revoked versions (declared.py)
         self._derived = _DerivedByTagList()
 
     def resolve(self, address: ModuleAddress) -> ResolvedModule:
@@ -137,10 +142,11 @@ class Registry:
         return resolved, derived, found
 
     async def served_versions(self, address: ModuleAddress) -> tuple[ResolvedModule, ModuleVersions]:
-        """versions() for a client: a module served with versions becomes listed (see served)."""
+        """versions() for a client (revoked versions left out): a module served with versions becomes listed."""
         resolved, found = await self.versions(address)
         if self.signatures is not None:  # where required, unsigned versions are not served
             found, _ = await self.signatures.served(resolved, found)
+        found = (await self.declared(resolved)).served(found)
         if found.versions:
             self.served(resolved)
         return resolved, found
@@ -152,11 +158,12 @@ class Registry:
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
         resolved, derived, found = await self._versions(address)
+        declared = self._declared_now(resolved) or await self.declared(resolved)
         key = (resolved.rule.tag_prefix, address)
         stamp = self.signatures.stamp(resolved.rule) if self.signatures is not None else 0
         memo = derived.answers.get(key)
-        if memo is not None and memo[0] == stamp:
-            _, text, listed = memo
+        if memo is not None and memo[0] == stamp and memo[1] is declared:
+            text, listed = memo[2], memo[3]
         else:
             complete = True
             if self.signatures is not None:  # where required, unsigned versions are left out
@@ -164,13 +171,55 @@ class Registry:
             # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
             # module's source link when it is an http(s) URL: the repository's web page, when known.
             source = urls.web_url(resolved.clone_url) or str(address)
-            body = {"modules": [{"source": source, "versions": [{"version": tv.canonical} for tv in found.versions]}]}
+            body = {"modules": [{"source": source, "versions": lifecycle_entries(declared, found)}]}
             text, listed = json.dumps(body).encode(), bool(found.versions)
             if complete:  # a version not verified in time is asked about again by the next request
-                derived.answers[key] = (stamp, text, listed)
+                derived.answers[key] = (stamp, declared, text, listed)
         if listed:
             self.served(resolved)
         return text
+
+    def _declared_now(self, resolved: ResolvedModule) -> Declaration | None:
+        """The module's .gitreg.toml declaration when known at its default branch's commit (no coroutine)."""
+        if self.declarations is None:
+            return NOTHING
+        tags = self.cache.peek(resolved.repository)
+        return self.declarations.known(resolved.repository, resolved.rule.path, tags.head if tags else None)
+
+    async def declared(self, resolved: ResolvedModule) -> Declaration:
+        """The module's .gitreg.toml declaration at its default branch's commit (read when it moved)."""
+        if self.declarations is None:
+            return NOTHING
+        tags = self.cache.peek(resolved.repository)
+        head = tags.head if tags is not None else None
+        return await self.declarations.declaration(resolved.repository, resolved.rule.path, head)
+
+    def declared_for(self, address: ModuleAddress) -> Declaration:
+        """The .gitreg.toml declaration of a module for its pages and details, as last read: browsing
+        runs no git (a moved default branch is read in the background); NOTHING when none was read."""
+        if self.declarations is None:
+            return NOTHING
+        try:
+            resolved = self.resolve(address)
+        except GitregError:
+            return NOTHING
+        tags = self.cache.peek(resolved.repository)
+        if tags is None:
+            # Not served from this process yet (with an index process, pages come from its index): the
+            # tag list is fetched in the background, and its fetch reads the file (tags_fetched).
+            self.cache.refresh_in_background(resolved.repository)
+            return NOTHING
+        return self.declarations.last(resolved.repository, resolved.rule.path, tags.head)
+
+    def tags_fetched(self, repository: str) -> None:
+        """A new tag list of `repository` (TagCache.on_fetched): its modules' .gitreg.toml is read in the
+        background when the default branch moved, so that pages (which run no git) find it known."""
+        tags = self.cache.peek(repository)
+        if self.declarations is None or tags is None or tags.head is None:
+            return
+        folders = {rule.path for rule in self.config.modules if rule.repository == repository} or {""}
+        for folder in folders | self.declarations.folders(repository):
+            self.declarations.last(repository, folder, tags.head)
 
     async def latest(self, address: ModuleAddress) -> TaggedVersion:
         """The highest version a client is served; VersionNotFound when no tag is a version."""
@@ -198,6 +247,7 @@ class Registry:
     async def download(self, address: ModuleAddress, version: str) -> Download:
         """Where Terraform and OpenTofu fetch the version from, per the rule's `download` mode."""
         resolved, found = await self.find_version(address, version)
+        await self._not_revoked(resolved, found, counted=True)
         if self.signatures is not None:
             await self.signatures.check(resolved, found)  # NotSigned (403) where required and unsigned
         rule = resolved.rule
@@ -213,11 +263,19 @@ class Registry:
     async def archive_key(self, address: ModuleAddress, version: str) -> ContentKey:
         """The archive an archive-mode module version is served from (pins applied)."""
         resolved, found = await self.find_version(address, version)
+        await self._not_revoked(resolved, found)  # revocation wins over an archive already built
         if resolved.rule.download != "archive":
             raise ModuleNotFound(f"module {address} is not served as an archive by this registry")
         if self.signatures is not None:
             await self.signatures.check(resolved, found)  # NotSigned (403) where required and unsigned
         return ContentKey(resolved.repository, resolved.rule.path, await self._served_sha(resolved, found))
+
+    async def _not_revoked(self, resolved: ResolvedModule, found: TaggedVersion, counted: bool = False) -> None:
+        """VersionRevoked (410, with the reason) when .gitreg.toml revokes `found`; a deprecated one is counted."""
+        if self.declarations is None:
+            return
+        declared = self._declared_now(resolved) or await self.declared(resolved)
+        check_revoked(self.declarations, resolved.address, declared, found, counted)
 
     async def archive_checksum(self, key: ContentKey) -> str | None:
         """Start the build (so a broken module fails here, with its reason); the archive's SHA-256 once built.
@@ -254,6 +312,31 @@ class Registry:
             follows_tag=rule.download == "git" and rule.ref == "tag",
             at=at,
         )
+
+
+def lifecycle_entries(declared: Declaration, found: ModuleVersions) -> list[dict[str, object]]:
+    """The versions answer's entries: revoked versions left out, deprecated ones with `deprecation`
+    (HCP Terraform's shape; both Terraform CLIs install them, warning or not)."""
+    entries: list[dict[str, object]] = []
+    for tv in declared.served(found).versions:
+        rule = declared.deprecation(tv)
+        if rule is None:
+            entries.append({"version": tv.canonical})
+        else:
+            entries.append({"version": tv.canonical, "deprecation": {"reason": rule.reason, "link": rule.link}})
+    return entries
+
+
+def check_revoked(
+    declarations: Declarations, address: ModuleAddress, declared: Declaration, found: TaggedVersion, count: bool
+) -> None:
+    """Raise VersionRevoked when `declared` revokes `found` (counted); count a deprecated download."""
+    revoked = declared.revocation(found)
+    if revoked is not None:
+        declarations.revoked_requests.add(address)
+        raise VersionRevoked(f"module {address} version {found.canonical} is revoked: {revoked.reason}")
+    if count and declared.deprecation(found) is not None:
+        declarations.deprecated_downloads.add(address)
 
 
 def _select_and_index(tags: Mapping[str, str], tag_prefix: str) -> ModuleVersions:

@@ -129,9 +129,9 @@ class SharedTags:
         if stored is None:
             self.bad_values += 1
             return None  # not ours, or damaged: fetch again
-        px, tags = stored
+        px, tags, head = stored
         age = max(0.0, (px - pttl) / 1000) if pttl > 0 else 0.0
-        return TagList(tags, age=age)
+        return TagList(tags, head=head, age=age)
 
     async def _lead(self, key: str, loader: Loader, token: str) -> TagList:
         """This replica holds the lock: fetch, share the answer (or the error), tell the waiters."""
@@ -155,7 +155,7 @@ class SharedTags:
             raise
         # Kept at least a second, so the waiters woken now still find it (ttl_seconds may be 0).
         px = max(1000, int(self.config.ttl_seconds * 1000))
-        value = json.dumps({"px": px, "tags": dict(tags.tags)})
+        value = json.dumps({"px": px, "tags": dict(tags.tags), "head": tags.head})
         with contextlib.suppress(RedisDown):  # the answer is good here; the others go on alone
             await self.wire.call(self._store_script(keys=[lock, stored], args=[token, value, px, channel, message]))
         self._held.pop(lock, None)

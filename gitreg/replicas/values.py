@@ -20,8 +20,8 @@ _ERRORS: dict[str, type[GitregError]] = {
 }
 
 
-def tag_list(raw: bytes | str) -> tuple[int, dict[str, str]] | None:
-    """(its TTL in ms, tag -> commit) of a stored tag list, raising the stored error; None if damaged.
+def tag_list(raw: bytes | str) -> tuple[int, dict[str, str], str | None] | None:
+    """(its TTL in ms, tag -> commit, HEAD's commit) of a stored tag list, raising the stored error; None if damaged.
 
     Only commit ids are taken: a planted value never reaches git or a download location.
     """
@@ -33,9 +33,12 @@ def tag_list(raw: bytes | str) -> tuple[int, dict[str, str]] | None:
         tags = {str(k): str(v) for k, v in data["tags"].items()}
         if not all(SHA_RE.fullmatch(v) for v in tags.values()):
             return None
+        head = data.get("head")
+        if head is not None and not SHA_RE.fullmatch(str(head)):
+            return None
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # not ours, or damaged: fetch again
-    return px, tags
+    return px, tags, None if head is None else str(head)
 
 
 def download_totals(raw: dict[Any, Any]) -> tuple[dict[str, int], int]:

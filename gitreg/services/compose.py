@@ -52,6 +52,8 @@ from gitreg.providers.readme import ReleaseReadmes
 from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
+from gitreg.registry.declared import FILE as DECLARATIONS_FILE
+from gitreg.registry.declared import FLUSH_SECONDS, Declarations
 from gitreg.registry.provenance import Provenances
 from gitreg.registry.publish import Publisher
 from gitreg.registry.resolve import Resolver
@@ -363,14 +365,35 @@ class Services:
         """The registry service (`terraform init`'s path) and the publisher of repository changes."""
         cache, shared, catalog = self.cache, self.shared, self.catalog
         resolver, signatures = self.resolver, self.signatures
-        self.registry = Registry(self.config, resolver, cache, self.pins, shared, catalog, self.archives, signatures)
+        declarations = Declarations(
+            self.mirrors,
+            None if self.role is Role.INDEX else self._storage() / DECLARATIONS_FILE,
+            self.files,
+            self.config.cache.error_retry_seconds,
+            self.clock,
+        )
+        await declarations.load()
+        self.metrics.watch_declarations(declarations)
+        # The index process serves nothing: it reads no .gitreg.toml (the serving process does).
+        served = None if self.role is Role.INDEX else declarations
+        self.registry = Registry(
+            self.config, resolver, cache, self.pins, shared, catalog, self.archives, signatures, served
+        )
+        cache.on_fetched.connect(self.registry.tags_fetched)
         publisher = self.publisher = Publisher(self.config, cache, shared, self.orgs)
         shared.on_invalidate.connect(publisher.changed_elsewhere)
         shared.on_reconnect.connect(publisher.reconnected)
         # The pins on disk are the truth: published again at every (re)connect, an earlier one adopted.
         shared.on_pin.connect(self.pins.adopt)
         shared.share_pins(self.pins.entries, self.config.git.allow_moved_tags)
-        yield
+        try:
+            if declarations.state is None:
+                yield
+            else:
+                async with declarations.state.flushing(FLUSH_SECONDS):
+                    yield
+        finally:
+            await declarations.close()
 
     async def _signatures(self) -> AsyncIterator[None]:
         """[signing] with keys, in the serving process: which versions a trusted key signed (registry.signatures)."""

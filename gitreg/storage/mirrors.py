@@ -244,6 +244,21 @@ class MirrorStore:
         finally:
             await self._call(_remove_tree, str(tmp))
 
+    async def read_file(self, url: str, sha: str, file_path: str, limit: int) -> bytes | None:
+        """The file `file_path` of commit `sha` of `url` (None: no such file), from a shallow fetch of that
+        one commit (by object name) into a scratch repository, removed after. ValueError when the file
+        is larger than `limit`. Failures are not remembered here: the caller keeps what it read last
+        and asks again later. (Not from a mirror: a mirror holds tags, and the default branch's commit
+        is rarely one; nor does it count in `fetches`, the trees fetched for archives and details.)"""
+        self._raise_remembered(url)
+        tmp = self.root / f"tmp-{uuid.uuid4().hex}"
+        try:
+            await self._git(url, self.git.init, str(tmp))
+            await self._git(url, self.git.fetch_head, str(tmp), url, sha)
+            return await self._git(url, self.git.read_file, str(tmp), sha, file_path, limit)
+        finally:
+            await self._call(_remove_tree, str(tmp))
+
     async def ensure(self, url: str, sha: str) -> Path:
         """The mirror of `url`, holding commit `sha` (cloned or fetched as needed). Call it inside hold()."""
         path = self.path_for(url)

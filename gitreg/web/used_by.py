@@ -21,7 +21,14 @@ from gitreg.index.model import IndexEntry
 from gitreg.usage.model import Install
 from gitreg.usage.view import ConsumersView, consumers_view
 from gitreg.web.auth import visibility
-from gitreg.web.keys import CONFIG, INSTALLS, USAGE
+from gitreg.web.keys import CONFIG, INSTALLS, REGISTRY, USAGE
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A version as listed, for the .gitreg.toml declaration's lookups."""
+
+    canonical: str
 
 
 @dataclass(frozen=True)
@@ -109,11 +116,14 @@ def consumers_for(
     """`address`'s consumers as a reader who sees `seen` may see them (`versions`: its served versions): the one
     place the consumers API and the module page ask."""
     usage = request.app[USAGE]
+    declared = request.app[REGISTRY].declared_for(address)  # .gitreg.toml as last read: no git here
     return consumers_view(
         str(address),
         usage.consumers(str(address)),
         versions,
         lambda scan: reads_repository(seen, scan.namespace)(scan.repository),
+        deprecated=lambda version: declared.deprecation(_Listed(version)) is not None,
+        revoked=lambda version: declared.revocation(_Listed(version)) is not None,
     )
 
 

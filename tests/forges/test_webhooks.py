@@ -136,9 +136,9 @@ async def test_after_a_webhook_the_refresh_runs_in_the_background_once(make_clie
             break
         await asyncio.sleep(0.02)
     assert cache.stats.refreshes == 2
-    assert git_http.ref_advertisements("public.git") == 2
+    assert git_http.ref_listings("public.git") == 2
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
-    assert git_http.ref_advertisements("public.git") == 2  # served from the refreshed cache
+    assert git_http.ref_listings("public.git") == 2  # served from the refreshed cache
 
 
 # --- anything else changes nothing ---------------------------------------------------------------
@@ -165,7 +165,7 @@ async def test_unsigned_or_wrongly_signed_github_webhook_is_401_and_changes_noth
     await assert_error(resp, 401, "X-Hub-Signature-256")
     assert "WWW-Authenticate" not in resp.headers  # not a registry-token challenge
     assert await versions_of(client) == ["1.0.0"]
-    assert git_http.ref_advertisements("public.git") == 1
+    assert git_http.ref_listings("public.git") == 1
     assert client.app[CACHE].stats.invalidations == 0
 
 
@@ -212,7 +212,7 @@ async def test_unknown_repository_is_202_with_a_note_and_no_git_call(make_client
     body = await resp.json()
     assert body["result"] == "unknown_repository" and "no repository" in body["note"]
     await asyncio.sleep(0.05)
-    assert git_http.ref_advertisements() == 1
+    assert git_http.ref_listings() == 1
     assert client.app[CACHE].stats.invalidations == 0
 
 
@@ -232,11 +232,14 @@ async def test_events_that_are_not_tag_pushes_are_202_and_change_nothing(
     client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
     await versions_of(client)
     post = post_github if provider == "github" else post_gitlab
-    resp = await post(client, fixture(name), event=event)
+    payload = fixture(name)
+    if "push-branch" in name:  # a push to the default branch re-reads .gitreg.toml (#35); another branch's does nothing
+        payload["ref"] = "refs/heads/feature-x"
+    resp = await post(client, payload, event=event)
     assert resp.status == 202
     assert (await resp.json())["result"] == "ignored"
     assert client.app[CACHE].stats.invalidations == 0
-    assert git_http.ref_advertisements() == 1
+    assert git_http.ref_listings() == 1
 
 
 async def test_github_ping_is_answered_so_the_hook_shows_as_working(make_client, repo):

@@ -261,7 +261,7 @@ async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http
     assert resp.status == 200, await resp.text()
     # gitreg lists tags over https (with [[credentials]]); clients clone over ssh with their keys.
     assert resp.headers["X-Terraform-Get"] == "git::ssh://git@github.com/acme-infra/terraform-aws-vpc.git?ref=v1.0.0"
-    assert git_http.ref_advertisements("terraform-aws-vpc.git") == 1
+    assert git_http.ref_listings("terraform-aws-vpc.git") == 1
 
 
 async def test_an_unknown_name_in_an_org_namespace_is_404_without_any_git_call(make_client, github, git_http, tmp_path):

@@ -81,7 +81,9 @@ async def test_100_concurrent_cold_requests_make_exactly_one_ref_advertisement(m
     results = await asyncio.gather(*(client.get("/v1/modules/demo/hello/null/versions") for _ in range(100)))
     assert [r.status for r in results] == [200] * 100
     assert {tuple(v["version"] for v in (await r.json())["modules"][0]["versions"]) for r in results} == {("1.0.0",)}
-    assert git_http.ref_advertisements("public.git") == 1
+    # One ref listing (and one fetch of the default branch's .gitreg.toml by object name: no listing, #35).
+    assert git_http.ref_listings("public.git") == 1
+    assert git_http.ref_advertisements("public.git") == 2
     stats = client.app[CACHE].stats
     assert (stats.refreshes, stats.misses, stats.coalesced) == (1, 100, 99)
 
@@ -117,11 +119,12 @@ async def test_a_failed_refresh_backs_off_instead_of_asking_a_down_host_on_every
     config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300, "negative_ttl_seconds": 60})
     client = await clocked_client(config)
     await versions_of(client)
+    before = git_http.ref_advertisements("public.git")  # the tags, and the default branch's .gitreg.toml (#35)
     git_http.mode = "error"
     clock.advance(301)
     for _ in range(10):
         assert await versions_of(client) == ["1.0.0"]
-    assert git_http.ref_advertisements("public.git") == 2  # the first fetch, then one failed refresh
+    assert git_http.ref_advertisements("public.git") == before + 1  # one failed refresh
     assert client.app[CACHE].stats.stale_served == 10
 
 
@@ -260,7 +263,7 @@ async def test_refresh_ahead_serves_the_expired_list_at_once_and_refreshes_once(
     cache = client.app[CACHE]
     assert cache.stats.stale_served == 10
     await settle(cache, 2)
-    assert git_http.ref_advertisements("public.git") == 2  # one background refresh for all ten
+    assert git_http.ref_listings("public.git") == 2  # one background refresh for all ten
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
 
 
@@ -296,11 +299,11 @@ async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_
         assert await versions_of(client, f"acme/{name}/aws") == ["1.0.0"]
     assert len(cache) == 2 and cache.stats.evictions == 1
     assert await versions_of(client, "acme/b/aws") == ["1.0.0"]  # still cached: no git call
-    assert git_http.ref_advertisements("b.git") == 1
+    assert git_http.ref_listings("b.git") == 1
     assert await versions_of(client, "acme/a/aws") == ["1.0.0"]  # fetched again, evicts c (least recent)
-    assert git_http.ref_advertisements("a.git") == 2
+    assert git_http.ref_listings("a.git") == 2  # its .gitreg.toml not read again: same commit
     assert await versions_of(client, "acme/b/aws") == ["1.0.0"]
-    assert git_http.ref_advertisements("b.git") == 1
+    assert git_http.ref_listings("b.git") == 1
     assert len(cache) == 2
 
 
@@ -317,7 +320,7 @@ async def test_a_flood_of_typos_does_not_evict_good_tag_lists(make_client, git_h
     for i in range(3):
         await assert_error(await client.get(f"/v1/modules/acme/typo{i}/aws/versions"), 404)
     assert await versions_of(client, "acme/good/aws") == ["1.0.0"]
-    assert git_http.ref_advertisements("good.git") == 1
+    assert git_http.ref_listings("good.git") == 1
 
 
 async def test_invalidation_during_an_upstream_call_is_followed_by_one_more_refresh(make_client, git_http, tmp_path):
@@ -335,9 +338,9 @@ async def test_invalidation_during_an_upstream_call_is_followed_by_one_more_refr
     git_http.mode = "ok"
     assert await request == ["1.0.0"]
     await settle(cache, 2)
-    assert git_http.ref_advertisements("public.git") == 2
+    assert git_http.ref_listings("public.git") == 2
     assert await versions_of(client) == ["1.0.0"]
-    assert git_http.ref_advertisements("public.git") == 2  # and the second answer is fresh for the TTL
+    assert git_http.ref_listings("public.git") == 2  # and the second answer is fresh for the TTL
 
 
 async def test_invalidating_never_extends_how_long_a_stale_list_is_served(clocked_client, clock, git_http, tmp_path):

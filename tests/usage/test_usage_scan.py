@@ -6,6 +6,7 @@ The Git hosts' APIs are the fakes of tests/support/forges.py; the repositories a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -192,3 +193,26 @@ def test_check_probe_consumers_prints_the_modules_consumers(tmp_path: Path, caps
     assert "acme/platform-live envs/dev/network/main.tf:3 version 1.4.2 -> 1.4.2 [not on the latest major]" in out
     assert "other-host" not in out
     assert not (tmp_path / "state" / "usage.json").exists()  # a probe persists nothing
+
+
+async def test_consumers_are_flagged_by_the_modules_gitreg_toml(tmp_path: Path, aiohttp_client: Any) -> None:
+    async for site in start(aiohttp_client, tmp_path, "github"):
+        # The module retires versions on its default branch: 1.4.2 revoked, everything before 1.3 deprecated.
+        declared = '[[revoked]]\nversions = "= 1.4.2"\nreason = "leaks"\n'
+        declared += '[[deprecated]]\nversions = "< 1.3.0"\nreason = "old"\n'
+        site.repos["terraform-aws-vpc"].commit({".gitreg.toml": declared}, "retire versions")
+        await site.scanned()
+        flags: dict[str, tuple[str | None, bool, bool]] = {}
+        deadline = time.monotonic() + 30
+        while flags.get("envs/dev/network/main.tf", (None, False, False))[2] is not True:
+            assert time.monotonic() < deadline, flags
+            body = await site.consumers(bearer(site.alice))  # the first asks fetch the tags, then the file
+            flags = {
+                c["file"]: (c["newest_allowed"], c["allows_deprecated"], c["pinned_revoked"]) for c in body["consumers"]
+            }
+            await asyncio.sleep(0.1)
+        assert flags == {
+            "main.tf": ("1.2.0", True, False),  # ~> 1.2 now resolves to 1.2.0 (1.4.2 is revoked), which is deprecated
+            "envs/prod/main.tf": ("1.2.0", True, False),
+            "envs/dev/network/main.tf": (None, False, True),  # pinned to the revoked 1.4.2: nothing it allows is served
+        }

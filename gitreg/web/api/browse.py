@@ -23,7 +23,7 @@ from gitreg.index.details import ModuleDetails
 from gitreg.index.model import IndexedVersion, IndexEntry
 from gitreg.web.address import request_address
 from gitreg.web.auth import visibility
-from gitreg.web.keys import BROWSE
+from gitreg.web.keys import BROWSE, REGISTRY
 from gitreg.web.provenance import version_provenance
 from gitreg.web.route_rules import Access
 
@@ -156,6 +156,8 @@ async def _details_response(request: web.Request, entry: IndexEntry, shown: Inde
         refused_versions=sorted(browse.refused_versions(entry)),
     )
     body.update((await version_provenance(request, entry, shown, details)).to_json())  # commit, archive_sha256, moved
+    # .gitreg.toml: `deprecation`, `revoked` (each null or with its reason) and `declaration_problem`
+    body.update(request.app[REGISTRY].declared_for(entry.address).details(shown))
     return web.json_response(body)
 
 

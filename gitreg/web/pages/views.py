@@ -33,7 +33,7 @@ from gitreg.index.details import ModuleDetails
 from gitreg.index.files import checked_path
 from gitreg.index.model import DetailsPending, IndexedVersion, IndexEntry, NotListedYet
 from gitreg.web.auth import visibility
-from gitreg.web.keys import BROWSE, CONFIG
+from gitreg.web.keys import BROWSE, CONFIG, REGISTRY
 from gitreg.web.pages.listing import index_page, name_page, namespace_page, no_page
 from gitreg.web.pages.markdown import Links
 from gitreg.web.pages.providers import provider_page, providers_page
@@ -218,6 +218,7 @@ async def module_page(request: web.Request) -> web.Response:
     examples = rendered[1 + len(submodules) :] if details else []
     published_at = (details.published_at if details else "") or (entry.published_at if version == entry.latest else "")
     signature, refused = await request.app[BROWSE].signature(entry, version)
+    declared = request.app[REGISTRY].declared_for(address)  # .gitreg.toml: banners and picker badges
     return render(
         request,
         "module.html",
@@ -245,6 +246,8 @@ async def module_page(request: web.Request) -> web.Response:
         refused=refused,
         refused_versions=request.app[BROWSE].refused_versions(entry),
         provenance=await version_provenance(request, entry, version, details),  # commit, archive sha256, moved tag
+        lifecycle=declared.details(version),
+        marks=declared.marks(entry.versions),
     )
 
 
