@@ -85,7 +85,7 @@ class DetailsStore:
         return self.root / ContentKey(repository, path, sha).details_name
 
     def load(self, repository: str, path: str, sha: str) -> ModuleDetails | None:
-        """The stored details, or None (absent, unreadable, or cut short: built again)."""
+        """The stored details, or None (absent, unreadable, cut short, or without the archive's SHA-256)."""
         try:
             data = json.loads(self._file(repository, path, sha).read_text(encoding="utf-8"))
             details = ModuleDetails(
@@ -98,7 +98,9 @@ class DetailsStore:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return None if cut_short(details) else details
+        # Written before details kept the archive's SHA-256 (the key absent, not null): read again,
+        # once, so that every version's page and details show it.
+        return None if cut_short(details) or "archive_sha256" not in data else details
 
     def save(self, repository: str, path: str, sha: str, details: ModuleDetails) -> None:
         """Write the details atomically."""

@@ -151,3 +151,19 @@ async def test_details_an_earlier_gitreg_kept_with_a_cut_short_note_are_read_aga
     again = await make_client(config_for(git_http, tmp_path, parse_seconds=20))
     assert_complete(await full_details(again, seconds=30))
     assert json.loads(path.read_text())["root"]["notes"] == []  # read again, once: the new file has no such note
+
+
+async def test_details_kept_without_the_archive_sha256_are_read_again(make_client, git_http, tmp_path):
+    vpc_repo(tmp_path)
+    client = await make_client(config_for(git_http, tmp_path, parse_seconds=20))
+    assert_complete(await full_details(client, seconds=30))
+    await client.close()
+    # What gitreg wrote before details kept the archive's SHA-256: no such key at all.
+    [path] = (tmp_path / "state" / "details").glob("*.json")
+    old = json.loads(path.read_text())
+    sha = old.pop("archive_sha256")
+    assert isinstance(sha, str) and len(sha) == 64
+    path.write_text(json.dumps(old))
+    again = await make_client(config_for(git_http, tmp_path, parse_seconds=20))
+    assert_complete(await full_details(again, seconds=30))
+    assert json.loads(path.read_text())["archive_sha256"] == sha  # read again, once, with the same archive
