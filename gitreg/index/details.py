@@ -117,8 +117,9 @@ class DetailsService:
         # The repository is kept while it is read (a mirror is held from eviction under
         # [storage] max_bytes, a scratch fetch removed after); reading details is background work.
         with git_priority(Priority.BACKGROUND):
-            archives = resolved.rule.download == "archive"  # its downloads need the mirror anyway
-            async with self.mirrors.snapshot(resolved.repository, tagged.tag, tagged.sha, archives) as mirror:
+            # A mirror when one is kept, else one tag's shallow fetch: never a mirror made just to be
+            # described, archive mode (the default) included; its first download makes the mirror.
+            async with self.mirrors.snapshot(resolved.repository, tagged.tag, tagged.sha) as mirror:
                 self.builds += 1
                 tree = await self.pool.run(
                     read_commit, self.git, str(mirror), resolved, tagged, host=origin_label(resolved.repository)

@@ -45,6 +45,10 @@ _FORMAT = 1
 MAX_KEPT = 20_000  # (repository, folder) pairs remembered; the least recently used go first
 MAX_LABELS = 2_000  # distinct `module` label values per counter; then "other"
 FLUSH_SECONDS = 5.0
+# How long a first request waits for the first read of a module's .gitreg.toml: a shallow fetch of one
+# commit takes well under a second; a host slower than this is answered as declaring nothing for now
+# (the read goes on; the next answer has it), so that no request nears Terraform's 10 s.
+FIRST_READ_WAIT = 3.0
 
 Key = tuple[str, str]  # (repository, folder in it: "" for the root)
 
@@ -111,7 +115,8 @@ class Declarations:
         """The declaration of (repository, folder) at the default-branch commit `head`.
 
         Read at `head` when it was not: the caller waits only when nothing was ever read (a first
-        request); otherwise the last good declaration answers while the read runs in the background.
+        request), at most FIRST_READ_WAIT; otherwise the last good declaration answers while the read
+        runs in the background.
         """
         found = self.known(repository, folder, head)
         if found is not None or head is None:
@@ -123,7 +128,10 @@ class Declarations:
             return last.declaration
         if self._clock() < self._retry_at.get(key, 0.0):
             return NOTHING  # the read failed moments ago: served as declaring nothing until it succeeds
-        read = await self._reading.wait(self._start(key, head))
+        try:
+            read = await asyncio.wait_for(self._reading.wait(self._start(key, head)), FIRST_READ_WAIT)
+        except TimeoutError:
+            return NOTHING
         return read or NOTHING
 
     def last(self, repository: str, folder: str, head: str | None) -> Declaration:

@@ -158,16 +158,26 @@ class Registry:
     async def versions_answer(self, address: ModuleAddress) -> bytes:
         """The versions endpoint's JSON body (UTF-8), rendered once per fetched tag list and address."""
         resolved, derived, found = await self._versions(address)
-        declared = self._declared_now(resolved) or await self.declared(resolved)
+        declared = self._declared_now(resolved)
         key = (resolved.rule.tag_prefix, address)
         stamp = self.signatures.stamp(resolved.rule) if self.signatures is not None else 0
         memo = derived.answers.get(key)
-        if memo is not None and memo[0] == stamp and memo[1] is declared:
+        if declared is not None and memo is not None and memo[0] == stamp and memo[1] is declared:
             text, listed = memo[2], memo[3]
         else:
+            # The .gitreg.toml read and the signatures' verification wait side by side, not one after the other.
+            pending = asyncio.ensure_future(self.declared(resolved)) if declared is None else None
             complete = True
-            if self.signatures is not None:  # where required, unsigned versions are left out
-                found, complete = await self.signatures.served(resolved, found)
+            try:
+                if self.signatures is not None:  # where required, unsigned versions are left out
+                    found, complete = await self.signatures.served(resolved, found)
+            except BaseException:
+                if pending is not None:
+                    pending.cancel()  # the read itself is shared and goes on (Declarations)
+                raise
+            if pending is not None:
+                declared = await pending
+            assert declared is not None
             # Neither CLI reads `source` (Terraform and OpenTofu only log it); Renovate shows it as the
             # module's source link when it is an http(s) URL: the repository's web page, when known.
             source = urls.web_url(resolved.clone_url) or str(address)

@@ -6,7 +6,9 @@ the download and archive answers (410), a push webhook, a monorepo path, the met
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -108,6 +110,28 @@ async def test_versions_answer_leaves_revoked_out_and_marks_deprecated(make_clie
     ]
     # The default branch's commit came with the tags (one ref listing), its file by object name.
     assert git_http.ref_listings("public.git") == 1
+
+
+@pytest.mark.slow  # real git over HTTP, a held fetch
+async def test_a_host_slow_to_give_the_file_holds_the_first_answer_seconds_not_until_git_gives_up(
+    make_client, git_http, tmp_path
+):
+    module_repo(tmp_path / "repos")
+    config = make_config([rule(git_http.url("public.git"), "git")], index={"enabled": False})
+    client = await make_client(config)
+    git_http.hold_fetches()  # the tags are listed; the fetch of the default branch's commit waits
+    try:
+        started = time.monotonic()
+        first = await versions_answer(client)
+        assert time.monotonic() - started < 6  # FIRST_READ_WAIT (3 s), well under Terraform's 10 s
+        assert [v["version"] for v in first] == ["2.0.0", "1.4.2", "1.4.1"]  # not read yet: nothing declared
+    finally:
+        git_http.release_fetches()
+    for _ in range(100):  # the read went on; the next answers have it
+        if await versions_answer(client) == [{"version": "2.0.0"}, {"version": "1.4.1", "deprecation": DEPRECATION}]:
+            break
+        await asyncio.sleep(0.1)
+    assert await versions_answer(client) == [{"version": "2.0.0"}, {"version": "1.4.1", "deprecation": DEPRECATION}]
 
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
