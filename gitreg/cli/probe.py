@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from gitreg.cli.archive_mode import MovedReport
-from gitreg.cli.declared import probe_declaration
+from gitreg.cli.declared import declaration_lines, probe_declaration
 from gitreg.cli.exits import EXIT_CONFIG, EXIT_OK, EXIT_PROBE_FAILED
 from gitreg.config.model import Config, ModuleRule
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
@@ -199,6 +199,8 @@ def probe_orgs(config: Config, adapter: GitAdapter) -> int:
             )
             lines += [f"  module {repo.address} <- {repo.full_name} ({mask_url(repo.repository)})"]
             lines += [f"    versions ({len(found.versions)}): {shown}", *moved.lines(repo.repository, tags.tags)]
+            declared, declared_ok = declaration_lines(adapter, repo.repository, tags.head, "", found.versions)
+            lines, failed = lines + [f"  {line}" for line in declared], failed or not declared_ok
             if config.signing.keys:
                 from gitreg.cli.signatures import signature_lines  # only a probe with [signing] keys needs it
 

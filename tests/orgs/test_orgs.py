@@ -649,6 +649,26 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
     assert API_TOKEN not in out + result.stderr
 
 
+def test_check_probe_reports_an_org_modules_malformed_gitreg_toml_and_what_a_good_one_declares(git_http, tmp_path):
+    fake = FakeForge("gitlab", git_http, "platform/terraform", token=API_TOKEN)
+    bad = module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.2.0"))
+    bad.commit({".gitreg.toml": '[[revoked]]\nversions = "~> banana"\nreason = "x"\n'})
+    good = module_repo(tmp_path, "terraform-aws-iam", ("1.0.0", "1.1.0"))
+    good.commit({".gitreg.toml": '[[revoked]]\nversions = "= 1.1.0"\nreason = "leaks"\n'})
+    with fake.in_thread():
+        fake.add("terraform-aws-vpc")
+        fake.add("terraform-aws-iam")
+        config = write_config(tmp_path, fake, git_http)
+        result = run_gitreg(
+            "check", "--probe", "--config", str(config), env={"ORG_TOKEN": API_TOKEN, "GIT_PASSWORD": GIT_PASSWORD}
+        )
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr  # a malformed file fails the probe
+    assert "ERROR: .gitreg.toml is malformed and declares nothing: revoked[0].versions" in out
+    assert "revoked 1.1.0: leaks (not listed; its download answers 410)" in out
+    assert "Traceback" not in result.stderr
+
+
 # --- end to end: the real Terraform CLI installs an org module ------------------------------------
 
 
