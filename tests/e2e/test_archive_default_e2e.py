@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import stat
 import urllib.request
-from typing import cast
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,21 +16,11 @@ from tests.support.app import GIT_PASSWORD, GIT_USER
 from tests.support.githttp import GitHttpServer
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import clean_env, cli_config
 
 pytestmark = pytest.mark.slow  # a real gitreg process and both real Terraform CLIs
 
-CLIENTS = terraform_clients()
 TOKEN = "e2e-default-archive-token-31c9"
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def client(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()  # fails under CI=true, skips elsewhere
-    return request.param
 
 
 def get(url: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]]:
@@ -40,7 +29,9 @@ def get(url: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]]
         return resp.status, resp.read(), dict(resp.headers)
 
 
-def test_terraform_installs_a_module_with_no_download_key_from_its_archive_with_a_generated_key(client, tmp_path):
+def test_terraform_installs_a_module_with_no_download_key_from_its_archive_with_a_generated_key(
+    terraform_client, tmp_path
+):
     root = tmp_path / "repos"
     hello = GitRepo(root, "hello")
     hello.commit({"main.tf": 'output "v" { value = "hello-1.2.0" }\n'})
@@ -72,8 +63,8 @@ def test_terraform_installs_a_module_with_no_download_key_from_its_archive_with_
                 TF_TOKEN_registry_example_test=TOKEN,
                 PATH=str(empty_bin),
             )
-            result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=tf_env)
-            assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
+            result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=work, env=tf_env)
+            assert result.returncode == 0, f"{terraform_client.name} init failed:\n{result.stdout}\n{result.stderr}"
             _, body, headers = get(f"{server.url}/v1/modules/demo/hello/null/1.2.0/download", TOKEN)
             location = json.loads(body)["location"]
             assert location == headers["X-Terraform-Get"]

@@ -11,7 +11,6 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -19,16 +18,12 @@ from tests.support.lifecycle import module_repo
 from tests.support.process import GitregProcess
 from tests.support.terraform import (
     REGISTRY_HOST,
-    TerraformClient,
     clean_env,
     cli_config,
-    require_clients,
-    terraform_clients,
 )
 
 pytestmark = pytest.mark.slow  # a real gitreg process and both real Terraform CLIs
 
-CLIENTS = terraform_clients()
 DECLARED = """
 [[deprecated]]
 versions = "< 1.4.0"
@@ -39,15 +34,6 @@ versions = "= 1.4.2"
 reason   = "leaks the KMS key ARN in an output"
 """
 REASON = "leaks the KMS key ARN in an output"
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def client(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()  # fails under CI=true, skips elsewhere
-    return request.param
 
 
 def root_module(directory: Path, blocks: dict[str, str]) -> Path:
@@ -78,7 +64,7 @@ def get(url: str) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("download", ["git", "archive"])
-def test_terraform_installs_a_deprecated_version_and_skips_a_revoked_one(client, tmp_path, download):
+def test_terraform_installs_a_deprecated_version_and_skips_a_revoked_one(terraform_client, tmp_path, download):
     repo = module_repo(tmp_path / "repos", "hello", DECLARED, ("1.3.0", "1.4.0", "1.4.1", "1.4.2"))
     config = tmp_path / "gitreg.toml"
     config.write_text(
@@ -100,15 +86,15 @@ def test_terraform_installs_a_deprecated_version_and_skips_a_revoked_one(client,
         cli = cli_config(tmp_path / "cli.tfrc", server.url)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(cli))
         work = root_module(tmp_path / "work", {"deprecated": "1.3.0", "constrained": "~> 1.4"})
-        result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
-        assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
+        result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
+        assert result.returncode == 0, f"{terraform_client.name} init failed:\n{result.stdout}\n{result.stderr}"
         # Neither CLI prints anything of `deprecation` (1.11.4 and 1.15: only HCP Terraform's runs warn).
         # Installed with `deprecation` present; `~> 1.4` resolves to the newest version not revoked.
         assert installed(work) == {"deprecated": "1.3.0", "constrained": "1.4.1"}
         assert '"1.4.1"' in output_of(work, "constrained") and '"1.3.0"' in output_of(work, "deprecated")
 
         pinned = root_module(tmp_path / "pinned", {"revoked": "1.4.2"})
-        result = client.run(["init", "-input=false", "-no-color"], cwd=pinned, env=env)
+        result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=pinned, env=env)
         assert result.returncode != 0, result.stdout
         assert "Unresolvable module version constraint" in result.stderr
         assert "The newest available version is 1.4.1" in result.stderr

@@ -8,27 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
 
 import pytest
 
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import clean_env, cli_config
 
 pytestmark = pytest.mark.slow
-CLIENTS = terraform_clients()
 HOST = "registry.example.test"
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def client(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()
-    return request.param
 
 
 def signed_setup(tmp_path: Path, download: str) -> Path:
@@ -62,19 +51,19 @@ def root_module(directory: Path, version: str) -> Path:
 
 
 @pytest.mark.parametrize("download", ["git", "archive"])
-def test_terraform_installs_the_newest_signed_version_and_refuses_an_unsigned_pin(client, tmp_path, download):
+def test_terraform_installs_the_newest_signed_version_and_refuses_an_unsigned_pin(terraform_client, tmp_path, download):
     config = signed_setup(tmp_path, download)
     with GitregProcess("--config", str(config)) as server:
         cli_config(tmp_path / "cli.tfrc", server.url)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"))
         moving = root_module(tmp_path / "moving", "~> 1.0")
-        result = client.run(["init", "-input=false", "-no-color"], cwd=moving, env=env)
-        assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
+        result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=moving, env=env)
+        assert result.returncode == 0, f"{terraform_client.name} init failed:\n{result.stdout}\n{result.stderr}"
         manifest = json.loads((moving / ".terraform/modules/modules.json").read_text())
         assert {m["Key"]: m.get("Version") for m in manifest["Modules"] if m["Key"]} == {"m": "1.1.0"}
         assert 'value = "1.1.0"' in (moving / ".terraform/modules/m/main.tf").read_text()
         pinned = root_module(tmp_path / "pinned", "1.2.0")
-        refused = client.run(["init", "-input=false", "-no-color"], cwd=pinned, env=env)
+        refused = terraform_client.run(["init", "-input=false", "-no-color"], cwd=pinned, env=env)
     assert refused.returncode != 0
     text = refused.stdout + refused.stderr
     # Not listed, so the CLI never reaches the download: no version matches, the newest is the signed one.
