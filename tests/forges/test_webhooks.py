@@ -49,21 +49,23 @@ def rule(url: str, **extra: Any) -> dict[str, Any]:
     return {"namespace": "demo", "name": "hello", "system": "null", "repository": url, **extra}
 
 
-async def long_ttl_client(make_client, rules: list[dict[str, Any]], **sections: Any):
-    """A registry whose tag lists never expire during the test: only a webhook can show a new tag."""
+async def long_ttl_client(serve_client, rules: list[dict[str, Any]], **sections: Any):
+    """A registry whose tag lists never expire during the test: only a webhook can show a new tag.
+    What `gitreg serve` builds with the index off: these tests read no list, search or details."""
     sections.setdefault("webhooks", WEBHOOKS)
-    return await make_client(make_config(rules, cache={"ttl_seconds": 3600}, **sections))
+    sections.setdefault("index", {"enabled": False})
+    return await serve_client(make_config(rules, cache={"ttl_seconds": 3600}, **sections))
 
 
 # --- a signed tag event makes the new tag visible without waiting for the TTL ------------------
 
 
 async def test_signed_github_tag_push_makes_a_new_tag_visible_without_waiting_for_the_ttl(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await long_ttl_client(make_client, [rule(url)])
+    client = await long_ttl_client(serve_client, [rule(url)])
     assert await versions_of(client) == ["1.0.0"]
     repo.tag("v1.2.0")
     assert await versions_of(client) == ["1.0.0"]  # cached for an hour
@@ -73,11 +75,11 @@ async def test_signed_github_tag_push_makes_a_new_tag_visible_without_waiting_fo
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
 
 
-async def test_github_payload_matches_the_rule_by_its_clone_url(make_client, git_http, tmp_path):
+async def test_github_payload_matches_the_rule_by_its_clone_url(serve_client, git_http, tmp_path):
     # gitreg lists tags from a URL of its own; clients (and GitHub's payload) know the repository
     # as github.com/Codertocat/Hello-World: the unmodified payload must still refresh it.
     repo = public_repo(tmp_path)
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
+    client = await long_ttl_client(serve_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
     assert await versions_of(client) == ["1.0.0"]
     repo.tag("v1.2.0")
     resp = await post_github(client, fixture("github-create-tag.json"), event="create")
@@ -85,10 +87,10 @@ async def test_github_payload_matches_the_rule_by_its_clone_url(make_client, git
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
 
 
-async def test_signed_gitlab_tag_push_of_a_subgroup_project_makes_the_new_tag_visible(make_client, git_http, tmp_path):
+async def test_signed_gitlab_tag_push_of_a_subgroup_project_makes_the_new_tag_visible(serve_client, git_http, tmp_path):
     repo = public_repo(tmp_path)
     # The rule names the project scp-style; the payload by https, ssh and web URLs, in a subgroup.
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
+    client = await long_ttl_client(serve_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
     assert await versions_of(client) == ["1.0.0"]
     repo.tag("v1.2.0")
     resp = await post_gitlab(client, fixture("gitlab-tag-push.json"))
@@ -96,9 +98,9 @@ async def test_signed_gitlab_tag_push_of_a_subgroup_project_makes_the_new_tag_vi
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
 
 
-async def test_gitlab_push_hook_for_a_tag_ref_also_refreshes(make_client, git_http, tmp_path):
+async def test_gitlab_push_hook_for_a_tag_ref_also_refreshes(serve_client, git_http, tmp_path):
     repo = public_repo(tmp_path)
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
+    client = await long_ttl_client(serve_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
     assert await versions_of(client) == ["1.0.0"]
     repo.tag("v1.2.0")
     payload = fixture("gitlab-push-branch.json") | {"ref": "refs/tags/v1.2.0"}
@@ -107,11 +109,11 @@ async def test_gitlab_push_hook_for_a_tag_ref_also_refreshes(make_client, git_ht
     assert await versions_of(client) == ["1.2.0", "1.0.0"]
 
 
-async def test_webhook_refreshes_repositories_a_wildcard_rule_has_resolved(make_client, git_http, tmp_path):
+async def test_webhook_refreshes_repositories_a_wildcard_rule_has_resolved(serve_client, git_http, tmp_path):
     repo = public_repo(tmp_path, "terraform-aws-vpc")
     wildcard = {"namespace": "acme", "repository": git_http.base_url + "/terraform-{system}-{name}.git"}
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
-    client = await long_ttl_client(make_client, [wildcard], credentials=credentials)
+    client = await long_ttl_client(serve_client, [wildcard], credentials=credentials)
     assert await versions_of(client, "acme/vpc/aws") == ["1.0.0"]
     repo.tag("v1.2.0")
     # Another spelling of the same repository: no .git, other case, a trailing slash.
@@ -121,11 +123,11 @@ async def test_webhook_refreshes_repositories_a_wildcard_rule_has_resolved(make_
     assert await versions_of(client, "acme/vpc/aws") == ["1.2.0", "1.0.0"]
 
 
-async def test_after_a_webhook_the_refresh_runs_in_the_background_once(make_client, git_http, tmp_path):
+async def test_after_a_webhook_the_refresh_runs_in_the_background_once(serve_client, git_http, tmp_path):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
-    # Counts the cache's git calls: no background index asking too.
-    client = await long_ttl_client(make_client, [rule(url)], index={"enabled": False})
+    # Counts the cache's git calls: no background index asking too (long_ttl_client: the index is off).
+    client = await long_ttl_client(serve_client, [rule(url)])
     await versions_of(client)
     repo.tag("v1.2.0")
     resp = await post_github(client, pointed_at(fixture("github-push-tag.json"), url))
@@ -146,11 +148,11 @@ async def test_after_a_webhook_the_refresh_runs_in_the_background_once(make_clie
 
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc", "sha256=", "wrong-secret", "sha256=é"])
 async def test_unsigned_or_wrongly_signed_github_webhook_is_401_and_changes_nothing(
-    make_client, git_http, tmp_path, signature
+    serve_client, git_http, tmp_path, signature
 ):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await long_ttl_client(make_client, [rule(url)])
+    client = await long_ttl_client(serve_client, [rule(url)])
     await versions_of(client)
     repo.tag("v1.2.0")
     body = json.dumps(pointed_at(fixture("github-push-tag.json"), url)).encode()
@@ -169,10 +171,10 @@ async def test_unsigned_or_wrongly_signed_github_webhook_is_401_and_changes_noth
     assert client.app[CACHE].stats.invalidations == 0
 
 
-async def test_a_signature_over_a_different_body_is_refused(make_client, git_http, tmp_path):
+async def test_a_signature_over_a_different_body_is_refused(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await long_ttl_client(make_client, [rule(url)])
+    client = await long_ttl_client(serve_client, [rule(url)])
     signed = json.dumps(fixture("github-push-branch.json")).encode()
     tampered = json.dumps(pointed_at(fixture("github-push-tag.json"), url)).encode()
     resp = await client.post("/webhooks/github", data=tampered, headers=github_headers(signed))
@@ -183,9 +185,9 @@ async def test_a_signature_over_a_different_body_is_refused(make_client, git_htt
 @pytest.mark.parametrize(
     "token", [None, "", "gitlab-webhook-token-93ad7", "gitlab-webhook-token-93ad7e ", "ünïcode-token"]
 )
-async def test_gitlab_webhook_with_a_wrong_token_is_401_and_changes_nothing(make_client, git_http, tmp_path, token):
+async def test_gitlab_webhook_with_a_wrong_token_is_401_and_changes_nothing(serve_client, git_http, tmp_path, token):
     repo = public_repo(tmp_path)
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
+    client = await long_ttl_client(serve_client, [rule(git_http.url("public.git"), clone_url=GITLAB_CLONE)])
     await versions_of(client)
     repo.tag("v1.2.0")
     headers = gitlab_headers()
@@ -203,9 +205,9 @@ async def test_gitlab_webhook_with_a_wrong_token_is_401_and_changes_nothing(make
     assert client.app[CACHE].stats.invalidations == 0
 
 
-async def test_unknown_repository_is_202_with_a_note_and_no_git_call(make_client, git_http, tmp_path):
+async def test_unknown_repository_is_202_with_a_note_and_no_git_call(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"))], index={"enabled": False})
+    client = await long_ttl_client(serve_client, [rule(git_http.url("public.git"))])
     await versions_of(client)
     resp = await post_github(client, fixture("github-push-tag.json"))  # github.com/Codertocat/Hello-World
     assert resp.status == 202
@@ -226,10 +228,10 @@ async def test_unknown_repository_is_202_with_a_note_and_no_git_call(make_client
     ],
 )
 async def test_events_that_are_not_tag_pushes_are_202_and_change_nothing(
-    make_client, git_http, tmp_path, provider, name, event
+    serve_client, git_http, tmp_path, provider, name, event
 ):
     public_repo(tmp_path)
-    client = await long_ttl_client(make_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
+    client = await long_ttl_client(serve_client, [rule(git_http.url("public.git"), clone_url=GITHUB_CLONE)])
     await versions_of(client)
     post = post_github if provider == "github" else post_gitlab
     payload = fixture(name)
@@ -242,17 +244,17 @@ async def test_events_that_are_not_tag_pushes_are_202_and_change_nothing(
     assert git_http.ref_listings() == 1
 
 
-async def test_github_ping_is_answered_so_the_hook_shows_as_working(make_client, repo):
-    client = await long_ttl_client(make_client, [rule(repo.url)])
+async def test_github_ping_is_answered_so_the_hook_shows_as_working(serve_client, repo):
+    client = await long_ttl_client(serve_client, [rule(repo.url)])
     resp = await post_github(client, fixture("github-ping.json"), event="ping")
     assert resp.status == 200
     assert (await resp.json())["result"] == "pong"
 
 
-async def test_form_encoded_github_delivery_is_accepted(make_client, git_http, tmp_path):
+async def test_form_encoded_github_delivery_is_accepted(serve_client, git_http, tmp_path):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await long_ttl_client(make_client, [rule(url)])
+    client = await long_ttl_client(serve_client, [rule(url)])
     await versions_of(client)
     repo.tag("v1.2.0")
     body = urlencode({"payload": json.dumps(pointed_at(fixture("github-push-tag.json"), url))}).encode()
@@ -275,39 +277,39 @@ async def test_form_encoded_github_delivery_is_accepted(make_client, git_http, t
     ],
     ids=["truncated", "not-utf8", "array", "deeply-nested", "no-repository", "no-url", "ref-not-a-string"],
 )
-async def test_signed_but_malformed_github_body_is_400(make_client, repo, body, fragment):
-    client = await long_ttl_client(make_client, [rule(repo.url)])
+async def test_signed_but_malformed_github_body_is_400(serve_client, repo, body, fragment):
+    client = await long_ttl_client(serve_client, [rule(repo.url)])
     resp = await client.post("/webhooks/github", data=body, headers=github_headers(body))
     await assert_error(resp, 400, fragment)
 
 
-async def test_signed_but_malformed_gitlab_body_is_400(make_client, repo):
-    client = await long_ttl_client(make_client, [rule(repo.url)])
+async def test_signed_but_malformed_gitlab_body_is_400(serve_client, repo):
+    client = await long_ttl_client(serve_client, [rule(repo.url)])
     payload = fixture("gitlab-tag-push.json")
     del payload["project"], payload["repository"]
     await assert_error(await post_gitlab(client, payload), 400, "project")
 
 
-async def test_oversized_payload_is_413_before_anything_is_parsed(make_client, repo):
-    client = await long_ttl_client(make_client, [rule(repo.url)])
+async def test_oversized_payload_is_413_before_anything_is_parsed(serve_client, repo):
+    client = await long_ttl_client(serve_client, [rule(repo.url)])
     body = b'{"padding": "' + b"x" * (1024 * 1024 + 10) + b'"}'
     resp = await client.post("/webhooks/github", data=body, headers=github_headers(body))
     await assert_error(resp, 413, "limited")
 
 
 @pytest.mark.parametrize("path", ["/webhooks/github", "/webhooks/gitlab"])
-async def test_webhook_without_a_configured_secret_is_404_with_the_error_shape(make_client, repo, path):
-    client = await make_client(make_config([rule(repo.url)]))
+async def test_webhook_without_a_configured_secret_is_404_with_the_error_shape(serve_client, repo, path):
+    client = await serve_client(make_config([rule(repo.url)], index={"enabled": False}))
     body = json.dumps(fixture("github-push-tag.json")).encode()
     resp = await client.post(path, data=body, headers=github_headers(body) | gitlab_headers())
     await assert_error(resp, 404, "not enabled", "[webhooks]")
 
 
-async def test_webhooks_are_not_behind_registry_tokens(make_client, git_http, tmp_path):
+async def test_webhooks_are_not_behind_registry_tokens(serve_client, git_http, tmp_path):
     repo = public_repo(tmp_path)
     url = git_http.url("public.git")
     headers = {"Authorization": f"Bearer {REGISTRY_TOKEN}"}
-    client = await long_ttl_client(make_client, [rule(url)], auth={"tokens": [REGISTRY_TOKEN]})
+    client = await long_ttl_client(serve_client, [rule(url)], auth={"tokens": [REGISTRY_TOKEN]})
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
     repo.tag("v1.2.0")
     resp = await post_github(client, pointed_at(fixture("github-push-tag.json"), url))  # no bearer token
@@ -317,8 +319,8 @@ async def test_webhooks_are_not_behind_registry_tokens(make_client, git_http, tm
     assert [v["version"] for v in body["modules"][0]["versions"]] == ["1.2.0", "1.0.0"]
 
 
-async def test_wrong_method_on_a_webhook_is_405_json(make_client, repo):
-    client = await long_ttl_client(make_client, [rule(repo.url)])
+async def test_wrong_method_on_a_webhook_is_405_json(serve_client, repo):
+    client = await long_ttl_client(serve_client, [rule(repo.url)])
     await assert_error(await client.get("/webhooks/github"), 405)
 
 

@@ -331,9 +331,9 @@ async def test_lists_and_search_never_show_a_scoped_token_another_namespace(clie
     assert await ids(client, "/v1/modules/search?q=aws", NOBODY) == []
 
 
-async def test_plain_string_tokens_alone_still_work(make_client, git_host, tmp_path):
+async def test_plain_string_tokens_alone_still_work(serve_client, git_host, tmp_path):
     config = make_config(rules(git_host), auth={"tokens": [ADMIN, CI]}, storage={"path": str(tmp_path / "state")})
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     for token in (ADMIN, CI):
         assert await ids(client, "/v1/modules", token) == ["acme/network/aws", "acme/vpc/aws", "other/secret/aws"]
     await assert_error(await client.get("/v1/modules"), 401)

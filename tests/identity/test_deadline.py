@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gitreg.identity.deadline import REQUEST_SECONDS
-from tests.support.app import make_config
+from tests.support.app import indexed, make_config
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost, consent, git_host, login, path_of
 
 SIGNING_KEY = "d" * 40
@@ -33,7 +33,7 @@ def gitlab(tmp_path: Path) -> Iterator[FakeOAuthHost]:
         yield fake
 
 
-def config(tmp_path: Path, fake: FakeOAuthHost) -> Any:
+def config(tmp_path: Path, fake: FakeOAuthHost, **sections: Any) -> Any:
     forge = {
         "provider": fake.provider,
         "url": fake.base_url,
@@ -42,7 +42,10 @@ def config(tmp_path: Path, fake: FakeOAuthHost) -> Any:
         "oauth_client_secret": CLIENT_SECRET,
     }
     return make_config(
-        fake.rules(), storage={"path": str(tmp_path / "state")}, auth={"signing_key": SIGNING_KEY, "forges": [forge]}
+        fake.rules(),
+        storage={"path": str(tmp_path / "state")},
+        auth={"signing_key": SIGNING_KEY, "forges": [forge]},
+        **sections,
     )
 
 
@@ -58,8 +61,9 @@ async def timed(call: Any) -> tuple[Any, float]:
 
 
 @pytest.mark.slow  # waits out a renewal and a stalled can-read (about 11 s)
-async def test_a_slow_renewal_and_a_slow_can_read_together_answer_within_one_budget(make_client, tmp_path, gitlab):
-    client = await make_client(config(tmp_path, gitlab))
+async def test_a_slow_renewal_and_a_slow_can_read_together_answer_within_one_budget(serve_client, tmp_path, gitlab):
+    # A versions answer only: what `gitreg serve` builds with the index off.
+    client = await serve_client(config(tmp_path, gitlab, index={"enabled": False}))
     token = await login(client)
     headers = {"Authorization": f"Bearer {token}"}
     await asyncio.sleep(1.6)  # the host token is due for renewal
@@ -83,10 +87,10 @@ async def test_a_slow_renewal_and_a_slow_can_read_together_answer_within_one_bud
 
 @pytest.mark.slow  # a person's listing stalled past the budget (about 10 s)
 async def test_a_page_whose_listing_stalls_answers_within_the_budget_then_serves_the_retry(
-    make_client, tmp_path, gitlab
+    serve_client, tmp_path, gitlab
 ):
     gitlab.token_seconds = 7200  # no renewal in this one
-    client = await make_client(config(tmp_path, gitlab))
+    client = await indexed(await serve_client(config(tmp_path, gitlab)))  # the page lists what the index has
     resp = await client.get("/login/with/0", params={"next": "/"}, allow_redirects=False)
     landed = await client.get(path_of(await consent(resp.headers["Location"])), allow_redirects=False)
     assert landed.status == 200, await landed.text()

@@ -24,9 +24,8 @@ import redis.asyncio as redis_async
 
 from gitreg.identity.issued import FILE_NAME
 from gitreg.observability.logs import AccessEntry, access_line
-from gitreg.web.app import create_app
 from gitreg.web.keys import IDENTITY
-from tests.support.app import assert_error, make_config
+from tests.support.app import assert_error, make_config, served_app
 from tests.support.oauth import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -66,12 +65,18 @@ def forge_table(fake: FakeOAuthHost, **extra: Any) -> dict[str, Any]:
     }
 
 
+# These tests read no list, search or details (the pages they ask say who is signed in): what
+# `gitreg serve` builds with the index off.
+NO_INDEX = {"enabled": False}
+
+
 def login_config(tmp_path: Path, *fakes: FakeOAuthHost) -> Any:
     """The first host's repositories as modules, every host's OAuth for `terraform login`."""
     return make_config(
         fakes[0].rules(),
         storage={"path": str(tmp_path / "state")},
         auth={"tokens": [STATIC], "signing_key": SIGNING_KEY, "forges": [forge_table(f) for f in fakes]},
+        index=NO_INDEX,
     )
 
 
@@ -90,8 +95,8 @@ def issued_file(tmp_path: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["tokens"] if path.exists() else []
 
 
-async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     doc = await (await client.get("/.well-known/terraform.json")).json()
     assert doc["login.v1"] == {
         "client": "terraform-cli",
@@ -100,12 +105,13 @@ async def test_discovery_advertises_login_v1_only_with_an_oauth_forge(make_clien
         "token": "/oauth/token",
         "ports": [10000, 10010],
     }
-    plain = await make_client(make_config([], auth={"tokens": [STATIC]}, storage={"path": str(tmp_path / "other")}))
+    other = {"path": str(tmp_path / "other")}
+    plain = await serve_client(make_config([], auth={"tokens": [STATIC]}, storage=other, index=NO_INDEX))
     assert "login.v1" not in await (await plain.get("/.well-known/terraform.json")).json()
 
 
-async def test_terraform_login_issues_a_registry_token_for_the_host_identity(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_terraform_login_issues_a_registry_token_for_the_host_identity(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     verifier, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
     host = urlsplit(resp.headers["Location"])
@@ -140,8 +146,8 @@ async def test_terraform_login_issues_a_registry_token_for_the_host_identity(mak
     assert gitlab.grants[0].access not in text and str(gitlab.grants[0].refresh) not in text
 
 
-async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     verifier, challenge = pkce()
     code = parse_qs(urlsplit(await terraform_code(client, terraform_params(challenge))).query)["code"][0]
     resp = await client.post("/oauth/token", data=redeem_form(code, secrets.token_urlsafe(40)))
@@ -175,8 +181,8 @@ async def test_a_used_code_a_wrong_verifier_or_another_redirect_issue_nothing(ma
         ({"response_type": "token"}, "response_type"),
     ],
 )
-async def test_authorize_refuses_what_terraform_would_never_send(make_client, tmp_path, gitlab, change, fragment):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_authorize_refuses_what_terraform_would_never_send(serve_client, tmp_path, gitlab, change, fragment):
+    client = await serve_client(login_config(tmp_path, gitlab))
     _, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge, **change), allow_redirects=False)
     assert resp.status == 400
@@ -184,8 +190,8 @@ async def test_authorize_refuses_what_terraform_would_never_send(make_client, tm
     assert fragment in body["errors"][0] and body["error"]
 
 
-async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     _, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
     back = urlsplit(await consent(resp.headers["Location"]))
@@ -198,8 +204,8 @@ async def test_a_state_gitreg_did_not_make_is_refused_at_the_callback(make_clien
 
 
 @pytest.mark.slow  # over a second (tests/ --durations)
-async def test_revoked_and_expired_tokens_are_refused_with_401(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_revoked_and_expired_tokens_are_refused_with_401(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     token = await login(client)
     headers = {"Authorization": f"Bearer {token}"}
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
@@ -239,7 +245,7 @@ async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(
     # Host tokens that live 61.5 s: gitreg refreshes one a minute before it expires, so 1.5 s after its issue.
     gitlab.token_seconds = 61.5
     clock = Clock()  # what the host's back-off is measured with
-    client = await aiohttp_client(create_app(login_config(tmp_path, gitlab), clock=clock))
+    client = await aiohttp_client(served_app(login_config(tmp_path, gitlab), clock=clock))
     token = await login(client)
     headers = {"Authorization": f"Bearer {token}"}
     assert (await client.get("/v1/modules/demo/hello/null/versions", headers=headers)).status == 200
@@ -262,9 +268,9 @@ async def test_the_host_token_is_refreshed_and_a_refused_refresh_ends_the_token(
     assert record["revoked"] is not None
 
 
-async def test_several_oauth_hosts_let_the_person_pick_one(make_client, tmp_path, gitlab):
+async def test_several_oauth_hosts_let_the_person_pick_one(serve_client, tmp_path, gitlab):
     with git_host("github", tmp_path / "github") as github:
-        client = await make_client(login_config(tmp_path, gitlab, github))
+        client = await serve_client(login_config(tmp_path, gitlab, github))
         _, challenge = pkce()
         resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
         page = await resp.text()
@@ -277,8 +283,8 @@ async def test_several_oauth_hosts_let_the_person_pick_one(make_client, tmp_path
         assert parse_qs(host.query)["scope"] == ["repo"]
 
 
-async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     page = await (await client.get("/login")).text()
     assert "Sign in with GitLab" in page and 'name="token"' in page  # the token form stays
     resp = await client.get("/login/with/0", params={"next": "/?q=hello"}, allow_redirects=False)
@@ -306,8 +312,8 @@ async def test_sign_in_with_gitlab_on_the_pages_then_sign_out(make_client, tmp_p
     assert record["kind"] == "session" and record["revoked"] is not None  # signing out ends the session's token
 
 
-async def test_the_session_cookie_names_the_session_and_opens_no_api(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_the_session_cookie_names_the_session_and_opens_no_api(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     resp = await client.get("/login/with/0", params={"next": "/"}, allow_redirects=False)
     landed = await client.get(path_of(await consent(resp.headers["Location"])), allow_redirects=False)
     assert landed.status == 200, await landed.text()
@@ -325,9 +331,9 @@ async def test_the_session_cookie_names_the_session_and_opens_no_api(make_client
 
 
 async def test_a_person_has_one_name_whatever_credential_and_host_usernames_are_made_safe(
-    make_client, tmp_path, gitlab, caplog
+    serve_client, tmp_path, gitlab, caplog
 ):
-    client = await make_client(login_config(tmp_path, gitlab))
+    client = await serve_client(login_config(tmp_path, gitlab))
     issued = await login(client)
     pat = "glpat-alice-own-token-0001"
     gitlab.forge.add_user("alice", pat, sees=())
@@ -352,8 +358,8 @@ def test_the_access_log_masks_oauths_code_and_state():
         assert code not in line and state not in line and "/oauth/callback?code=***&state=***" in line
 
 
-async def test_a_state_is_used_once_so_made_up_codes_cost_one_exchange(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_a_state_is_used_once_so_made_up_codes_cost_one_exchange(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     _, challenge = pkce()
     resp = await client.get("/oauth/authorize", params=terraform_params(challenge), allow_redirects=False)
     state = parse_qs(urlsplit(resp.headers["Location"]).query)["state"][0]  # an anonymous visitor's state
@@ -372,6 +378,7 @@ def replica_config(tmp_path: Path, fake: FakeOAuthHost, redis_url: str, name: st
         storage={"path": str(tmp_path / name)},
         cache={"backend": "redis", "redis_url": redis_url, "redis_prefix": "revoke-test:"},
         auth={"signing_key": SIGNING_KEY, "forges": [forge_table(fake)]},
+        index=NO_INDEX,
     )
 
 
@@ -387,10 +394,10 @@ async def status_within(client: Any, token: str, wanted: int, seconds: float = 3
 
 @pytest.mark.slow  # two replicas, real Redis, `gitreg tokens revoke` as a process
 async def test_a_revocation_is_final_whatever_a_replicas_clock_or_redis_holds(
-    make_client, tmp_path, gitlab, redis_server
+    serve_client, tmp_path, gitlab, redis_server
 ):
-    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
-    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    a = await serve_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await serve_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
     token = await login(a)
     assert await status_within(b, token, 200) == 200  # shared through Redis
     # Replica b, its clock an hour ahead, rewrites the record (as a refresh of the host's token does).
@@ -425,9 +432,9 @@ async def test_a_revocation_is_final_whatever_a_replicas_clock_or_redis_holds(
 
 
 @pytest.mark.slow  # mounts a small tmpfs
-async def test_a_login_that_cannot_be_kept_on_disk_is_a_507_and_issues_nothing(make_client, tmp_path, gitlab):
+async def test_a_login_that_cannot_be_kept_on_disk_is_a_507_and_issues_nothing(serve_client, tmp_path, gitlab):
     with small_disk(tmp_path / "state", "1m") as disk:
-        client = await make_client(login_config(tmp_path, gitlab))
+        client = await serve_client(login_config(tmp_path, gitlab))
         assert await login(client)  # room: a token, kept
         verifier, challenge = pkce()
         back = await terraform_code(client, terraform_params(challenge))
@@ -481,10 +488,10 @@ def test_a_code_is_redeemed_once_across_a_kill_and_restart(tmp_path, gitlab):
 
 @pytest.mark.slow  # two replicas, real Redis stopped
 async def test_with_redis_down_no_replica_redeems_a_code_it_cannot_know_unused(
-    make_client, tmp_path, gitlab, redis_server
+    serve_client, tmp_path, gitlab, redis_server
 ):
-    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
-    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    a = await serve_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await serve_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
     verifier, challenge = pkce()
     code = parse_qs(urlsplit(await terraform_code(a, terraform_params(challenge))).query)["code"][0]
     redis_server.stop()
@@ -496,10 +503,10 @@ async def test_with_redis_down_no_replica_redeems_a_code_it_cannot_know_unused(
 
 @pytest.mark.slow  # two replicas, real Redis stopped and started again empty
 async def test_a_revocation_made_while_redis_was_down_reaches_every_replica_when_it_returns_empty(
-    make_client, tmp_path, gitlab, redis_server
+    serve_client, tmp_path, gitlab, redis_server
 ):
-    a = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
-    b = await make_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
+    a = await serve_client(replica_config(tmp_path, gitlab, redis_server.url, "state-a"))
+    b = await serve_client(replica_config(tmp_path, gitlab, redis_server.url, "state-b"))
     token = await login(a)
     assert await status_within(b, token, 200) == 200
     redis_server.stop()
@@ -516,8 +523,8 @@ async def test_a_revocation_made_while_redis_was_down_reaches_every_replica_when
     assert await status_within(b, token, 401, seconds=20) == 401  # was still 200 after 24 s
 
 
-async def test_a_host_failing_its_token_endpoint_is_backed_off_for_every_login(make_client, tmp_path, gitlab):
-    client = await make_client(login_config(tmp_path, gitlab))
+async def test_a_host_failing_its_token_endpoint_is_backed_off_for_every_login(serve_client, tmp_path, gitlab):
+    client = await serve_client(login_config(tmp_path, gitlab))
     callbacks = []
     for _ in range(3):  # three people on the host's consent page
         _, challenge = pkce()

@@ -18,13 +18,13 @@ async def github(git_http) -> AsyncIterator[FakeForge]:
 
 
 async def test_an_org_module_with_no_download_key_is_served_as_a_checksummed_archive(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
     github.add("terraform-aws-vpc")
-    config = org_config(github, git_http, storage={"path": str(tmp_path / "store")})
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "store")}, index={"enabled": False})
     assert config.orgs[0].download == "archive"
-    client = await make_client(config)
+    client = await serve_client(config)
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     assert resp.status == 200, await resp.text()
     location = resp.headers["X-Terraform-Get"]

@@ -32,12 +32,19 @@ async def versions_answer(client) -> list[dict]:
 
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_an_org_module_follows_its_gitreg_toml_and_a_push_to_its_default_branch(
-    make_client, github, git_http, tmp_path, download
+    serve_client, github, git_http, tmp_path, download
 ):
     repo = module_repo(tmp_path / "repos", "terraform-aws-vpc", declared=None)
     github.add("terraform-aws-vpc")
-    config = org_config(github, git_http, org={"download": download}, cache={"ttl_seconds": 3600}, webhooks=WEBHOOKS)
-    client = await make_client(config)
+    config = org_config(
+        github,
+        git_http,
+        org={"download": download},
+        cache={"ttl_seconds": 3600},
+        webhooks=WEBHOOKS,
+        index={"enabled": False},  # versions and downloads only: what `gitreg serve` builds with the index off
+    )
+    client = await serve_client(config)
     assert [v["version"] for v in await versions_answer(client)] == ["2.0.0", "1.4.2", "1.4.1"]
     repo.commit({".gitreg.toml": DECLARED}, "retire versions")
     push = github_tag_push("terraform-aws-vpc") | {"ref": "refs/heads/main"}

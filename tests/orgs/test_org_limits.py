@@ -149,14 +149,15 @@ def _big_orgs_json(path: Path, fake: FakeForge, git_url: str, count: int) -> Non
 
 @pytest.mark.slow
 async def test_a_restart_with_a_large_orgs_json_answers_while_it_is_still_loading(
-    make_client, github, git_http, tmp_path, caplog
+    serve_client, github, git_http, tmp_path, caplog
 ):
     caplog.set_level(logging.INFO)
-    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
+    # Versions only (the index off): what `gitreg serve` builds then, without 20,000 modules to index.
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")}, index={"enabled": False})
     module_repo(tmp_path, "m0")
     _big_orgs_json(tmp_path / "state" / "orgs.json", github, git_http.url(""), 20_000)
     github.mode = "down"
-    client = await make_client(config)
+    client = await serve_client(config)
     orgs = client.app[ORGS]
     resp = await client.get("/healthz")
     assert resp.status == 200

@@ -25,7 +25,7 @@ async def github(git_http) -> AsyncIterator[FakeForge]:
 
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_an_org_with_require_signed_serves_only_the_signed_versions_of_its_modules(
-    make_client, github, git_http, tmp_path, download
+    serve_client, github, git_http, tmp_path, download
 ):
     key = ssh_key(tmp_path / "keys", "release")
     allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"release@example.com": key})
@@ -41,8 +41,9 @@ async def test_an_org_with_require_signed_serves_only_the_signed_versions_of_its
         org={"require_signed": True, "download": download},
         signing={"allowed_signers": str(allowed)},  # [signing] require stays false: the org's key decides
         storage={"path": str(tmp_path / "state")},
+        index={"enabled": False},  # versions and downloads only
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     assert await versions_of(client) == ["1.0.0"]
     assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")).status == 200
     refused = await client.get("/v1/modules/acme/vpc/aws/1.1.0/download")

@@ -41,6 +41,9 @@ from tests.support.orgs import (
 from tests.support.process import run_gitreg
 from tests.support.webhooks import WEBHOOKS, github_headers
 
+# What `gitreg serve` builds with the index off, for the tests that read no list, search or details page.
+OFF = {"enabled": False}
+
 
 @pytest.fixture
 async def github(git_http) -> AsyncIterator[FakeForge]:
@@ -60,15 +63,15 @@ async def gitlab(git_http) -> AsyncIterator[FakeForge]:
 
 
 async def test_a_subgroup_newcomer_never_takes_over_an_address_until_its_owner_is_gone(
-    make_client, gitlab, git_http, tmp_path, caplog
+    serve_client, gitlab, git_http, tmp_path, caplog
 ):
     caplog.set_level(logging.WARNING)
     module_repo(tmp_path, "team-b-vpc", ("1.0.0",))
     module_repo(tmp_path, "newcomer-vpc", ("9.9.9",))
     gitlab.add("terraform-aws-vpc", subgroup="team-b", key="owner", repo="team-b-vpc")
     storage = {"path": str(tmp_path / "state")}
-    config = org_config(gitlab, git_http, webhooks=WEBHOOKS, storage=storage, org={"refresh_seconds": 3600})
-    client = await make_client(config)
+    config = org_config(gitlab, git_http, webhooks=WEBHOOKS, storage=storage, org={"refresh_seconds": 3600}, index=OFF)
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     assert served_by(client) == OWNER
 
@@ -90,7 +93,7 @@ async def test_a_subgroup_newcomer_never_takes_over_an_address_until_its_owner_i
 
     # A restart (orgs.json) keeps the owner, though the newcomer is the older project.
     assert json.loads((tmp_path / "state" / "orgs.json").read_text())["owners"][0]["full_name"] == OWNER
-    client = await make_client(config)
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     assert await client.app[ORGS].enumerate(0)
     assert served_by(client) == OWNER
@@ -177,7 +180,7 @@ def served_by_catalog(catalog: OrgCatalog) -> str:
 
 
 async def test_two_orgs_of_one_provider_and_group_on_different_hosts_have_distinct_metric_labels(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     first = await FakeForge("github", git_http, "acme-infra", token=API_TOKEN).start()
     second = await FakeForge("github", git_http, "acme-infra", token=API_TOKEN).start()
@@ -188,7 +191,7 @@ async def test_two_orgs_of_one_provider_and_group_on_different_hosts_have_distin
             {"provider": "github", "api_url": f.api_url, "group": "acme-infra", "namespace": ns, "token": API_TOKEN}
             for f, ns in ((first, "acme"), (second, "ghe"))
         ]
-        client = await make_client(org_config(first, git_http, orgs=tables))
+        client = await serve_client(org_config(first, git_http, orgs=tables, index=OFF))
         await until(client.app[ORGS].complete)
         metrics = await (await client.get("/metrics")).text()
         for fake in (first, second):
@@ -211,12 +214,12 @@ async def test_two_orgs_of_one_provider_and_group_on_different_hosts_have_distin
     ],
 )
 async def test_a_clone_url_off_the_api_host_is_ignored_with_the_reason_and_never_served(
-    make_client, github, git_http, tmp_path, clone_url, reason
+    serve_client, github, git_http, tmp_path, clone_url, reason
 ):
     module_repo(tmp_path, "secret")
     github.add("terraform-aws-vpc")
     github.update("terraform-aws-vpc", clone_url=clone_url.format(tmp=tmp_path))
-    client = await make_client(org_config(github, git_http))
+    client = await serve_client(org_config(github, git_http, index=OFF))
     await until(client.app[ORGS].complete)
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/versions"), 404)
     ignored = dict(client.app[ORGS].report()[0].ignored)
@@ -224,11 +227,11 @@ async def test_a_clone_url_off_the_api_host_is_ignored_with_the_reason_and_never
     assert git_http.ref_advertisements("secret.git") == 0
 
 
-async def test_a_clone_host_listed_in_clone_hosts_is_served(make_client, github, git_http, tmp_path):
+async def test_a_clone_host_listed_in_clone_hosts_is_served(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    config = org_config(github, git_http, org={"clone": "ssh"})
-    client = await make_client(config)
+    config = org_config(github, git_http, org={"clone": "ssh"}, index=OFF)
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     ignored = dict(client.app[ORGS].report()[0].ignored)  # the fake's ssh URLs name github.com
     assert (
@@ -236,18 +239,22 @@ async def test_a_clone_host_listed_in_clone_hosts_is_served(make_client, github,
         in ignored["acme-infra/terraform-aws-vpc"]
     )
     await client.close()
-    client = await make_client(org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["GitHub.com"]}))
+    client = await serve_client(
+        org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["GitHub.com"]}, index=OFF)
+    )
     await until(client.app[ORGS].complete)
     assert client.app[ORGS].get(VPC) is not None
 
 
 async def test_an_ssh_clone_url_whose_host_starts_with_a_dash_is_never_handed_to_clients(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     github.update("terraform-aws-vpc", ssh_url="ssh://-oProxyCommand=touch${IFS}pwned/acme-infra/vpc.git")
-    client = await make_client(org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["github.com"]}))
+    client = await serve_client(
+        org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["github.com"]}, index=OFF)
+    )
     await until(client.app[ORGS].complete)
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     await assert_error(resp, 404)
@@ -270,11 +277,11 @@ def test_a_host_user_or_path_starting_with_a_dash_is_not_a_git_url(url):
     assert urls.web_url(url) == ""
 
 
-async def test_a_javascript_web_url_becomes_no_link(make_client, github, git_http, tmp_path):
+async def test_a_javascript_web_url_becomes_no_link(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     github.update("terraform-aws-vpc", html_url="javascript:alert(document.cookie)")
-    client = await make_client(org_config(github, git_http))
+    client = await serve_client(org_config(github, git_http))
     await until(client.app[ORGS].complete)
     assert client.app[ORGS].get(VPC).web_url == ""
     await indexed(client)
@@ -307,12 +314,12 @@ async def test_pagination_links_outside_the_api_path_never_get_the_token(git_htt
 
 
 async def test_a_signed_repository_event_with_a_foreign_clone_url_changes_nothing_the_api_does_not_say(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     storage = {"path": str(tmp_path / "state")}
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, storage=storage))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, storage=storage, index=OFF))
     await until(client.app[ORGS].complete)
     real = client.app[ORGS].get(VPC).repository
 
@@ -333,11 +340,11 @@ async def test_a_signed_repository_event_with_a_foreign_clone_url_changes_nothin
 
 
 async def test_a_forged_deleted_event_for_a_repository_the_api_still_returns_removes_nothing(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     resp = await post_github(client, github.github_repository_event("deleted", "terraform-aws-vpc"), "repository")
     assert resp.status == 200, await resp.text()
@@ -345,10 +352,10 @@ async def test_a_forged_deleted_event_for_a_repository_the_api_still_returns_rem
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
 
 
-async def test_a_gitlab_project_destroy_with_a_foreign_id_removes_nothing(make_client, gitlab, git_http, tmp_path):
+async def test_a_gitlab_project_destroy_with_a_foreign_id_removes_nothing(serve_client, gitlab, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     gitlab.add("terraform-aws-vpc")
-    client = await make_client(org_config(gitlab, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(gitlab, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     payload = gitlab.gitlab_system_hook("project_destroy", "terraform-aws-vpc")
     payload["project_id"] = 424242  # no such project: the API answers 404 for it, not for the path
@@ -357,10 +364,10 @@ async def test_a_gitlab_project_destroy_with_a_foreign_id_removes_nothing(make_c
     assert list(client.app[ORGS].modules()) == [VPC]
 
 
-async def test_a_replayed_delivery_is_answered_and_does_nothing(make_client, github, gitlab, git_http, tmp_path):
+async def test_a_replayed_delivery_is_answered_and_does_nothing(serve_client, github, gitlab, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     body = json.dumps(github.github_repository_event("edited", "terraform-aws-vpc")).encode()
     headers = github_headers(body, "repository", delivery="a5b9c3d0-0000-11ef-8000-000000000001")
@@ -393,11 +400,13 @@ def test_clone_hosts_must_be_host_names():
     assert config.orgs[0].clone_hosts == ("git.example.com",)
 
 
-async def test_an_orgs_json_from_before_owners_still_loads_and_gains_them(make_client, github, git_http, tmp_path):
+async def test_an_orgs_json_from_before_owners_still_loads_and_gains_them(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")}, org={"refresh_seconds": 3600})
-    client = await make_client(config)
+    config = org_config(
+        github, git_http, storage={"path": str(tmp_path / "state")}, org={"refresh_seconds": 3600}, index=OFF
+    )
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     await client.close()
     stored = tmp_path / "state" / "orgs.json"
@@ -406,7 +415,7 @@ async def test_an_orgs_json_from_before_owners_still_loads_and_gains_them(make_c
     stored.write_text(json.dumps(data))
 
     github.mode = "down"
-    client = await make_client(config)
+    client = await serve_client(config)
     assert client.app[ORGS].complete()
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
     await client.app[ORGS].flush()

@@ -134,15 +134,17 @@ async def test_a_run_of_webhooks_leaves_the_listing_an_enumeration_finds(gitlab,
 
 
 async def test_a_newcomer_created_by_webhook_is_a_conflict_logged_once_until_the_owner_is_deleted(
-    make_client, gitlab, git_http, tmp_path, caplog
+    serve_client, gitlab, git_http, tmp_path, caplog
 ):
     caplog.set_level(logging.INFO)
     module_repo(tmp_path, "team-b-vpc", ("1.0.0",))
     module_repo(tmp_path, "newcomer-vpc", ("9.9.9",))
     gitlab.add("terraform-aws-vpc", subgroup="team-b", key="owner", repo="team-b-vpc")
     storage = {"path": str(tmp_path / "state")}
-    config = org_config(gitlab, git_http, webhooks=WEBHOOKS, storage=storage, org={"refresh_seconds": 3600})
-    client = await make_client(config)
+    config = org_config(
+        gitlab, git_http, webhooks=WEBHOOKS, storage=storage, org={"refresh_seconds": 3600}, index={"enabled": False}
+    )
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     assert await versions_of(client) == ["1.0.0"]
 
@@ -167,7 +169,7 @@ async def test_a_newcomer_created_by_webhook_is_a_conflict_logged_once_until_the
 
     # A restart keeps the new owner (orgs.json), with the API down.
     await gitlab.close()
-    client = await make_client(config)
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     assert client.app[ORGS].get(VPC).full_name == NEWCOMER
     assert [holder for address, holder, _ in client.app[ORGS].owners.entries() if address == str(VPC)] == [
@@ -176,14 +178,14 @@ async def test_a_newcomer_created_by_webhook_is_a_conflict_logged_once_until_the
 
 
 async def test_a_tag_push_reaches_a_repository_a_webhook_added_and_no_longer_one_it_removed(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     github = await FakeForge("github", git_http, "acme-infra", token=API_TOKEN).start()
     try:
         module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
         github.add("terraform-aws-vpc")
-        config = org_config(github, git_http, webhooks=WEBHOOKS, cache={"ttl_seconds": 3600})
-        client = await make_client(config)
+        config = org_config(github, git_http, webhooks=WEBHOOKS, cache={"ttl_seconds": 3600}, index={"enabled": False})
+        client = await serve_client(config)
         await until(client.app[ORGS].complete)
         resp = await post_github(client, github_tag_push("terraform-aws-vpc"), "push")
         assert (await resp.json())["result"] == "refreshing"  # (the push index is built now)

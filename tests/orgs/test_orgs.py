@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 import pytest
@@ -43,16 +43,11 @@ from tests.support.orgs import (
 )
 from tests.support.process import GitregProcess, run_gitreg
 from tests.support.repos import GitRepo
-from tests.support.terraform import (
-    TerraformClient,
-    clean_env,
-    cli_config,
-    require_clients,
-    terraform_clients,
-)
+from tests.support.terraform import clean_env, cli_config
 from tests.support.webhooks import WEBHOOKS
 
-CLIENTS = terraform_clients()
+# What `gitreg serve` builds with the index off, for the tests that read no list, search, details or /readyz.
+OFF = {"enabled": False}
 
 
 @pytest.fixture
@@ -240,22 +235,22 @@ async def test_when_the_api_is_down_the_last_listing_stays(github, git_http, tmp
 # --- served through the app --------------------------------------------------------------------
 
 
-async def test_versions_and_download_of_an_org_module_that_no_rule_names(make_client, github, git_http, tmp_path):
+async def test_versions_and_download_of_an_org_module_that_no_rule_names(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0", "2.0.0-rc.1"))
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, org={"download": "git"}))
+    client = await serve_client(org_config(github, git_http, org={"download": "git"}, index=OFF))
     assert await versions_of(client) == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     resp = await client.get("/v1/modules/acme/vpc/aws/1.1.0/download")
     assert resp.status == 200, await resp.text()
     assert resp.headers["X-Terraform-Get"] == f"git::{git_http.url('terraform-aws-vpc.git')}?ref=v1.1.0"
 
 
-async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http, tmp_path):
+async def test_clone_ssh_gives_clients_the_ssh_url(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     # (The fake's ssh URLs name github.com, not the fake API's host: listed as a clone host.)
-    client = await make_client(
-        org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["github.com"], "download": "git"})
+    client = await serve_client(
+        org_config(github, git_http, org={"clone": "ssh", "clone_hosts": ["github.com"], "download": "git"}, index=OFF)
     )
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
     assert resp.status == 200, await resp.text()
@@ -264,14 +259,16 @@ async def test_clone_ssh_gives_clients_the_ssh_url(make_client, github, git_http
     assert git_http.ref_listings("terraform-aws-vpc.git") == 1
 
 
-async def test_an_unknown_name_in_an_org_namespace_is_404_without_any_git_call(make_client, github, git_http, tmp_path):
+async def test_an_unknown_name_in_an_org_namespace_is_404_without_any_git_call(
+    serve_client, github, git_http, tmp_path
+):
     module_repo(tmp_path, "terraform-aws-vpc")
     module_repo(tmp_path, "terraform-aws-ghost")  # exists on the git host, but the org does not list it
     github.add("terraform-aws-vpc")
     wildcard = {"namespace": "acme", "repository": git_http.base_url + "/terraform-{system}-{name}.git"}
-    client = await make_client(org_config(github, git_http, modules=[wildcard]))
+    # No index (off): what a background index would ask the host is not what these requests cause.
+    client = await serve_client(org_config(github, git_http, modules=[wildcard], index=OFF))
     await until(client.app[ORGS].complete)
-    await indexed(client)  # what the background index asks the host is not what these requests cause
     git_http.reset_counters()
     for address in ("acme/ghost/aws", "acme/nothing/aws", "acme/vpc/google"):
         resp = await client.get(f"/v1/modules/{address}/versions")
@@ -282,31 +279,31 @@ async def test_an_unknown_name_in_an_org_namespace_is_404_without_any_git_call(m
     assert git_http.requests() == []
 
 
-async def test_an_explicit_rule_wins_over_the_org_module_of_the_same_address(make_client, github, git_http, tmp_path):
+async def test_an_explicit_rule_wins_over_the_org_module_of_the_same_address(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
     module_repo(tmp_path, "fork", ("9.0.0",))
     github.add("terraform-aws-vpc")
     explicit = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": git_http.url("fork.git")}
-    client = await make_client(org_config(github, git_http, modules=[explicit]))
+    client = await serve_client(org_config(github, git_http, modules=[explicit], index=OFF))
     assert await versions_of(client) == ["9.0.0"]
 
 
-async def test_other_namespaces_still_go_to_wildcard_rules(make_client, github, git_http, tmp_path):
+async def test_other_namespaces_still_go_to_wildcard_rules(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
     module_repo(tmp_path, "terraform-aws-shared", ("3.0.0",))
     github.add("terraform-aws-vpc")
     wildcard = {"namespace": "other", "repository": git_http.base_url + "/terraform-{system}-{name}.git"}
-    client = await make_client(org_config(github, git_http, modules=[wildcard]))
+    client = await serve_client(org_config(github, git_http, modules=[wildcard], index=OFF))
     assert await versions_of(client, "other/shared/aws") == ["3.0.0"]
     assert await versions_of(client) == ["1.0.0"]
 
 
 @pytest.mark.slow
-async def test_a_namespace_whose_org_cannot_be_listed_yet_answers_503_not_404(make_client, github, git_http, tmp_path):
+async def test_a_namespace_whose_org_cannot_be_listed_yet_answers_503_not_404(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     github.mode = "down"
-    client = await make_client(org_config(github, git_http))
+    client = await serve_client(org_config(github, git_http, index=OFF))
     resp = await client.get("/v1/modules/acme/vpc/aws/versions")
     await assert_error(resp, 503, "namespace acme", "not listed yet", "HTTP 503")
     assert git_http.ref_advertisements() == 0
@@ -315,10 +312,14 @@ async def test_a_namespace_whose_org_cannot_be_listed_yet_answers_503_not_404(ma
 # --- webhooks: repositories come and go at once --------------------------------------------------
 
 
-async def test_a_created_repository_is_served_at_once_after_the_github_webhook(make_client, github, git_http, tmp_path):
+async def test_a_created_repository_is_served_at_once_after_the_github_webhook(
+    serve_client, github, git_http, tmp_path
+):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, org={"refresh_seconds": 3600}))
+    client = await serve_client(
+        org_config(github, git_http, webhooks=WEBHOOKS, org={"refresh_seconds": 3600}, index=OFF)
+    )
     await until(client.app[ORGS].complete)
     changes: list[OrgChanges] = []
     client.app[ORGS].on_change.connect(changes.append)
@@ -348,10 +349,10 @@ async def test_a_created_repository_is_served_at_once_after_the_github_webhook(m
     assert changes[-1] == OrgChanges(removed=frozenset({iam}))
 
 
-async def test_renamed_and_archived_github_repositories_move_and_disappear(make_client, github, git_http, tmp_path):
+async def test_renamed_and_archived_github_repositories_move_and_disappear(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
 
@@ -373,9 +374,9 @@ async def test_renamed_and_archived_github_repositories_move_and_disappear(make_
     assert dict(report.ignored) == {"acme-infra/terraform-aws-network": ARCHIVED}
 
 
-async def test_a_repository_event_of_another_org_changes_nothing(make_client, github, git_http, tmp_path):
+async def test_a_repository_event_of_another_org_changes_nothing(serve_client, github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     payload = github.github_repository_event("deleted", "terraform-aws-vpc")
     payload["repository"]["full_name"] = "someone-else/terraform-aws-vpc"
@@ -385,10 +386,10 @@ async def test_a_repository_event_of_another_org_changes_nothing(make_client, gi
     assert list(client.app[ORGS].modules()) == [VPC]
 
 
-async def test_a_gitlab_system_hook_rename_moves_the_module(make_client, gitlab, git_http, tmp_path):
+async def test_a_gitlab_system_hook_rename_moves_the_module(serve_client, gitlab, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     gitlab.add("terraform-aws-vpc", subgroup="networking")
-    client = await make_client(org_config(gitlab, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(gitlab, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     assert await versions_of(client) == ["1.1.0", "1.0.0"]
     gitlab.rename("terraform-aws-vpc", "terraform-aws-network")
@@ -406,9 +407,9 @@ async def test_a_gitlab_system_hook_rename_moves_the_module(make_client, gitlab,
     assert [r.path for r in gitlab.requests()] == [f"/api/v4/projects/{payload['project_id']}"]
 
 
-async def test_a_gitlab_project_destroy_hook_removes_the_module(make_client, gitlab, git_http, tmp_path):
+async def test_a_gitlab_project_destroy_hook_removes_the_module(serve_client, gitlab, git_http, tmp_path):
     gitlab.add("terraform-aws-vpc")
-    client = await make_client(org_config(gitlab, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(gitlab, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     gone = gitlab.remove("terraform-aws-vpc")
     resp = await post_gitlab(client, gitlab.gitlab_system_hook("project_destroy", "terraform-aws-vpc", project=gone))
@@ -416,10 +417,10 @@ async def test_a_gitlab_project_destroy_hook_removes_the_module(make_client, git
     await assert_error(await client.get("/v1/modules/acme/vpc/aws/versions"), 404)
 
 
-async def test_a_tag_webhook_refreshes_an_org_repository(make_client, github, git_http, tmp_path):
+async def test_a_tag_webhook_refreshes_an_org_repository(serve_client, github, git_http, tmp_path):
     repo = module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0",))
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS, cache={"ttl_seconds": 3600}))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, cache={"ttl_seconds": 3600}, index=OFF))
     assert await versions_of(client) == ["1.0.0"]
     changes: list[OrgChanges] = []
     client.app[ORGS].on_change.connect(changes.append)
@@ -449,9 +450,9 @@ async def test_a_webhook_during_an_enumeration_is_not_undone_by_its_older_pages(
     assert sorted(map(str, catalog.modules())) == ["acme/iam/aws", "acme/vpc/aws"]
 
 
-async def test_a_malformed_repository_event_is_400_and_changes_nothing(make_client, github, git_http, tmp_path):
+async def test_a_malformed_repository_event_is_400_and_changes_nothing(serve_client, github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
-    client = await make_client(org_config(github, git_http, webhooks=WEBHOOKS))
+    client = await serve_client(org_config(github, git_http, webhooks=WEBHOOKS, index=OFF))
     await until(client.app[ORGS].complete)
     resp = await post_github(client, {"action": "deleted", "repository": {"name": "terraform-aws-vpc"}}, "repository")
     await assert_error(resp, 400, "repository payload")
@@ -477,20 +478,22 @@ async def test_a_gitlab_project_pushed_within_its_throttle_window_is_looked_at_a
 # --- restart: the persisted listing serves before the API answers --------------------------------
 
 
-async def _listed_then_stopped(make_client: Any, github: FakeForge, git_http: GitHttpServer, tmp_path: Path) -> Any:
+async def _listed_then_stopped(
+    serve_client: Any, github: FakeForge, git_http: GitHttpServer, tmp_path: Path, **sections: Any
+) -> Any:
     """An org of one module, enumerated by a gitreg that then stopped (its orgs.json under state/); the config."""
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc", description="The VPC")
-    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
-    first = await make_client(config)
+    config = org_config(github, git_http, storage={"path": str(tmp_path / "state")}, **sections)
+    first = await serve_client(config)
     await until(first.app[ORGS].complete)
     await first.close()
     return config
 
 
 @pytest.mark.slow
-async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(make_client, github, git_http, tmp_path):
-    config = await _listed_then_stopped(make_client, github, git_http, tmp_path)
+async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(serve_client, github, git_http, tmp_path):
+    config = await _listed_then_stopped(serve_client, github, git_http, tmp_path, index=OFF)
     stored = (tmp_path / "state" / "orgs.json").read_text()
     assert "terraform-aws-vpc" in stored and API_TOKEN not in stored
     data = json.loads(stored)
@@ -499,7 +502,7 @@ async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(ma
 
     github.mode = "down"
     github.reset_counters()
-    second = await make_client(config)
+    second = await serve_client(config)
     orgs = second.app[ORGS]
     assert orgs.complete()  # loaded from the file before the API answered
     assert orgs.get(VPC).description == "The VPC"
@@ -510,12 +513,12 @@ async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(ma
 
 
 async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_next_refresh(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
-    config = await _listed_then_stopped(make_client, github, git_http, tmp_path)
+    config = await _listed_then_stopped(serve_client, github, git_http, tmp_path)
 
     github.reset_counters()
-    second = await make_client(config)  # refresh_seconds after the listing was made: not due yet
+    second = await serve_client(config)  # refresh_seconds after the listing was made: not due yet
     assert await versions_of(second) == ["1.1.0", "1.0.0"]
     await indexed(second)
     await asyncio.sleep(0.5)
@@ -529,12 +532,12 @@ async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_n
 
 
 @pytest.mark.slow
-async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(make_client, github, git_http, tmp_path):
+async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(serve_client, github, git_http, tmp_path):
     github.add("terraform-aws-vpc")
     github.add("terraform-aws-iam")
     github.add("terraform-aws-dns")
     github.rate_limit_next(1, seconds=1)
-    client = await make_client(org_config(github, git_http))
+    client = await serve_client(org_config(github, git_http, index=OFF))
     await until(client.app[ORGS].complete)
     text = await (await client.get("/metrics")).text()
     assert 'gitreg_org_api_calls_total{org="github:acme-infra"} 3.0' in text
@@ -546,11 +549,11 @@ async def test_metrics_count_api_calls_rate_limits_and_modules_per_org(make_clie
 
 
 @pytest.mark.slow
-async def test_the_api_token_never_appears_in_logs_reports_or_reprs(make_client, github, git_http, tmp_path, caplog):
+async def test_the_api_token_never_appears_in_logs_reports_or_reprs(serve_client, github, git_http, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     github.add("terraform-aws-vpc")
-    config = org_config(github, git_http)
-    client = await make_client(config)
+    config = org_config(github, git_http, index=OFF)
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     github.mode = "down"
     client.app[ORGS].refresh_soon(0)
@@ -672,17 +675,8 @@ def test_check_probe_reports_an_org_modules_malformed_gitreg_toml_and_what_a_goo
 # --- end to end: the real Terraform CLI installs an org module ------------------------------------
 
 
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def terraform(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()
-    return request.param
-
-
 @pytest.mark.slow
-def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, git_http, tmp_path):
+def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform_client, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.1.0", "2.0.0"))
     fake = FakeForge("github", git_http, "acme-infra", token=API_TOKEN, max_per_page=1)
     with fake.in_thread():
@@ -703,7 +697,7 @@ def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, 
                 git_http.base_url.replace("://", f"://{GIT_USER}:{GIT_PASSWORD}@") + "\n"
             )
             (tmp_path / "home" / ".gitconfig").write_text("[credential]\n\thelper = store\n")
-            result = terraform.run(
+            result = terraform_client.run(
                 ["init", "-input=false", "-no-color"],
                 cwd=work,
                 env=clean_env(
@@ -714,7 +708,7 @@ def test_terraform_installs_an_org_module_that_no_modules_rule_names(terraform, 
             )
         log = "".join(server.log)
         assert fake.requests("/repos"), "gitreg listed the org through the API"
-    assert result.returncode == 0, f"{terraform.name} init failed:\n{result.stdout}\n{result.stderr}\n{log}"
+    assert result.returncode == 0, f"{terraform_client.name} init failed:\n{result.stdout}\n{result.stderr}\n{log}"
     assert "Downloading registry.example.test/acme/vpc/aws 1.1.0 for vpc" in result.stdout
     installed = (work / ".terraform/modules/vpc/main.tf").read_text()
     assert 'value = "1.1.0"' in installed
@@ -730,12 +724,12 @@ async def listed_names(client, url: str = "/v1/modules") -> list[str]:
     return ["/".join(m["id"].split("/")[:3]) for m in (await resp.json())["modules"]]
 
 
-async def test_org_modules_are_listed_and_searchable_by_description_and_topic(make_client, github, git_http, tmp_path):
+async def test_org_modules_are_listed_and_searchable_by_description_and_topic(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     module_repo(tmp_path, "terraform-aws-dns")
     github.add("terraform-aws-vpc", description="Networks for every team", topics=("networking", "terraform-module"))
     github.add("terraform-aws-dns", description="Zones")
-    client = await make_client(org_config(github, git_http, storage={"path": str(tmp_path / "state")}))
+    client = await serve_client(org_config(github, git_http, storage={"path": str(tmp_path / "state")}))
     await until(client.app[ORGS].complete)
     await indexed(client)
     assert await listed_names(client) == ["acme/dns/aws", "acme/vpc/aws"]
@@ -747,10 +741,10 @@ async def test_org_modules_are_listed_and_searchable_by_description_and_topic(ma
     assert body["source"].startswith("https://github.com/")  # the repository's web page from the API
 
 
-async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(make_client, github, git_http, tmp_path):
+async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
-    client = await make_client(
+    client = await serve_client(
         org_config(
             github,
             git_http,
@@ -776,17 +770,19 @@ async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(mak
     resp = await post_github(client, payload, "repository")
     assert resp.status == 200
     await indexed(client)
+    # The index process reports what it dropped within its FEED_SECONDS (indexed() waits for what is listable).
+    await until(lambda: client.app[INDEX].get(ModuleAddress("acme", "iam", "aws")) is None)
     assert await listed_names(client) == ["acme/vpc/aws"]
 
 
 async def test_an_org_refresh_where_nothing_changed_costs_no_git_and_a_restart_none_either(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     for name in ("terraform-aws-vpc", "terraform-aws-dns"):
         module_repo(tmp_path, name)
         github.add(name)
     config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
-    client = await make_client(config)
+    client = await serve_client(config)
     orgs = client.app[ORGS]
     await until(orgs.complete)
     await indexed(client)
@@ -799,7 +795,7 @@ async def test_an_org_refresh_where_nothing_changed_costs_no_git_and_a_restart_n
     await client.close()
 
     git_http.reset_counters()
-    restarted = await make_client(config)
+    restarted = await serve_client(config)
     assert await listed_names(restarted) == ["acme/dns/aws", "acme/vpc/aws"]  # at once, from disk
     assert await listed_names(restarted, "/v1/modules/search?q=vpc") == ["acme/vpc/aws"]
     assert (await restarted.get("/v1/modules/acme/vpc/aws")).status == 200
@@ -816,13 +812,13 @@ async def readiness(client) -> dict[str, Any]:
 
 @pytest.mark.slow
 async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_page(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     for name in ("terraform-aws-vpc", "terraform-aws-dns", "terraform-aws-iam"):  # pages of two: iam is on page 2
         module_repo(tmp_path, name)
         github.add(name)
     github.hold(2)  # the API takes its time over the second page
-    client = await make_client(org_config(github, git_http, storage={"path": str(tmp_path / "state")}))
+    client = await serve_client(org_config(github, git_http, storage={"path": str(tmp_path / "state")}))
     deadline = time.monotonic() + 10
     while await listed_names(client) != ["acme/dns/aws", "acme/vpc/aws"]:
         assert time.monotonic() < deadline, "the first page's modules were not listed while the second was awaited"
@@ -846,17 +842,17 @@ async def test_an_org_listed_for_the_first_time_is_served_and_listed_page_by_pag
 
 @pytest.mark.slow
 async def test_with_its_org_listing_lost_and_the_api_down_the_index_keeps_its_modules(
-    make_client, github, git_http, tmp_path
+    serve_client, github, git_http, tmp_path
 ):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
     config = org_config(github, git_http, storage={"path": str(tmp_path / "state")})
-    first = await make_client(config)
+    first = await serve_client(config)
     await until(lambda: first.app[INDEX].complete)
     await first.close()
     (tmp_path / "state" / "orgs.json").unlink()  # lost, or the org's api_url corrected: not listed any more
     github.mode = "down"
-    restarted = await make_client(config)
+    restarted = await serve_client(config)
     await until(lambda: restarted.app[ORGS].report()[0].error is not None)  # the first listing failed
     await indexed(restarted)
     assert await listed_names(restarted) == ["acme/vpc/aws"]  # an API failure never empties the index
