@@ -455,8 +455,9 @@ async def test_a_login_that_cannot_be_kept_on_disk_is_a_507_and_issues_nothing(s
 @pytest.mark.slow  # a real gitreg process, killed and started again
 def test_a_code_is_redeemed_once_across_a_kill_and_restart(tmp_path, gitlab):
     config = tmp_path / "gitreg.toml"
+    # Logins and codes only: the index off (no index process to start twice).
     config.write_text(
-        f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n'
+        f'[storage]\npath = "{tmp_path / "state"}"\n[git]\nprotocols = ["http"]\n[index]\nenabled = false\n'
         f'[auth]\nsigning_key = "{SIGNING_KEY}"\n' + gitlab.forge_toml() + gitlab.modules_toml()
     )
 
