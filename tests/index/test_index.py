@@ -282,7 +282,7 @@ async def test_background_git_yields_the_cpu_and_install_git_does_not(serve_clie
     finally:
         git_http.release_fetches()
     await indexed(client)
-    git_http.mode, git_http.delay = "slow", 2.0  # an install request's ls-remote waits: look at it
+    git_http.mode, git_http.delay = "slow", 1.0  # an install request's ls-remote waits: look at it
     other = await serve_client(make_config(rules(git_http, ["dns"]), git_http, index={"enabled": False}))
     install = asyncio.ensure_future(other.get("/v1/modules/acme/dns/aws/versions"))
     foreground = await _processes("public-dns.git")

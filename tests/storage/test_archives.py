@@ -130,9 +130,7 @@ async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(ser
     rng = random.Random(7)
     for i in range(3):
         # ~700 KB of incompressible text per version: two archives exceed the 1 MiB bound
-        repo.commit(
-            {"main.tf": f"# {i}\n", "blob.txt": "".join(rng.choice("0123456789abcdef") for _ in range(1_400_000))}
-        )
+        repo.commit({"main.tf": f"# {i}\n", "blob.txt": rng.randbytes(700_000).hex()})
         repo.tag(f"v1.{i}.0")
     # The mirror (~2.4 MiB: all three blobs) and one archive fit; a second archive does not.
     max_bytes = 3 * 1024 * 1024 + 512 * 1024
