@@ -30,7 +30,7 @@ from tests.support.index import get_json, names
 
 
 @dataclass
-class IndexProcess:
+class Indexer:
     """The index process's services and its side of the pipe."""
 
     services: Services
@@ -52,12 +52,12 @@ class IndexProcess:
 
 
 @contextlib.asynccontextmanager
-async def index_services(config: Config) -> AsyncIterator[IndexProcess]:
+async def index_services(config: Config) -> AsyncIterator[Indexer]:
     """The services `python -m gitreg.indexer` runs for `config`, closed at the end as it closes them."""
     seed = Seed(index_config(config), logging.getLogger().getEffectiveLevel(), False)
     async with Services(seed.config, Role.INDEX, seed=seed).running() as services:
         side = IndexSide(seed, services.index, services.catalog, services.orgs, services.cache, services.registry)
-        yield IndexProcess(services, side)
+        yield Indexer(services, side)
 
 
 async def read_details(client, url: str, timeout: float = 30.0, **kwargs):
