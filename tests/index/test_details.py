@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,11 +13,14 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
+from gitreg.core.names import ModuleAddress
 from gitreg.index.declarations import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
-from gitreg.web.keys import DETAILS, MIRRORS
-from tests.support.app import assert_error, indexed, make_config, served_app, version_details
+from tests.support.app import assert_error, indexed, make_config, served_app
 from tests.support.details import README, realistic_module
+from tests.support.index_process import index_services, read_details
 from tests.support.repos import GitRepo
+
+VPC = ModuleAddress("acme", "vpc", "aws")
 
 
 def vpc_rule(url: str, **extra) -> dict:
@@ -34,16 +38,72 @@ def shared_vpc(tmp_path_factory: pytest.TempPathFactory) -> GitRepo:
     return realistic_module(tmp_path_factory.mktemp("details") / "repos")
 
 
+def broken_repo(base: Path) -> GitRepo:
+    """A root module none of whose files parses."""
+    repo = GitRepo(base, "broken")
+    repo.commit(
+        {
+            "main.tf": 'resource "x" "y" {\n  a = "unterminated\n}\n',
+            "deep.tf": "locals { a = " + "[" * 5000 + "]" * 5000 + " }\n",
+        }
+    )
+    repo.tag("v0.1.0")
+    return repo
+
+
+def mono_repo(base: Path) -> GitRepo:
+    """A monorepo whose modules/network is tagged network/v1.4.0."""
+    mono = GitRepo(base, "infra")
+    mono.commit(
+        {
+            "modules/network/main.tf": 'variable "cidr" { type = string }\n',
+            "modules/network/modules/peering/main.tf": 'variable "peer" {}\n',
+            "modules/compute/main.tf": 'variable "size" {}\n',
+        }
+    )
+    mono.tag("network/v1.4.0")
+    return mono
+
+
+# The app the tests below ask is what `gitreg serve` builds (its index process too), built once for
+# the module and run on the module's event loop: they only read, each a module of its own.
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def details(shared_vpc: GitRepo, tmp_path_factory: pytest.TempPathFactory) -> dict:
+async def served(shared_vpc: GitRepo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
+    repos = tmp_path_factory.mktemp("details-more") / "repos"
+    rules = [
+        vpc_rule(shared_vpc.url),
+        {"namespace": "acme", "name": "broken", "system": "aws", "repository": broken_repo(repos).url},
+        {
+            "namespace": "acme",
+            "name": "network",
+            "system": "aws",
+            "repository": mono_repo(repos).url,
+            "path": "modules/network",
+            "tag_prefix": "network/",
+        },
+        {
+            "namespace": "acme",
+            "name": "renamed",
+            "system": "aws",
+            "repository": shared_vpc.url,
+            "path": "modules/renamed",
+        },
+    ]
+    config = make_config(rules, storage={"path": str(tmp_path_factory.mktemp("details-state"))})
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield await indexed(client)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def details(served: TestClient) -> dict:
     """Version 1.0.0's details as `gitreg serve` answers them (its index process read them), read once
     for the module: the tests that take them only read them."""
-    config = make_config([vpc_rule(shared_vpc.url)], storage={"path": str(tmp_path_factory.mktemp("details-state"))})
-    async with TestClient(TestServer(served_app(config))) as client:
-        await indexed(client)
-        resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
-        assert resp.status == 200, await resp.text()
-        return await resp.json()
+    resp = await served.get("/v1/modules/acme/vpc/aws/1.0.0")
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
 
 
 def by_name(items: list[dict]) -> dict[str, dict]:
@@ -153,68 +213,64 @@ async def test_submodules_are_the_modules_directories_and_a_broken_file_only_add
     assert docs["empty"] is True and docs["inputs"] == [] and docs["readme"] == "# Nothing to deploy here\n"
 
 
-async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(make_client, tmp_path):
-    repo = GitRepo(tmp_path / "repos", "broken")
-    repo.commit(
-        {
-            "main.tf": 'resource "x" "y" {\n  a = "unterminated\n}\n',
-            "deep.tf": "locals { a = " + "[" * 5000 + "]" * 5000 + " }\n",
-        }
-    )
-    repo.tag("v0.1.0")
-    client = await indexed(
-        await make_client(make_config([vpc_rule(repo.url)], storage={"path": str(tmp_path / "state")}))
-    )
-    resp = await client.get("/v1/modules/acme/vpc/aws")
+@module_loop
+async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(served):
+    resp = await served.get("/v1/modules/acme/broken/aws")
     assert resp.status == 200, await resp.text()
     root = (await resp.json())["root"]
     assert root["empty"] is False and root["inputs"] == [] and root["resources"] == []
     assert sorted(n.split(":")[0] for n in root["notes"]) == ["deep.tf", "main.tf"]
 
 
-async def test_each_version_shows_the_details_of_its_own_tag(make_client, vpc, tmp_path):
+async def test_each_version_shows_the_details_of_its_own_tag(serve_client, vpc, tmp_path):
     vpc.commit({"variables.tf": 'variable "renamed" { type = string }\n'})
     vpc.tag("v2.0.0")
     client = await indexed(
-        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
+        await serve_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
     )
     # An older version is read when first asked for, in the background: no git inside the request.
     first = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     await assert_error(first, 503, "being read")
-    old = await (await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")).json()
+    old = await (await read_details(client, "/v1/modules/acme/vpc/aws/1.0.0")).json()
     new = await (await client.get("/v1/modules/acme/vpc/aws")).json()
     assert "az_count" in by_name(old["root"]["inputs"]) and "renamed" not in by_name(old["root"]["inputs"])
     assert new["version"] == "2.0.0" and [i["name"] for i in new["root"]["inputs"]] == ["renamed"]
     assert new["versions"] == ["2.0.0", "1.0.0"]
 
 
-async def test_details_are_cached_by_commit_and_read_with_one_fetch_that_leaves_no_mirror(make_client, vpc, tmp_path):
-    client = await indexed(
-        await make_client(make_config([vpc_rule(vpc.url, download="git")], storage={"path": str(tmp_path / "state")}))
-    )
-    for _ in range(3):
-        assert (await client.get("/v1/modules/acme/vpc/aws/1.0.0")).status == 200
-    assert (await client.get("/v1/modules/acme/vpc/aws")).status == 200  # latest is the same commit
-    assert client.app[DETAILS].builds == 1
-    assert client.app[MIRRORS].fetches == 1
+async def test_details_are_cached_by_commit_and_read_with_one_fetch_that_leaves_no_mirror(vpc, tmp_path):
+    # The index builder itself: what the index process builds (the serving process reads no details).
+    config = make_config([vpc_rule(vpc.url, download="git")], storage={"path": str(tmp_path / "state")})
+    async with index_services(config) as indexer:
+        await indexer.settled()  # the latest version's details, read
+        entry = indexer.entry(VPC)
+        version = entry.find("1.0.0")
+        assert version is not None
+        for _ in range(3):  # asked for again, as the serving process passes asks on
+            indexer.want(VPC, "1.0.0")
+            await indexer.settled()
+            assert (await indexer.services.index.read.stored_details(entry, version)).root
+        assert (await indexer.services.index.read.stored_details(entry, entry.latest)).root  # the same commit
+        assert indexer.services.details.builds == 1
+        assert indexer.services.mirrors.fetches == 1
     # Served with git, the module needs no mirror: the tag was fetched, read, and removed again.
     assert list((tmp_path / "state" / "mirrors").iterdir()) == []
 
 
 @pytest.mark.slow
-async def test_details_need_only_the_tags_files_not_the_repositorys_history(make_client, tmp_path):
+async def test_details_need_only_the_tags_files_not_the_repositorys_history(serve_client, tmp_path):
     # 3 MiB of history (blobs deleted before the tag) in a repository, [storage] max_bytes 1 MiB:
     # a mirror of it does not fit, the tagged tree does.
     repo = GitRepo(tmp_path / "repos", "big-history")
     rng = random.Random(7)
     for n in range(3):
-        repo.commit({f"data{n}.txt": "".join(rng.choice("0123456789abcdef") for _ in range(2_000_000))})
+        repo.commit({f"data{n}.txt": rng.randbytes(1_000_000).hex()})
     repo.commit({f"data{n}.txt": None for n in range(3)} | {"variables.tf": 'variable "zone" { type = string }\n'})
     repo.tag("v1.0.0", annotated=True, message="first release")
     config = make_config(
         [vpc_rule(repo.url, download="git")], storage={"path": str(tmp_path / "state"), "max_bytes": 1024 * 1024}
     )
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     assert resp.status == 200, await resp.text()
     body = await resp.json()
@@ -223,31 +279,9 @@ async def test_details_need_only_the_tags_files_not_the_repositorys_history(make
     assert body["published_at"] == tagged.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def test_monorepo_module_details_are_read_from_its_path(make_client, tmp_path):
-    mono = GitRepo(tmp_path / "repos", "infra")
-    mono.commit(
-        {
-            "modules/network/main.tf": 'variable "cidr" { type = string }\n',
-            "modules/network/modules/peering/main.tf": 'variable "peer" {}\n',
-            "modules/compute/main.tf": 'variable "size" {}\n',
-        }
-    )
-    mono.tag("network/v1.4.0")
-    config = make_config(
-        [
-            {
-                "namespace": "acme",
-                "name": "network",
-                "system": "aws",
-                "repository": mono.url,
-                "path": "modules/network",
-                "tag_prefix": "network/",
-            }
-        ],
-        storage={"path": str(tmp_path / "state")},
-    )
-    client = await indexed(await make_client(config))
-    body = await (await client.get("/v1/modules/acme/network/aws")).json()
+@module_loop
+async def test_monorepo_module_details_are_read_from_its_path(served):
+    body = await (await served.get("/v1/modules/acme/network/aws")).json()
     assert [i["name"] for i in body["root"]["inputs"]] == ["cidr"]
     assert [s["path"] for s in body["submodules"]] == ["modules/peering"]
 
@@ -258,21 +292,18 @@ async def test_published_at_is_the_tag_date_in_utc(details, shared_vpc):
     assert details["published_at"] == tagged.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(make_client, vpc, tmp_path):
-    config = make_config([vpc_rule(vpc.url, path="modules/renamed")], storage={"path": str(tmp_path / "state")})
-    client = await indexed(await make_client(config))
-    resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
+@module_loop
+async def test_a_rule_path_missing_at_a_tag_gives_an_empty_module_with_a_note(served):
+    resp = await served.get("/v1/modules/acme/renamed/aws/1.0.0")
     assert resp.status == 200, await resp.text()
     root = (await resp.json())["root"]
     assert root["empty"] is True and "'modules/renamed' does not exist" in root["notes"][0]
 
 
-async def test_details_of_an_unknown_or_malformed_version_are_404_and_400(make_client, vpc, tmp_path):
-    client = await indexed(
-        await make_client(make_config([vpc_rule(vpc.url)], storage={"path": str(tmp_path / "state")}))
-    )
-    await assert_error(await client.get("/v1/modules/acme/vpc/aws/9.9.9"), 404, "no version 9.9.9")
-    await assert_error(await client.get("/v1/modules/acme/vpc/aws/1.0"), 400, "SemVer")
+@module_loop
+async def test_details_of_an_unknown_or_malformed_version_are_404_and_400(served):
+    await assert_error(await served.get("/v1/modules/acme/vpc/aws/9.9.9"), 404, "no version 9.9.9")
+    await assert_error(await served.get("/v1/modules/acme/vpc/aws/1.0"), 400, "SemVer")
 
 
 def test_description_skips_headings_badges_html_and_code():

@@ -13,16 +13,17 @@ import pytest
 from gitreg.web.keys import INDEX
 from tests.support.app import assert_error, indexed
 from tests.support.index import get_json, make_config, module_repo, names, rules
+from tests.support.index_process import read_details, until_listed
 from tests.support.repos import GitRepo
 from tests.support.webhooks import WEBHOOKS, pointed_at, post_github
 from tests.support.webhooks import fixture as webhook_fixture
 
 
-async def test_browsing_a_settled_index_runs_no_git_at_all(make_client, git_http, tmp_path):
+async def test_browsing_a_settled_index_runs_no_git_at_all(serve_client, git_http, tmp_path):
     for n in ("vnet", "dns"):
         module_repo(tmp_path, f"public-{n}")
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config(rules(git_http, ["vnet", "dns"]), git_http, storage={"path": str(tmp_path / "state")})
         )
     )
@@ -39,11 +40,11 @@ async def test_browsing_a_settled_index_runs_no_git_at_all(make_client, git_http
     assert git_http.requests() == []  # not one request reached the Git host
 
 
-async def test_search_finds_readme_words_and_ranks_names_first(make_client, git_http, tmp_path):
+async def test_search_finds_readme_words_and_ranks_names_first(serve_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-bastion", "# Bastion\n\nA jump host.\n")
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config(rules(git_http, ["vnet", "bastion"]), git_http, storage={"path": str(tmp_path / "state")})
         )
     )
@@ -55,7 +56,7 @@ async def test_search_finds_readme_words_and_ranks_names_first(make_client, git_
     assert vnet["description"] == "Creates a virtual network with peering and flow logs."
 
 
-async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(make_client, git_http, tmp_path):
+async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(serve_client, git_http, tmp_path):
     repo = module_repo(tmp_path, "public-vnet")
     config = make_config(
         rules(git_http, ["vnet"]),
@@ -64,7 +65,7 @@ async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(make
         webhooks=WEBHOOKS,
         storage={"path": str(tmp_path / "state")},
     )
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     assert (await get_json(client, "/v1/modules"))["modules"][0]["version"] == "1.0.0"
     repo.commit({"README.md": "# Virtual network\n\nNow with IPv6.\n"})
     repo.tag("v1.1.0")
@@ -81,13 +82,13 @@ async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(make
 
 
 async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_host_down(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-dns", "# DNS\n\nRecords.\n")
     state = tmp_path / "state"
     config = make_config(rules(git_http, ["vnet", "dns"]), git_http, storage={"path": str(state)})
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     before = await get_json(client, "/v1/modules/acme/vnet/aws")
     await client.close()  # shutdown writes index.json
     saved = json.loads((state / "index.json").read_text())
@@ -97,7 +98,7 @@ async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_h
     git_http.mode = "down"
     shutil.rmtree(state / "mirrors")  # no mirror to read details from: they must come from disk
     git_http.reset_counters()
-    restarted = await make_client(config)
+    restarted = await serve_client(config)
     assert names(await get_json(restarted, "/v1/modules")) == ["dns", "vnet"]  # at once, not after a pass
     assert names(await get_json(restarted, "/v1/modules/search?q=zones")) == ["vnet"]
     assert await get_json(restarted, "/v1/modules/acme/vnet/aws") == before
@@ -106,34 +107,34 @@ async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_h
     assert names(await get_json(restarted, "/v1/modules")) == ["dns", "vnet"]  # ...and changes nothing
 
 
-async def test_a_damaged_index_file_is_set_aside_and_built_again(make_client, git_http, tmp_path):
+async def test_a_damaged_index_file_is_set_aside_and_built_again(serve_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     state = tmp_path / "state"
     state.mkdir()
     (state / "index.json").write_text('{"format": 1, "entries": [')
     client = await indexed(
-        await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)}))
+        await serve_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)}))
     )
     assert names(await get_json(client, "/v1/modules")) == ["vnet"]
     assert (state / "index.json.damaged").exists()
 
 
 async def test_an_index_file_nested_too_deep_to_parse_is_set_aside_and_named_in_the_log(
-    make_client, git_http, tmp_path, caplog
+    serve_client, git_http, tmp_path, caplog
 ):
     module_repo(tmp_path, "public-vnet")
     state = tmp_path / "state"
     state.mkdir()
     (state / "index.json").write_text("[" * 100_000)  # json.loads raises RecursionError, not ValueError
     client = await indexed(
-        await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)}))
+        await serve_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(state)}))
     )
     assert names(await get_json(client, "/v1/modules")) == ["vnet"]
     assert (state / "index.json.damaged").exists()
     assert "the old file is index.json.damaged" in caplog.text
 
 
-async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client, tmp_path):
+async def test_a_module_whose_tags_disappear_drops_out_of_the_index(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "vnet")
     repo.commit({"main.tf": "# v\n"})
     repo.tag("v1.0.0")
@@ -142,19 +143,18 @@ async def test_a_module_whose_tags_disappear_drops_out_of_the_index(make_client,
         cache={"ttl_seconds": 0.1},
         storage={"path": str(tmp_path / "state")},
     )
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     assert names(await get_json(client, "/v1/modules")) == ["vnet"]
     repo.delete_tag("v1.0.0")
     await asyncio.sleep(0.2)
     await client.get("/v1/modules/acme/vnet/aws/versions")  # the cache fetches: no SemVer tag any more
-    await indexed(client)
-    assert names(await get_json(client, "/v1/modules")) == []
+    await until_listed(client, [])  # the index process is told, and indexes it again
     await assert_error(await client.get("/v1/modules/acme/vnet/aws"), 404, "no SemVer tag yet")
 
 
-async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_runs(make_client, git_http, tmp_path):
+async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_runs(serve_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
-    client = await make_client(
+    client = await serve_client(
         make_config(
             rules(git_http, ["vnet"]), git_http, index={"enabled": False}, storage={"path": str(tmp_path / "state")}
         )
@@ -170,13 +170,13 @@ async def test_with_the_index_disabled_nothing_is_listed_and_no_background_git_r
 
 @pytest.mark.slow
 async def test_new_modules_are_listed_with_their_versions_before_their_details_are_built(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     for n in ("vnet", "dns", "nat"):
         module_repo(tmp_path, f"public-{n}")
     git_http.hold_fetches()  # the mirrors that details are read from cannot be cloned; ls-remote answers
     try:
-        client = await make_client(
+        client = await serve_client(
             make_config(rules(git_http, ["vnet", "dns", "nat"]), git_http, storage={"path": str(tmp_path / "state")})
         )
         started = time.monotonic()
@@ -196,14 +196,14 @@ async def test_new_modules_are_listed_with_their_versions_before_their_details_a
 
 
 @pytest.mark.slow
-async def test_readyz_says_complete_only_once_every_modules_details_are_in(make_client, git_http, tmp_path):
+async def test_readyz_says_complete_only_once_every_modules_details_are_in(serve_client, git_http, tmp_path):
     # The README: `complete` once each module was indexed. Listed with its versions while its
     # details are still to be read is not indexed yet (it said complete with 469 of 507 queued).
     for n in ("vnet", "dns", "nat"):
         module_repo(tmp_path, f"public-{n}")
     git_http.hold_fetches()  # details come from a fetch of the tag: held; ls-remote answers
     try:
-        client = await make_client(
+        client = await serve_client(
             make_config(rules(git_http, ["vnet", "dns", "nat"]), git_http, storage={"path": str(tmp_path / "state")})
         )
         started = time.monotonic()
@@ -221,13 +221,13 @@ async def test_readyz_says_complete_only_once_every_modules_details_are_in(make_
 
 
 async def test_an_older_versions_details_are_read_in_the_background_never_inside_the_request(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     repo = module_repo(tmp_path, "public-vnet")
     repo.commit({"README.md": "# Virtual network\n\nVersion two.\n"})
     repo.tag("v2.0.0")
     client = await indexed(
-        await make_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(tmp_path / "state")}))
+        await serve_client(make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(tmp_path / "state")}))
     )
     git_http.reset_counters()
     started = time.monotonic()
@@ -235,8 +235,7 @@ async def test_an_older_versions_details_are_read_in_the_background_never_inside
     await assert_error(resp, 503, "being read", "ask again")
     assert resp.headers["Retry-After"] == "2"
     assert time.monotonic() - started < 1  # answered at once, not after a git call
-    await indexed(client)
-    old = await get_json(client, "/v1/modules/acme/vnet/aws/1.0.0")
+    old = await (await read_details(client, "/v1/modules/acme/vnet/aws/1.0.0")).json()
     assert old["version"] == "1.0.0" and old["description"] == "Creates a virtual network with peering and flow logs."
     # Read with one shallow fetch of that tag's object (capabilities, fetch: no ls-refs), after the answer.
     assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in git_http.requests()] == [
@@ -270,12 +269,12 @@ async def _processes(marker: str) -> list[int]:
 
 
 @pytest.mark.slow
-async def test_background_git_yields_the_cpu_and_install_git_does_not(make_client, git_http, tmp_path):
+async def test_background_git_yields_the_cpu_and_install_git_does_not(serve_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-dns")
     git_http.hold_fetches()  # the index's details fetch of vnet waits: its git processes can be looked at
     try:
-        client = await make_client(
+        client = await serve_client(
             make_config(rules(git_http, ["vnet"]), git_http, storage={"path": str(tmp_path / "state")})
         )
         background = await _processes("public-vnet.git")
@@ -283,8 +282,8 @@ async def test_background_git_yields_the_cpu_and_install_git_does_not(make_clien
     finally:
         git_http.release_fetches()
     await indexed(client)
-    git_http.mode, git_http.delay = "slow", 2.0  # an install request's ls-remote waits: look at it
-    other = await make_client(make_config(rules(git_http, ["dns"]), git_http, index={"enabled": False}))
+    git_http.mode, git_http.delay = "slow", 1.0  # an install request's ls-remote waits: look at it
+    other = await serve_client(make_config(rules(git_http, ["dns"]), git_http, index={"enabled": False}))
     install = asyncio.ensure_future(other.get("/v1/modules/acme/dns/aws/versions"))
     foreground = await _processes("public-dns.git")
     assert set(foreground) == {0}, foreground

@@ -1,4 +1,8 @@
-"""Archive mode: gitreg builds and serves module archives, signed URLs, moved tags, tarball templates."""
+"""Archive mode: gitreg builds and serves module archives, signed URLs, moved tags, tarball templates.
+
+What `gitreg serve` builds with the index off (tests/support/storage.py make_config): none of these
+tests reads the index, and its details reads (scratch fetches of their own) are not these requests'.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,10 @@ import pytest
 from gitreg.storage.archives import FIXED_MTIME
 from gitreg.web.keys import MIRRORS
 from gitreg.web.signing import UrlSigner
-from tests.support.app import assert_error, make_config
+from tests.support.app import assert_error
 from tests.support.archives import file_text, mono_repo, mono_rule, stored_bytes
 from tests.support.repos import GitRepo
+from tests.support.storage import make_config
 
 TOKEN = "archive-registry-token-4e1d2c"
 SIGNING_KEY = "k" * 40
@@ -44,9 +49,9 @@ async def lookup(client, version: str, headers: dict[str, str] | None = None) ->
     return f"{parts.path}?{parts.query}", body
 
 
-async def test_archive_download_answer_and_archive_contents(make_client, tmp_path):
+async def test_archive_download_answer_and_archive_contents(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
-    client = await make_client(make_config([mono_rule(repo.url)]))
+    client = await serve_client(make_config([mono_rule(repo.url)]))
     url, body = await lookup(client, "1.1.0")
     # next to the download URL, ends in .tar.gz so go-getter treats it as an archive
     assert set(body) == {"location"} and url.startswith("/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?checksum=")
@@ -70,8 +75,8 @@ async def test_archive_download_answer_and_archive_contents(make_client, tmp_pat
     assert file_text(await (await client.get(old)).read(), "main.tf") == 'output "v" { value = "net-1.0.0" }\n'
 
 
-async def test_archive_of_the_repository_root_and_a_conditional_get(make_client, repo):
-    client = await make_client(
+async def test_archive_of_the_repository_root_and_a_conditional_get(serve_client, repo):
+    client = await serve_client(
         make_config(
             [{"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "archive"}]
         )
@@ -87,12 +92,12 @@ async def test_archive_of_the_repository_root_and_a_conditional_get(make_client,
 
 
 @pytest.mark.slow
-async def test_archives_are_reproducible_byte_for_byte(make_client, tmp_path, monkeypatch):
+async def test_archives_are_reproducible_byte_for_byte(serve_client, tmp_path, monkeypatch):
     repo = mono_repo(tmp_path / "repos")
     built = []
     for round_ in range(2):
         monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / f"state-{round_}"))  # a fresh mirror and store
-        client = await make_client(make_config([mono_rule(repo.url)]))
+        client = await serve_client(make_config([mono_rule(repo.url)]))
         resp = await client.get("/v1/modules/acme/network/aws/1.1.0/archive.tar.gz")
         built.append(await resp.read())
         await client.close()
@@ -105,10 +110,9 @@ async def test_archives_are_reproducible_byte_for_byte(make_client, tmp_path, mo
     assert built[0][4:8] == b"\0\0\0\0"  # no time in the gzip header
 
 
-async def test_concurrent_requests_share_one_build_and_one_clone(make_client, tmp_path):
+async def test_concurrent_requests_share_one_build_and_one_clone(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
-    # The index off: its details read (a shallow fetch of its own, never the mirror) is not these requests'.
-    client = await make_client(make_config([mono_rule(repo.url)], index={"enabled": False}))
+    client = await serve_client(make_config([mono_rule(repo.url)]))
     url = "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz"
     responses = await asyncio.gather(*(client.get(url) for _ in range(20)))
     bodies = {await r.read() for r in responses}
@@ -119,20 +123,18 @@ async def test_concurrent_requests_share_one_build_and_one_clone(make_client, tm
 
 
 @pytest.mark.slow
-async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(make_client, tmp_path):
+async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(serve_client, tmp_path):
     import random
 
     repo = GitRepo(tmp_path / "repos", "big")
     rng = random.Random(7)
     for i in range(3):
         # ~700 KB of incompressible text per version: two archives exceed the 1 MiB bound
-        repo.commit(
-            {"main.tf": f"# {i}\n", "blob.txt": "".join(rng.choice("0123456789abcdef") for _ in range(1_400_000))}
-        )
+        repo.commit({"main.tf": f"# {i}\n", "blob.txt": rng.randbytes(700_000).hex()})
         repo.tag(f"v1.{i}.0")
     # The mirror (~2.4 MiB: all three blobs) and one archive fit; a second archive does not.
     max_bytes = 3 * 1024 * 1024 + 512 * 1024
-    client = await make_client(
+    client = await serve_client(
         make_config(
             [{"namespace": "demo", "name": "big", "system": "null", "repository": repo.url, "download": "archive"}],
             storage={"path": str(tmp_path / "store"), "max_bytes": max_bytes},
@@ -151,7 +153,7 @@ async def test_archive_cache_stays_under_max_bytes_least_recently_used_first(mak
     assert file_text(await resp.read(), "main.tf") == "# 0\n"
 
 
-async def test_a_module_with_submodules_is_refused_with_the_reason(make_client, tmp_path):
+async def test_a_module_with_submodules_is_refused_with_the_reason(serve_client, tmp_path):
     dep = GitRepo(tmp_path / "repos", "dep")
     dep_sha = dep.commit({"x.tf": "\n"})
     repo = GitRepo(tmp_path / "repos", "withsub")
@@ -160,7 +162,7 @@ async def test_a_module_with_submodules_is_refused_with_the_reason(make_client, 
     repo.git("commit", "--quiet", "-m", "add submodule")
     repo.git("push", "--quiet", "origin", "main")
     repo.tag("v1.0.0")
-    client = await make_client(
+    client = await serve_client(
         make_config(
             [{"namespace": "demo", "name": "sub", "system": "null", "repository": repo.url, "download": "archive"}]
         )
@@ -171,9 +173,9 @@ async def test_a_module_with_submodules_is_refused_with_the_reason(make_client, 
     await assert_error(resp, 409, "submodules")
 
 
-async def test_a_missing_module_directory_is_a_clear_404(make_client, tmp_path):
+async def test_a_missing_module_directory_is_a_clear_404(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
-    client = await make_client(make_config([mono_rule(repo.url, path="modules/nope")]))
+    client = await serve_client(make_config([mono_rule(repo.url, path="modules/nope")]))
     resp = await client.get("/v1/modules/acme/network/aws/1.1.0/archive.tar.gz")
     await assert_error(resp, 404, "modules/nope")
 
@@ -181,9 +183,9 @@ async def test_a_missing_module_directory_is_a_clear_404(make_client, tmp_path):
 # --- signed URLs -------------------------------------------------------------------------------
 
 
-async def test_signed_archive_url_valid_expired_tampered_and_wrong_path(make_client, tmp_path):
+async def test_signed_archive_url_valid_expired_tampered_and_wrong_path(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
-    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH))
+    client = await serve_client(make_config([mono_rule(repo.url)], auth=AUTH))
     url, body = await lookup(client, "1.1.0", BEARER)
     assert body["use_registry_credentials"] is True  # OpenTofu >= 1.12 sends its token instead
     parts = urlsplit(url)
@@ -222,28 +224,28 @@ async def test_signed_archive_url_valid_expired_tampered_and_wrong_path(make_cli
     assert resp.status == 200
 
 
-async def test_a_signature_from_another_key_is_refused(make_client, tmp_path):
+async def test_a_signature_from_another_key_is_refused(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
-    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH))
+    client = await serve_client(make_config([mono_rule(repo.url)], auth=AUTH))
     path = "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz"
     forged = dict(parse_qsl(UrlSigner("z" * 40, 600).sign(path)))
     await assert_error(await client.get(path, params=forged), 403, "signature")
 
 
-async def test_scoped_token_cannot_fetch_another_namespaces_archive(make_client, tmp_path):
+async def test_scoped_token_cannot_fetch_another_namespaces_archive(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
     auth = {"tokens": [{"token": TOKEN, "namespaces": ["other"]}], "signing_key": SIGNING_KEY}
-    client = await make_client(make_config([mono_rule(repo.url)], auth=auth))
+    client = await serve_client(make_config([mono_rule(repo.url)], auth=auth))
     resp = await client.get("/v1/modules/acme/network/aws/1.1.0/archive.tar.gz", headers=BEARER)
     await assert_error(resp, 403)
     resp = await client.get("/v1/modules/acme/network/aws/1.1.0/download", headers=BEARER)
     await assert_error(resp, 403)
 
 
-async def test_absolute_archive_url_with_public_url(make_client, tmp_path):
+async def test_absolute_archive_url_with_public_url(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
     config = make_config([mono_rule(repo.url)], auth=AUTH, server={"public_url": "https://registry.example.com/"})
-    client = await make_client(config)
+    client = await serve_client(config)
     resp = await client.get("/v1/modules/acme/network/aws/1.1.0/download", headers=BEARER)
     location = (await resp.json())["location"]
     assert location.startswith("https://registry.example.com/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?expires=")
@@ -259,10 +261,10 @@ async def download_location(client, headers: dict[str, str]) -> str:
     return location
 
 
-async def test_a_forged_host_never_moves_the_archive_url_off_public_url(make_client, tmp_path):
+async def test_a_forged_host_never_moves_the_archive_url_off_public_url(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
     server = {"public_url": "https://registry.example.com", "trusted_proxies": ["127.0.0.1"]}
-    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH, server=server))
+    client = await serve_client(make_config([mono_rule(repo.url)], auth=AUTH, server=server))
     for headers in (
         {"Host": "evil.example"},
         {"X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "http"},  # even from a trusted proxy
@@ -275,24 +277,24 @@ async def test_a_forged_host_never_moves_the_archive_url_off_public_url(make_cli
     "host",
     ["evil.example/x?", "user@evil.example", "evil.example:99999", "a b", "[not-ipv6]:80", "evil.example#"],
 )
-async def test_a_host_header_that_is_no_host_leaves_the_archive_url_relative(make_client, tmp_path, host):
+async def test_a_host_header_that_is_no_host_leaves_the_archive_url_relative(serve_client, tmp_path, host):
     repo = mono_repo(tmp_path / "repos")
-    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH))
+    client = await serve_client(make_config([mono_rule(repo.url)], auth=AUTH))
     location = await download_location(client, {"Host": host})
     assert location.startswith("./archive.tar.gz?expires="), location
 
 
-async def test_archive_url_follows_the_host_and_a_trusted_proxys_forwarded_origin(make_client, tmp_path):
+async def test_archive_url_follows_the_host_and_a_trusted_proxys_forwarded_origin(serve_client, tmp_path):
     repo = mono_repo(tmp_path / "repos")
     forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "registry.corp.example, proxy.internal"}
     path = "/v1/modules/acme/network/aws/1.1.0/archive.tar.gz?"
     # Not from a trusted proxy: the forwarded headers are anyone's, the connection's Host counts.
-    client = await make_client(make_config([mono_rule(repo.url)], auth=AUTH))
+    client = await serve_client(make_config([mono_rule(repo.url)], auth=AUTH))
     assert (await download_location(client, {"Host": "Registry.Example.test:8080", **forwarded})).startswith(
         f"http://registry.example.test:8080{path}"
     )
     trusted = make_config([mono_rule(repo.url)], auth=AUTH, server={"trusted_proxies": ["127.0.0.0/8"]})
-    client = await make_client(trusted)
+    client = await serve_client(trusted)
     assert (await download_location(client, forwarded)).startswith(f"https://registry.corp.example{path}")
     # A trusted proxy that forwards no host: the Host it sent.
     location = await download_location(client, {"Host": "[::1]:8443", "X-Forwarded-Proto": "https"})
@@ -312,13 +314,13 @@ def test_archive_mode_with_tokens_and_no_signing_key_is_a_valid_config():
 # --- moved tags --------------------------------------------------------------------------------
 
 
-async def test_moved_tag_keeps_serving_the_first_commit_across_restarts(make_client, tmp_path):
+async def test_moved_tag_keeps_serving_the_first_commit_across_restarts(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "moving")
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
     rule = {"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url, "download": "archive"}
     config = make_config([rule], cache={"ttl_seconds": 0}, storage={"path": str(tmp_path / "store")})
-    client = await make_client(config)
+    client = await serve_client(config)
     url = "/v1/modules/demo/moving/null/1.0.0/archive.tar.gz"
     assert file_text(await (await client.get(url)).read(), "main.tf") == "# first\n"
     second = repo.commit({"main.tf": "# second\n"})
@@ -330,18 +332,18 @@ async def test_moved_tag_keeps_serving_the_first_commit_across_restarts(make_cli
     assert "gitreg_moved_tags_total 1.0" in metrics
     await client.close()
     # a restart remembers the first commit
-    client = await make_client(config)
+    client = await serve_client(config)
     assert file_text(await (await client.get(url)).read(), "main.tf") == "# first\n"
     await client.close()
     # allow_moved_tags: follow the tag
     allowing = make_config(
         [rule], cache={"ttl_seconds": 0}, storage={"path": str(tmp_path / "store")}, git={"allow_moved_tags": True}
     )
-    client = await make_client(allowing)
+    client = await serve_client(allowing)
     assert file_text(await (await client.get(url)).read(), "main.tf") == "# second\n"
 
 
-async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(make_client, tmp_path, caplog):
+async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(serve_client, tmp_path, caplog):
     repo = GitRepo(tmp_path / "repos", "moving")
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
@@ -358,7 +360,7 @@ async def test_moved_tag_with_ref_commit_pins_the_first_sha_and_logs_it(make_cli
         ],
         cache={"ttl_seconds": 0},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     resp = await client.get("/v1/modules/demo/moving/null/1.0.0/download")
     assert (await resp.json())["location"].endswith(f"?ref={first}")
     second = repo.commit({"main.tf": "# second\n"})
@@ -411,16 +413,16 @@ async def test_a_torn_pin_record_is_ignored_and_repaired(tmp_path):
         ),
     ],
 )
-async def test_tarball_template_locations(make_client, tmp_path, template, extra, expected):
+async def test_tarball_template_locations(serve_client, tmp_path, template, extra, expected):
     repo = mono_repo(tmp_path / "repos")
     sha = repo.git("rev-parse", "network/v1.1.0^{commit}")
-    client = await make_client(make_config([mono_rule(repo.url, download=template, **extra)]))
+    client = await serve_client(make_config([mono_rule(repo.url, download=template, **extra)]))
     resp = await client.get("/v1/modules/acme/network/aws/1.1.0/download")
     assert (await resp.json())["location"] == expected.replace("{sha}", sha)
 
 
-async def test_github_tarball_template_strips_a_v_prefix(make_client, repo):
-    client = await make_client(
+async def test_github_tarball_template_strips_a_v_prefix(serve_client, repo):
+    client = await serve_client(
         make_config(
             [
                 {
@@ -450,7 +452,7 @@ def test_archive_root_needs_a_template():
     ]
 
 
-async def test_long_paths_symlinks_and_a_nested_submodule(make_client, tmp_path):
+async def test_long_paths_symlinks_and_a_nested_submodule(serve_client, tmp_path):
     long_dir = "d" * 60 + "/" + "e" * 60
     repo = GitRepo(tmp_path / "repos", "odd")
     repo.commit({f"modules/m/{long_dir}/{'f' * 90}.tf": "# long\n", "modules/m/main.tf": "# main\n"})
@@ -462,7 +464,7 @@ async def test_long_paths_symlinks_and_a_nested_submodule(make_client, tmp_path)
     repo.git("commit", "--quiet", "-m", "submodule deep inside")
     repo.git("push", "--quiet", "origin", "main")
     repo.tag("v1.1.0")
-    client = await make_client(
+    client = await serve_client(
         make_config(
             [
                 {

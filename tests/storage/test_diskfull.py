@@ -28,7 +28,7 @@ def big_repo(base: Path) -> GitRepo:
 # mirror's fetch (git's own writes) or the archive build is what meets the full disk.
 @pytest.mark.parametrize(("download", "leave"), [("archive", 0), ("archive", 65536), ("git", 0)])
 async def test_a_full_disk_is_a_507_naming_the_storage_path_and_serving_recovers_when_space_is_freed(
-    download, leave, make_client, tmp_path
+    download, leave, serve_client, tmp_path
 ):
     repo = big_repo(tmp_path / "repos")
     with small_disk(tmp_path / "disk") as disk:
@@ -36,7 +36,7 @@ async def test_a_full_disk_is_a_507_naming_the_storage_path_and_serving_recovers
         if download == "git":
             rule["ref"] = "commit"  # the first-served commit is recorded in tagpins.jsonl
         config = make_config([rule], storage={"path": str(disk)}, index={"enabled": False})
-        client = await make_client(config)
+        client = await serve_client(config)
         filler = fill(disk, leave)
         lookup = "/v1/modules/demo/big/null/1.0.0/download"
         archive = "/v1/modules/demo/big/null/1.0.0/archive.tar.gz"
@@ -61,7 +61,7 @@ SWEEP = (0, 2048, 4096, 6144, 8192, 10240, 12288, 16384, 24576, 32768, 49152, 98
 
 @pytest.mark.slow  # one tmpfs per download mode, filled a dozen times
 @pytest.mark.parametrize("download", ["archive", "git"])
-async def test_every_step_that_meets_a_full_disk_answers_507_naming_the_storage_path(download, make_client, tmp_path):
+async def test_every_step_that_meets_a_full_disk_answers_507_naming_the_storage_path(download, serve_client, tmp_path):
     repo = big_repo(tmp_path / "repos")
     rule = {"namespace": "demo", "name": "big", "system": "null", "repository": repo.url, "download": download}
     if download == "git":
@@ -74,7 +74,7 @@ async def test_every_step_that_meets_a_full_disk_answers_507_naming_the_storage_
         for leave in SWEEP:
             for entry in disk.iterdir():  # a fresh start: nothing stored yet
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            client = await make_client(config)
+            client = await serve_client(config)
             filler = fill(disk, leave)
             for path in paths:
                 resp = await client.get(path)

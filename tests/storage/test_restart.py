@@ -61,7 +61,7 @@ def stored_mirror_bytes(mirrors: Path) -> int:
 
 @pytest.mark.slow  # over a second (tests/ --durations)
 async def test_a_restart_with_many_mirrors_serves_before_they_are_counted_then_cleans_up_and_keeps_the_bound(
-    make_client, tmp_path
+    serve_client, tmp_path
 ):
     repo = hello_repo(tmp_path)
     store = tmp_path / "store"
@@ -79,7 +79,7 @@ async def test_a_restart_with_many_mirrors_serves_before_they_are_counted_then_c
             planted.append(path / name)
     age(left)
     keep = 100
-    client = await make_client(
+    client = await serve_client(
         make_config([archive_rule("hello", repo.url)], storage={"path": str(store), "max_bytes": keep * one + one // 2})
     )
 
@@ -100,11 +100,11 @@ async def test_a_restart_with_many_mirrors_serves_before_they_are_counted_then_c
     assert value(samples, "gitreg_mirror_bytes") == stored_mirror_bytes(mirrors) == keep * one
 
 
-async def test_a_mirror_fetched_while_the_storage_scan_runs_is_counted_once(make_client, tmp_path):
+async def test_a_mirror_fetched_while_the_storage_scan_runs_is_counted_once(serve_client, tmp_path):
     repo = hello_repo(tmp_path)
     store = tmp_path / "store"
     config = make_config([archive_rule("hello", repo.url)], storage={"path": str(store)})
-    first = await make_client(config)
+    first = await serve_client(config)
     assert (await first.get("/v1/modules/demo/hello/null/1.0.0/archive.tar.gz")).status == 200
     await first.close()
     [mirror] = (store / "mirrors").iterdir()
@@ -112,7 +112,7 @@ async def test_a_mirror_fetched_while_the_storage_scan_runs_is_counted_once(make
     repo.commit({"main.tf": 'output "hello" { value = "second" }\n'})
     repo.tag("v1.1.0")
 
-    client = await make_client(config)
+    client = await serve_client(config)
     # A new tag: its archive needs a fetch into the mirror the scan is going through.
     resp = await client.get("/v1/modules/demo/hello/null/1.1.0/archive.tar.gz")
     assert resp.status == 200 and file_text(await resp.read(), "main.tf") == 'output "hello" { value = "second" }\n'

@@ -33,8 +33,7 @@ MIB = 1024 * 1024
 
 def hex_blob(seed: int, chars: int) -> str:
     """Text that compresses to about half its length (random hex digits), the same for a seed."""
-    rng = random.Random(seed)
-    return "".join(rng.choice("0123456789abcdef") for _ in range(chars))
+    return random.Random(seed).randbytes(-(-chars // 2)).hex()[:chars]
 
 
 def git_in(repository: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -46,7 +45,7 @@ def git_in(repository: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 
 @pytest.mark.slow
-async def test_mirrors_and_archives_together_stay_under_max_bytes(make_client, tmp_path):
+async def test_mirrors_and_archives_together_stay_under_max_bytes(serve_client, tmp_path):
     # Three repositories: each mirror ~0.35 MiB and each archive ~0.35 MiB. The archives alone
     # fit in 1 MiB; with their mirrors they do not.
     repos = []
@@ -56,7 +55,7 @@ async def test_mirrors_and_archives_together_stay_under_max_bytes(make_client, t
         repo.tag("v1.0.0")
         repos.append(repo)
     store = tmp_path / "store"
-    client = await make_client(
+    client = await serve_client(
         make_config(
             [archive_rule(f"r{i}", r.url) for i, r in enumerate(repos)], storage={"path": str(store), "max_bytes": MIB}
         )
@@ -71,14 +70,14 @@ async def test_mirrors_and_archives_together_stay_under_max_bytes(make_client, t
     assert "gitreg_mirror_bytes" in metrics and "gitreg_mirrors" in metrics
 
 
-async def test_an_archive_larger_than_max_bytes_is_refused_with_507_and_never_kept(make_client, tmp_path, caplog):
+async def test_an_archive_larger_than_max_bytes_is_refused_with_507_and_never_kept(serve_client, tmp_path, caplog):
     # Six copies of one blob: the mirror holds it once (~0.4 MiB), the archive six times (~2.3 MiB).
     blob = hex_blob(1, 700_000)
     repo = GitRepo(tmp_path / "repos", "copies")
     repo.commit({"main.tf": "# copies\n", **{f"copy{i}.txt": blob for i in range(6)}})
     repo.tag("v1.0.0")
     store = tmp_path / "store"
-    client = await make_client(
+    client = await serve_client(
         make_config([archive_rule("copies", repo.url)], storage={"path": str(store), "max_bytes": MIB})
     )
     caplog.set_level(logging.INFO, "gitreg")
@@ -94,7 +93,7 @@ async def test_an_archive_larger_than_max_bytes_is_refused_with_507_and_never_ke
 
 
 @pytest.mark.slow
-async def test_an_archive_being_sent_is_not_evicted_under_it(make_client, tmp_path):
+async def test_an_archive_being_sent_is_not_evicted_under_it(serve_client, tmp_path):
     # Two versions, each archive ~0.6 MiB (six copies of its own blob); the mirror ~0.25 MiB.
     # The mirror and one archive fit in 1 MiB; two archives do not.
     repo = GitRepo(tmp_path / "repos", "two")
@@ -103,7 +102,7 @@ async def test_an_archive_being_sent_is_not_evicted_under_it(make_client, tmp_pa
         repo.commit({"main.tf": f"# {i}\n", **{f"copy{j}.txt": blob for j in range(6)}})
         repo.tag(f"v1.{i}.0")
     store = tmp_path / "store"
-    client = await make_client(
+    client = await serve_client(
         make_config([archive_rule("two", repo.url)], storage={"path": str(store), "max_bytes": MIB})
     )
     first, second = ("/v1/modules/demo/two/null/1.0.0/archive.tar.gz", "/v1/modules/demo/two/null/1.1.0/archive.tar.gz")
@@ -135,7 +134,7 @@ async def test_an_archive_being_sent_is_not_evicted_under_it(make_client, tmp_pa
     assert not first_file.exists()
 
 
-async def test_a_mirror_in_use_is_not_evicted(make_client, tmp_path):
+async def test_a_mirror_in_use_is_not_evicted(serve_client, tmp_path):
     small = GitRepo(tmp_path / "repos", "small")
     small_sha = small.commit({"main.tf": "# small\n", "blob.txt": hex_blob(3, 700_000)})  # mirror ~0.4 MiB
     small.tag("v1.0.0")
@@ -144,7 +143,7 @@ async def test_a_mirror_in_use_is_not_evicted(make_client, tmp_path):
     big.commit({"main.tf": "# big\n", **{f"copy{j}.txt": blob for j in range(6)}})  # archive ~0.65 MiB
     big.tag("v1.0.0")
     store = tmp_path / "store"
-    client = await make_client(
+    client = await serve_client(
         make_config(
             [archive_rule("small", small.url), archive_rule("big", big.url)],
             storage={"path": str(store), "max_bytes": MIB},
@@ -161,10 +160,10 @@ async def test_a_mirror_in_use_is_not_evicted(make_client, tmp_path):
     assert stored_bytes(store) <= MIB
 
 
-async def test_mirror_locks_are_dropped_when_nobody_waits(make_client, tmp_path):
+async def test_mirror_locks_are_dropped_when_nobody_waits(serve_client, tmp_path):
     repos = [mono_repo(tmp_path / "repos", f"m{i}") for i in range(3)]
     rules = [mono_rule(r.url, name=f"n{i}") for i, r in enumerate(repos)]
-    client = await make_client(make_config(rules))
+    client = await serve_client(make_config(rules))
     urls = [f"/v1/modules/acme/n{i}/aws/1.1.0/archive.tar.gz" for i in range(3)] * 4
     responses = await asyncio.gather(*(client.get(u) for u in urls))
     assert [r.status for r in responses] == [200] * len(urls)
@@ -191,7 +190,7 @@ def broken_repo(root: Path) -> GitRepo:
 
 
 @pytest.mark.slow
-async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client, tmp_path):
+async def test_a_failed_clone_is_answered_again_without_a_new_clone(serve_client, tmp_path):
     broken_repo(tmp_path / "repos")
     with GitHttpServer(tmp_path / "repos") as host:
         config = make_config(
@@ -199,7 +198,7 @@ async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client,
             cache={"error_retry_seconds": 1.5},
             storage={"path": str(tmp_path / "store")},
         )
-        client = await make_client(config)
+        client = await serve_client(config)
         url = "/v1/modules/demo/broken/null/1.0.0/archive.tar.gz"
         first = await assert_error(await client.get(url), 502)
         seen = len(host.requests())
@@ -219,13 +218,13 @@ async def test_a_failed_clone_is_answered_again_without_a_new_clone(make_client,
 # --- moved tags: the first-served commit stays reachable -----------------------------------------
 
 
-async def test_a_moved_tags_first_commit_survives_git_gc_in_the_mirror(make_client, tmp_path):
+async def test_a_moved_tags_first_commit_survives_git_gc_in_the_mirror(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "moving")
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
     store = tmp_path / "store"
     config = make_config([archive_rule("moving", repo.url)], cache={"ttl_seconds": 0}, storage={"path": str(store)})
-    client = await make_client(config)
+    client = await serve_client(config)
     old = "/v1/modules/demo/moving/null/1.0.0/archive.tar.gz"
     assert file_text(await (await client.get(old)).read(), "main.tf") == "# first\n"
     # History is rewritten and the tag force-pushed to a commit that does not descend from the
@@ -244,7 +243,7 @@ async def test_a_moved_tags_first_commit_survives_git_gc_in_the_mirror(make_clie
     # The archive is built again (after a restart with its archive gone): still the first commit.
     for archive in (store / "archives").glob("*.tar.gz"):
         archive.unlink()
-    client = await make_client(config)
+    client = await serve_client(config)
     resp = await client.get(old)
     assert resp.status == 200, await resp.text()
     assert file_text(await resp.read(), "main.tf") == "# first\n"
@@ -253,11 +252,11 @@ async def test_a_moved_tags_first_commit_survives_git_gc_in_the_mirror(make_clie
     assert f"refs/gitreg/pins/{first}" in pins
 
 
-async def test_a_moved_tag_with_git_downloads_logs_that_clients_follow_the_tag(make_client, tmp_path, caplog):
+async def test_a_moved_tag_with_git_downloads_logs_that_clients_follow_the_tag(serve_client, tmp_path, caplog):
     repo = GitRepo(tmp_path / "repos", "moving")
     first = repo.commit({"main.tf": "# first\n"})
     repo.tag("v1.0.0")
-    client = await make_client(
+    client = await serve_client(
         make_config(
             [{"namespace": "demo", "name": "moving", "system": "null", "repository": repo.url, "download": "git"}],
             cache={"ttl_seconds": 0},
@@ -338,7 +337,7 @@ def test_a_stalled_pin_write_does_not_freeze_the_server(tmp_path):
     store = tmp_path / "store"
     config = tmp_path / "gitreg.toml"
     config.write_text(
-        f'[storage]\npath = "{store}"\n'
+        f'[storage]\npath = "{store}"\n[index]\nenabled = false\n'  # it reads no index: no index process
         f'[[modules]]\nnamespace = "demo"\nname = "hello"\nsystem = "null"\nrepository = "{repo.url}"\n'
         'download = "git"\n'  # the pin is written in the background (clients follow the tag)
     )
