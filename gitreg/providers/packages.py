@@ -23,7 +23,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO
 
 from gitreg.storage.budget import StorageBudget
 
@@ -32,6 +31,8 @@ log = logging.getLogger(__name__)
 DIRECTORY = "providers"
 KIND = "provider"
 _NAME_RE = re.compile(r"[0-9a-f]{64}\.zip")
+# Free space left on the disk beyond a zip being fetched (the other stores write there too).
+RESERVE = 64 * 1024 * 1024
 
 
 class PackageFiles:
@@ -80,14 +81,33 @@ class PackageFiles:
         """The zip is sent: it may be evicted again."""
         self.budget.release(str(path))
 
-    def writer(self) -> PackageWriter:
-        """A temporary file beside the kept ones, for a zip on its way from the Git host."""
+    def create(self, size: int | None) -> tuple[int, str]:
+        """Blocking: a new temporary file beside the kept ones (its descriptor, read-write, and path) for
+        a zip of `size` bytes on its way from the Git host; NoRoom when the disk has not that much free."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        return PackageWriter(self, tempfile.NamedTemporaryFile(dir=self.directory, prefix="tmp-", delete=False))
+        free = os.statvfs(self.directory)
+        if free.f_bavail * free.f_frsize < (size or 0) + RESERVE:
+            raise NoRoom(f"{free.f_bavail * free.f_frsize} bytes free in {self.directory}")
+        return tempfile.mkstemp(dir=self.directory, prefix="tmp-")  # mode 0600
 
-    def _keep(self, temp: str, shasum: str) -> None:
-        os.chmod(temp, 0o600)
-        os.replace(temp, self.path(shasum))
+    async def keep(self, temp: str, shasum: str, size: int) -> Path | None:
+        """Rename the complete temporary file (its SHA-256 is `shasum`: the caller checked it) into place,
+        counted in the storage budget; None when it cannot be (it is left to the caller to remove)."""
+        path = self.path(shasum)
+        try:
+            await asyncio.to_thread(os.replace, temp, path)
+        except OSError as e:
+            log.warning("cannot keep a provider package on disk: %s", e)
+            return None
+        self.budget.add(str(path), size, KIND, self._remove)
+        self.budget.hold(str(path))
+        self.budget.release(str(path))  # over the bound: the least recently used go
+        self.written += 1
+        return path
+
+    def known(self, shasum: str) -> bool:
+        """True when the zip of `shasum` is kept (as far as the budget knows: no disk access); marks it used."""
+        return self.budget.touch(str(self.path(shasum)))
 
     async def _remove(self, path: str) -> None:
         def unlink() -> None:
@@ -97,37 +117,5 @@ class PackageFiles:
         await asyncio.to_thread(unlink)
 
 
-class PackageWriter:
-    """One zip being written as it streams (`write` on a worker thread, beside its SHA-256), kept by
-    `keep` when the digest matches, discarded otherwise."""
-
-    def __init__(self, files: PackageFiles, file: IO[bytes]) -> None:
-        self.files = files
-        self.file = file
-        self.size = 0
-
-    def write(self, chunk: bytes) -> None:
-        """Blocking: call it where the chunk is hashed (a worker thread)."""
-        self.file.write(chunk)
-        self.size += len(chunk)
-
-    async def keep(self, shasum: str) -> Path | None:
-        """Rename the complete zip (its SHA-256 is `shasum`: the caller checked it) into place."""
-        try:
-            await asyncio.to_thread(self.file.close)
-            await asyncio.to_thread(self.files._keep, self.file.name, shasum)
-        except OSError as e:  # a full disk: the download went through, the zip is not kept
-            log.warning("cannot keep a provider package on disk: %s", e)
-            await self.discard()
-            return None
-        path = self.files.path(shasum)
-        self.files.budget.add(str(path), self.size, KIND, self.files._remove)
-        self.files.budget.hold(str(path))
-        self.files.budget.release(str(path))  # over the bound: the least recently used go
-        self.files.written += 1
-        return path
-
-    async def discard(self) -> None:
-        """Drop the temporary file (a mismatch, a cut stream)."""
-        await asyncio.to_thread(self.file.close)
-        await self.files._remove(self.file.name)
+class NoRoom(OSError):
+    """The disk has no room for a zip: it is streamed without being kept."""

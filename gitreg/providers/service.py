@@ -34,6 +34,7 @@ from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound
 from gitreg.forges.hosts import client_for
 from gitreg.forges.records import Release
 from gitreg.forges.releases import open_asset, read_asset
+from gitreg.providers.fetches import Follower, NotKept, PackageFetch, PackageFetches, PackageMismatch
 from gitreg.providers.hashstore import HashStore
 from gitreg.providers.keys import Keyring, KeysError, PublicKey
 from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
@@ -71,12 +72,6 @@ def type_pattern(repository: str) -> re.Pattern[str]:
     found = parse(repository.replace("{type}", marker))
     path = found.path.strip("/").removesuffix(".git").lower() if found is not None else ""
     return re.compile(re.escape(path).replace(marker, "(?P<type>[a-z0-9-]+)"))
-
-
-class PackageMismatch(GitregError):
-    """A package's bytes do not match its signed SHA-256: the stream is cut short."""
-
-    status = 502
 
 
 @dataclass(frozen=True)
@@ -142,6 +137,7 @@ class Providers:
         self._verify_slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
         self.hashes = hashes or HashStore(Path(config.storage.path))
         self.packages = packages or PackageFiles(Path(config.storage.path) / PACKAGES_DIRECTORY)
+        self.fetches = PackageFetches(self.packages)
 
     async def start(self) -> None:
         """Import each keys file into a GNUPGHOME of gitreg's own; read the `h1:` hashes kept."""
@@ -156,10 +152,15 @@ class Providers:
                     self._unreadable[rule.keys] = str(e)
 
     def close(self) -> None:
-        """Remove the GNUPGHOMEs."""
+        """Stop the packages' fetches (`stopped` waits for them); remove the GNUPGHOMEs."""
+        self.fetches.close()
         for keyring in self._keyrings.values():
             keyring.close()
         self._keyrings.clear()
+
+    async def stopped(self) -> None:
+        """Wait until the fetches `close` stopped removed their temporary files."""
+        await self.fetches.wait_closed()
 
     # ---- which rule serves an address ------------------------------------------------------
 
@@ -381,14 +382,39 @@ class Providers:
 
     # ---- a package's bytes -----------------------------------------------------------------
 
+    def prefetch(self, namespace: str, type_: str, package: Package) -> None:
+        """Start fetching the package into the kept store (a download answer was just given: its zip
+        is asked for next), unless it is kept, on its way, or too many are (fetches.py)."""
+        if not self.packages.known(package.shasum):
+            self._fetch(namespace, type_, package, speculative=True)
+
+    def follow(self, namespace: str, type_: str, package: Package) -> Follower:
+        """Follow the package's fetch (the one under way, else a new one): use it in a `with`."""
+        fetch = self._fetch(namespace, type_, package)
+        assert fetch is not None  # a fetch that is not speculative always starts
+        return fetch.follow()
+
+    def _fetch(self, namespace: str, type_: str, package: Package, speculative: bool = False) -> PackageFetch | None:
+        return self.fetches.join(
+            package.shasum,
+            f"{namespace}/{type_} {package.filename}",
+            package.asset.size,
+            lambda: self._chunks(namespace, type_, package),
+            speculative,
+        )
+
     @contextlib.asynccontextmanager
     async def kept(self, namespace: str, type_: str, package: Package) -> AsyncIterator[Path]:
         """The package's verified zip on disk (fetched from the Git host first when not kept), held
         while in the `async with`; GitregError when it cannot be fetched or kept."""
         path = self.packages.open(package.shasum)
         if path is None:
-            async for _ in self.stream(namespace, type_, package):
-                pass
+            fetch = self._fetch(namespace, type_, package)
+            assert fetch is not None
+            try:
+                await fetch.finished()
+            except NotKept as e:
+                raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
             path = self.packages.open(package.shasum)
             if path is None:
                 raise UpstreamUnavailable(f"provider {namespace}/{type_}: {package.filename} could not be kept on disk")
@@ -397,44 +423,45 @@ class Providers:
         finally:
             self.packages.release(path)
 
-    # long: one stream, its three concerns (size bound, SHA-256, the copy kept) in step chunk by chunk
+    async def _chunks(self, namespace: str, type_: str, package: Package) -> AsyncGenerator[bytes, None]:
+        """The package's bytes from the Git host as they come (never more than the size it announced)."""
+        source = self.source(namespace, type_)
+        client = self._client(source)
+        size, limit = 0, package.asset.size
+        try:
+            async with open_asset(client, package.asset, client.asset_headers()) as resp:
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    size += len(chunk)
+                    if limit is not None and size > limit:
+                        raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
+                    yield chunk
+        except ForgeError as e:
+            raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
+        except (aiohttp.ClientError, TimeoutError) as e:  # the body stopped half-way
+            raise UpstreamUnavailable(
+                f"provider {namespace}/{type_}: {package.filename} was cut short ({type(e).__name__})"
+            ) from None
+
     async def stream(self, namespace: str, type_: str, package: Package) -> AsyncGenerator[bytes, None]:
-        """The package's bytes from the Git host, chunk by chunk, its SHA-256 checked as they pass,
-        and the zip kept on disk (packages.py) once the whole of it matched.
+        """The package's bytes from the Git host, its SHA-256 checked as they pass, nothing kept (the disk
+        has no room for it: fetches.py keeps it otherwise).
 
         The last chunk is held back until the whole zip hashed right: on a mismatch PackageMismatch
         is raised instead, so a client never receives a complete package that is not the signed one.
         """
-        source = self.source(namespace, type_)
-        client = self._client(source)
         digest = hashlib.sha256()
-        writer = self.packages.writer()
         held = b""
-        size, limit = 0, package.asset.size
-        kept = False
-
-        def take(chunk: bytes) -> None:
-            digest.update(chunk)
-            writer.write(chunk)
-
-        # The hash and the disk write run on a worker thread (hashlib lets go of the GIL), one chunk
-        # behind the bytes passed on: they overlap the transfer.
+        # The hash runs on a worker thread (hashlib lets go of the GIL), one chunk behind the bytes passed on.
         hashing: asyncio.Future[None] | None = None
         try:
-            try:
-                async with open_asset(client, package.asset, client.asset_headers()) as resp:
-                    async for chunk in resp.content.iter_chunked(CHUNK):
-                        size += len(chunk)
-                        if limit is not None and size > limit:  # never more than the Content-Length announced
-                            raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
-                        if hashing is not None:
-                            await hashing
-                        hashing = asyncio.ensure_future(asyncio.to_thread(take, chunk))
-                        if held:
-                            yield held
-                        held = chunk
-            except ForgeError as e:
-                raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
+            async with contextlib.aclosing(self._chunks(namespace, type_, package)) as chunks:
+                async for chunk in chunks:
+                    if hashing is not None:
+                        await hashing
+                    hashing = asyncio.ensure_future(asyncio.to_thread(digest.update, chunk))
+                    if held:
+                        yield held
+                    held = chunk
             if hashing is not None:
                 await hashing
                 hashing = None
@@ -443,11 +470,8 @@ class Providers:
                     "provider %s/%s: %s does not match its signed SHA-256; refused", namespace, type_, package.filename
                 )
                 raise PackageMismatch(f"{package.filename} does not match SHA256SUMS; refused")
-            kept = await writer.keep(package.shasum) is not None
             if held:
                 yield held
         finally:
             if hashing is not None:  # (on a failure above it just finishes, unread)
                 await asyncio.wait([hashing])
-            if not kept:
-                await writer.discard()

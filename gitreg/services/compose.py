@@ -348,6 +348,7 @@ class Services:
             yield
         finally:
             providers.close()
+            await providers.stopped()  # its packages' fetches
             await hasher.close()
             for opened in sessions:
                 await opened.close()

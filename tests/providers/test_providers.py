@@ -163,9 +163,11 @@ async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_rele
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), cache={"ttl_seconds": 0})
     client = await make_client(config)
     for version, files in (("1.0.0", small), ("2.0.0", large)):
-        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
-        name = answer["filename"]
+        name = f"terraform-provider-widget_{version}_linux_amd64.zip"
+        # Changed behind the release's back (its listed digest still the signed one), before the download
+        # answer started fetching it.
         forge.replace_asset(REPO, f"v{version}", name, files[name][:-1] + bytes([files[name][-1] ^ 1]))
+        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
         url = urlsplit(answer["download_url"])
         resp = await client.get(f"{url.path}?{url.query}")
         if version == "1.0.0":  # found out before the first byte left: a clear refusal

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import io
@@ -140,6 +141,11 @@ class FakeStorage:
     def __init__(self) -> None:
         self._objects: dict[str, bytes] = {}
         self.seen: list[dict[str, str]] = []  # the headers of every request
+        # A slow or failing storage (prefetch tests): the first `hold_at` bytes of a larger asset, then
+        # nothing until `go` is set; then the rest, or (`cut`) the connection dropped.
+        self.hold_at: int | None = None
+        self.go = asyncio.Event()
+        self.cut = False
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -156,7 +162,21 @@ class FakeStorage:
         data = self._objects.get(request.match_info["name"])
         if data is None or "X-Amz-Signature" not in request.query:
             return web.Response(status=403, text="AccessDenied")
-        return web.Response(body=data, content_type="application/octet-stream")
+        if self.hold_at is None or len(data) <= self.hold_at:
+            return web.Response(body=data, content_type="application/octet-stream")
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(data)
+        await response.prepare(request)
+        await response.write(data[: self.hold_at])
+        await self.go.wait()
+        if self.cut:  # a storage host failing half-way
+            self.cut = False
+            assert request.transport is not None
+            request.transport.abort()
+            return response
+        await response.write(data[self.hold_at :])
+        await response.write_eof()
+        return response
 
     async def start(self) -> FakeStorage:
         app = web.Application()
