@@ -64,13 +64,27 @@ CHUNK = 256 * 1024
 H1_WAIT = 8.0
 
 
+def full_name(repository: str, api_url: str) -> str:
+    """A repository URL's full name as its host's API names it: the URL's path without `.git`, and
+    without the path a host served under a sub-path lives at (a GitLab whose API is
+    `https://git.example.com/gitlab/api/v4` names `https://git.example.com/gitlab/acme/x` `acme/x`)."""
+    found = parse(repository)
+    if found is None:
+        return ""
+    path = found.path.strip("/").removesuffix(".git")
+    api = urlsplit(api_url)
+    root = api.path.strip("/").removesuffix("api/v4").removesuffix("api/v3").strip("/")
+    if root and found.host.lower() == (api.hostname or "").lower() and path.lower().startswith(root.lower() + "/"):
+        path = path[len(root) + 1 :]
+    return path
+
+
 @functools.lru_cache(maxsize=64)
-def type_pattern(repository: str) -> re.Pattern[str]:
+def type_pattern(repository: str, api_url: str) -> re.Pattern[str]:
     """A `*` rule's repository as a pattern over a repository's full name on its host (lowercase),
     `{type}` a group named `type`."""
     marker = "gitregprovidertype"
-    found = parse(repository.replace("{type}", marker))
-    path = found.path.strip("/").removesuffix(".git").lower() if found is not None else ""
+    path = full_name(repository.replace("{type}", marker), api_url).lower()
     return re.compile(re.escape(path).replace(marker, "(?P<type>[a-z0-9-]+)"))
 
 
@@ -172,9 +186,7 @@ class Providers:
             raise ModuleNotFound(f"no provider {namespace}/{type_} is served here")
         rule = min(found, key=lambda r: r.type is None)
         repository = rule.repository_for(type_)
-        parsed = parse(repository)
-        full_name = parsed.path.strip("/").removesuffix(".git") if parsed is not None else ""
-        return Source(namespace, type_, rule, repository, full_name)
+        return Source(namespace, type_, rule, repository, full_name(repository, rule.api_url))
 
     def _client(self, source: Source) -> ForgeClient:
         rule = source.rule
@@ -195,7 +207,11 @@ class Providers:
         """The providers a listing shows: each rule's fixed type, the types of `*` rules whose repositories
         the orgs enumerated (an `[[orgs]]` entry's `providers = true` included), and those asked for so far."""
         found = {(r.namespace.lower(), r.type) for r in self.rules if r.type is not None}
-        wildcards = [(r.api_url, r.namespace.lower(), type_pattern(r.repository)) for r in self.rules if r.type is None]
+        wildcards = [
+            (r.api_url, r.namespace.lower(), type_pattern(r.repository, r.api_url))
+            for r in self.rules
+            if r.type is None
+        ]
         if wildcards:
             for api_url, full_name in self._repositories():
                 for api, namespace, pattern in wildcards:

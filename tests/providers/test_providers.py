@@ -521,3 +521,32 @@ async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
     assert page.status == 200
     assert "Widget provider" not in await page.text()
     assert client.app[PROVIDERS].readmes.reads == 0
+
+
+async def test_an_orgs_provider_repositories_on_a_gitlab_under_a_sub_path_are_listed_and_served(
+    make_client, git_http, signing_key, tmp_path
+):
+    token = "glpat-providersubpathreader01"
+    forge = await FakeForge("gitlab", git_http, "acme", token=token, api_path="/gitlab").start()
+    try:
+        files = goreleaser_assets("widget", "1.0.0", signing_key)
+        forge.add(REPO)
+        forge.add_release(REPO, "v1.0.0", files)
+        assert forge.api_url.endswith("/gitlab/api/v4")
+        org = {"provider": "gitlab", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
+        org |= {"providers": True, "provider_keys": str(signing_key.write(tmp_path / "keys.asc"))}
+        client = await make_client(make_config([], orgs=[org], index={"enabled": False}))
+        listed: list[str] = []
+        for _ in range(500):  # the org's first enumeration runs in the background
+            listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
+            if listed:
+                break
+            await asyncio.sleep(0.02)
+        assert listed == ["acme/widget"]
+        versions = await client.get("/v1/providers/acme/widget/versions")
+        assert [v["version"] for v in (await versions.json())["versions"]] == ["1.0.0"]
+        answer = await (await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()
+        url = urlsplit(answer["download_url"])
+        assert await (await client.get(f"{url.path}?{url.query}")).read() == files[answer["filename"]]
+    finally:
+        await forge.close()

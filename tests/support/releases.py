@@ -200,6 +200,8 @@ class ReleasesMixin:
     provider: str
     group: str
     base_url: str
+    api_path: str
+    gitlab_api: str
     _lock: threading.Lock
     storage: FakeStorage | None = None  # where GitHub asset downloads redirect (None: served directly)
 
@@ -283,9 +285,10 @@ class ReleasesMixin:
         links = []
         for aid, file_name, _ in assets:
             if package:
-                url = f"{self.base_url}/api/v4/projects/{project}/packages/generic/release/{tag}/{file_name}?aid={aid}"
+                url = f"{self.base_url}{self.gitlab_api}/projects/{project}/packages/generic/release/{tag}/{file_name}"
+                url += f"?aid={aid}"
             else:
-                url = f"{self.base_url}/{full}/-/releases/{tag}/downloads/{file_name}?aid={aid}"
+                url = f"{self.base_url}{self.api_path}/{full}/-/releases/{tag}/downloads/{file_name}?aid={aid}"
             links.append(
                 {
                     "id": aid,
@@ -344,7 +347,7 @@ class ReleasesMixin:
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def _gitlab_releases(self, request: web.Request) -> web.Response:
-        raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/projects/").removesuffix("/releases")
+        raw = request.raw_path.partition("?")[0].removeprefix(f"{self.gitlab_api}/projects/").removesuffix("/releases")
         return await self._list_releases(request, unquote(raw))
 
     async def _gitlab_download(self, request: web.Request) -> web.StreamResponse:
@@ -359,6 +362,8 @@ class ReleasesMixin:
             app.router.add_get("/repos/{owner}/{repo}/releases", self._github_releases)
             app.router.add_get("/repos/{owner}/{repo}/releases/assets/{id}", self._github_asset)
         else:
-            app.router.add_get("/api/v4/projects/{project:[^/]+}/releases", self._gitlab_releases)
-            app.router.add_get("/api/v4/projects/{project:[^/]+}/packages/generic/{tail:.+}", self._gitlab_download)
+            app.router.add_get(f"{self.gitlab_api}/projects/{{project:[^/]+}}/releases", self._gitlab_releases)
+            app.router.add_get(
+                f"{self.gitlab_api}/projects/{{project:[^/]+}}/packages/generic/{{tail:.+}}", self._gitlab_download
+            )
             app.router.add_get("/{path:.+}/-/releases/{tag}/downloads/{file}", self._gitlab_download)
