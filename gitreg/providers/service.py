@@ -59,7 +59,6 @@ MAX_MANIFEST_BYTES = 64 * 1024
 # Releases verified at once when a list is first read (each costs two or three small downloads and a gpgv).
 VERIFY_CONCURRENCY = 4
 MAX_REMEMBERED = 20_000
-CHUNK = 256 * 1024
 # A mirror's version answer waits this long for `h1:` hashes not computed yet (then answers `zh:` alone).
 H1_WAIT = 8.0
 
@@ -446,7 +445,10 @@ class Providers:
         size, limit = 0, package.asset.size
         try:
             async with open_asset(client, package.asset, client.asset_headers()) as resp:
-                async for chunk in resp.content.iter_chunked(CHUNK):
+                # The pieces as they came off the socket (no copy to make chunks of one size).
+                async for chunk, _ in resp.content.iter_chunks():
+                    if not chunk:
+                        continue
                     size += len(chunk)
                     if limit is not None and size > limit:
                         raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")

@@ -90,8 +90,8 @@ async def test_a_download_answer_fetches_its_zip_once_and_the_zip_request_then_n
 async def test_zip_requests_during_a_prefetch_share_its_one_fetch_and_get_bytes_before_it_ends(
     make_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=2_000_000)
-    forge.storage.hold_at = 1_200_000  # the host sends this much, then waits
+    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    forge.storage.hold_at = 2_000_000  # the host sends this much, then waits
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)
     fetches_ = client.app[PROVIDERS].fetches
@@ -112,10 +112,10 @@ async def test_zip_requests_during_a_prefetch_share_its_one_fetch_and_get_bytes_
 async def test_a_zip_tampered_with_is_cut_short_when_its_prefetch_ends_and_nothing_is_kept(
     make_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=900_000)
+    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
     data = files[NAME]
     forge.replace_asset(REPO, "v1.0.0", NAME, data[:-1] + bytes([data[-1] ^ 1]))
-    forge.storage.hold_at = 700_000
+    forge.storage.hold_at = 2_000_000
     shasum = hashlib.sha256(data).hexdigest()
     signed = await download_answer(client)
     fetches_ = client.app[PROVIDERS].fetches
@@ -134,8 +134,8 @@ async def test_a_zip_tampered_with_is_cut_short_when_its_prefetch_ends_and_nothi
 async def test_a_host_failing_half_way_through_a_prefetch_cuts_its_followers_and_is_not_remembered(
     make_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=900_000)
-    forge.storage.hold_at, forge.storage.cut = 700_000, True
+    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    forge.storage.hold_at, forge.storage.cut = 2_000_000, True
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)
     fetches_ = client.app[PROVIDERS].fetches
