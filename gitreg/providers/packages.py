@@ -2,13 +2,13 @@
 
 Streaming a zip from the Git host costs gitreg a copy of every byte through Python and its
 SHA-256 (bench/providers.py: 1.2-1.7x the direct download on this loopback; the hash alone is
-about as much CPU as the transfer). A zip named in a signed SHA256SUMS never changes, so the
-first download (or the mirror's `h1:` computation) writes it beside the stream into a temporary
-file, and once its SHA-256 matched, renames it to `providers/<sha256>.zip` in `[storage] path`.
-Every later download is that file, sent by the kernel (`FileResponse`), with no Git host request
-(and no API rate spent). A file is named by its signed digest and only ever renamed into place
-whole after the digest matched, so what is served from disk is what the release's signature
-covers.
+about as much CPU as the transfer). A zip named in a signed SHA256SUMS never changes, so its one
+fetch (fetches.py: started by the download answer, or by the zip request, or by the mirror's `h1:`
+computation) writes it into a temporary file here (`create`), and once its SHA-256 matched, renames
+it to `providers/<sha256>.zip` in `[storage] path` (`keep`). Every later download is that file,
+sent by the kernel (`FileResponse`), with no Git host request (and no API rate spent). A file is
+named by its signed digest and only ever renamed into place whole after the digest matched, so
+what is served from disk is what the release's signature covers.
 
 The files count in `[storage] max_bytes` beside the mirrors and archives (storage.budget: least
 recently used first, never one being sent); a file that was evicted is fetched again.
