@@ -25,6 +25,7 @@ import functools
 import hashlib
 import logging
 import os
+from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
@@ -39,6 +40,8 @@ PREFETCH_CONCURRENCY = 4
 # followers are sent at a time. 1 MiB: 40 trips for a 40 MiB zip; the last one is sent after the hash.
 BATCH = 1024 * 1024
 MAX_PIECES = 256
+# Bytes received but not yet written at most (memory): past it, reading from the host waits.
+QUEUED = 8 * 1024 * 1024
 
 Chunks = Callable[[], AsyncGenerator[bytes, None]]
 
@@ -245,57 +248,78 @@ class PackageFetches:
 
 
 class _Filling:
-    """The temporary file filling up: pieces batched, each batch hashed and written on a worker thread
-    while the next arrives; a batch is released to the followers once the next one came (so it was
-    not the last) and it is written."""
+    """The temporary file filling up: pieces batched, the batches hashed and written in order on a
+    worker thread (one at a time, the next dispatched when one is done) while the pieces keep coming
+    (reading from the host waits only when QUEUED bytes are not written yet); a batch is released to
+    the followers once written and more came after it (so it was not the last)."""
 
     def __init__(self, fetch: PackageFetch, fd: int) -> None:
         self.fetch = fetch
         self.fd = fd
         self.digest = hashlib.sha256()
-        self.size = 0  # bytes handed to the worker thread
+        self.size = 0  # bytes received
+        self.written = 0  # bytes hashed and written
         self.batch: list[bytes] = []
         self.batched = 0
-        self.pending: asyncio.Future[None] | None = None
+        self.queue: deque[tuple[list[bytes], int]] = deque()  # batches waiting for the thread, with their offsets
+        self.pending: asyncio.Future[None] | None = None  # the batch on the thread
+        self.error: BaseException | None = None
+        self._room = asyncio.Event()  # set when fewer than QUEUED bytes wait
 
     async def add(self, piece: bytes) -> None:
+        """One more piece from the host (waits while too much is not written yet)."""
         self.batch.append(piece)
         self.batched += len(piece)
+        self.size += len(piece)
+        if self.written > self.fetch.released:
+            self.fetch._release(self.written)  # written, and more came: not the last
         if self.batched >= BATCH or len(self.batch) >= MAX_PIECES:
-            await self._step()
-        elif self.pending is not None and self.pending.done() and self.fetch.released < self.size:
-            self.pending.result()
-            self.fetch._release(self.size)  # written, and more came: not the last
+            self._enqueue()
+        while self.error is None and self.size - self.written > QUEUED:
+            self._room.clear()
+            await self._room.wait()
+        if self.error is not None:
+            raise self.error
 
-    async def _step(self) -> None:
-        if self.pending is not None:
-            await asyncio.wait([self.pending])
-            self.pending.result()
-            if self.fetch.released < self.size:
-                self.fetch._release(self.size)
-        loop = asyncio.get_running_loop()
-        self.pending = loop.run_in_executor(None, _take, self.digest, self.fd, self.batch, self.size)
-        self.size += self.batched
+    def _enqueue(self) -> None:
+        self.queue.append((self.batch, self.size - self.batched))
         self.batch, self.batched = [], 0
-        self.pending.add_done_callback(functools.partial(self._written, self.size))
+        self._pump()
+
+    def _pump(self) -> None:
+        if self.pending is None and self.queue and self.error is None:
+            pieces, offset = self.queue.popleft()
+            loop = asyncio.get_running_loop()
+            self.pending = loop.run_in_executor(None, _take, self.digest, self.fd, pieces, offset)
+            self.pending.add_done_callback(functools.partial(self._written, offset + sum(map(len, pieces))))
 
     def _written(self, end: int, future: asyncio.Future[None]) -> None:
-        # Written while more came already (a host that pauses): released now, not when the next piece comes.
-        if not future.cancelled() and future.exception() is None and self.batch and self.fetch.released < end:
+        self.pending = None
+        if future.cancelled() or future.exception() is not None:
+            self.error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+            self._room.set()
+            return
+        self.written = end
+        if self.size > end:  # more came after it: released now, not when the next piece comes
             self.fetch._release(end)
+        self._room.set()
+        self._pump()
 
     async def finish(self) -> str:
         """The rest written: the whole file's SHA-256 (hex)."""
         if self.batch:
-            await self._step()
-        await self.settled()
-        if self.pending is not None:
-            self.pending.result()
+            self._enqueue()
+        while self.error is None and self.written < self.size:
+            self._room.clear()
+            await self._room.wait()
+        if self.error is not None:
+            raise self.error
         return self.digest.hexdigest()
 
     async def settled(self) -> None:
-        """Wait for the worker thread's last batch (never cancelling it)."""
-        if self.pending is not None and not self.pending.done():
+        """Wait for the batch on the worker thread (never cancelling it); drop those not started."""
+        self.queue.clear()
+        while self.pending is not None:
             await asyncio.wait([self.pending])
 
 
