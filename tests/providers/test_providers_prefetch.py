@@ -153,3 +153,24 @@ async def test_a_host_failing_half_way_through_a_prefetch_cuts_its_followers_and
     assert fetches() == 2
     kept = tmp_path / "st" / "providers" / f"{shasum}.zip"
     assert kept.read_bytes() == files[NAME]
+
+
+async def test_a_client_hanging_up_during_a_prefetch_leaves_it_to_finish_and_keep_the_zip(
+    make_client, forge, key, tmp_path
+):
+    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    forge.storage.hold_at = 2_000_000
+    shasum = hashlib.sha256(files[NAME]).hexdigest()
+    signed = await download_answer(client)
+    fetches_ = client.app[PROVIDERS].fetches
+    await until(lambda: (f := fetches_.running(shasum)) is not None and f.released > 0)
+    resp = await client.get(signed)
+    assert await resp.content.readexactly(100_000) == files[NAME][:100_000]
+    resp.close()  # the client goes away mid-download
+    forge.storage.go.set()
+    kept = tmp_path / "st" / "providers" / f"{shasum}.zip"
+    await until(kept.is_file)
+    assert kept.read_bytes() == files[NAME]
+    assert await (await client.get(signed)).read() == files[NAME]  # from disk
+    assert fetches() == 1
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # no temporary file left
