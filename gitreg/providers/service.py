@@ -171,8 +171,9 @@ class Providers:
             keyring.close()
         self._keyrings.clear()
 
-    async def stopped(self) -> None:
-        """Wait until the fetches `close` stopped removed their temporary files."""
+    async def aclose(self) -> None:
+        """`close`, then wait until the fetches it stopped removed their temporary files."""
+        self.close()
         await self.fetches.wait_closed()
 
     # ---- which rule serves an address ------------------------------------------------------

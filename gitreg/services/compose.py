@@ -347,8 +347,7 @@ class Services:
         try:
             yield
         finally:
-            providers.close()
-            await providers.stopped()  # its packages' fetches
+            await providers.aclose()  # its packages' fetches stopped, its GNUPGHOMEs removed
             await hasher.close()
             for opened in sessions:
                 await opened.close()

@@ -181,11 +181,6 @@ class FakeForge(ReleasesMixin, FakeServer):
         """The `api_url` of an `[[orgs]]` entry for this fake."""
         return f"{self.base_url}{self.api_path}" if self.provider == "github" else f"{self.base_url}{self.gitlab_api}"
 
-    @property
-    def gitlab_api(self) -> str:
-        """GitLab: the API's path on the host."""
-        return f"{self.api_path}/api/v4"
-
     def add(
         self,
         name: str,

@@ -201,9 +201,13 @@ class ReleasesMixin:
     group: str
     base_url: str
     api_path: str
-    gitlab_api: str
     _lock: threading.Lock
     storage: FakeStorage | None = None  # where GitHub asset downloads redirect (None: served directly)
+
+    @property
+    def gitlab_api(self) -> str:
+        """GitLab: the API's path on the host (below the sub-path it is served under, if any)."""
+        return f"{self.api_path}/api/v4"
 
     def _release_state(self) -> tuple[dict[str, list[dict[str, Any]]], dict[int, bytes]]:
         if not hasattr(self, "_releases"):
