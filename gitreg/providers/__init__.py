@@ -7,7 +7,7 @@
 - `hashes`: a package's `h1:` (Go's dirhash over the zip's files); `hashstore`: computed once per
   zip (in the parse workers the composition root hands in) and kept.
 - `packages`: verified zips kept on disk by their SHA-256, within `[storage] max_bytes`: every
-  download after a zip's first is that file, sent by the kernel.
+  download after a zip's first is that file, sent from disk.
 - `fetches`: a zip's one fetch from the Git host into that store (started by the download answer,
   before the zip is asked for), followed by every zip request that arrives meanwhile: the bytes
   sent from the growing file, the last ones once the whole zip matched its signed SHA-256.

@@ -4,8 +4,9 @@ Terraform asks for a platform's download answer, then SHA256SUMS and its signatu
 (its registry client's `PackageMeta`): answering the download answer (or a mirror's version
 answer) starts fetching the zip into the kept store at once (`prefetch`), so it is on its way
 before it is asked for. A zip request that finds its fetch running follows it (`Follower`): it
-sends the bytes already written, by `sendfile` from the temporary file through a descriptor of
-its own (a rename, an eviction or the fetch's end do not disturb it), and waits for more as they
+sends the bytes already written from the temporary file, through a descriptor of its own (by
+`sendfile` where the event loop has it; uvloop, `gitreg serve`'s loop, has not: read on a worker
+thread) (a rename, an eviction or the fetch's end do not disturb it), and waits for more as they
 arrive. As the stream before it, the fetch releases the last chunk only once the whole file's
 SHA-256 matched the signed one: a mismatch ends every follower without it (they cut their
 responses) and keeps nothing.

@@ -1,4 +1,4 @@
-"""Provider packages kept on disk once verified: the second download of a zip is a `sendfile`.
+"""Provider packages kept on disk once verified: the second download of a zip is a file sent from disk.
 
 Streaming a zip from the Git host costs gitreg a copy of every byte through Python and its
 SHA-256 (bench/providers.py: 1.2-1.7x the direct download on this loopback; the hash alone is
@@ -6,7 +6,8 @@ about as much CPU as the transfer). A zip named in a signed SHA256SUMS never cha
 fetch (fetches.py: started by the download answer, or by the zip request, or by the mirror's `h1:`
 computation) writes it into a temporary file here (`create`), and once its SHA-256 matched, renames
 it to `providers/<sha256>.zip` in `[storage] path` (`keep`). Every later download is that file,
-sent by the kernel (`FileResponse`), with no Git host request (and no API rate spent). A file is
+sent from disk (`FileResponse`: `sendfile` on asyncio's loop, reads on a worker thread on uvloop),
+with no Git host request (and no API rate spent). A file is
 named by its signed digest and only ever renamed into place whole after the digest matched, so
 what is served from disk is what the release's signature covers.
 

@@ -38,7 +38,7 @@ provider_routes = web.RouteTableDef()
 PROVIDERS_V1 = "/v1/providers/"
 FILES_ROUTE = "/v1/providers/{namespace}/{type}/{version}/files/{filename}"
 _PLATFORM_RE = re.compile(r"[a-z0-9]{1,32}", re.ASCII)
-_READ = 256 * 1024  # a read when the kernel cannot send the file itself
+_READ = 1024 * 1024  # a read when the event loop cannot have the kernel send the file (uvloop)
 _ZIP_HEADERS = {"Content-Type": "application/zip", "Cache-Control": "private, max-age=3600, immutable"}
 
 
@@ -204,7 +204,7 @@ async def provider_file(request: web.Request) -> web.StreamResponse:
     if package is None:
         raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no file {filename[:100]!r}")
     kept = providers.packages.open(package.shasum)
-    if kept is not None:  # verified and kept on disk (providers/packages.py): the kernel sends it
+    if kept is not None:  # verified and kept on disk (providers/packages.py): no Git host request
         return _KeptFile(kept, lambda: providers.packages.release(kept), headers=_ZIP_HEADERS)
     if request.method == "HEAD":
         return _zip_response(package)
@@ -265,7 +265,8 @@ async def _followed(request: web.Request, namespace: str, type_: str, package: P
 
 class _Sender:
     """Bytes of a file being written, into a response: `sendfile` (no copy through Python) where the
-    connection allows it (plain TCP, a known length), else read on a worker thread and written."""
+    event loop and the connection allow it (asyncio's loop, plain TCP, a known length), else read on a
+    worker thread and written (uvloop, `gitreg serve`'s loop, has no `loop.sendfile`)."""
 
     def __init__(self, request: web.Request, response: web.StreamResponse, fd: int) -> None:
         self.request = request
@@ -283,7 +284,7 @@ class _Sender:
             try:
                 await asyncio.get_running_loop().sendfile(transport, self.file, offset, count, fallback=False)
                 return
-            except RuntimeError:  # TLS, or no sendfile here: raised before anything was sent
+            except RuntimeError:  # uvloop (NotImplementedError), TLS: raised before anything was sent
                 self.native = False
         end = offset + count
         while offset < end:
