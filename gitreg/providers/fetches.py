@@ -217,10 +217,11 @@ class PackageFetches:
                     await filling.add(piece)
             if await filling.finish() != fetch.shasum:
                 raise PackageMismatch(f"{fetch.name.rpartition(' ')[2]} does not match SHA256SUMS; refused")
-            fetch._verified(filling.size)  # the followers may send the last bytes while it is renamed into place
+            # Renamed into place before the last bytes go: a client done with its download finds it kept.
             fetch.path = await self.files.keep(written, fetch.shasum, filling.size)
             if fetch.path is not None:
                 temp = None
+            fetch._verified(filling.size)
         except PackageMismatch as e:
             log.error("provider %s: %s", fetch.name, e.message)
             error = e
