@@ -257,7 +257,7 @@ def measure(url: str, rounds: list[Round], size: int, pid: int) -> int:
     print(f"zip of {size} MiB, {len(rounds)} rounds (one release each), interleaved; medians")
     print(f"  the zip alone, direct from the host (API + storage redirect): {median(direct) * 1000:8.1f} ms")
     print(f"  the zip alone, gitreg, first (fetched, followed, kept):       {median(first) * 1000:8.1f} ms")
-    print(f"  the zip alone, gitreg, later (the kept zip, sendfile):        {median(kept) * 1000:8.1f} ms")
+    print(f"  the zip alone, gitreg, later (the kept zip, from disk):       {median(kept) * 1000:8.1f} ms")
     print(f"  a client's sequence, direct (sums, signature, zip):           {median(direct_seq) * 1000:8.1f} ms")
     print(f"  a client's sequence, gitreg (answer, sums, signature, zip):   {median(client_seq) * 1000:8.1f} ms")
     ratio, client = median(warm), median(client_ratio)
