@@ -1,14 +1,15 @@
-"""Provider packages kept on disk once verified: the second download of a zip is a `sendfile`.
+"""Provider packages kept on disk once verified: the second download of a zip is a file sent from disk.
 
 Streaming a zip from the Git host costs gitreg a copy of every byte through Python and its
 SHA-256 (bench/providers.py: 1.2-1.7x the direct download on this loopback; the hash alone is
-about as much CPU as the transfer). A zip named in a signed SHA256SUMS never changes, so the
-first download (or the mirror's `h1:` computation) writes it beside the stream into a temporary
-file, and once its SHA-256 matched, renames it to `providers/<sha256>.zip` in `[storage] path`.
-Every later download is that file, sent by the kernel (`FileResponse`), with no Git host request
-(and no API rate spent). A file is named by its signed digest and only ever renamed into place
-whole after the digest matched, so what is served from disk is what the release's signature
-covers.
+about as much CPU as the transfer). A zip named in a signed SHA256SUMS never changes, so its one
+fetch (fetches.py: started by the download answer, or by the zip request, or by the mirror's `h1:`
+computation) writes it into a temporary file here (`create`), and once its SHA-256 matched, renames
+it to `providers/<sha256>.zip` in `[storage] path` (`keep`). Every later download is that file,
+sent from disk (`FileResponse`: `sendfile` on asyncio's loop, reads on a worker thread on uvloop),
+with no Git host request (and no API rate spent). A file is
+named by its signed digest and only ever renamed into place whole after the digest matched, so
+what is served from disk is what the release's signature covers.
 
 The files count in `[storage] max_bytes` beside the mirrors and archives (storage.budget: least
 recently used first, never one being sent); a file that was evicted is fetched again.
@@ -23,7 +24,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO
 
 from gitreg.storage.budget import StorageBudget
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 DIRECTORY = "providers"
 KIND = "provider"
 _NAME_RE = re.compile(r"[0-9a-f]{64}\.zip")
+# Free space left on the disk beyond a zip being fetched (the other stores write there too).
+RESERVE = 64 * 1024 * 1024
 
 
 class PackageFiles:
@@ -80,14 +82,33 @@ class PackageFiles:
         """The zip is sent: it may be evicted again."""
         self.budget.release(str(path))
 
-    def writer(self) -> PackageWriter:
-        """A temporary file beside the kept ones, for a zip on its way from the Git host."""
+    def create(self, size: int | None) -> tuple[int, str]:
+        """Blocking: a new temporary file beside the kept ones (its descriptor, read-write, and path) for
+        a zip of `size` bytes on its way from the Git host; NoRoom when the disk has not that much free."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        return PackageWriter(self, tempfile.NamedTemporaryFile(dir=self.directory, prefix="tmp-", delete=False))
+        free = os.statvfs(self.directory)
+        if free.f_bavail * free.f_frsize < (size or 0) + RESERVE:
+            raise NoRoom(f"{free.f_bavail * free.f_frsize} bytes free in {self.directory}")
+        return tempfile.mkstemp(dir=self.directory, prefix="tmp-")  # mode 0600
 
-    def _keep(self, temp: str, shasum: str) -> None:
-        os.chmod(temp, 0o600)
-        os.replace(temp, self.path(shasum))
+    async def keep(self, temp: str, shasum: str, size: int) -> Path | None:
+        """Rename the complete temporary file (its SHA-256 is `shasum`: the caller checked it) into place,
+        counted in the storage budget; None when it cannot be (it is left to the caller to remove)."""
+        path = self.path(shasum)
+        try:
+            await asyncio.to_thread(os.replace, temp, path)
+        except OSError as e:
+            log.warning("cannot keep a provider package on disk: %s", e)
+            return None
+        self.budget.add(str(path), size, KIND, self._remove)
+        self.budget.hold(str(path))
+        self.budget.release(str(path))  # over the bound: the least recently used go
+        self.written += 1
+        return path
+
+    def known(self, shasum: str) -> bool:
+        """True when the zip of `shasum` is kept (as far as the budget knows: no disk access); marks it used."""
+        return self.budget.touch(str(self.path(shasum)))
 
     async def _remove(self, path: str) -> None:
         def unlink() -> None:
@@ -97,37 +118,5 @@ class PackageFiles:
         await asyncio.to_thread(unlink)
 
 
-class PackageWriter:
-    """One zip being written as it streams (`write` on a worker thread, beside its SHA-256), kept by
-    `keep` when the digest matches, discarded otherwise."""
-
-    def __init__(self, files: PackageFiles, file: IO[bytes]) -> None:
-        self.files = files
-        self.file = file
-        self.size = 0
-
-    def write(self, chunk: bytes) -> None:
-        """Blocking: call it where the chunk is hashed (a worker thread)."""
-        self.file.write(chunk)
-        self.size += len(chunk)
-
-    async def keep(self, shasum: str) -> Path | None:
-        """Rename the complete zip (its SHA-256 is `shasum`: the caller checked it) into place."""
-        try:
-            await asyncio.to_thread(self.file.close)
-            await asyncio.to_thread(self.files._keep, self.file.name, shasum)
-        except OSError as e:  # a full disk: the download went through, the zip is not kept
-            log.warning("cannot keep a provider package on disk: %s", e)
-            await self.discard()
-            return None
-        path = self.files.path(shasum)
-        self.files.budget.add(str(path), self.size, KIND, self.files._remove)
-        self.files.budget.hold(str(path))
-        self.files.budget.release(str(path))  # over the bound: the least recently used go
-        self.files.written += 1
-        return path
-
-    async def discard(self) -> None:
-        """Drop the temporary file (a mismatch, a cut stream)."""
-        await asyncio.to_thread(self.file.close)
-        await self.files._remove(self.file.name)
+class NoRoom(OSError):
+    """The disk has no room for a zip: it is streamed without being kept."""

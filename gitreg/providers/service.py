@@ -34,6 +34,7 @@ from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound
 from gitreg.forges.hosts import client_for
 from gitreg.forges.records import Release
 from gitreg.forges.releases import open_asset, read_asset
+from gitreg.providers.fetches import Follower, NotKept, PackageFetch, PackageFetches, PackageMismatch
 from gitreg.providers.hashstore import HashStore
 from gitreg.providers.keys import Keyring, KeysError, PublicKey
 from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
@@ -58,25 +59,32 @@ MAX_MANIFEST_BYTES = 64 * 1024
 # Releases verified at once when a list is first read (each costs two or three small downloads and a gpgv).
 VERIFY_CONCURRENCY = 4
 MAX_REMEMBERED = 20_000
-CHUNK = 256 * 1024
 # A mirror's version answer waits this long for `h1:` hashes not computed yet (then answers `zh:` alone).
 H1_WAIT = 8.0
 
 
+def full_name(repository: str, api_url: str) -> str:
+    """A repository URL's full name as its host's API names it: the URL's path without `.git`, and
+    without the path a host served under a sub-path lives at (a GitLab whose API is
+    `https://git.example.com/gitlab/api/v4` names `https://git.example.com/gitlab/acme/x` `acme/x`)."""
+    found = parse(repository)
+    if found is None:
+        return ""
+    path = found.path.strip("/").removesuffix(".git")
+    api = urlsplit(api_url)
+    root = api.path.strip("/").removesuffix("api/v4").removesuffix("api/v3").strip("/")
+    if root and found.host.lower() == (api.hostname or "").lower() and path.lower().startswith(root.lower() + "/"):
+        path = path[len(root) + 1 :]
+    return path
+
+
 @functools.lru_cache(maxsize=64)
-def type_pattern(repository: str) -> re.Pattern[str]:
+def type_pattern(repository: str, api_url: str) -> re.Pattern[str]:
     """A `*` rule's repository as a pattern over a repository's full name on its host (lowercase),
     `{type}` a group named `type`."""
     marker = "gitregprovidertype"
-    found = parse(repository.replace("{type}", marker))
-    path = found.path.strip("/").removesuffix(".git").lower() if found is not None else ""
+    path = full_name(repository.replace("{type}", marker), api_url).lower()
     return re.compile(re.escape(path).replace(marker, "(?P<type>[a-z0-9-]+)"))
-
-
-class PackageMismatch(GitregError):
-    """A package's bytes do not match its signed SHA-256: the stream is cut short."""
-
-    status = 502
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ class Providers:
         self._verify_slots = asyncio.Semaphore(VERIFY_CONCURRENCY)
         self.hashes = hashes or HashStore(Path(config.storage.path))
         self.packages = packages or PackageFiles(Path(config.storage.path) / PACKAGES_DIRECTORY)
+        self.fetches = PackageFetches(self.packages)
 
     async def start(self) -> None:
         """Import each keys file into a GNUPGHOME of gitreg's own; read the `h1:` hashes kept."""
@@ -156,10 +165,16 @@ class Providers:
                     self._unreadable[rule.keys] = str(e)
 
     def close(self) -> None:
-        """Remove the GNUPGHOMEs."""
+        """Stop the packages' fetches (`stopped` waits for them); remove the GNUPGHOMEs."""
+        self.fetches.close()
         for keyring in self._keyrings.values():
             keyring.close()
         self._keyrings.clear()
+
+    async def aclose(self) -> None:
+        """`close`, then wait until the fetches it stopped removed their temporary files."""
+        self.close()
+        await self.fetches.wait_closed()
 
     # ---- which rule serves an address ------------------------------------------------------
 
@@ -171,9 +186,7 @@ class Providers:
             raise ModuleNotFound(f"no provider {namespace}/{type_} is served here")
         rule = min(found, key=lambda r: r.type is None)
         repository = rule.repository_for(type_)
-        parsed = parse(repository)
-        full_name = parsed.path.strip("/").removesuffix(".git") if parsed is not None else ""
-        return Source(namespace, type_, rule, repository, full_name)
+        return Source(namespace, type_, rule, repository, full_name(repository, rule.api_url))
 
     def _client(self, source: Source) -> ForgeClient:
         rule = source.rule
@@ -194,7 +207,11 @@ class Providers:
         """The providers a listing shows: each rule's fixed type, the types of `*` rules whose repositories
         the orgs enumerated (an `[[orgs]]` entry's `providers = true` included), and those asked for so far."""
         found = {(r.namespace.lower(), r.type) for r in self.rules if r.type is not None}
-        wildcards = [(r.api_url, r.namespace.lower(), type_pattern(r.repository)) for r in self.rules if r.type is None]
+        wildcards = [
+            (r.api_url, r.namespace.lower(), type_pattern(r.repository, r.api_url))
+            for r in self.rules
+            if r.type is None
+        ]
         if wildcards:
             for api_url, full_name in self._repositories():
                 for api, namespace, pattern in wildcards:
@@ -381,14 +398,39 @@ class Providers:
 
     # ---- a package's bytes -----------------------------------------------------------------
 
+    def prefetch(self, namespace: str, type_: str, package: Package) -> None:
+        """Start fetching the package into the kept store (a download answer was just given: its zip
+        is asked for next), unless it is kept, on its way, or too many are (fetches.py)."""
+        if not self.packages.known(package.shasum):
+            self._fetch(namespace, type_, package, speculative=True)
+
+    def follow(self, namespace: str, type_: str, package: Package) -> Follower:
+        """Follow the package's fetch (the one under way, else a new one): use it in a `with`."""
+        fetch = self._fetch(namespace, type_, package)
+        assert fetch is not None  # a fetch that is not speculative always starts
+        return fetch.follow()
+
+    def _fetch(self, namespace: str, type_: str, package: Package, speculative: bool = False) -> PackageFetch | None:
+        return self.fetches.join(
+            package.shasum,
+            f"{namespace}/{type_} {package.filename}",
+            package.asset.size,
+            lambda: self._chunks(namespace, type_, package),
+            speculative,
+        )
+
     @contextlib.asynccontextmanager
     async def kept(self, namespace: str, type_: str, package: Package) -> AsyncIterator[Path]:
         """The package's verified zip on disk (fetched from the Git host first when not kept), held
         while in the `async with`; GitregError when it cannot be fetched or kept."""
         path = self.packages.open(package.shasum)
         if path is None:
-            async for _ in self.stream(namespace, type_, package):
-                pass
+            fetch = self._fetch(namespace, type_, package)
+            assert fetch is not None
+            try:
+                await fetch.finished()
+            except NotKept as e:
+                raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
             path = self.packages.open(package.shasum)
             if path is None:
                 raise UpstreamUnavailable(f"provider {namespace}/{type_}: {package.filename} could not be kept on disk")
@@ -397,44 +439,48 @@ class Providers:
         finally:
             self.packages.release(path)
 
-    # long: one stream, its three concerns (size bound, SHA-256, the copy kept) in step chunk by chunk
+    async def _chunks(self, namespace: str, type_: str, package: Package) -> AsyncGenerator[bytes, None]:
+        """The package's bytes from the Git host as they come (never more than the size it announced)."""
+        source = self.source(namespace, type_)
+        client = self._client(source)
+        size, limit = 0, package.asset.size
+        try:
+            async with open_asset(client, package.asset, client.asset_headers()) as resp:
+                # The pieces as they came off the socket (no copy to make chunks of one size).
+                async for chunk, _ in resp.content.iter_chunks():
+                    if not chunk:
+                        continue
+                    size += len(chunk)
+                    if limit is not None and size > limit:
+                        raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
+                    yield chunk
+        except ForgeError as e:
+            raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
+        except (aiohttp.ClientError, TimeoutError) as e:  # the body stopped half-way
+            raise UpstreamUnavailable(
+                f"provider {namespace}/{type_}: {package.filename} was cut short ({type(e).__name__})"
+            ) from None
+
     async def stream(self, namespace: str, type_: str, package: Package) -> AsyncGenerator[bytes, None]:
-        """The package's bytes from the Git host, chunk by chunk, its SHA-256 checked as they pass,
-        and the zip kept on disk (packages.py) once the whole of it matched.
+        """The package's bytes from the Git host, its SHA-256 checked as they pass, nothing kept (the disk
+        has no room for it: fetches.py keeps it otherwise).
 
         The last chunk is held back until the whole zip hashed right: on a mismatch PackageMismatch
         is raised instead, so a client never receives a complete package that is not the signed one.
         """
-        source = self.source(namespace, type_)
-        client = self._client(source)
         digest = hashlib.sha256()
-        writer = self.packages.writer()
         held = b""
-        size, limit = 0, package.asset.size
-        kept = False
-
-        def take(chunk: bytes) -> None:
-            digest.update(chunk)
-            writer.write(chunk)
-
-        # The hash and the disk write run on a worker thread (hashlib lets go of the GIL), one chunk
-        # behind the bytes passed on: they overlap the transfer.
+        # The hash runs on a worker thread (hashlib lets go of the GIL), one chunk behind the bytes passed on.
         hashing: asyncio.Future[None] | None = None
         try:
-            try:
-                async with open_asset(client, package.asset, client.asset_headers()) as resp:
-                    async for chunk in resp.content.iter_chunked(CHUNK):
-                        size += len(chunk)
-                        if limit is not None and size > limit:  # never more than the Content-Length announced
-                            raise PackageMismatch(f"{package.filename} is larger than the Git host says; refused")
-                        if hashing is not None:
-                            await hashing
-                        hashing = asyncio.ensure_future(asyncio.to_thread(take, chunk))
-                        if held:
-                            yield held
-                        held = chunk
-            except ForgeError as e:
-                raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
+            async with contextlib.aclosing(self._chunks(namespace, type_, package)) as chunks:
+                async for chunk in chunks:
+                    if hashing is not None:
+                        await hashing
+                    hashing = asyncio.ensure_future(asyncio.to_thread(digest.update, chunk))
+                    if held:
+                        yield held
+                    held = chunk
             if hashing is not None:
                 await hashing
                 hashing = None
@@ -443,11 +489,8 @@ class Providers:
                     "provider %s/%s: %s does not match its signed SHA-256; refused", namespace, type_, package.filename
                 )
                 raise PackageMismatch(f"{package.filename} does not match SHA256SUMS; refused")
-            kept = await writer.keep(package.shasum) is not None
             if held:
                 yield held
         finally:
             if hashing is not None:  # (on a failure above it just finishes, unread)
                 await asyncio.wait([hashing])
-            if not kept:
-                await writer.discard()

@@ -347,7 +347,7 @@ class Services:
         try:
             yield
         finally:
-            providers.close()
+            await providers.aclose()  # its packages' fetches stopped, its GNUPGHOMEs removed
             await hasher.close()
             for opened in sessions:
                 await opened.close()

@@ -157,21 +157,23 @@ async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_rele
     make_client, forge, signing_key, tmp_path
 ):
     small = goreleaser_assets("widget", "1.0.0", signing_key)
-    large = goreleaser_assets("widget", "2.0.0", signing_key, payload=900_000)
+    large = goreleaser_assets("widget", "2.0.0", signing_key, payload=3_000_000)
     forge.add_release(REPO, "v1.0.0", small)
     forge.add_release(REPO, "v2.0.0", large)
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), cache={"ttl_seconds": 0})
     client = await make_client(config)
     for version, files in (("1.0.0", small), ("2.0.0", large)):
-        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
-        name = answer["filename"]
+        name = f"terraform-provider-widget_{version}_linux_amd64.zip"
+        # Changed behind the release's back (its listed digest still the signed one), before the download
+        # answer started fetching it.
         forge.replace_asset(REPO, f"v{version}", name, files[name][:-1] + bytes([files[name][-1] ^ 1]))
+        answer = await (await client.get(f"/v1/providers/acme/widget/{version}/download/linux/amd64")).json()
         url = urlsplit(answer["download_url"])
         resp = await client.get(f"{url.path}?{url.query}")
         if version == "1.0.0":  # found out before the first byte left: a clear refusal
             assert resp.status == 502
             assert "does not match SHA256SUMS" in (await resp.json())["errors"][0]
-        else:  # found out at the last chunk: the connection is cut, the client sees a short body
+        else:  # found out at the last bytes (past the first MiB): the connection is cut, the body short
             assert resp.status == 200
             with pytest.raises(aiohttp.ClientPayloadError):
                 await resp.read()
@@ -519,3 +521,32 @@ async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
     assert page.status == 200
     assert "Widget provider" not in await page.text()
     assert client.app[PROVIDERS].readmes.reads == 0
+
+
+async def test_an_orgs_provider_repositories_on_a_gitlab_under_a_sub_path_are_listed_and_served(
+    make_client, git_http, signing_key, tmp_path
+):
+    token = "glpat-providersubpathreader01"
+    forge = await FakeForge("gitlab", git_http, "acme", token=token, api_path="/gitlab").start()
+    try:
+        files = goreleaser_assets("widget", "1.0.0", signing_key)
+        forge.add(REPO)
+        forge.add_release(REPO, "v1.0.0", files)
+        assert forge.api_url.endswith("/gitlab/api/v4")
+        org = {"provider": "gitlab", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
+        org |= {"providers": True, "provider_keys": str(signing_key.write(tmp_path / "keys.asc"))}
+        client = await make_client(make_config([], orgs=[org], index={"enabled": False}))
+        listed: list[str] = []
+        for _ in range(500):  # the org's first enumeration runs in the background
+            listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
+            if listed:
+                break
+            await asyncio.sleep(0.02)
+        assert listed == ["acme/widget"]
+        versions = await client.get("/v1/providers/acme/widget/versions")
+        assert [v["version"] for v in (await versions.json())["versions"]] == ["1.0.0"]
+        answer = await (await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()
+        url = urlsplit(answer["download_url"])
+        assert await (await client.get(f"{url.path}?{url.query}")).read() == files[answer["filename"]]
+    finally:
+        await forge.close()

@@ -141,7 +141,9 @@ class FakeForge(ReleasesMixin, FakeServer):
         self.max_per_page = max_per_page  # real hosts honour per_page up to 100; smaller makes pages with few repos
         self.user = user  # GitHub: the group is a user account (/orgs/<it> answers 404)
         self.link_header = link_header  # GitLab: send Link besides X-Next-Page
-        self.api_path = api_path  # GitHub: "/api/v3" is GitHub Enterprise Server's API, "" github.com's
+        # GitHub: "/api/v3" is GitHub Enterprise Server's API, "" github.com's; GitLab: the path the whole
+        # host is served under ("/gitlab": its API at /gitlab/api/v4, its projects' pages below /gitlab/).
+        self.api_path = api_path
         self.mode = "ok"  # "ok", "down": every request answers 503, or "hang": no answer for 12 s
         self.delay = 0.0  # seconds a listing page takes to arrive (its content is taken when asked)
         # (method, path prefix) -> seconds any such request waits before it is answered (`stall`)
@@ -177,7 +179,7 @@ class FakeForge(ReleasesMixin, FakeServer):
     @property
     def api_url(self) -> str:
         """The `api_url` of an `[[orgs]]` entry for this fake."""
-        return f"{self.base_url}{self.api_path}" if self.provider == "github" else f"{self.base_url}/api/v4"
+        return f"{self.base_url}{self.api_path}" if self.provider == "github" else f"{self.base_url}{self.gitlab_api}"
 
     def add(
         self,
@@ -713,7 +715,7 @@ class FakeForge(ReleasesMixin, FakeServer):
 
     async def _gitlab_group_projects(self, request: web.Request) -> web.Response:
         # The group's full path arrives URL-encoded (`platform%2Fterraform`): read it raw.
-        raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/groups/").removesuffix("/projects")
+        raw = request.raw_path.partition("?")[0].removeprefix(f"{self.gitlab_api}/groups/").removesuffix("/projects")
         group = unquote(raw)
         if "/" in raw or group.lower() != self.group.lower():
             return web.json_response({"message": "404 Group Not Found"}, status=404)
@@ -723,7 +725,7 @@ class FakeForge(ReleasesMixin, FakeServer):
         return await self._page(request, items)
 
     async def _gitlab_project(self, request: web.Request) -> web.Response:
-        raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/projects/")
+        raw = request.raw_path.partition("?")[0].removeprefix(f"{self.gitlab_api}/projects/")
         key = unquote(raw)
         with self._lock:
             found = [(k, o) for k, o in self._repos.items() if key in (str(o["id"]), o["path_with_namespace"])]
@@ -747,10 +749,11 @@ class FakeForge(ReleasesMixin, FakeServer):
             app.router.add_get(f"{api}/user/repos", self._member_repos)
             app.router.add_get(f"{api}/installation/repositories", self._installation_repos)
         else:
-            app.router.add_get("/api/v4/groups/{group:.+}/projects", self._gitlab_group_projects)
-            app.router.add_get("/api/v4/projects/{project:.+}", self._gitlab_project)
-            app.router.add_get("/api/v4/user", self._user)
-            app.router.add_get("/api/v4/projects", self._member_repos)
+            api = self.gitlab_api
+            app.router.add_get(f"{api}/groups/{{group:.+}}/projects", self._gitlab_group_projects)
+            app.router.add_get(f"{api}/projects/{{project:.+}}", self._gitlab_project)
+            app.router.add_get(f"{api}/user", self._user)
+            app.router.add_get(f"{api}/projects", self._member_repos)
         for (method, path), page in self._web_pages.items():
             app.router.add_route(method, path, page)
         # Another service on the API's host, outside its path (where a hostile `next` link may point).

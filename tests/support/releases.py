@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import io
@@ -140,6 +141,11 @@ class FakeStorage:
     def __init__(self) -> None:
         self._objects: dict[str, bytes] = {}
         self.seen: list[dict[str, str]] = []  # the headers of every request
+        # A slow or failing storage (prefetch tests): the first `hold_at` bytes of a larger asset, then
+        # nothing until `go` is set; then the rest, or (`cut`) the connection dropped.
+        self.hold_at: int | None = None
+        self.go = asyncio.Event()
+        self.cut = False
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -156,7 +162,21 @@ class FakeStorage:
         data = self._objects.get(request.match_info["name"])
         if data is None or "X-Amz-Signature" not in request.query:
             return web.Response(status=403, text="AccessDenied")
-        return web.Response(body=data, content_type="application/octet-stream")
+        if self.hold_at is None or len(data) <= self.hold_at:
+            return web.Response(body=data, content_type="application/octet-stream")
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(data)
+        await response.prepare(request)
+        await response.write(data[: self.hold_at])
+        await self.go.wait()
+        if self.cut:  # a storage host failing half-way
+            self.cut = False
+            assert request.transport is not None
+            request.transport.abort()
+            return response
+        await response.write(data[self.hold_at :])
+        await response.write_eof()
+        return response
 
     async def start(self) -> FakeStorage:
         app = web.Application()
@@ -180,8 +200,14 @@ class ReleasesMixin:
     provider: str
     group: str
     base_url: str
+    api_path: str
     _lock: threading.Lock
     storage: FakeStorage | None = None  # where GitHub asset downloads redirect (None: served directly)
+
+    @property
+    def gitlab_api(self) -> str:
+        """GitLab: the API's path on the host (below the sub-path it is served under, if any)."""
+        return f"{self.api_path}/api/v4"
 
     def _release_state(self) -> tuple[dict[str, list[dict[str, Any]]], dict[int, bytes]]:
         if not hasattr(self, "_releases"):
@@ -263,9 +289,10 @@ class ReleasesMixin:
         links = []
         for aid, file_name, _ in assets:
             if package:
-                url = f"{self.base_url}/api/v4/projects/{project}/packages/generic/release/{tag}/{file_name}?aid={aid}"
+                url = f"{self.base_url}{self.gitlab_api}/projects/{project}/packages/generic/release/{tag}/{file_name}"
+                url += f"?aid={aid}"
             else:
-                url = f"{self.base_url}/{full}/-/releases/{tag}/downloads/{file_name}?aid={aid}"
+                url = f"{self.base_url}{self.api_path}/{full}/-/releases/{tag}/downloads/{file_name}?aid={aid}"
             links.append(
                 {
                     "id": aid,
@@ -324,7 +351,7 @@ class ReleasesMixin:
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def _gitlab_releases(self, request: web.Request) -> web.Response:
-        raw = request.raw_path.partition("?")[0].removeprefix("/api/v4/projects/").removesuffix("/releases")
+        raw = request.raw_path.partition("?")[0].removeprefix(f"{self.gitlab_api}/projects/").removesuffix("/releases")
         return await self._list_releases(request, unquote(raw))
 
     async def _gitlab_download(self, request: web.Request) -> web.StreamResponse:
@@ -339,6 +366,8 @@ class ReleasesMixin:
             app.router.add_get("/repos/{owner}/{repo}/releases", self._github_releases)
             app.router.add_get("/repos/{owner}/{repo}/releases/assets/{id}", self._github_asset)
         else:
-            app.router.add_get("/api/v4/projects/{project:[^/]+}/releases", self._gitlab_releases)
-            app.router.add_get("/api/v4/projects/{project:[^/]+}/packages/generic/{tail:.+}", self._gitlab_download)
+            app.router.add_get(f"{self.gitlab_api}/projects/{{project:[^/]+}}/releases", self._gitlab_releases)
+            app.router.add_get(
+                f"{self.gitlab_api}/projects/{{project:[^/]+}}/packages/generic/{{tail:.+}}", self._gitlab_download
+            )
             app.router.add_get("/{path:.+}/-/releases/{tag}/downloads/{file}", self._gitlab_download)

@@ -9,8 +9,10 @@ own credential (SHA256SUMS and its signature from memory: they were read to veri
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ from aiohttp.abc import AbstractStreamWriter
 from gitreg.config.model import PROVIDER_TYPE_RE
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
 from gitreg.git.pool import Priority
+from gitreg.providers.fetches import NotKept
 from gitreg.providers.release import Package
 from gitreg.web.auth import caller, visibility
 from gitreg.web.keys import IDENTITY, PROVIDERS, SIGNER
@@ -35,6 +38,7 @@ provider_routes = web.RouteTableDef()
 PROVIDERS_V1 = "/v1/providers/"
 FILES_ROUTE = "/v1/providers/{namespace}/{type}/{version}/files/{filename}"
 _PLATFORM_RE = re.compile(r"[a-z0-9]{1,32}", re.ASCII)
+_READ = 1024 * 1024  # a read when the event loop cannot have the kernel send the file (uvloop)
 _ZIP_HEADERS = {"Content-Type": "application/zip", "Cache-Control": "private, max-age=3600, immutable"}
 
 
@@ -117,6 +121,8 @@ async def provider_download(request: web.Request) -> web.Response:
     if package is None:
         raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no package for {os_}_{arch}")
     key = providers.signer(namespace, type_, version)
+    # The client asks for SHA256SUMS, its signature, then this zip: its fetch starts now (fetches.py).
+    providers.prefetch(namespace, type_, package)
     body: dict[str, object] = {}
     if all(p.asset.size for p in version.packages):
         # OpenTofu 1.12's `packages`: every platform's hashes go into its lock file (`h1:` once computed).
@@ -171,6 +177,8 @@ async def mirror(request: web.Request) -> web.Response:
         listing = await providers.listing(namespace, type_)
         return web.json_response({"versions": {v.version: {} for v in listing.versions}})
     version = await providers.version(namespace, type_, file.removesuffix(".json"))
+    for package in version.packages:  # the client fetches one of them next (as many as the bound allows)
+        providers.prefetch(namespace, type_, package)
     hashes = await providers.hashes_of(namespace, type_, version)
     archives = {}
     for package, found in hashes.items():
@@ -196,9 +204,11 @@ async def provider_file(request: web.Request) -> web.StreamResponse:
     if package is None:
         raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no file {filename[:100]!r}")
     kept = providers.packages.open(package.shasum)
-    if kept is not None:  # verified and kept on disk (providers/packages.py): the kernel sends it
+    if kept is not None:  # verified and kept on disk (providers/packages.py): no Git host request
         return _KeptFile(kept, lambda: providers.packages.release(kept), headers=_ZIP_HEADERS)
-    return await _streamed(request, namespace, type_, package)
+    if request.method == "HEAD":
+        return _zip_response(package)
+    return await _followed(request, namespace, type_, package)
 
 
 class _KeptFile(web.FileResponse):
@@ -217,13 +227,77 @@ class _KeptFile(web.FileResponse):
                 self._release = None
 
 
-async def _streamed(request: web.Request, namespace: str, type_: str, package: Package) -> web.StreamResponse:
-    """The package streamed from the Git host (checked, and kept for the next download as it passes)."""
+def _zip_response(package: Package) -> web.StreamResponse:
     response = web.StreamResponse(headers=_ZIP_HEADERS)
     if package.asset.size is not None:
         response.content_length = package.asset.size
-    if request.method == "HEAD":
-        return response
+    return response
+
+
+# long: the response's three ends (an error answer, a cut body, the client gone) beside the happy path
+async def _followed(request: web.Request, namespace: str, type_: str, package: Package) -> web.StreamResponse:
+    """The package as its one fetch writes it into the kept store (providers/fetches.py), sent from the
+    temporary file as it grows (by the kernel when it can), its last bytes once the whole zip verified."""
+    with request.app[PROVIDERS].follow(namespace, type_, package) as follower:
+        async with contextlib.aclosing(follower.ranges()) as ranges:
+            try:
+                first = await anext(ranges, None)  # the host's failure before any byte is an error answer
+            except NotKept:  # the disk cannot take it: streamed from the host, unkept
+                return await _streamed(request, namespace, type_, package)
+            response = _zip_response(package)
+            await response.prepare(request)
+            assert follower.fd is not None  # bytes were released: the follower has the file
+            sender = _Sender(request, response, follower.fd)
+            try:
+                while first is not None:
+                    await sender.send(*first)
+                    first = await anext(ranges, None)
+            except GitregError as e:
+                log.warning("%s: %s; the download was cut short", request.path, e.message)
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            except ConnectionError:  # the client hung up: the fetch goes on, for the next download
+                return response
+    await response.write_eof()
+    return response
+
+
+class _Sender:
+    """Bytes of a file being written, into a response: `sendfile` (no copy through Python) where the
+    event loop and the connection allow it (asyncio's loop, plain TCP, a known length), else read on a
+    worker thread and written (uvloop, `gitreg serve`'s loop, has no `loop.sendfile`)."""
+
+    def __init__(self, request: web.Request, response: web.StreamResponse, fd: int) -> None:
+        self.request = request
+        self.response = response
+        self.fd = fd
+        self.native = response.content_length is not None
+        # The follower's descriptor as sendfile takes it (closefd=False: the follower closes it).
+        self.file = open(fd, "rb", buffering=0, closefd=False)  # noqa: SIM115
+
+    async def send(self, offset: int, count: int) -> None:
+        transport = self.request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("the client went away")
+        if self.native:
+            try:
+                await asyncio.get_running_loop().sendfile(transport, self.file, offset, count, fallback=False)
+                return
+            except RuntimeError:  # uvloop (NotImplementedError), TLS: raised before anything was sent
+                self.native = False
+        end = offset + count
+        while offset < end:
+            data = await asyncio.to_thread(os.pread, self.fd, min(_READ, end - offset), offset)
+            if not data:
+                raise ConnectionResetError("the file is shorter than released")
+            await self.response.write(data)
+            offset += len(data)
+
+
+async def _streamed(request: web.Request, namespace: str, type_: str, package: Package) -> web.StreamResponse:
+    """The package streamed from the Git host, its SHA-256 checked as it passes, not kept (no room on disk)."""
+    response = _zip_response(package)
     async with contextlib.aclosing(request.app[PROVIDERS].stream(namespace, type_, package)) as stream:
         first = await anext(stream, b"")  # the host's failure, before anything is sent, is an error answer
         await response.prepare(request)
