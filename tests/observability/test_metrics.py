@@ -159,8 +159,8 @@ async def test_metrics_are_open_without_a_metrics_token_even_when_the_api_needs_
 
 
 async def test_each_app_has_its_own_metrics_and_none_reach_the_global_registry(serve_client, repo):
-    first = await serve_client(make_config([rule(repo.url)]))
-    second = await serve_client(make_config([rule(repo.url)]))
+    first = await serve_client(no_index([rule(repo.url)]))
+    second = await serve_client(no_index([rule(repo.url)]))
     await first.get("/v1/modules/demo/hello/null/versions")
     assert (
         value(await scrape(first), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 1
