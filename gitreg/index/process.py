@@ -403,6 +403,9 @@ class IndexProcess:
         self._told_leading = self.shared.leading()
         # Pickled on a thread (230,000 org modules: 1.1-1.3 s); what is sent meanwhile is held.
         seed = await asyncio.get_running_loop().run_in_executor(None, encode_seed, self._seed(resync))
+        if self._stopping.is_set():  # stopped meanwhile: nothing to start
+            self.commands.detach()
+            return None
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -423,6 +426,11 @@ class IndexProcess:
         self._proc, self._heard = proc, 0.0
         self.commands.open(proc.stdin, seed)
         log.info("index process started (pid %d, nice +%d)", proc.pid, NICENESS)
+        if self._stopping.is_set():
+            # Stopped while it was being spawned: lifetime() found no input to close, so it would
+            # run on until killed after STOP_SECONDS (index.json unwritten). Its input ends now.
+            self.commands.detach()
+            proc.stdin.close()
         watchdog = asyncio.ensure_future(self._watch_silence(proc))
         try:
             while line := await proc.stdout.readline():

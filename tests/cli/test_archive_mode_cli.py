@@ -54,11 +54,13 @@ def test_check_warns_that_replicas_sharing_redis_need_one_key_when_the_key_is_ge
         assert result.returncode == 0 and SHARED not in result.stderr, result.stderr
 
 
-async def test_check_probe_lists_a_moved_tag_with_its_first_and_current_commit_and_when(make_client, tmp_path):
+async def test_check_probe_lists_a_moved_tag_with_its_first_and_current_commit_and_when(serve_client, tmp_path):
     repo, first = hello(tmp_path)
     store = tmp_path / "store"
     rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "archive"}
-    client = await make_client(make_config([rule], cache={"ttl_seconds": 0}, storage={"path": str(store)}))
+    # downloads only: the index off (it reads no version here)
+    config = make_config([rule], cache={"ttl_seconds": 0}, storage={"path": str(store)}, index={"enabled": False})
+    client = await serve_client(config)
     download = "/v1/modules/demo/hello/null/1.0.0/download"
     assert (await client.get(download)).status == 200  # first commit pinned
     config = write_config(tmp_path / "gitreg.toml", repo, store, 'download = "archive"\n')

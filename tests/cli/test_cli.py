@@ -388,7 +388,7 @@ def test_check_refuses_a_secret_variable_that_is_set_but_empty_naming_key_and_va
     assert good.returncode == 0, good.stderr
 
 
-async def test_readyz_is_503_with_the_reason_while_git_is_not_on_path(make_client, tmp_path, monkeypatch):
+async def test_readyz_is_503_with_the_reason_while_git_is_not_on_path(serve_client, tmp_path, monkeypatch):
     from tests.support.app import assert_error, make_config
 
     no_git = tmp_path / "bin"
@@ -397,7 +397,7 @@ async def test_readyz_is_503_with_the_reason_while_git_is_not_on_path(make_clien
         [{"namespace": "demo", "name": "hello", "system": "null", "repository": "https://git.example.com/h.git"}],
         index={"enabled": False},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     assert (await client.get("/readyz")).status == 200
     path = os.environ["PATH"]
     monkeypatch.setenv("PATH", str(no_git))

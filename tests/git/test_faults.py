@@ -106,10 +106,10 @@ def assert_no_secret(*texts: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", FAULTS)
 async def test_a_misbehaving_host_with_a_cold_cache_gets_a_clear_error_while_the_server_stays_healthy(
-    mode, make_client, git_http, tmp_path, caplog
+    mode, serve_client, git_http, tmp_path, caplog
 ):
     status, fragments = FAULTS[mode]
-    client = await make_client(fault_config(git_http, tmp_path, error_retry_seconds=1.0))
+    client = await serve_client(fault_config(git_http, tmp_path, error_retry_seconds=1.0))
     git_http.mode, git_http.delay = mode, 30
     faulty = asyncio.ensure_future(client.get(FAULTY))
     await eventually(lambda: git_http.ref_advertisements("private.git") > 0, "the request reached the git host")
@@ -134,9 +134,9 @@ async def test_a_misbehaving_host_with_a_cold_cache_gets_a_clear_error_while_the
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", FAULTS)
 async def test_a_misbehaving_host_with_a_warm_but_expired_cache_serves_the_last_good_list(
-    mode, make_client, git_http, tmp_path, caplog
+    mode, serve_client, git_http, tmp_path, caplog
 ):
-    client = await make_client(fault_config(git_http, tmp_path, ttl_seconds=0.2, stale_seconds=60))
+    client = await serve_client(fault_config(git_http, tmp_path, ttl_seconds=0.2, stale_seconds=60))
     assert await versions(client) == ["1.1.0", "1.0.0"]
     asked = git_http.ref_advertisements("private.git")  # the tags, and the default branch's .gitreg.toml (#35)
     git_http.mode, git_http.delay = mode, 30
@@ -158,7 +158,7 @@ async def test_a_misbehaving_host_with_a_warm_but_expired_cache_serves_the_last_
         ("host.invalid", "Could not resolve hostname"),
     ],
 )
-async def test_an_ssh_host_that_is_down_is_a_502_and_never_a_cached_not_found(host, says, make_client, tmp_path):
+async def test_an_ssh_host_that_is_down_is_a_502_and_never_a_cached_not_found(host, says, serve_client, tmp_path):
     # git prints "Could not read from remote repository" after every ssh failure; taken for
     # "not found" it made a down host a 404, cached for negative_ttl_seconds.
     url = f"ssh://git@{host.format(port=closed_port())}/acme/infra.git"
@@ -166,8 +166,9 @@ async def test_an_ssh_host_that_is_down_is_a_502_and_never_a_cached_not_found(ho
         [{"namespace": "demo", "name": "hello", "system": "null", "repository": url}],
         git={"protocols": ["ssh", "file"], "timeout_seconds": 5},
         cache={"negative_ttl_seconds": 60},
+        index={"enabled": False},  # the versions answer only
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     for _ in range(2):
         text = await assert_error(await client.get(FAULTY), 502, "could not list tags of", says)
         assert "does not exist" not in text

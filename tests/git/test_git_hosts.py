@@ -67,9 +67,9 @@ def assert_no_secret(*texts: str) -> None:
 
 
 async def test_a_redirect_to_another_host_is_a_502_naming_it_and_the_credential_never_reaches_it(
-    make_client, git_http, other_host, tmp_path, caplog
+    serve_client, git_http, other_host, tmp_path, caplog
 ):
-    client = await make_client(host_config(git_http, tmp_path, error_retry_seconds=0))
+    client = await serve_client(host_config(git_http, tmp_path, error_retry_seconds=0))
     git_http.mode, git_http.redirect_to = "redirect", other_host.base_url
     text = await assert_error(
         await client.get(VERSIONS), 502, "redirected gitreg to", other_host.base_url, git_http.url("private.git")
@@ -94,9 +94,9 @@ async def test_a_redirect_to_another_host_is_a_502_naming_it_and_the_credential_
 
 
 async def test_a_redirect_with_a_warm_cache_keeps_serving_the_configured_hosts_versions(
-    make_client, git_http, other_host, tmp_path
+    serve_client, git_http, other_host, tmp_path
 ):
-    client = await make_client(host_config(git_http, tmp_path, ttl_seconds=0.2, stale_seconds=60))
+    client = await serve_client(host_config(git_http, tmp_path, ttl_seconds=0.2, stale_seconds=60))
     assert await versions(client) == ["1.1.0", "1.0.0"]
     git_http.mode, git_http.redirect_to = "redirect", other_host.base_url
     await asyncio.sleep(0.25)  # expired
@@ -106,11 +106,11 @@ async def test_a_redirect_with_a_warm_cache_keeps_serving_the_configured_hosts_v
 
 
 async def test_a_redirect_with_a_cold_cache_and_without_credentials_is_refused_too(
-    make_client, git_http, other_host, tmp_path
+    serve_client, git_http, other_host, tmp_path
 ):
     # With no credential at stake, following would still serve another host's tags under this
     # module's name: one rule, a redirect is never followed.
-    client = await make_client(host_config(git_http, tmp_path, with_credentials=False))
+    client = await serve_client(host_config(git_http, tmp_path, with_credentials=False))
     git_http.mode, git_http.redirect_to = "redirect", other_host.base_url
     await assert_error(await client.get(VERSIONS), 502, f"redirected gitreg to {other_host.base_url}/private.git")
     assert other_host.requests() == []
@@ -169,10 +169,10 @@ NOT_GIT = {
 
 @pytest.mark.parametrize("case", NOT_GIT)
 async def test_an_answer_that_is_not_git_is_a_502_and_never_an_empty_version_list(
-    case, make_client, git_http, tmp_path, caplog
+    case, serve_client, git_http, tmp_path, caplog
 ):
     answer, says = NOT_GIT[case]
-    client = await make_client(host_config(git_http, tmp_path))
+    client = await serve_client(host_config(git_http, tmp_path))
     git_http.mode, git_http.answer = "answer", answer
     text = await assert_error(
         await client.get(VERSIONS),
@@ -185,9 +185,9 @@ async def test_an_answer_that_is_not_git_is_a_502_and_never_an_empty_version_lis
     assert_no_secret(text, caplog.text)
 
 
-async def test_an_html_answer_to_the_ref_listing_post_is_a_502(make_client, git_http, tmp_path):
+async def test_an_html_answer_to_the_ref_listing_post_is_a_502(serve_client, git_http, tmp_path):
     # The ref advertisement is git's; protocol v2's POST (which lists the refs) gets the page.
-    client = await make_client(host_config(git_http, tmp_path))
+    client = await serve_client(host_config(git_http, tmp_path))
     git_http.mode, git_http.answer_path = "answer", "/git-upload-pack"
     git_http.answer = (200, HTML, b"<html><body>Sign in</body></html>")
     await assert_error(
@@ -198,8 +198,8 @@ async def test_an_html_answer_to_the_ref_listing_post_is_a_502(make_client, git_
     )
 
 
-async def test_a_host_turning_to_an_sso_page_keeps_the_last_good_versions_served(make_client, git_http, tmp_path):
-    client = await make_client(host_config(git_http, tmp_path, ttl_seconds=0.2, stale_seconds=60))
+async def test_a_host_turning_to_an_sso_page_keeps_the_last_good_versions_served(serve_client, git_http, tmp_path):
+    client = await serve_client(host_config(git_http, tmp_path, ttl_seconds=0.2, stale_seconds=60))
     assert await versions(client) == ["1.1.0", "1.0.0"]
     asked = git_http.ref_advertisements("private.git")  # the tags, and the default branch's .gitreg.toml (#35)
     git_http.mode, git_http.answer = "answer", NOT_GIT["an SSO page without a final newline"][0]
@@ -212,8 +212,8 @@ async def test_a_host_turning_to_an_sso_page_keeps_the_last_good_versions_served
 
 
 @pytest.mark.parametrize("body", [(HTML, b"<html>Forbidden</html>"), ({"Content-Type": "text/plain"}, b"forbidden\n")])
-async def test_a_403_without_credentials_says_credentials_are_missing(body, make_client, git_http, tmp_path):
-    client = await make_client(host_config(git_http, tmp_path, with_credentials=False))
+async def test_a_403_without_credentials_says_credentials_are_missing(body, serve_client, git_http, tmp_path):
+    client = await serve_client(host_config(git_http, tmp_path, with_credentials=False))
     git_http.mode, git_http.answer = "answer", (403, *body)
     await assert_error(
         await client.get(VERSIONS),
@@ -223,7 +223,7 @@ async def test_a_403_without_credentials_says_credentials_are_missing(body, make
     )
 
 
-async def test_a_403_to_the_credentials_says_they_were_refused(make_client, git_http, tmp_path):
-    client = await make_client(host_config(git_http, tmp_path))
+async def test_a_403_to_the_credentials_says_they_were_refused(serve_client, git_http, tmp_path):
+    client = await serve_client(host_config(git_http, tmp_path))
     git_http.mode, git_http.answer = "answer", (403, {"Content-Type": "text/plain"}, b"forbidden\n")
     await assert_error(await client.get(VERSIONS), 502, "the Git host refused gitreg's credentials for")

@@ -74,12 +74,12 @@ async def drain(tasks: list[asyncio.Future]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def test_a_full_git_queue_answers_503_with_retry_after_in_the_error_shape(make_client, stalling):
+async def test_a_full_git_queue_answers_503_with_retry_after_in_the_error_shape(serve_client, stalling):
     config = make_config(
         [{"namespace": "stall", "repository": on_localhost(stalling, "{name}.git")}],
         git={"timeout_seconds": 5, "max_concurrency": 1, "max_queue": 2},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     pool = client.app[GIT_POOL]
     waiting = [asyncio.ensure_future(client.get(VERSIONS.format(f"stall/m{i}/null"))) for i in range(3)]
     await eventually(lambda: pool.queue_depth()[Priority.INSTALL] == 2, "one call running and two waiting")
@@ -94,7 +94,7 @@ async def test_a_full_git_queue_answers_503_with_retry_after_in_the_error_shape(
 
 
 @pytest.mark.slow
-async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_client, stalling, healthy, tmp_path):
+async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(serve_client, stalling, healthy, tmp_path):
     tagged_repo(tmp_path / "healthy", "x", "v1.0.0")
     config = make_config(
         [
@@ -103,7 +103,7 @@ async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_cl
         ],
         git={"timeout_seconds": 3, "max_concurrency": 1},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     pool, cache = client.app[GIT_POOL], client.app[CACHE]
     busy = asyncio.ensure_future(client.get(VERSIONS.format("demo/busy/null")))
     await eventually(lambda: sum(pool.running().values()) == 1, "the stalled call holding the only slot")
@@ -127,7 +127,7 @@ async def test_a_shared_fetch_is_dropped_only_when_every_waiter_has_gone(make_cl
 
 @pytest.mark.slow
 async def test_install_work_goes_before_background_work_and_a_joining_request_raises_its_priority(
-    make_client, stalling, healthy, tmp_path
+    serve_client, stalling, healthy, tmp_path
 ):
     for name in ("b1", "b2", "inst"):
         tagged_repo(tmp_path / "healthy", name, "v1.0.0")
@@ -138,7 +138,7 @@ async def test_install_work_goes_before_background_work_and_a_joining_request_ra
         ],
         git={"timeout_seconds": 2, "max_concurrency": 1},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     pool, cache = client.app[GIT_POOL], client.app[CACHE]
     busy = asyncio.ensure_future(client.get(VERSIONS.format("demo/busy/null")))
     await eventually(lambda: sum(pool.running().values()) == 1, "the stalled call holding the only slot")
@@ -164,7 +164,7 @@ async def test_install_work_goes_before_background_work_and_a_joining_request_ra
     assert list(dict.fromkeys(infos_refs_order(healthy))) == ["b2", "inst", "b1"]
 
 
-async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(make_client, stalling, healthy, tmp_path):
+async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(serve_client, stalling, healthy, tmp_path):
     tagged_repo(tmp_path / "healthy", "other", "v1.0.0")
     # The defaults: 8 slots, at most 6 for one host.
     config = make_config(
@@ -175,7 +175,7 @@ async def test_a_stalling_host_does_not_delay_a_cold_request_to_another_host(mak
         git={"timeout_seconds": 5},
     )
     # Normal latency is tens of milliseconds; behind the stalled host it was the 5 s timeout or more.
-    await _other_module_answers_beside_stalled_calls(await make_client(config), 20, "localhost")
+    await _other_module_answers_beside_stalled_calls(await serve_client(config), 20, "localhost")
 
 
 @pytest.mark.slow
@@ -359,7 +359,7 @@ def test_pool_sizes_have_documented_defaults_and_are_checked():
 
 
 async def test_a_stalling_git_service_does_not_delay_another_on_the_same_machine(
-    make_client, stalling, healthy, tmp_path
+    serve_client, stalling, healthy, tmp_path
 ):
     # Both on 127.0.0.1, on two ports: two Git services, two shares of the pool.
     tagged_repo(tmp_path / "healthy", "other", "v1.0.0")
@@ -371,7 +371,7 @@ async def test_a_stalling_git_service_does_not_delay_another_on_the_same_machine
         git={"timeout_seconds": 5},
     )
     # Behind the other port's share it waited for the 5 s timeout or more (3 s in the probe).
-    await _other_module_answers_beside_stalled_calls(await make_client(config), 40, "127.0.0.1")
+    await _other_module_answers_beside_stalled_calls(await serve_client(config), 40, "127.0.0.1")
 
 
 def test_a_git_service_is_its_host_and_port_whatever_the_url_says_around_them():

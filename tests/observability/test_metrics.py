@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitreg.web.app import create_app
+from gitreg.config.model import Config
 from tests.support import docs
-from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
+from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, make_config, served_app
 from tests.support.metrics import scrape, value
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
@@ -33,6 +33,11 @@ def rule(url: str) -> dict:
     return {"namespace": "demo", "name": "hello", "system": "null", "repository": url}
 
 
+def no_index(modules: list[dict], **sections) -> Config:
+    """For the tests whose answers and metrics never involve the index: `gitreg serve` with it off."""
+    return make_config(modules, index={"enabled": False}, **sections)
+
+
 def public_repo(tmp_path: Path, name: str = "public") -> GitRepo:
     r = GitRepo(tmp_path / "repos", name)
     r.commit({"main.tf": "# module\n"})
@@ -40,8 +45,8 @@ def public_repo(tmp_path: Path, name: str = "public") -> GitRepo:
     return r
 
 
-async def test_requests_are_counted_by_route_template_and_status_never_by_raw_path(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)]))
+async def test_requests_are_counted_by_route_template_and_status_never_by_raw_path(serve_client, repo):
+    client = await serve_client(no_index([rule(repo.url)]))
     for _ in range(3):
         assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
     assert (await client.get("/v1/modules/demo/hello/null/9.9.9/download")).status == 404
@@ -64,10 +69,10 @@ async def test_requests_are_counted_by_route_template_and_status_never_by_raw_pa
     assert not any(r and ("demo" in r or "9.9.9" in r or "/no/such" in r) for r in routes)
 
 
-async def test_cache_counters_show_hits_misses_and_coalesced_waits(make_client, git_http, tmp_path):
+async def test_cache_counters_show_hits_misses_and_coalesced_waits(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
     # The cache's own counters: no background index asking too.
-    client = await make_client(make_config([rule(git_http.url("public.git"))], index={"enabled": False}))
+    client = await serve_client(no_index([rule(git_http.url("public.git"))]))
     await asyncio.gather(*(client.get("/v1/modules/demo/hello/null/versions") for _ in range(10)))
     await client.get("/v1/modules/demo/hello/null/versions")
     samples = await scrape(client)
@@ -81,9 +86,9 @@ async def test_cache_counters_show_hits_misses_and_coalesced_waits(make_client, 
 
 async def test_a_down_git_host_shows_as_failures_stale_serves_and_the_age_served(aiohttp_client, git_http, tmp_path):
     public_repo(tmp_path)
-    config = make_config([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300})
+    config = no_index([rule(git_http.url("public.git"))], cache={"ttl_seconds": 300})
     now = [1000.0]
-    client = await aiohttp_client(create_app(config, clock=lambda: now[0]))  # the tag cache's clock
+    client = await aiohttp_client(served_app(config, clock=lambda: now[0]))  # the tag cache's clock
     assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
     git_http.mode = "down"
     now[0] += 301
@@ -96,17 +101,17 @@ async def test_a_down_git_host_shows_as_failures_stale_serves_and_the_age_served
     assert value(samples, "gitreg_cache_oldest_served_age_seconds") == 301
 
 
-async def test_a_timeout_is_counted_as_a_timeout(make_client, git_http, tmp_path):
+async def test_a_timeout_is_counted_as_a_timeout(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
-    client = await make_client(make_config([rule(git_http.url("public.git"))], git={"timeout_seconds": 0.5}))
+    client = await serve_client(no_index([rule(git_http.url("public.git"))], git={"timeout_seconds": 0.5}))
     git_http.mode, git_http.delay = "slow", 30
     assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 504
     samples = await scrape(client)
     assert value(samples, "gitreg_upstream_git_failures_total", host="127.0.0.1", reason="timeout") == 1
 
 
-async def test_webhook_deliveries_are_counted_by_result(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)], webhooks={"github_secret": GITHUB_SECRET}))
+async def test_webhook_deliveries_are_counted_by_result(serve_client, repo):
+    client = await serve_client(no_index([rule(repo.url)], webhooks={"github_secret": GITHUB_SECRET}))
     body = json.dumps({"ref": "refs/tags/v1.0.0", "repository": {"clone_url": repo.url}}).encode()
     signature = "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
     good = {"X-GitHub-Event": "push", "X-Hub-Signature-256": signature, "Content-Type": "application/json"}
@@ -122,13 +127,13 @@ async def test_webhook_deliveries_are_counted_by_result(make_client, repo):
     assert value(samples, "gitreg_cache_invalidations_total") == 1
 
 
-async def test_metrics_never_show_credentials_or_repository_paths(make_client, git_http, tmp_path):
+async def test_metrics_never_show_credentials_or_repository_paths(serve_client, git_http, tmp_path):
     GitRepo(tmp_path / "repos", "private").commit({"main.tf": "#\n"})
     url = git_http.url("private.git").replace("http://", f"http://{GIT_USER}@")
-    config = make_config(
+    config = no_index(
         [rule(url)], credentials=[{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     await client.get("/v1/modules/demo/hello/null/versions")
     text = await (await client.get("/metrics")).text()
     assert 'host="127.0.0.1"' in text
@@ -136,9 +141,9 @@ async def test_metrics_never_show_credentials_or_repository_paths(make_client, g
         assert secret not in text
 
 
-async def test_metrics_need_the_metrics_token_when_one_is_set(make_client, repo):
-    config = make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN], "metrics_token": METRICS_TOKEN})
-    client = await make_client(config)
+async def test_metrics_need_the_metrics_token_when_one_is_set(serve_client, repo):
+    config = no_index([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN], "metrics_token": METRICS_TOKEN})
+    client = await serve_client(config)
     resp = await client.get("/metrics")
     await assert_error(resp, 401, "metrics_token")
     assert resp.headers["WWW-Authenticate"].startswith("Bearer")
@@ -148,14 +153,14 @@ async def test_metrics_need_the_metrics_token_when_one_is_set(make_client, repo)
     await scrape(client, {"Authorization": f"Bearer {METRICS_TOKEN}"})
 
 
-async def test_metrics_are_open_without_a_metrics_token_even_when_the_api_needs_one(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN]}))
+async def test_metrics_are_open_without_a_metrics_token_even_when_the_api_needs_one(serve_client, repo):
+    client = await serve_client(no_index([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN]}))
     await scrape(client)
 
 
-async def test_each_app_has_its_own_metrics_and_none_reach_the_global_registry(aiohttp_client, repo):
-    first = await aiohttp_client(create_app(make_config([rule(repo.url)])))
-    second = await aiohttp_client(create_app(make_config([rule(repo.url)])))
+async def test_each_app_has_its_own_metrics_and_none_reach_the_global_registry(serve_client, repo):
+    first = await serve_client(no_index([rule(repo.url)]))
+    second = await serve_client(no_index([rule(repo.url)]))
     await first.get("/v1/modules/demo/hello/null/versions")
     assert (
         value(await scrape(first), "gitreg_http_requests_total", route=VERSIONS_ROUTE, method="GET", status="200") == 1
@@ -169,8 +174,8 @@ async def test_each_app_has_its_own_metrics_and_none_reach_the_global_registry(a
 # --- readiness ---------------------------------------------------------------------------------
 
 
-async def test_readyz_is_200_while_serving_and_open_without_a_token(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN]}))
+async def test_readyz_is_200_while_serving_and_open_without_a_token(serve_client, repo):
+    client = await serve_client(make_config([rule(repo.url)], auth={"tokens": [REGISTRY_TOKEN]}))
     resp = await client.get("/readyz")
     assert resp.status == 200
     body = await resp.json()
@@ -179,8 +184,8 @@ async def test_readyz_is_200_while_serving_and_open_without_a_token(make_client,
     assert set(body["index"]) == {"complete", "modules", "queued", "age_seconds"}
 
 
-async def test_readyz_is_503_once_shutdown_has_begun_while_healthz_stays_200(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)]))
+async def test_readyz_is_503_once_shutdown_has_begun_while_healthz_stays_200(serve_client, repo):
+    client = await serve_client(no_index([rule(repo.url)]))
     await client.app.shutdown()  # what the runner does first on SIGTERM, before in-flight requests finish
     await assert_error(await client.get("/readyz"), 503, "stopping")
     assert (await client.get("/healthz")).status == 200
@@ -394,8 +399,8 @@ def test_unknown_log_format_is_refused(fmt):
     assert "--log-format" in result.stderr
 
 
-async def test_every_metric_the_readme_documents_is_exposed(make_client, repo):
-    client = await make_client(make_config([rule(repo.url)]))
+async def test_every_metric_the_readme_documents_is_exposed(serve_client, repo):
+    client = await serve_client(make_config([rule(repo.url)]))
     assert (await client.get("/v1/modules/demo/hello/null/versions")).status == 200
     exposed = {name for name, _ in await scrape(client)}
     text = await (await client.get("/metrics")).text()
@@ -417,8 +422,8 @@ async def test_every_metric_the_readme_documents_is_exposed(make_client, repo):
     assert not missing, missing
 
 
-async def test_tasks_and_git_processes_are_back_to_idle_after_requests(make_client, repo):
-    client = await indexed(await make_client(make_config([rule(repo.url)])))  # the index's first pass is done
+async def test_tasks_and_git_processes_are_back_to_idle_after_requests(serve_client, repo):
+    client = await serve_client(no_index([rule(repo.url)]))  # the requests' own tasks and git processes only
     idle = await scrape(client)
     # Connection: close, as keep-alive connections rightly hold a task each while open.
     burst = [client.get("/v1/modules/demo/hello/null/versions", headers={"Connection": "close"}) for _ in range(20)]

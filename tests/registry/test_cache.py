@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gitreg.web.app import create_app
 from gitreg.web.keys import CACHE
-from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error
+from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, served_app
 from tests.support.app import make_config as _make_config
 from tests.support.repos import GitRepo
 
@@ -41,10 +40,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 def clocked_client(aiohttp_client, clock):
-    """Start a test client for create_app(config) whose tag cache reads `clock`."""
+    """Start a test client for what `gitreg serve` builds from `config`, its tag cache reading `clock`."""
 
     async def make(config):
-        return await aiohttp_client(create_app(config, clock))
+        return await aiohttp_client(served_app(config, clock))
 
     return make
 
@@ -75,9 +74,9 @@ async def settle(cache, refreshes: int) -> None:
     raise AssertionError(f"expected {refreshes} refreshes, saw {cache.stats.refreshes}")
 
 
-async def test_100_concurrent_cold_requests_make_exactly_one_ref_advertisement(make_client, git_http, tmp_path):
+async def test_100_concurrent_cold_requests_make_exactly_one_ref_advertisement(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
-    client = await make_client(make_config([rule(git_http.url("public.git"))]))
+    client = await serve_client(make_config([rule(git_http.url("public.git"))]))
     results = await asyncio.gather(*(client.get("/v1/modules/demo/hello/null/versions") for _ in range(100)))
     assert [r.status for r in results] == [200] * 100
     assert {tuple(v["version"] for v in (await r.json())["modules"][0]["versions"]) for r in results} == {("1.0.0",)}
@@ -149,9 +148,9 @@ async def test_a_failing_host_with_nothing_cached_is_asked_once_per_error_retry_
     assert await versions_of(client) == ["1.0.0"]  # asked again, and the host is back
 
 
-async def test_a_webhook_clears_a_remembered_failure(make_client, git_http, tmp_path):
+async def test_a_webhook_clears_a_remembered_failure(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
-    client = await make_client(make_config([rule(git_http.url("public.git"))], cache={"error_retry_seconds": 60}))
+    client = await serve_client(make_config([rule(git_http.url("public.git"))], cache={"error_retry_seconds": 60}))
     git_http.mode = "down"
     await assert_error(await client.get("/v1/modules/demo/hello/null/versions"), 502, "public.git")
     git_http.mode = "ok"
@@ -216,10 +215,10 @@ def _git_descendants(root: int) -> dict[int, str]:
 
 
 @pytest.mark.slow
-async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behind(make_client, git_http, tmp_path):
+async def test_hung_git_is_killed_at_the_timeout_and_leaves_no_git_process_behind(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await make_client(make_config([rule(url)], git={"timeout_seconds": 1}))
+    client = await serve_client(make_config([rule(url)], git={"timeout_seconds": 1}))
     before = _git_descendants(os.getpid())
     git_http.mode, git_http.delay = "slow", 60  # git waits far longer than the timeout
     request = asyncio.ensure_future(client.get("/v1/modules/demo/hello/null/versions"))
@@ -284,7 +283,7 @@ async def test_negative_results_are_cached_so_a_typo_makes_one_git_call(clocked_
     assert await versions_of(client, "acme/typo/aws") == ["1.0.0"]
 
 
-async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_used(make_client, git_http, tmp_path):
+async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_used(serve_client, git_http, tmp_path):
     for name in ("a", "b", "c"):
         public_repo(tmp_path, name)
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
@@ -293,7 +292,7 @@ async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_
         credentials=credentials,
         cache={"max_repositories": 2},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     cache = client.app[CACHE]
     for name in ("a", "b", "c"):  # a is evicted
         assert await versions_of(client, f"acme/{name}/aws") == ["1.0.0"]
@@ -307,7 +306,7 @@ async def test_lru_keeps_at_most_max_repositories_and_evicts_the_least_recently_
     assert len(cache) == 2
 
 
-async def test_a_flood_of_typos_does_not_evict_good_tag_lists(make_client, git_http, tmp_path):
+async def test_a_flood_of_typos_does_not_evict_good_tag_lists(serve_client, git_http, tmp_path):
     public_repo(tmp_path, "good")
     credentials = [{"url": git_http.base_url + "/", "username": GIT_USER, "password": GIT_PASSWORD}]
     config = make_config(
@@ -315,7 +314,7 @@ async def test_a_flood_of_typos_does_not_evict_good_tag_lists(make_client, git_h
         credentials=credentials,
         cache={"max_repositories": 1},
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     assert await versions_of(client, "acme/good/aws") == ["1.0.0"]
     for i in range(3):
         await assert_error(await client.get(f"/v1/modules/acme/typo{i}/aws/versions"), 404)
@@ -323,10 +322,10 @@ async def test_a_flood_of_typos_does_not_evict_good_tag_lists(make_client, git_h
     assert git_http.ref_listings("good.git") == 1
 
 
-async def test_invalidation_during_an_upstream_call_is_followed_by_one_more_refresh(make_client, git_http, tmp_path):
+async def test_invalidation_during_an_upstream_call_is_followed_by_one_more_refresh(serve_client, git_http, tmp_path):
     public_repo(tmp_path)
     url = git_http.url("public.git")
-    client = await make_client(make_config([rule(url)], cache={"ttl_seconds": 3600}))
+    client = await serve_client(make_config([rule(url)], cache={"ttl_seconds": 3600}))
     cache = client.app[CACHE]
     git_http.mode, git_http.delay = "slow", 0.5
     request = asyncio.ensure_future(versions_of(client))

@@ -100,10 +100,10 @@ GITLAB_CLONE = "git@gitlab.example.com:acme/platform/networking/terraform-aws-vp
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
 @pytest.mark.parametrize("download", ["git", "archive"])
-async def test_versions_answer_leaves_revoked_out_and_marks_deprecated(make_client, git_http, tmp_path, download):
+async def test_versions_answer_leaves_revoked_out_and_marks_deprecated(serve_client, git_http, tmp_path, download):
     module_repo(tmp_path / "repos")
     config = make_config([rule(git_http.url("public.git"), download)], index={"enabled": False})
-    client = await make_client(config)
+    client = await serve_client(config)
     assert await versions_answer(client) == [
         {"version": "2.0.0"},
         {"version": "1.4.1", "deprecation": DEPRECATION},
@@ -114,11 +114,11 @@ async def test_versions_answer_leaves_revoked_out_and_marks_deprecated(make_clie
 
 @pytest.mark.slow  # real git over HTTP, a held fetch
 async def test_a_host_slow_to_give_the_file_holds_the_first_answer_seconds_not_until_git_gives_up(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     module_repo(tmp_path / "repos")
     config = make_config([rule(git_http.url("public.git"), "git")], index={"enabled": False})
-    client = await make_client(config)
+    client = await serve_client(config)
     git_http.hold_fetches()  # the tags are listed; the fetch of the default branch's commit waits
     try:
         started = time.monotonic()
@@ -136,9 +136,9 @@ async def test_a_host_slow_to_give_the_file_holds_the_first_answer_seconds_not_u
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
 @pytest.mark.parametrize("download", ["git", "archive"])
-async def test_download_of_a_revoked_version_is_410_with_the_reason(make_client, git_http, tmp_path, download):
+async def test_download_of_a_revoked_version_is_410_with_the_reason(serve_client, git_http, tmp_path, download):
     module_repo(tmp_path / "repos")
-    client = await make_client(make_config([rule(git_http.url("public.git"), download)]))
+    client = await serve_client(make_config([rule(git_http.url("public.git"), download)], index={"enabled": False}))
     resp = await client.get("/v1/modules/demo/hello/null/1.4.2/download")
     await assert_error(resp, 410, "revoked", "leaks the KMS key ARN in an output")
     resp = await client.get("/v1/modules/demo/hello/null/1.4.1/download")
@@ -149,10 +149,15 @@ async def test_download_of_a_revoked_version_is_410_with_the_reason(make_client,
 
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
-async def test_revocation_wins_over_an_archive_already_built(make_client, git_http, tmp_path):
+async def test_revocation_wins_over_an_archive_already_built(serve_client, git_http, tmp_path):
     repo = module_repo(tmp_path / "repos", declared=None)
-    client = await make_client(
-        make_config([rule(git_http.url("public.git"), "archive")], cache={"ttl_seconds": 3600}, webhooks=WEBHOOKS)
+    client = await serve_client(
+        make_config(
+            [rule(git_http.url("public.git"), "archive")],
+            cache={"ttl_seconds": 3600},
+            webhooks=WEBHOOKS,
+            index={"enabled": False},
+        )
     )
     resp = await client.get("/v1/modules/demo/hello/null/1.4.2/download")
     assert resp.status == 200, await resp.text()
@@ -184,12 +189,14 @@ async def _until_listed(client, expected: list[str], tries: int = 100) -> None:
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
 @pytest.mark.parametrize("host", ["github", "gitlab"])
-async def test_a_push_to_the_default_branch_serves_the_new_declaration(make_client, git_http, tmp_path, host):
+async def test_a_push_to_the_default_branch_serves_the_new_declaration(serve_client, git_http, tmp_path, host):
     repo = module_repo(tmp_path / "repos", declared=None)
     url = git_http.url("public.git")
     clone = GITHUB_CLONE if host == "github" else GITLAB_CLONE  # what the realistic payloads name
-    config = make_config([rule(url, "git", clone_url=clone)], cache={"ttl_seconds": 3600}, webhooks=WEBHOOKS)
-    client = await make_client(config)
+    config = make_config(
+        [rule(url, "git", clone_url=clone)], cache={"ttl_seconds": 3600}, webhooks=WEBHOOKS, index={"enabled": False}
+    )
+    client = await serve_client(config)
     assert [v["version"] for v in await versions_answer(client)] == ["2.0.0", "1.4.2", "1.4.1"]
     repo.commit({".gitreg.toml": DECLARED}, "retire versions")
     assert (await push_main(client, host)).status == 200
@@ -208,7 +215,7 @@ async def push_main(client, host: str):
 
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
-async def test_a_monorepo_module_reads_the_file_in_its_path(make_client, git_http, tmp_path):
+async def test_a_monorepo_module_reads_the_file_in_its_path(serve_client, git_http, tmp_path):
     repo = GitRepo(tmp_path / "repos", "public")
     for version in ("1.4.1", "1.4.2", "2.0.0"):
         repo.commit({"modules/vpc/main.tf": f"# vpc {version}\n", "modules/dns/main.tf": f"# dns {version}\n"})
@@ -222,7 +229,7 @@ async def test_a_monorepo_module_reads_the_file_in_its_path(make_client, git_htt
         rule(url, "archive", name="vpc", path="modules/vpc", tag_prefix="vpc/"),
         rule(url, "git", name="dns", path="modules/dns", tag_prefix="dns/"),
     ]
-    client = await make_client(make_config(rules))
+    client = await serve_client(make_config(rules, index={"enabled": False}))
     assert await versions_answer(client, "demo/vpc/null") == [
         {"version": "2.0.0"},
         {"version": "1.4.1", "deprecation": DEPRECATION},
@@ -234,33 +241,35 @@ async def test_a_monorepo_module_reads_the_file_in_its_path(make_client, git_htt
 
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
-async def test_a_malformed_file_is_reported_never_a_500_and_declares_nothing(make_client, git_http, tmp_path):
+async def test_a_malformed_file_is_reported_never_a_500_and_declares_nothing(serve_client, git_http, tmp_path):
     module_repo(tmp_path / "repos", declared='[[revoked]]\nversions = "= 1.4.2"\n')
-    client = await make_client(make_config([rule(git_http.url("public.git"), "git")]))
+    client = await serve_client(make_config([rule(git_http.url("public.git"), "git")], index={"enabled": False}))
     assert [v["version"] for v in await versions_answer(client)] == ["2.0.0", "1.4.2", "1.4.1"]
     resp = await client.get("/v1/modules/demo/hello/null/1.4.2/download")
     assert resp.status == 200
 
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
-async def test_latest_skips_a_revoked_newest_version(make_client, git_http, tmp_path):
+async def test_latest_skips_a_revoked_newest_version(serve_client, git_http, tmp_path):
     module_repo(tmp_path / "repos", declared='[[revoked]]\nversions = "2.0.0"\nreason = "broken"\n')
-    client = await make_client(make_config([rule(git_http.url("public.git"), "git")], index={"enabled": False}))
+    client = await serve_client(make_config([rule(git_http.url("public.git"), "git")], index={"enabled": False}))
     resp = await client.get("/v1/modules/demo/hello/null/download", allow_redirects=False)
     assert resp.status == 302
     assert resp.headers["Location"].endswith("/1.4.2/download")
 
 
 @pytest.mark.slow  # real git over HTTP, more than a second under load
-async def test_the_declaration_survives_a_restart_without_reading_the_file_again(make_client, git_http, tmp_path):
+async def test_the_declaration_survives_a_restart_without_reading_the_file_again(serve_client, git_http, tmp_path):
     module_repo(tmp_path / "repos")
-    config = make_config([rule(git_http.url("public.git"), "git")], storage={"path": str(tmp_path / "storage")})
-    client = await make_client(config)
+    config = make_config(
+        [rule(git_http.url("public.git"), "git")], storage={"path": str(tmp_path / "storage")}, index={"enabled": False}
+    )
+    client = await serve_client(config)
     await versions_answer(client)
     await client.close()
     fetches = [r for r in git_http.requests() if r.path.endswith("git-upload-pack")]
     assert (tmp_path / "storage" / "declarations.json").is_file()
-    client = await make_client(config)
+    client = await serve_client(config)
     assert [v["version"] for v in await versions_answer(client)] == ["2.0.0", "1.4.1"]
     again = [r for r in git_http.requests() if r.path.endswith("git-upload-pack")]
     assert len(again) == len(fetches) + 1  # the ref listing only: no fetch of the file

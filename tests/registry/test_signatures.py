@@ -12,7 +12,8 @@ import pytest
 
 from gitreg.core.names import ModuleAddress
 from gitreg.web.keys import REGISTRY
-from tests.support.app import assert_error, make_config
+from tests.support.app import assert_error
+from tests.support.app import make_config as _make_config
 from tests.support.repos import GitRepo
 from tests.support.signing import (
     allowed_signers,
@@ -24,6 +25,13 @@ from tests.support.signing import (
 )
 
 BASE = "/v1/modules/acme/vpc/aws"
+
+
+def make_config(modules: list[dict[str, Any]], **sections: Any) -> Any:
+    """Versions, downloads and verdicts only: the index off (nothing here reads it; the verdicts
+    counted are the requests' own)."""
+    return _make_config(modules, index={"enabled": False}, **sections)
+
 
 # Real keys, signed repositories and verifications: over a second a test on a loaded machine.
 pytestmark = pytest.mark.slow
@@ -74,9 +82,9 @@ async def versions(client: Any) -> list[str]:
 
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_where_signatures_are_required_only_versions_a_trusted_key_signed_are_served(
-    make_client, signed, tmp_path, download
+    serve_client, signed, tmp_path, download
 ):
-    client = await make_client(config(signed, tmp_path, download, require=True))
+    client = await serve_client(config(signed, tmp_path, download, require=True))
     # The signed tag and the signed commit under a lightweight tag; not the unknown key, the
     # unsigned tag, nor the tag whose message was rewritten under alice's signature.
     assert await versions(client) == ["1.1.0", "1.0.0"]
@@ -91,15 +99,15 @@ async def test_where_signatures_are_required_only_versions_a_trusted_key_signed_
         await assert_error(resp, 403, f"version {version} is not served", why)
 
 
-async def test_the_archive_of_an_unsigned_version_is_refused_too(make_client, signed, tmp_path):
-    client = await make_client(config(signed, tmp_path, "archive", require=True))
+async def test_the_archive_of_an_unsigned_version_is_refused_too(serve_client, signed, tmp_path):
+    client = await serve_client(config(signed, tmp_path, "archive", require=True))
     await versions(client)
     resp = await client.get(f"{BASE}/1.3.0/archive.tar.gz")
     await assert_error(resp, 403, "version 1.3.0 is not served")
 
 
-async def test_without_require_every_version_is_served_and_the_verdicts_name_the_signer(make_client, signed, tmp_path):
-    client = await make_client(config(signed, tmp_path, "archive"))
+async def test_without_require_every_version_is_served_and_the_verdicts_name_the_signer(serve_client, signed, tmp_path):
+    client = await serve_client(config(signed, tmp_path, "archive"))
     assert await versions(client) == ["1.4.0", "1.3.0", "1.2.0", "1.1.0", "1.0.0"]
     assert (await client.get(f"{BASE}/1.3.0/download")).status == 200
     sigs = client.app[REGISTRY].signatures
@@ -117,7 +125,7 @@ async def test_without_require_every_version_is_served_and_the_verdicts_name_the
 ADDRESS = ModuleAddress("acme", "vpc", "aws")
 
 
-async def test_require_signed_on_a_module_overrides_signing_require(make_client, signed, tmp_path):
+async def test_require_signed_on_a_module_overrides_signing_require(serve_client, signed, tmp_path):
     module = {
         "namespace": "acme",
         "name": "vpc",
@@ -131,14 +139,14 @@ async def test_require_signed_on_a_module_overrides_signing_require(make_client,
         signing={"allowed_signers": str(signed.allowed), "require": True},
         storage={"path": str(tmp_path / "state")},
     )
-    client = await make_client(cfg)
+    client = await serve_client(cfg)
     assert len(await versions(client)) == 5
     resp = await client.get("/v1/modules/acme/strict/aws/versions")
     assert [v["version"] for v in (await resp.json())["modules"][0]["versions"]] == ["1.1.0", "1.0.0"]
 
 
-async def test_a_new_tag_signed_later_is_served_after_the_tag_list_refreshes(make_client, signed, tmp_path):
-    client = await make_client(config(signed, tmp_path, "git", require=True))
+async def test_a_new_tag_signed_later_is_served_after_the_tag_list_refreshes(serve_client, signed, tmp_path):
+    client = await serve_client(config(signed, tmp_path, "git", require=True))
     assert await versions(client) == ["1.1.0", "1.0.0"]
     signed.repo.commit({"main.tf": 'output "v" { value = "1.5.0" }\n'})
     ssh_signed_tag(signed.repo, "v1.5.0", signed.alice)
@@ -147,7 +155,7 @@ async def test_a_new_tag_signed_later_is_served_after_the_tag_list_refreshes(mak
     assert await versions(client) == ["1.5.0", "1.1.0", "1.0.0"]
 
 
-async def test_openpgp_signed_tags_verify_against_the_armored_keys(make_client, tmp_path):
+async def test_openpgp_signed_tags_verify_against_the_armored_keys(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "vpc")
     repo.commit({"main.tf": "# one\n"})
     with openpgp_key(tmp_path / "gnupg", "Release Bot <release@example.com>") as key:
@@ -159,7 +167,7 @@ async def test_openpgp_signed_tags_verify_against_the_armored_keys(make_client, 
         cfg = make_config(
             [module], signing={"openpgp_keys": str(keys), "require": True}, storage={"path": str(tmp_path / "state")}
         )
-        client = await make_client(cfg)
+        client = await serve_client(cfg)
         assert await versions(client) == ["1.0.0"]
         await assert_error(await client.get(f"{BASE}/1.1.0/download"), 403, "nor its commit is signed")
         found = client.app[REGISTRY].signatures.known(repo.url, "v1.0.0", repo.git("rev-parse", "v1.0.0^{commit}"))
@@ -168,37 +176,33 @@ async def test_openpgp_signed_tags_verify_against_the_armored_keys(make_client, 
         assert found.fingerprint == key.fingerprint
 
 
-async def test_a_verdict_is_remembered_across_a_restart(aiohttp_client, signed, tmp_path):
-    from gitreg.web.app import create_app
-
+async def test_a_verdict_is_remembered_across_a_restart(serve_client, signed, tmp_path):
     cfg = config(signed, tmp_path, "git", require=True)
-    first = await aiohttp_client(create_app(cfg))
+    first = await serve_client(cfg)
     assert await versions(first) == ["1.1.0", "1.0.0"]
     assert first.app[REGISTRY].signatures.verified == 5
     await first.close()
     stored = json.loads((tmp_path / "state" / "signatures" / "signatures.json").read_text())
     assert {row["tag"]: row["status"] for row in stored["verdicts"]}["v1.3.0"] == "unsigned"
-    second = await aiohttp_client(create_app(cfg))
+    second = await serve_client(cfg)
     assert await versions(second) == ["1.1.0", "1.0.0"]
     await assert_error(await second.get(f"{BASE}/1.3.0/download"), 403, "nor its commit is signed")
     assert second.app[REGISTRY].signatures.verified == 0  # no git verify after the restart
 
 
-async def test_a_key_file_changed_verifies_again(aiohttp_client, signed, tmp_path):
-    from gitreg.web.app import create_app
-
+async def test_a_key_file_changed_verifies_again(serve_client, signed, tmp_path):
     cfg = config(signed, tmp_path, "git", require=True)
-    first = await aiohttp_client(create_app(cfg))
+    first = await serve_client(cfg)
     assert await versions(first) == ["1.1.0", "1.0.0"]
     await first.close()
     allowed_signers(signed.allowed, {"alice@example.com": signed.alice, "mallory@example.com": signed.mallory})
-    second = await aiohttp_client(create_app(cfg))
+    second = await serve_client(cfg)
     assert await versions(second) == ["1.2.0", "1.1.0", "1.0.0"]
     assert second.app[REGISTRY].signatures.verified == 5
 
 
 async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_and_never_remembered_unsigned(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     key = ssh_key(tmp_path / "keys", "alice")
     allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
@@ -211,7 +215,7 @@ async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_an
         signing={"allowed_signers": str(allowed), "require": True},
         storage={"path": str(tmp_path / "state")},
     )
-    client = await make_client(cfg)
+    client = await serve_client(cfg)
     git_http.hold_fetches()  # the tag list is answered, the fetch of the tag objects waits
     try:
         started = time.monotonic()
@@ -229,8 +233,8 @@ async def test_a_version_not_verified_in_time_is_left_out_of_that_answer_only_an
     assert [(row["tag"], row["status"]) for row in stored["verdicts"]] == [("v1.0.0", "signed")]
 
 
-async def test_a_key_added_while_serving_is_taken_up_and_the_versions_answer_follows(make_client, signed, tmp_path):
-    client = await make_client(config(signed, tmp_path, "git", require=True))
+async def test_a_key_added_while_serving_is_taken_up_and_the_versions_answer_follows(serve_client, signed, tmp_path):
+    client = await serve_client(config(signed, tmp_path, "git", require=True))
     assert await versions(client) == ["1.1.0", "1.0.0"]
     allowed_signers(signed.allowed, {"alice@example.com": signed.alice, "mallory@example.com": signed.mallory})
     for _ in range(150):
@@ -241,8 +245,8 @@ async def test_a_key_added_while_serving_is_taken_up_and_the_versions_answer_fol
     assert client.app[REGISTRY].signatures.verified == 10  # every version verified again with the new keys
 
 
-async def test_a_tag_re_pointed_or_re_created_without_a_trusted_key_is_no_longer_served(make_client, signed, tmp_path):
-    client = await make_client(config(signed, tmp_path, "git", require=True))
+async def test_a_tag_re_pointed_or_re_created_without_a_trusted_key_is_no_longer_served(serve_client, signed, tmp_path):
+    client = await serve_client(config(signed, tmp_path, "git", require=True))
     assert await versions(client) == ["1.1.0", "1.0.0"]
     signed.repo.commit({"main.tf": 'output "v" { value = "evil" }\n'})
     signed.repo.tag("v1.1.0")  # moved to an unsigned commit by someone who can push
@@ -255,7 +259,7 @@ async def test_a_tag_re_pointed_or_re_created_without_a_trusted_key_is_no_longer
 
 
 async def test_a_failed_fetch_is_never_a_verdict_and_is_retried_after_error_retry_seconds(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     key = ssh_key(tmp_path / "keys", "alice")
     allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
@@ -269,7 +273,7 @@ async def test_a_failed_fetch_is_never_a_verdict_and_is_retried_after_error_retr
         storage={"path": str(tmp_path / "state")},
         cache={"error_retry_seconds": 1},
     )
-    client = await make_client(cfg)
+    client = await serve_client(cfg)
     await client.app[REGISTRY].versions(ADDRESS)  # the tag list is cached; nothing verified yet
     git_http.mode = "error"  # the host now fails every request: the fetch of the tag objects too
     assert await versions(client) == []

@@ -32,10 +32,10 @@ def fetch(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-async def test_a_rule_module_without_a_semver_tag_says_so_in_the_api_and_on_its_page(make_client, tmp_path):
+async def test_a_rule_module_without_a_semver_tag_says_so_in_the_api_and_on_its_page(serve_client, tmp_path):
     repo = untagged_repo(tmp_path, "empty")
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config(
                 [{"namespace": "demo", "name": "empty", "system": "null", "repository": repo.url}],
                 storage={"path": str(tmp_path / "state")},

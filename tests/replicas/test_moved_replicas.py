@@ -19,7 +19,7 @@ DOWNLOAD = "/v1/modules/demo/hello/null/1.0.0/download"
 
 @pytest.mark.parametrize("download", ["archive", "git"])
 async def test_a_replica_that_never_served_a_moved_tag_shows_it_from_the_pin_in_redis(
-    make_client, redis_server, tmp_path, download
+    serve_client, redis_server, tmp_path, download
 ):
     repo = GitRepo(tmp_path / "repos", "hello")
     first = repo.commit({"main.tf": "# first\n"})
@@ -30,9 +30,9 @@ async def test_a_replica_that_never_served_a_moved_tag_shows_it_from_the_pin_in_
     def config(name: str):
         return make_config([rule], cache=cache, storage={"path": str(tmp_path / name)})
 
-    a = await indexed(await make_client(config("a")))  # the index leader
+    a = await indexed(await serve_client(config("a")))  # the index leader
     assert (await a.get(DOWNLOAD)).status == 200  # replica a pins v1.0.0 at `first` (disk and Redis)
-    b = await make_client(config("b"))  # never serves v1.0.0
+    b = await serve_client(config("b"))  # never serves v1.0.0
     second = repo.commit({"main.tf": "# second\n"})
     repo.tag("v1.0.0")  # force-moved
     await a.app[PUBLISHER].repositories_changed([repo.url])  # what a push webhook to a does

@@ -33,11 +33,12 @@ def replica_config(gitlab, git_http, tmp_path, name: str, redis_url: str):
         storage={"path": str(tmp_path / f"storage-{name}")},
         cache={"backend": "redis", "redis_url": redis_url},
         org={"refresh_seconds": 3600},
+        index={"enabled": False},  # owners and versions answers: nothing here reads the index
     )
 
 
 async def test_a_replica_started_after_a_newcomer_serves_the_owner_another_replica_held_first(
-    make_client, gitlab, git_http, tmp_path, redis_server, caplog
+    serve_client, gitlab, git_http, tmp_path, redis_server, caplog
 ):
     caplog.set_level(logging.WARNING)
     module_repo(tmp_path, "team-b-vpc", ("1.0.0",))
@@ -45,7 +46,7 @@ async def test_a_replica_started_after_a_newcomer_serves_the_owner_another_repli
     gitlab.add("terraform-aws-vpc", subgroup="team-b", key="owner", repo="team-b-vpc")
     config_a = replica_config(gitlab, git_http, tmp_path, "a", redis_server.url)
     config_b = replica_config(gitlab, git_http, tmp_path, "b", redis_server.url)
-    a = await make_client(config_a)
+    a = await serve_client(config_a)
     await until(a.app[ORGS].complete)
     assert served_by(a) == OWNER
 
@@ -53,7 +54,7 @@ async def test_a_replica_started_after_a_newcomer_serves_the_owner_another_repli
     # on its own storage: by its own listing alone the newcomer would win the address.
     gitlab.add("terraform-aws-vpc", subgroup="aaa-newcomer", key="newcomer", repo="newcomer-vpc", rid=7)
     assert await a.app[ORGS].enumerate(0)
-    b = await make_client(config_b)
+    b = await serve_client(config_b)
     await until(b.app[ORGS].complete)
     await until(lambda: served_by(b) == OWNER)
     assert await versions_of(b) == ["1.0.0"]
@@ -71,7 +72,7 @@ async def test_a_replica_started_after_a_newcomer_serves_the_owner_another_repli
     await a.close()
     await b.close()
     for config in (config_b, config_a):
-        client = await make_client(config)
+        client = await serve_client(config)
         await until(client.app[ORGS].complete)
         assert await client.app[ORGS].enumerate(0)
         assert served_by(client) == OWNER
@@ -80,7 +81,7 @@ async def test_a_replica_started_after_a_newcomer_serves_the_owner_another_repli
 
 
 async def test_an_owner_planted_in_redis_that_the_api_does_not_list_is_never_served(
-    make_client, gitlab, git_http, tmp_path, redis_server
+    serve_client, gitlab, git_http, tmp_path, redis_server
 ):
     module_repo(tmp_path, "team-b-vpc", ("1.0.0",))
     gitlab.add("terraform-aws-vpc", subgroup="team-b", key="owner", repo="team-b-vpc")
@@ -90,7 +91,7 @@ async def test_an_owner_planted_in_redis_that_the_api_does_not_list_is_never_ser
     writer = redis.asyncio.from_url(redis_server.url)
     await writer.hset("gitreg:owners", "acme/vpc/aws", f"0.0 {planted}")
     await writer.aclose()
-    client = await make_client(config)
+    client = await serve_client(config)
     await until(client.app[ORGS].complete)
     await until(lambda: served_by(client) == OWNER)
     assert await versions_of(client) == ["1.0.0"]

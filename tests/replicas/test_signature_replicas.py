@@ -25,6 +25,7 @@ def replica(repo: GitRepo, allowed: Path, tmp_path: Path, name: str, redis_url: 
         cache={"backend": "redis", "redis_url": redis_url},
         auth={"signing_key": "a-shared-signing-key-of-32-characters!"},
         storage={"path": str(tmp_path / f"state-{name}")},
+        index={"enabled": False},  # versions answers only: the verdicts counted are theirs alone
     )
 
 
@@ -47,22 +48,22 @@ async def listed(client: Any) -> list[str]:
 
 
 async def test_a_second_replica_takes_the_first_ones_verdicts_without_verifying_again(
-    make_client, signed_repo, tmp_path, redis_server
+    serve_client, signed_repo, tmp_path, redis_server
 ):
     repo, allowed = signed_repo
-    first = await make_client(replica(repo, allowed, tmp_path, "a", redis_server.url))
+    first = await serve_client(replica(repo, allowed, tmp_path, "a", redis_server.url))
     assert await listed(first) == ["1.0.0"]
     assert first.app[REGISTRY].signatures.verified == 2
-    second = await make_client(replica(repo, allowed, tmp_path, "b", redis_server.url))
+    second = await serve_client(replica(repo, allowed, tmp_path, "b", redis_server.url))
     assert await listed(second) == ["1.0.0"]
     assert second.app[REGISTRY].signatures.verified == 0
 
 
 async def test_a_verdict_planted_in_redis_without_our_hmac_is_verified_again(
-    make_client, signed_repo, tmp_path, redis_server
+    serve_client, signed_repo, tmp_path, redis_server
 ):
     repo, allowed = signed_repo
-    first = await make_client(replica(repo, allowed, tmp_path, "a", redis_server.url))
+    first = await serve_client(replica(repo, allowed, tmp_path, "a", redis_server.url))
     assert await listed(first) == ["1.0.0"]
     writer = redis.asyncio.from_url(redis_server.url)
     try:
@@ -74,6 +75,6 @@ async def test_a_verdict_planted_in_redis_without_our_hmac_is_verified_again(
             await writer.hset("gitreg:signatures", field, "0" * 64 + "." + forged)
     finally:
         await writer.aclose()
-    second = await make_client(replica(repo, allowed, tmp_path, "b", redis_server.url))
+    second = await serve_client(replica(repo, allowed, tmp_path, "b", redis_server.url))
     assert await listed(second) == ["1.0.0"]  # 1.1.0 is still not served
     assert second.app[REGISTRY].signatures.verified == 2
