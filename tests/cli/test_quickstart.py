@@ -22,9 +22,7 @@ import pytest
 from gitreg.cli.main import main
 from tests.support import docs
 from tests.support.process import ROOT, GitregProcess, run_gitreg, run_gitreg_on_a_taken_port
-from tests.support.terraform import TerraformClient, clean_env, require_clients, terraform_clients
-
-CLIENTS = terraform_clients()
+from tests.support.terraform import TerraformClient, clean_env, require_clients
 
 
 def terraform_on_path(client: TerraformClient, bin_dir: Path) -> Path:
@@ -37,10 +35,8 @@ def terraform_on_path(client: TerraformClient, bin_dir: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("client", CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
-def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(client, tmp_path):
-    if client is None:
-        require_clients()  # fails under CI=true, skips elsewhere
+def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(terraform_client, tmp_path):
+    client = terraform_client
     demo = GitregProcess(command="demo", cwd=tmp_path).start()
     try:
         printed = "".join(demo.log)
@@ -66,12 +62,10 @@ def test_gitreg_demo_prints_the_terraform_init_that_installs_its_module(client, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("client", CLIENTS or [None], ids=lambda c: c.name if c else "no-client")
-def test_the_demo_pages_copy_block_pasted_as_is_installs_with_terraform(client, tmp_path):
+def test_the_demo_pages_copy_block_pasted_as_is_installs_with_terraform(terraform_client, tmp_path):
     # The page offers the host the demo's CLI config maps (registry.example.test), not the
     # address the browser is on (plain HTTP, which Terraform cannot install from), and says so.
-    if client is None:
-        require_clients()
+    client = terraform_client
     demo = GitregProcess(command="demo", cwd=tmp_path).start()
     try:
         printed = "".join(demo.log)

@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -23,7 +23,7 @@ from tests.support.app import assert_error, indexed, make_config, served_app
 from tests.support.githttp import GitHttpServer
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import clean_env, cli_config
 from tests.support.tls import write_tls_files
 
 ADMIN = "admin-registry-token-5e8c1b7a"  # a plain string: every namespace
@@ -370,16 +370,6 @@ def test_token_configuration_mistakes_are_named_by_key(tokens, env, problem):
 # --- the real Terraform CLI over TLS -------------------------------------------------------------------
 
 
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
-    ids=lambda c: c.name if c else "no-client",
-)
-def terraform(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()
-    return request.param
-
-
 def module_dir(base: Path, name: str, source: str) -> Path:
     work = base / name
     work.mkdir(parents=True)
@@ -393,7 +383,8 @@ def installed(work: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform, tmp_path):
+def test_terraform_over_tls_with_scoped_env_and_hashed_tokens(terraform_client, tmp_path):
+    terraform = terraform_client
     repos = tmp_path / "repos"
     for name in ("acme-vpc", "other-secret"):
         repo = GitRepo(repos, name)
