@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.web.api.browse import DEFAULT_LIMIT, MAX_LIMIT
 from gitreg.web.keys import CATALOG
-from tests.support.app import assert_error, indexed, make_config, version_details
+from tests.support.app import assert_error, indexed, make_config, served_app
+from tests.support.conv_web import details_read, reindexed
 from tests.support.repos import GitRepo
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -44,10 +48,10 @@ resource "aws_subnet" "this" { vpc_id = var.vpc_id }
 """
 
 
-@pytest.fixture
-def mono(tmp_path: Path) -> GitRepo:
-    """One repository holding every module of MODULES in its own directory, tagged v1.0.0."""
-    repo = GitRepo(tmp_path / "repos", "modules")
+@pytest.fixture(scope="module")
+def mono(tmp_path_factory: pytest.TempPathFactory) -> GitRepo:
+    """One repository holding every module of MODULES in its own directory, tagged v1.0.0 (the tests only read it)."""
+    repo = GitRepo(tmp_path_factory.mktemp("browse") / "repos", "modules")
     files: dict[str, str | None] = {}
     for directory, description in MODULES.values():
         files[f"{directory}/README.md"] = f"# {directory}\n\n{description}\n"
@@ -77,9 +81,16 @@ def rules_for(url: str) -> list[dict]:
     return rules
 
 
-@pytest.fixture
-async def client(make_client, mono, tmp_path):
-    return await indexed(await make_client(make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")})))
+# The app the tests taking `client` ask is what `gitreg serve` builds (its index process too), built
+# once for the module and run on the module's event loop: those tests only read what it lists.
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(mono: GitRepo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
+    config = make_config(rules_for(mono.url), storage={"path": str(tmp_path_factory.mktemp("browse-state"))})
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield await indexed(client)
 
 
 async def get_json(client, url: str, status: int = 200, **kwargs) -> dict:
@@ -96,6 +107,7 @@ def ids(body: dict) -> list[str]:
 # --- listing and pagination ---------------------------------------------------------------
 
 
+@module_loop
 @pytest.mark.slow
 async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(client):
     body = await get_json(client, "/v1/modules")
@@ -118,6 +130,7 @@ async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(cli
     assert vpc["published_at"].endswith("Z")
 
 
+@module_loop
 @pytest.mark.slow
 async def test_following_next_url_walks_every_module_once(client):
     seen, url, pages = [], "/v1/modules?limit=2", 0
@@ -135,12 +148,14 @@ async def test_following_next_url_walks_every_module_once(client):
     assert seen == SORTED and pages == 4
 
 
+@module_loop
 @pytest.mark.slow
 async def test_offset_past_the_end_is_an_empty_page_that_points_back(client):
     body = await get_json(client, "/v1/modules?offset=50&limit=4")
     assert body == {"meta": {"limit": 4, "current_offset": 50, "prev_offset": len(MODULES) - 4}, "modules": []}
 
 
+@module_loop
 @pytest.mark.slow
 async def test_limit_zero_means_the_default_and_too_large_is_clamped_to_the_maximum(client):
     assert (await get_json(client, "/v1/modules?limit=0"))["meta"]["limit"] == DEFAULT_LIMIT
@@ -148,6 +163,7 @@ async def test_limit_zero_means_the_default_and_too_large_is_clamped_to_the_maxi
     assert body["meta"]["limit"] == MAX_LIMIT and len(body["modules"]) == len(MODULES)
 
 
+@module_loop
 @pytest.mark.parametrize(
     "query", ["limit=abc", "offset=-1", "limit=1.5", "offset=", "limit=1e3", "offset=9999999999999", "limit=%EF%BC%91"]
 )
@@ -156,6 +172,7 @@ async def test_non_numeric_offset_or_limit_is_400(client, query):
     await assert_error(await client.get(f"/v1/modules/search?q=network&{query}"), 400, "non-negative integer")
 
 
+@module_loop
 async def test_next_url_keeps_the_filters_and_the_applied_limit(client):
     body = await get_json(client, "/v1/modules?limit=1&provider=aws&verified=false&junk=1")
     assert body["meta"]["next_url"] == "/v1/modules?limit=1&offset=1&provider=aws&verified=false"
@@ -166,6 +183,7 @@ async def test_next_url_keeps_the_filters_and_the_applied_limit(client):
 # --- filters ------------------------------------------------------------------------------
 
 
+@module_loop
 async def test_provider_verified_and_namespace_filters_combine(client):
     assert ids(await get_json(client, "/v1/modules?provider=aws")) == [a for a in SORTED if a.endswith("/aws")]
     assert ids(await get_json(client, "/v1/modules?verified=true")) == ["acme/vpc/aws", "other/network/azurerm"]
@@ -182,6 +200,7 @@ async def test_provider_verified_and_namespace_filters_combine(client):
     assert ids(body) == ["acme/vpc/aws"]
 
 
+@module_loop
 async def test_filters_outside_the_grammar_are_400(client):
     await assert_error(await client.get("/v1/modules?provider=AWS"), 400, "provider")
     await assert_error(await client.get("/v1/modules/search?q=x&namespace=-bad-"), 400, "namespace")
@@ -191,6 +210,7 @@ async def test_filters_outside_the_grammar_are_400(client):
 # --- search -------------------------------------------------------------------------------
 
 
+@module_loop
 async def test_search_ranks_exact_name_then_prefix_then_substring_then_description(client):
     body = await get_json(client, "/v1/modules/search?q=Network")
     assert ids(body) == [
@@ -203,18 +223,21 @@ async def test_search_ranks_exact_name_then_prefix_then_substring_then_descripti
     ]
 
 
+@module_loop
 async def test_search_matches_namespace_system_and_every_word(client):
     assert ids(await get_json(client, "/v1/modules/search?q=azurerm")) == ["other/network/azurerm"]
     assert ids(await get_json(client, "/v1/modules/search?q=zones%20dns")) == ["acme/dns/aws"]
     assert ids(await get_json(client, "/v1/modules/search?q=no-such-thing")) == []
 
 
+@module_loop
 async def test_search_needs_a_query(client):
     await assert_error(await client.get("/v1/modules/search"), 400, "q=")
     await assert_error(await client.get("/v1/modules/search?q=%20%20"), 400, "q=")
     await assert_error(await client.get("/v1/modules/search?q=" + "x" * 201), 400, "longer than")
 
 
+@module_loop
 async def test_search_pages_keep_the_ranking(client):
     first = await get_json(client, "/v1/modules/search?q=network&limit=4")
     assert first["meta"]["next_url"] == "/v1/modules/search?limit=4&offset=4&q=network"
@@ -225,6 +248,7 @@ async def test_search_pages_keep_the_ranking(client):
 # --- one module -------------------------------------------------------------------------
 
 
+@module_loop
 async def test_module_name_lists_the_latest_version_for_every_system(client):
     body = await get_json(client, "/v1/modules/acme/network")
     assert ids(body) == ["acme/network/aws", "acme/network/google"]
@@ -232,9 +256,9 @@ async def test_module_name_lists_the_latest_version_for_every_system(client):
     await assert_error(await client.get("/v1/modules/acme/nothing"), 404, "acme/nothing")
 
 
-async def test_latest_and_download_skip_prereleases(make_client, repo, tmp_path):
+async def test_latest_and_download_skip_prereleases(serve_client, repo, tmp_path):
     rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "git"}
-    client = await indexed(await make_client(make_config([rule])))
+    client = await indexed(await serve_client(make_config([rule])))
     body = await get_json(client, "/v1/modules/demo/hello/null")
     assert body["version"] == "1.1.0" and body["versions"] == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     assert body["providers"] == ["null"]
@@ -246,18 +270,18 @@ async def test_latest_and_download_skip_prereleases(make_client, repo, tmp_path)
     # The protocol's own endpoints keep their handlers next to the new ones.
     versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
     assert versions["modules"][0]["source"] == "demo/hello/null"
-    rc = await version_details(client, "/v1/modules/demo/hello/null/2.0.0-rc.1")
+    rc = await details_read(client, "/v1/modules/demo/hello/null/2.0.0-rc.1")
     assert rc.status == 200 and (await rc.json())["version"] == "2.0.0-rc.1"
 
 
-async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_latest(make_client, tmp_path):
+async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_latest(serve_client, tmp_path):
     beta = GitRepo(tmp_path / "repos", "beta")
     beta.commit({"main.tf": "# beta\n"})
     beta.tag("v0.1.0-alpha.1")
     beta.tag("v0.1.0-beta.2")
     beta.tag("not-semver")
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config([{"namespace": "demo", "name": "beta", "system": "null", "repository": beta.url}])
         )
     )
@@ -265,7 +289,7 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
     empty = GitRepo(tmp_path / "repos", "empty")
     empty.commit({"main.tf": "# no versions\n"})
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}])
         )
     )
@@ -279,7 +303,7 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
 # --- what is listed, and what is remembered -------------------------------------------------
 
 
-async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(make_client, tmp_path):
+async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(serve_client, tmp_path):
     for name in ("vpc", "dns"):
         repo = GitRepo(tmp_path / "repos", f"terraform-aws-{name}")
         repo.commit({"README.md": f"# {name}\n\nThe {name} module.\n"})
@@ -289,7 +313,7 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(make
         [{"namespace": "acme", "repository": base + "/terraform-{system}-{name}.git"}],
         storage={"path": str(tmp_path / "state")},
     )
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     assert ids(await get_json(client, "/v1/modules")) == []  # a wildcard cannot be enumerated
     # Browsing never runs git: a module a wildcard could serve is not listed before it was served.
     await assert_error(await client.get("/v1/modules/acme/dns/aws"), 404, "not listed")
@@ -305,13 +329,13 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(make
     assert saved["modules"] == ["acme/dns/aws", "acme/vpc/aws"]
     assert not [p for p in (tmp_path / "state").iterdir() if p.name.endswith(".tmp")]  # written atomically
     (tmp_path / "repos" / "terraform-aws-dns.git").rename(tmp_path / "repos" / "gone.git")
-    restarted = await indexed(await make_client(config))
+    restarted = await reindexed(await serve_client(config))
     assert ids(await get_json(restarted, "/v1/modules")) == ["acme/vpc/aws"]  # a deleted repository drops out
 
 
-async def test_downloads_are_counted_in_batches_and_kept_across_restarts(make_client, mono, tmp_path):
+async def test_downloads_are_counted_in_batches_and_kept_across_restarts(serve_client, mono, tmp_path):
     config = make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")})
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     for _ in range(25):
         resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
         assert resp.status == 200
@@ -319,7 +343,7 @@ async def test_downloads_are_counted_in_batches_and_kept_across_restarts(make_cl
     assert (await get_json(client, "/v1/modules/acme/vpc/aws"))["downloads"] == 25
     assert client.app[CATALOG].writes <= 1  # not one write per request
     await client.close()
-    restarted = await indexed(await make_client(config))
+    restarted = await indexed(await serve_client(config))
     listed = {
         m["name"] + "/" + m["provider"]: m["downloads"] for m in (await get_json(restarted, "/v1/modules"))["modules"]
     }
@@ -333,11 +357,11 @@ async def test_downloads_are_counted_in_batches_and_kept_across_restarts(make_cl
     ]
 
 
-async def test_a_damaged_catalog_file_is_set_aside_not_fatal(make_client, mono, tmp_path):
+async def test_a_damaged_catalog_file_is_set_aside_not_fatal(serve_client, mono, tmp_path):
     state = tmp_path / "state"
     state.mkdir()
     (state / "catalog.json").write_text("{not json")
-    client = await indexed(await make_client(make_config(rules_for(mono.url), storage={"path": str(state)})))
+    client = await indexed(await serve_client(make_config(rules_for(mono.url), storage={"path": str(state)})))
     assert ids(await get_json(client, "/v1/modules")) == SORTED
     assert (state / "catalog.json.damaged").exists()
 
@@ -345,10 +369,10 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(make_client, mono, 
 # --- scopes ---------------------------------------------------------------------------------
 
 
-async def test_scoped_tokens_never_list_or_find_other_namespaces(make_client, mono, tmp_path):
+async def test_scoped_tokens_never_list_or_find_other_namespaces(serve_client, mono, tmp_path):
     tokens = [{"token": READ_ACME, "namespaces": ["acme"]}, READ_ALL]
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config(rules_for(mono.url), auth={"tokens": tokens}, storage={"path": str(tmp_path / "state")})
         )
     )
@@ -384,6 +408,7 @@ def assert_same_shape(spec, ours, where: str = "$") -> None:
         assert type(ours) is type(spec), f"{where}: {type(spec).__name__} in the spec, {type(ours).__name__} here"
 
 
+@module_loop
 @pytest.mark.parametrize(
     ("golden", "url", "status"),
     [
@@ -403,6 +428,7 @@ async def test_responses_have_the_fields_and_types_of_the_spec_samples(client, g
         assert ("next_offset" in ours["meta"]) == ("next_offset" in spec["meta"])
 
 
+@module_loop
 async def test_the_versions_answer_names_the_repository_web_page_as_its_source(client):
     # Renovate links a module's changes from `source` when it is an http(s) URL; the CLIs ignore it.
     versions = await get_json(client, "/v1/modules/acme/vpc/aws/versions")
@@ -412,7 +438,7 @@ async def test_the_versions_answer_names_the_repository_web_page_as_its_source(c
     assert summary["source"] == versions["modules"][0]["source"]  # one answer, whichever endpoint
 
 
-async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(make_client, repo, tmp_path):
+async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(serve_client, repo, tmp_path):
     config = make_config(
         [
             {
@@ -422,6 +448,6 @@ async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(make_clie
             }
         ]
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
     assert versions["modules"][0]["source"] == "https://git.example.com/demo/terraform-null-hello"

@@ -32,7 +32,6 @@ from gitreg.core.versions import select_versions
 from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GitRunner
 from gitreg.registry.service import git_location
-from gitreg.web.app import create_app
 from gitreg.web.keys import METRICS
 from tests.support.app import indexed, make_config
 from tests.support.githttp import GitHttpServer
@@ -243,12 +242,10 @@ def assert_json_error(status: int, headers: dict[str, str], body: bytes) -> None
 
 
 @pytest.fixture
-async def app_client(aiohttp_client, git_host, tmp_path):
+async def app_client(serve_client, git_host, tmp_path):
     # Indexed before the test, so list and search have something to show; what the background
     # index asked the host is done before any request below is counted.
-    client = await indexed(
-        await aiohttp_client(create_app(hostile_config(git_host, tmp_path, index={"enabled": True})))
-    )
+    client = await indexed(await serve_client(hostile_config(git_host, tmp_path, index={"enabled": True})))
     git_host.reset_counters()
     return client
 
@@ -532,14 +529,14 @@ HEADER_TARGETS = [
 
 
 @pytest.fixture
-async def token_client(aiohttp_client, git_host, tmp_path):
+async def token_client(serve_client, git_host, tmp_path):
     config = hostile_config(
         git_host,
         tmp_path,
         auth={"tokens": [TOKEN], "metrics_token": METRICS_TOKEN},
         webhooks={"github_secret": GITHUB_SECRET, "gitlab_token": GITLAB_TOKEN},
     )
-    return await aiohttp_client(create_app(config))
+    return await serve_client(config)
 
 
 @pytest.mark.slow
@@ -782,12 +779,9 @@ def nasty_repo(tmp_path: Path) -> GitRepo:
     return repo
 
 
-async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(make_client, nasty_repo):
-    client = await make_client(
-        make_config(
-            [{"namespace": "demo", "name": "hello", "system": "null", "repository": nasty_repo.url, "download": "git"}]
-        )
-    )
+async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(serve_client, nasty_repo):
+    rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": nasty_repo.url, "download": "git"}
+    client = await serve_client(make_config([rule], index={"enabled": False}))  # versions and downloads only
     resp = await client.get("/v1/modules/demo/hello/null/versions")
     listed = [v["version"] for v in (await resp.json())["modules"][0]["versions"]]
     assert sorted(listed) == sorted(GOOD_TAGS.values())
@@ -916,7 +910,7 @@ def test_a_url_that_looks_like_an_option_is_never_one(tmp_path, url):
 
 
 async def test_the_operators_git_config_and_working_directory_repository_are_not_honoured(
-    make_client, tmp_path, monkeypatch
+    serve_client, tmp_path, monkeypatch
 ):
     good = GitRepo(tmp_path / "repos", "good")
     good.commit({"main.tf": "# good\n"})
@@ -934,7 +928,7 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     assert "v6.6.6" in plain.stdout  # the files alone redirect it too
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'url.{evil.url}.insteadof'='{good.url}'")
     client = await indexed(
-        await make_client(
+        await serve_client(
             make_config(
                 [{"namespace": "demo", "name": "hello", "system": "null", "repository": good.url}],
                 storage={"path": str(tmp_path / "state")},

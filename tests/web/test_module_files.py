@@ -50,15 +50,15 @@ def image_repo(root: Path) -> GitRepo:
     return repo
 
 
-async def client_for(make_client, tmp_path: Path, **sections):
+async def client_for(serve_client, tmp_path: Path, **sections):
     repo = image_repo(tmp_path / "repos")
     rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url}
     config = make_config([rule], storage={"path": str(tmp_path / "state")}, **sections)
-    return await indexed(await make_client(config)), repo
+    return await indexed(await serve_client(config)), repo
 
 
-async def test_a_file_repositorys_readme_images_come_from_gitreg(make_client, tmp_path):
-    client, repo = await client_for(make_client, tmp_path)
+async def test_a_file_repositorys_readme_images_come_from_gitreg(serve_client, tmp_path):
+    client, repo = await client_for(serve_client, tmp_path)
     text = await (await client.get(PAGE)).text()
     assert f'<img src="{FILES}docs/diagram.png" alt="Diagram"' in text and f'src="{FILES}logo.svg"' in text
     assert "guide" in text and "docs/guide.md" not in text  # no web page to link to: the text stays
@@ -74,16 +74,16 @@ async def test_a_file_repositorys_readme_images_come_from_gitreg(make_client, tm
     assert (await client.get(FILES + "logo.svg")).status == 200 and client.app[BROWSE].files.reads == 1
 
 
-async def test_an_svg_is_served_so_that_it_cannot_run_script(make_client, tmp_path):
-    client, _ = await client_for(make_client, tmp_path)
+async def test_an_svg_is_served_so_that_it_cannot_run_script(serve_client, tmp_path):
+    client, _ = await client_for(serve_client, tmp_path)
     resp = await client.get(FILES + "logo.svg")
     assert resp.status == 200 and resp.headers["Content-Type"] == "image/svg+xml"
     assert resp.headers["Content-Security-Policy"] == "default-src 'none'; style-src 'unsafe-inline'; sandbox"
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
 
 
-async def test_the_files_endpoint_refuses_non_images_traversal_and_large_files(make_client, tmp_path):
-    client, _ = await client_for(make_client, tmp_path)
+async def test_the_files_endpoint_refuses_non_images_traversal_and_large_files(serve_client, tmp_path):
+    client, _ = await client_for(serve_client, tmp_path)
     for path in ("fake.png", "notes.txt", "README.md", "missing.png", "docs//diagram.png"):
         resp = await client.get(FILES + path)
         assert resp.status == 404 and resp.content_type == "text/html", path
@@ -95,9 +95,9 @@ async def test_the_files_endpoint_refuses_non_images_traversal_and_large_files(m
     assert (await client.get("/modules/acme/vpc/aws/9.9.9/files/docs/diagram.png")).status == 404
 
 
-async def test_the_files_endpoint_needs_a_session_as_the_pages_do(make_client, tmp_path):
+async def test_the_files_endpoint_needs_a_session_as_the_pages_do(serve_client, tmp_path):
     auth = {"tokens": ["files-token-0123456789abcdef"], "signing_key": "s" * 40}
-    client, _ = await client_for(make_client, tmp_path, auth=auth)
+    client, _ = await client_for(serve_client, tmp_path, auth=auth)
     resp = await client.get(FILES + "docs/diagram.png", allow_redirects=False)
     assert resp.status == 302 and resp.headers["Location"].startswith("/login?")
 
@@ -111,12 +111,12 @@ def test_only_paths_inside_the_folder_named_and_shaped_as_images_pass():
     assert sniffed(SVG, "image/svg+xml") and not sniffed(b"<html><svg>", "image/svg+xml")
 
 
-async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(make_client, tmp_path):
+async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "docs")
     repo.commit({"README.md": TERRAFORM_DOCS_README, "main.tf": 'variable "cidr" {}\n'})
     repo.tag("v1.0.0")
     rule = {"namespace": "acme", "name": "docs", "system": "aws", "repository": repo.url}
-    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     text = await (await client.get("/modules/acme/docs/aws")).text()
     readme = text.split('id="readme"', 1)[1].split('<div class="markdown">', 1)[1].split("</section>", 1)[0]
     assert "&lt;" not in readme.replace("&gt;= ", "") and "BEGIN_TF_DOCS" not in readme

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.app import indexed, make_config, version_details
+from tests.support.app import indexed, make_config
+from tests.support.conv_web import details_read
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def client(make_client: Any, tmp_path: Path) -> Any:
+async def client(serve_client: Any, tmp_path: Path) -> Any:
     key = ssh_key(tmp_path / "keys", "alice")
     allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
     repo = GitRepo(tmp_path / "repos", "vpc")
@@ -31,11 +32,11 @@ async def client(make_client: Any, tmp_path: Path) -> Any:
         signing={"allowed_signers": str(allowed), "require": True},
         storage={"path": str(tmp_path / "state")},
     )
-    return await indexed(await make_client(config))
+    return await indexed(await serve_client(config))
 
 
 async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(client):
-    resp = await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")
+    resp = await details_read(client, "/v1/modules/acme/vpc/aws/1.0.0")
     body = await resp.json()
     assert body["signature"]["signer"] == "alice@example.com"
     assert body["signature"]["fingerprint"].startswith("SHA256:")
@@ -44,7 +45,7 @@ async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(c
 
 
 async def test_an_unsigned_version_is_shown_to_readers_with_why_it_is_not_served(client):
-    resp = await version_details(client, "/v1/modules/acme/vpc/aws/1.1.0")
+    resp = await details_read(client, "/v1/modules/acme/vpc/aws/1.1.0")
     assert resp.status == 200
     body = await resp.json()
     assert body["signature"] is None
@@ -54,7 +55,7 @@ async def test_an_unsigned_version_is_shown_to_readers_with_why_it_is_not_served
 
 
 async def test_the_module_page_says_signed_by_or_why_a_version_is_not_served(client):
-    await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")
+    await details_read(client, "/v1/modules/acme/vpc/aws/1.0.0")
     signed = html.unescape(await (await client.get("/modules/acme/vpc/aws/1.0.0")).text())
     assert "Signed by <strong>alice@example.com</strong>" in signed
     assert "SHA256:" in signed

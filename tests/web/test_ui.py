@@ -17,21 +17,21 @@ TOKEN_ACME = "ui-token-acme-only-0123456789"
 
 
 @pytest.fixture
-async def open_client(make_client, tmp_path):
+async def open_client(serve_client, tmp_path):
     config = make_config(
         rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"title": "Acme <modules>"}
     )
-    return await indexed(await make_client(config))
+    return await indexed(await serve_client(config))
 
 
 @pytest.fixture
-async def auth_client(make_client, tmp_path):
+async def auth_client(serve_client, tmp_path):
     config = make_config(
         rules(repos(tmp_path)),
         storage={"path": str(tmp_path / "state")},
         auth={"tokens": [{"token": TOKEN_ACME, "namespaces": ["acme"]}, TOKEN_ALL], "signing_key": "s" * 40},
     )
-    return await indexed(await make_client(config))
+    return await indexed(await serve_client(config))
 
 
 async def test_every_page_carries_the_security_headers(open_client):
@@ -81,12 +81,12 @@ async def test_a_browser_asking_for_a_path_outside_modules_gets_the_html_404_and
 
 
 async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear_after_their_first_install(
-    make_client, tmp_path
+    serve_client, tmp_path
 ):
     found = repos(tmp_path)
     template = found["vpc"].url.replace("/vpc.git", "/{name}.git")
     rule = {"namespace": "acme", "system": "aws", "repository": template}
-    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     text = html.unescape(await (await client.get("/")).text())
     assert "No modules." in text
     assert "Modules that a rule with wildcards (acme/*/aws) serves appear here after their first install" in text
@@ -112,9 +112,9 @@ async def test_no_page_starts_git(open_client, tmp_path):
         assert resp.status == 200, path
 
 
-async def test_with_the_ui_disabled_the_root_is_404_and_the_api_works(make_client, tmp_path):
+async def test_with_the_ui_disabled_the_root_is_404_and_the_api_works(serve_client, tmp_path):
     config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"enabled": False})
-    client = await make_client(config)
+    client = await serve_client(config)
     await assert_error(await client.get("/"), 404)
     await assert_error(await client.get("/modules/acme/vpc/aws"), 404)
     assert (await client.get("/v1/modules/acme/vpc/aws/versions")).status == 200
@@ -170,13 +170,13 @@ async def test_a_wrong_token_is_401_and_next_never_leaves_the_site(auth_client):
         assert resp.headers["Location"] == "/", target
 
 
-async def test_relative_readme_links_point_into_the_repository(make_client, tmp_path):
+async def test_relative_readme_links_point_into_the_repository(serve_client, tmp_path):
     found = repos(tmp_path)
     config = make_config(
         [{**rules(found)[0], "clone_url": "git@gitlab.example.com:acme/terraform-aws-vpc.git"}],
         storage={"path": str(tmp_path / "state")},
     )
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     text = await (await client.get("/modules/acme/vpc/aws")).text()
     assert 'href="https://gitlab.example.com/acme/terraform-aws-vpc/-/blob/v1.0.0/docs/guide.md"' in text
     assert GIT_USER not in text and GIT_PASSWORD not in text
@@ -204,8 +204,9 @@ def listed_names(text: str) -> list[str]:
     return re.findall(r'<h2><a href="/modules/acme/([a-z0-9-]+)/aws">', text)
 
 
-async def test_the_index_sorts_by_newest_name_and_downloads(make_client, tmp_path):
-    client = await indexed(await make_client(make_config(dated_repos(tmp_path), storage={"path": str(tmp_path / "s")})))
+async def test_the_index_sorts_by_newest_name_and_downloads(serve_client, tmp_path):
+    config = make_config(dated_repos(tmp_path), storage={"path": str(tmp_path / "s")})
+    client = await indexed(await serve_client(config))
     for _ in range(2):
         assert (await client.get("/v1/modules/acme/charlie/aws/1.0.0/download")).status == 200
     assert (await client.get("/v1/modules/acme/alpha/aws/1.0.0/download")).status == 200
@@ -220,12 +221,12 @@ async def test_the_index_sorts_by_newest_name_and_downloads(make_client, tmp_pat
     assert '<option value="downloads" selected>' in await (await client.get("/?sort=downloads")).text()
 
 
-async def test_the_index_has_page_numbers_that_keep_the_query(make_client, tmp_path):
+async def test_the_index_has_page_numbers_that_keep_the_query(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "many")
     repo.commit({"README.md": "# many\n\nOne of many.\n", "main.tf": "# m\n"})
     repo.tag("v1.0.0")
     rules = [{"namespace": "acme", "name": f"m{i:02d}", "system": "aws", "repository": repo.url} for i in range(95)]
-    client = await indexed(await make_client(make_config(rules, storage={"path": str(tmp_path / "s")})))
+    client = await indexed(await serve_client(make_config(rules, storage={"path": str(tmp_path / "s")})))
     text = await (await client.get("/?sort=name&offset=40")).text()
     assert listed_names(text)[0] == "m40" and "41\u201360 of 95 modules" in text
     numbers = re.findall(r'<a href="([^"]+)"(?: aria-current="page"| aria-label="Page \d+")>(\d+)</a>', text)
@@ -272,12 +273,12 @@ def _host_note(text: str) -> str:
     ],
 )
 async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install_from(
-    make_client, tmp_path, server, host, says
+    serve_client, tmp_path, server, host, says
 ):
     # Terraform finds a registry over HTTPS only: a block naming this plain-HTTP address fails
     # as pasted ("server gave HTTP response to HTTPS client"), so the page says what to use.
     config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     reached = f"http://{client.server.host}:{client.server.port}"
     host = host or reached.removeprefix("http://")
     text = await (await client.get("/modules/acme/vpc/aws")).text()
@@ -287,15 +288,15 @@ async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install
     assert (reached in note) == bool(server), note  # "not <this address>" once another host is named
 
 
-async def test_a_page_reached_at_public_url_says_nothing_of_hosts(make_client, tmp_path):
+async def test_a_page_reached_at_public_url_says_nothing_of_hosts(serve_client, tmp_path):
     server = {"public_url": "http://registry.example.com"}
     config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     text = await (await client.get("/modules/acme/vpc/aws", headers={"Host": "registry.example.com"})).text()
     assert "source  = &#34;registry.example.com/acme/vpc/aws&#34;" in text and _host_note(text) == ""
 
 
-async def test_sources_are_copy_ready_with_the_public_host_and_served_dependencies_link(make_client, tmp_path):
+async def test_sources_are_copy_ready_with_the_public_host_and_served_dependencies_link(serve_client, tmp_path):
     from tests.support.realistic import labels_module, write_vpc_module
 
     vpc = GitRepo(tmp_path / "repos", "terraform-aws-vpc")
@@ -309,7 +310,7 @@ async def test_sources_are_copy_ready_with_the_public_host_and_served_dependenci
     config = make_config(
         rules, storage={"path": str(tmp_path / "s")}, server={"public_url": "https://registry.example.com"}
     )
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     text = await (await client.get("/modules/acme/vpc/aws")).text()
     for source in ("acme/vpc/aws", "acme/vpc/aws//modules/flow-log", "acme/vpc/aws//examples/complete"):
         assert f"source  = &#34;registry.example.com/{source}&#34;\n  version = &#34;~&gt; 5.4&#34;" in text, source
@@ -324,14 +325,14 @@ async def test_sources_are_copy_ready_with_the_public_host_and_served_dependenci
     assert '<details class="value"><summary><code>[{&#34;self&#34;: true' in text
 
 
-async def test_the_version_picker_dates_each_version_from_gitregs_mirror(make_client, tmp_path):
+async def test_the_version_picker_dates_each_version_from_gitregs_mirror(serve_client, tmp_path):
     """In archive mode gitreg keeps a mirror holding every tag: one read of it dates every version."""
     repo = GitRepo(tmp_path / "repos", "vpc")
     for version, day in (("1.0.0", "2025-01-02"), ("1.1.0", "2025-03-04"), ("2.0.0", "2025-05-06")):
         repo.commit({"main.tf": f"# {version}\n"}, date=f"{day}T10:00:00+00:00")
         repo.tag(f"v{version}")
     rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url, "download": "archive"}
-    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     location = (await (await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")).json())["location"]
     parts = urlsplit(location)
     assert (await client.get(f"{parts.path}?{parts.query}")).status == 200  # the archive is built from the mirror

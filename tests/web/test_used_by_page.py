@@ -99,9 +99,9 @@ async def ci_installs(client, issuer: FakeIssuer, *projects: str) -> None:
 
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_a_signed_in_person_sees_the_consumers_and_installs_they_can_read_and_counts_for_the_rest(
-    make_client, tmp_path, org, download
+    serve_client, tmp_path, org, download
 ):
-    client = await make_client(used_by_config(tmp_path, org, download))
+    client = await serve_client(used_by_config(tmp_path, org, download))
     await scanned(client)
     await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
 
@@ -127,8 +127,8 @@ async def test_a_signed_in_person_sees_the_consumers_and_installs_they_can_read_
     assert "you cannot read" not in page
 
 
-async def test_a_static_tokens_session_sees_counts_only(make_client, tmp_path, org):
-    client = await make_client(used_by_config(tmp_path, org))
+async def test_a_static_tokens_session_sees_counts_only(serve_client, tmp_path, org):
+    client = await serve_client(used_by_config(tmp_path, org))
     await scanned(client)
     await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
     await login(client, STATIC)
@@ -139,8 +139,8 @@ async def test_a_static_tokens_session_sees_counts_only(make_client, tmp_path, o
     assert "2 installs by projects you cannot read." in page
 
 
-async def test_an_open_registrys_visitor_sees_counts_only(make_client, tmp_path, org):
-    client = await make_client(used_by_config(tmp_path, org, auth=False))
+async def test_an_open_registrys_visitor_sees_counts_only(serve_client, tmp_path, org):
+    client = await serve_client(used_by_config(tmp_path, org, auth=False))
     await scanned(client)
     page = await (await client.get(PAGE)).text()
     assert 'Used by <span class="n">(3)</span>' in page and "app-frontend" not in page
@@ -148,10 +148,12 @@ async def test_an_open_registrys_visitor_sees_counts_only(make_client, tmp_path,
     assert 'Observed installs <span class="n">(0)</span>' in page
 
 
-async def test_the_consumers_api_names_the_installs_its_caller_can_read_and_counts_the_rest(make_client, tmp_path, org):
+async def test_the_consumers_api_names_the_installs_its_caller_can_read_and_counts_the_rest(
+    serve_client, tmp_path, org
+):
     carol = "glpat-carol-7Hq2Lm9Xv4Rz"
     org.host.forge.add_user("carol", carol, sees=(MODULE, "app-frontend"))
-    client = await make_client(used_by_config(tmp_path, org))
+    client = await serve_client(used_by_config(tmp_path, org))
     await scanned(client)
     await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
     url = "/v1/modules/acme/vpc/aws/consumers"

@@ -50,11 +50,11 @@ async def shown_once_read(client, expected: dict[str, str]) -> None:
 
 
 async def test_the_picker_shows_every_versions_date_once_read_from_the_host_without_listing_refs_again(
-    make_client, git_http, tmp_path
+    serve_client, git_http, tmp_path
 ):
     expected = dated_repo(tmp_path)
     config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     listings = git_http.ref_listings("public-dated.git")
     first = await picker_dates(client)  # the latest's date came with its details; the others are being read
     assert first == {**dict.fromkeys(expected, ""), "1.2.0": expected["1.2.0"]}  # the page did not wait for them
@@ -67,10 +67,10 @@ async def test_the_picker_shows_every_versions_date_once_read_from_the_host_with
     assert [r for r in git_http.requests() if r.method == "POST" and "public-dated" in r.path] == fetches
 
 
-async def test_a_host_speaking_protocol_v0_gives_the_dates_too(make_client, git_http, tmp_path):
+async def test_a_host_speaking_protocol_v0_gives_the_dates_too(serve_client, git_http, tmp_path):
     # v0 sends only advertised objects: a tag object or a tagged commit is one (a tip).
     expected = dated_repo(tmp_path)
     git_http.protocol_v0 = True
     config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
-    client = await indexed(await make_client(config))
+    client = await indexed(await serve_client(config))
     await shown_once_read(client, expected)
