@@ -15,12 +15,14 @@ import hmac
 import json
 import re
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, quote
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,7 +35,7 @@ from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GitRunner
 from gitreg.registry.service import git_location
 from gitreg.web.keys import METRICS
-from tests.support.app import indexed, make_config
+from tests.support.app import indexed, make_config, served_app
 from tests.support.githttp import GitHttpServer
 from tests.support.process import run_gitreg
 from tests.support.repos import GitRepo
@@ -189,10 +191,11 @@ def invalid_path(draw: st.DrawFn) -> tuple[str, str]:
 # --- the app under attack -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def git_host(tmp_path: Path) -> Iterator[GitHttpServer]:
-    """An anonymous smart-HTTP git server holding demo/hello/null; its request log counts git calls."""
-    root = tmp_path / "repos"
+@pytest.fixture(scope="module")
+def git_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitHttpServer]:
+    """An anonymous smart-HTTP git server holding demo/hello/null; its request log counts git calls
+    (the tests count what their own requests cause: the count before, the count after)."""
+    root = tmp_path_factory.mktemp("hostile") / "repos"
     repo = GitRepo(root, "public")
     repo.commit({"main.tf": "# hello\n", "README.md": "# hello\n\nA module.\n"})
     repo.tag("v1.0.0")
@@ -241,11 +244,23 @@ def assert_json_error(status: int, headers: dict[str, str], body: bytes) -> None
     assert "Traceback" not in body.decode("utf-8", "replace")
 
 
-@pytest.fixture
-async def app_client(serve_client, git_host, tmp_path):
+# The app the tests taking `app_client` attack is what `gitreg serve` builds (its index process too),
+# built once for the module and run on the module's event loop (`module_loop`): none changes it.
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_app_client(git_host, tmp_path_factory) -> AsyncIterator[TestClient]:
+    config = hostile_config(git_host, tmp_path_factory.mktemp("hostile-state"), index={"enabled": True})
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def app_client(shared_app_client, git_host):
     # Indexed before the test, so list and search have something to show; what the background
     # index asked the host is done before any request below is counted.
-    client = await indexed(await serve_client(hostile_config(git_host, tmp_path, index={"enabled": True})))
+    client = await indexed(shared_app_client)
     git_host.reset_counters()
     return client
 
@@ -253,6 +268,7 @@ async def app_client(serve_client, git_host, tmp_path):
 # --- paths ---------------------------------------------------------------------------------------
 
 
+@module_loop
 @pytest.mark.slow
 @SETTINGS
 @given(case=invalid_path())
@@ -269,6 +285,7 @@ async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_
     assert len(git_host.requests()) == before, f"{path} made a git call"
 
 
+@module_loop
 @pytest.mark.slow
 @SETTINGS
 @given(
@@ -301,6 +318,7 @@ async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_
     assert labels <= templates | {"unmatched"}, labels - templates
 
 
+@module_loop
 @pytest.mark.parametrize(
     "target",
     [
@@ -348,6 +366,7 @@ def assert_json_or_refused_by_the_parser(
         assert status == 400 and answered(client) == seen, (status, headers, body[:300])
 
 
+@module_loop
 async def test_requests_the_http_parser_refuses_are_400_and_never_reach_gitreg(app_client, git_host, caplog):
     """Beyond aiohttp's limits (8190-byte request line or header, duplicate singleton headers) the parser answers.
 
@@ -441,6 +460,7 @@ def query_is_invalid(path: str, params: list[tuple[str, str]], encoded: str) -> 
     return path == "/v1/modules/search" and not first.get("q", "").strip()
 
 
+@module_loop
 @pytest.mark.slow
 @SETTINGS
 @given(path=st.sampled_from(QUERY_PATHS), params=queries)
@@ -460,6 +480,7 @@ async def test_query_parameters_are_checked_before_any_git_call(app_client, git_
         assert status == 200, (path, params, status, body[:300])
 
 
+@module_loop
 @SETTINGS
 @given(query=st.text(st.sampled_from("a=&;+%2Fz0q\u00e9 #?"), max_size=60))
 async def test_raw_query_strings_never_break_the_error_shape(app_client, query):
@@ -536,7 +557,9 @@ async def token_client(serve_client, git_host, tmp_path):
         auth={"tokens": [TOKEN], "metrics_token": METRICS_TOKEN},
         webhooks={"github_secret": GITHUB_SECRET, "gitlab_token": GITLAB_TOKEN},
     )
-    return await serve_client(config)
+    client = await serve_client(config)  # (the index off: no background git)
+    git_host.reset_counters()  # the host serves the whole module: what earlier tests asked is not counted
+    return client
 
 
 @pytest.mark.slow

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import html
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support.app import indexed, make_config
+from tests.support.app import indexed, make_config, served_app
 from tests.support.conv_web import details_read
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
-# Real keys, signed repositories and verifications: over a second a test on a loaded machine.
-pytestmark = pytest.mark.slow
+# Real keys, signed repositories and verifications: over a second a test on a loaded machine. The
+# tests only read what `gitreg serve` builds (its index process too): one app for the module, on
+# the module's event loop.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
-@pytest.fixture
-async def client(serve_client: Any, tmp_path: Path) -> Any:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
+    tmp_path = tmp_path_factory.mktemp("signature-details")
     key = ssh_key(tmp_path / "keys", "alice")
     allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
     repo = GitRepo(tmp_path / "repos", "vpc")
@@ -32,7 +36,8 @@ async def client(serve_client: Any, tmp_path: Path) -> Any:
         signing={"allowed_signers": str(allowed), "require": True},
         storage={"path": str(tmp_path / "state")},
     )
-    return await indexed(await serve_client(config))
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield await indexed(client)
 
 
 async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(client):

@@ -4,36 +4,61 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config
+from gitreg.config.model import Config
+from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config, served_app
 from tests.support.pages import TOKEN_ALL, login, origin, repos, rules
 from tests.support.repos import GitRepo
 
 TOKEN_ACME = "ui-token-acme-only-0123456789"
 
 
-@pytest.fixture
-async def open_client(serve_client, tmp_path):
-    config = make_config(
+def open_config(tmp_path: Path) -> Config:
+    return make_config(
         rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"title": "Acme <modules>"}
     )
-    return await indexed(await serve_client(config))
+
+
+# The tests taking `open_client` only read what `gitreg serve` builds (its index process too): one
+# app for the module, run on the module's event loop (`module_loop`).
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def open_client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
+    async with TestClient(TestServer(served_app(open_config(tmp_path_factory.mktemp("ui"))))) as client:
+        yield await indexed(client)
+
+
+def auth_config(tmp_path: Path, index: bool = True) -> Config:
+    """`index=False`: `gitreg serve`'s config with the index off, for the tests of signing in and out
+    (the form, the redirects, the cookie), which read nothing the index lists."""
+    return make_config(
+        rules(repos(tmp_path)),
+        storage={"path": str(tmp_path / "state")},
+        auth={"tokens": [{"token": TOKEN_ACME, "namespaces": ["acme"]}, TOKEN_ALL], "signing_key": "s" * 40},
+        index={"enabled": index},
+    )
 
 
 @pytest.fixture
 async def auth_client(serve_client, tmp_path):
-    config = make_config(
-        rules(repos(tmp_path)),
-        storage={"path": str(tmp_path / "state")},
-        auth={"tokens": [{"token": TOKEN_ACME, "namespaces": ["acme"]}, TOKEN_ALL], "signing_key": "s" * 40},
-    )
-    return await indexed(await serve_client(config))
+    return await indexed(await serve_client(auth_config(tmp_path)))
 
 
+@pytest.fixture
+async def unindexed_auth_client(serve_client, tmp_path):
+    return await serve_client(auth_config(tmp_path, index=False))
+
+
+@module_loop
 async def test_every_page_carries_the_security_headers(open_client):
     for path in (
         "/",
@@ -50,11 +75,13 @@ async def test_every_page_carries_the_security_headers(open_client):
         assert resp.headers["Referrer-Policy"] == "same-origin"
 
 
+@module_loop
 async def test_the_title_is_configurable_and_escaped(open_client):
     text = await (await open_client.get("/")).text()
     assert "Acme &lt;modules&gt;" in text and "Acme <modules>" not in text
 
 
+@module_loop
 async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_json(open_client):
     for path in (
         "/modules/acme/nope/aws",
@@ -67,6 +94,7 @@ async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_jso
     await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
 
 
+@module_loop
 async def test_a_browser_asking_for_a_path_outside_modules_gets_the_html_404_and_api_clients_json(open_client):
     browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
     for path in ("/nothing-here", "/v1/nope", "/modules-x"):
@@ -105,7 +133,8 @@ async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear
     assert "acme/vpc/aws" in text and 'id="wildcard-note"' not in text
 
 
-async def test_no_page_starts_git(open_client, tmp_path):
+async def test_no_page_starts_git(serve_client, tmp_path):
+    open_client = await indexed(await serve_client(open_config(tmp_path)))
     (tmp_path / "repos" / "vpc.git").rename(tmp_path / "repos" / "moved.git")  # any git call would now fail
     for path in ("/", "/?q=net", "/?namespace=acme", "/modules/acme/vpc/aws", "/modules/acme/vpc/aws/1.0.0"):
         resp = await open_client.get(path)
@@ -120,13 +149,14 @@ async def test_with_the_ui_disabled_the_root_is_404_and_the_api_works(serve_clie
     assert (await client.get("/v1/modules/acme/vpc/aws/versions")).status == 200
 
 
-async def test_pages_need_a_session_when_tokens_are_configured(auth_client):
-    resp = await auth_client.get("/modules/acme/vpc/aws", allow_redirects=False)
+async def test_pages_need_a_session_when_tokens_are_configured(unindexed_auth_client):
+    client = unindexed_auth_client
+    resp = await client.get("/modules/acme/vpc/aws", allow_redirects=False)
     assert resp.status == 302 and resp.headers["Location"] == "/login?next=/modules/acme/vpc/aws"
     # A registry token in the Authorization header is not a page session (pages are for browsers).
-    resp = await auth_client.get("/", headers={"Authorization": f"Bearer {TOKEN_ALL}"}, allow_redirects=False)
+    resp = await client.get("/", headers={"Authorization": f"Bearer {TOKEN_ALL}"}, allow_redirects=False)
     assert resp.status == 302
-    assert (await auth_client.get("/login")).status == 200
+    assert (await client.get("/login")).status == 200
 
 
 async def test_a_session_cookie_is_signed_http_only_strict_and_shows_only_the_tokens_namespaces(auth_client):
@@ -147,25 +177,27 @@ async def test_a_session_cookie_is_signed_http_only_strict_and_shows_only_the_to
     assert (await auth_client.get("/", allow_redirects=False)).status == 302
 
 
-async def test_login_and_logout_refuse_cross_site_posts(auth_client):
+async def test_login_and_logout_refuse_cross_site_posts(unindexed_auth_client):
+    client = unindexed_auth_client
     for headers in ({}, {"Origin": "https://evil.example"}, {"Origin": "null"}, {"Referer": "https://evil.example/x"}):
-        resp = await auth_client.post("/login", data={"token": TOKEN_ALL}, headers=headers, allow_redirects=False)
+        resp = await client.post("/login", data={"token": TOKEN_ALL}, headers=headers, allow_redirects=False)
         assert resp.status == 403 and "Set-Cookie" not in resp.headers, headers
-    await login(auth_client, TOKEN_ALL)
-    resp = await auth_client.post("/logout", headers={"Origin": "https://evil.example"}, allow_redirects=False)
+    await login(client, TOKEN_ALL)
+    resp = await client.post("/logout", headers={"Origin": "https://evil.example"}, allow_redirects=False)
     assert resp.status == 403
-    assert (await auth_client.get("/", allow_redirects=False)).status == 200  # still logged in
-    resp = await auth_client.post("/logout", headers=origin(auth_client), allow_redirects=False)
+    assert (await client.get("/", allow_redirects=False)).status == 200  # still logged in
+    resp = await client.post("/logout", headers=origin(client), allow_redirects=False)
     assert resp.status == 302
-    assert (await auth_client.get("/", allow_redirects=False)).status == 302
+    assert (await client.get("/", allow_redirects=False)).status == 302
 
 
-async def test_a_wrong_token_is_401_and_next_never_leaves_the_site(auth_client):
-    resp = await auth_client.post("/login", data={"token": "wrong-token-0000000000"}, headers=origin(auth_client))
+async def test_a_wrong_token_is_401_and_next_never_leaves_the_site(unindexed_auth_client):
+    client = unindexed_auth_client
+    resp = await client.post("/login", data={"token": "wrong-token-0000000000"}, headers=origin(client))
     assert resp.status == 401 and "not valid" in await resp.text()
     for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
-        resp = await auth_client.post(
-            "/login", data={"token": TOKEN_ALL, "next": target}, headers=origin(auth_client), allow_redirects=False
+        resp = await client.post(
+            "/login", data={"token": TOKEN_ALL, "next": target}, headers=origin(client), allow_redirects=False
         )
         assert resp.headers["Location"] == "/", target
 
@@ -238,6 +270,7 @@ async def test_the_index_has_page_numbers_that_keep_the_query(serve_client, tmp_
     assert listed_names(await (await client.get("/?sort=name&offset=80")).text())[-1] == "m94"
 
 
+@module_loop
 async def test_every_path_under_the_pages_is_html(open_client):
     resp = await open_client.get("/modules/acme/vpc")  # a namespace/name: its systems
     text = await resp.text()
