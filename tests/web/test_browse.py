@@ -446,7 +446,8 @@ async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(serve_cli
                 "repository": repo.url,
                 "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git",
             }
-        ]
+        ],
+        index={"enabled": False},  # the versions answer: not the index's
     )
     client = await serve_client(config)
     versions = await get_json(client, "/v1/modules/demo/hello/null/versions")

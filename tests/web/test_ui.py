@@ -142,7 +142,13 @@ async def test_no_page_starts_git(serve_client, tmp_path):
 
 
 async def test_with_the_ui_disabled_the_root_is_404_and_the_api_works(serve_client, tmp_path):
-    config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, ui={"enabled": False})
+    # The index off as well: the pages are not there, and the versions answer is not the index's.
+    config = make_config(
+        rules(repos(tmp_path)),
+        storage={"path": str(tmp_path / "state")},
+        ui={"enabled": False},
+        index={"enabled": False},
+    )
     client = await serve_client(config)
     await assert_error(await client.get("/"), 404)
     await assert_error(await client.get("/modules/acme/vpc/aws"), 404)
