@@ -104,156 +104,7 @@ def ids(body: dict) -> list[str]:
     return ["/".join(m["id"].split("/")[:3]) for m in body["modules"]]
 
 
-# --- listing and pagination ---------------------------------------------------------------
-
-
-@module_loop
-@pytest.mark.slow
-async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(client):
-    body = await get_json(client, "/v1/modules")
-    assert ids(body) == SORTED
-    assert body["meta"] == {"limit": DEFAULT_LIMIT, "current_offset": 0}
-    vpc = next(m for m in body["modules"] if m["name"] == "vpc")
-    assert vpc == {
-        "id": "acme/vpc/aws/1.0.0",
-        "owner": "",
-        "namespace": "acme",
-        "name": "vpc",
-        "version": "1.0.0",
-        "provider": "aws",
-        "description": "Creates a network for your apps.",
-        "source": "https://git.example.com/acme/modules",  # web URL: no credentials, no .git
-        "published_at": vpc["published_at"],
-        "downloads": 0,
-        "verified": True,
-    }
-    assert vpc["published_at"].endswith("Z")
-
-
-@module_loop
-@pytest.mark.slow
-async def test_following_next_url_walks_every_module_once(client):
-    seen, url, pages = [], "/v1/modules?limit=2", 0
-    while url:
-        body = await get_json(client, url)
-        meta = body["meta"]
-        assert meta["limit"] == 2 and meta["current_offset"] == 2 * pages
-        assert ("prev_offset" in meta) == (pages > 0)  # only when not at offset 0
-        if pages:
-            assert meta["prev_offset"] == 2 * (pages - 1)
-        seen += ids(body)
-        pages += 1
-        url = meta.get("next_url")
-        assert ("next_offset" in meta) == (url is not None)
-    assert seen == SORTED and pages == 4
-
-
-@module_loop
-@pytest.mark.slow
-async def test_offset_past_the_end_is_an_empty_page_that_points_back(client):
-    body = await get_json(client, "/v1/modules?offset=50&limit=4")
-    assert body == {"meta": {"limit": 4, "current_offset": 50, "prev_offset": len(MODULES) - 4}, "modules": []}
-
-
-@module_loop
-@pytest.mark.slow
-async def test_limit_zero_means_the_default_and_too_large_is_clamped_to_the_maximum(client):
-    assert (await get_json(client, "/v1/modules?limit=0"))["meta"]["limit"] == DEFAULT_LIMIT
-    body = await get_json(client, "/v1/modules?limit=100000")
-    assert body["meta"]["limit"] == MAX_LIMIT and len(body["modules"]) == len(MODULES)
-
-
-@module_loop
-@pytest.mark.parametrize(
-    "query", ["limit=abc", "offset=-1", "limit=1.5", "offset=", "limit=1e3", "offset=9999999999999", "limit=%EF%BC%91"]
-)
-async def test_non_numeric_offset_or_limit_is_400(client, query):
-    await assert_error(await client.get(f"/v1/modules?{query}"), 400, "non-negative integer")
-    await assert_error(await client.get(f"/v1/modules/search?q=network&{query}"), 400, "non-negative integer")
-
-
-@module_loop
-async def test_next_url_keeps_the_filters_and_the_applied_limit(client):
-    body = await get_json(client, "/v1/modules?limit=1&provider=aws&verified=false&junk=1")
-    assert body["meta"]["next_url"] == "/v1/modules?limit=1&offset=1&provider=aws&verified=false"
-    body = await get_json(client, "/v1/modules/search?q=network&limit=500&offset=0")
-    assert "next_url" not in body["meta"] and body["meta"]["limit"] == MAX_LIMIT
-
-
-# --- filters ------------------------------------------------------------------------------
-
-
-@module_loop
-async def test_provider_verified_and_namespace_filters_combine(client):
-    assert ids(await get_json(client, "/v1/modules?provider=aws")) == [a for a in SORTED if a.endswith("/aws")]
-    assert ids(await get_json(client, "/v1/modules?verified=true")) == ["acme/vpc/aws", "other/network/azurerm"]
-    assert ids(await get_json(client, "/v1/modules?verified=true&provider=aws")) == ["acme/vpc/aws"]
-    # The spec: any value but "true" lists everything, verified or not.
-    assert ids(await get_json(client, "/v1/modules?verified=yes")) == SORTED
-    assert ids(await get_json(client, "/v1/modules/other")) == ["other/network/azurerm"]
-    assert ids(await get_json(client, "/v1/modules/acme?provider=google")) == [
-        "acme/core-network/google",
-        "acme/network/google",
-    ]
-    assert ids(await get_json(client, "/v1/modules/nobody")) == []
-    body = await get_json(client, "/v1/modules/search?q=network&namespace=acme&provider=aws&verified=true")
-    assert ids(body) == ["acme/vpc/aws"]
-
-
-@module_loop
-async def test_filters_outside_the_grammar_are_400(client):
-    await assert_error(await client.get("/v1/modules?provider=AWS"), 400, "provider")
-    await assert_error(await client.get("/v1/modules/search?q=x&namespace=-bad-"), 400, "namespace")
-    await assert_error(await client.get("/v1/modules/bad.ns"), 400, "namespace")
-
-
-# --- search -------------------------------------------------------------------------------
-
-
-@module_loop
-async def test_search_ranks_exact_name_then_prefix_then_substring_then_description(client):
-    body = await get_json(client, "/v1/modules/search?q=Network")
-    assert ids(body) == [
-        "acme/network/aws",
-        "acme/network/google",
-        "other/network/azurerm",  # the name is the query
-        "acme/network-firewall/aws",  # starts with it
-        "acme/core-network/google",  # contains it
-        "acme/vpc/aws",  # only the description says it
-    ]
-
-
-@module_loop
-async def test_search_matches_namespace_system_and_every_word(client):
-    assert ids(await get_json(client, "/v1/modules/search?q=azurerm")) == ["other/network/azurerm"]
-    assert ids(await get_json(client, "/v1/modules/search?q=zones%20dns")) == ["acme/dns/aws"]
-    assert ids(await get_json(client, "/v1/modules/search?q=no-such-thing")) == []
-
-
-@module_loop
-async def test_search_needs_a_query(client):
-    await assert_error(await client.get("/v1/modules/search"), 400, "q=")
-    await assert_error(await client.get("/v1/modules/search?q=%20%20"), 400, "q=")
-    await assert_error(await client.get("/v1/modules/search?q=" + "x" * 201), 400, "longer than")
-
-
-@module_loop
-async def test_search_pages_keep_the_ranking(client):
-    first = await get_json(client, "/v1/modules/search?q=network&limit=4")
-    assert first["meta"]["next_url"] == "/v1/modules/search?limit=4&offset=4&q=network"
-    second = await get_json(client, first["meta"]["next_url"])
-    assert ids(first) + ids(second) == ids(await get_json(client, "/v1/modules/search?q=network"))
-
-
 # --- one module -------------------------------------------------------------------------
-
-
-@module_loop
-async def test_module_name_lists_the_latest_version_for_every_system(client):
-    body = await get_json(client, "/v1/modules/acme/network")
-    assert ids(body) == ["acme/network/aws", "acme/network/google"]
-    assert body["meta"] == {"limit": DEFAULT_LIMIT, "current_offset": 0}
-    await assert_error(await client.get("/v1/modules/acme/nothing"), 404, "acme/nothing")
 
 
 async def test_latest_and_download_skip_prereleases(serve_client, repo, tmp_path):
@@ -387,7 +238,25 @@ async def test_scoped_tokens_never_list_or_find_other_namespaces(serve_client, m
     await assert_error(await client.get("/v1/modules"), 401)
 
 
-# --- golden files: field names and JSON types as in the spec's samples ----------------------
+async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(serve_client, repo, tmp_path):
+    config = make_config(
+        [
+            {
+                "namespace": "demo",
+                "repository": repo.url,
+                "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git",
+            }
+        ],
+        index={"enabled": False},  # the versions answer: not the index's
+    )
+    client = await serve_client(config)
+    versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
+    assert versions["modules"][0]["source"] == "https://git.example.com/demo/terraform-null-hello"
+
+
+# --- listing, filters, search, one module, golden files (field names and JSON types as in the
+# spec's samples): the tests of the app built once for the module, last, as its event loop runs
+# only while they do (paused longer than SILENCE_SECONDS, the serving process kills its index process)
 
 
 def assert_same_shape(spec, ours, where: str = "$") -> None:
@@ -406,6 +275,146 @@ def assert_same_shape(spec, ours, where: str = "$") -> None:
                 assert_same_shape(spec[0], item, f"{where}[{i}]")
     else:
         assert type(ours) is type(spec), f"{where}: {type(spec).__name__} in the spec, {type(ours).__name__} here"
+
+
+@module_loop
+@pytest.mark.slow
+async def test_list_shows_every_explicit_rule_sorted_with_its_latest_version(client):
+    body = await get_json(client, "/v1/modules")
+    assert ids(body) == SORTED
+    assert body["meta"] == {"limit": DEFAULT_LIMIT, "current_offset": 0}
+    vpc = next(m for m in body["modules"] if m["name"] == "vpc")
+    assert vpc == {
+        "id": "acme/vpc/aws/1.0.0",
+        "owner": "",
+        "namespace": "acme",
+        "name": "vpc",
+        "version": "1.0.0",
+        "provider": "aws",
+        "description": "Creates a network for your apps.",
+        "source": "https://git.example.com/acme/modules",  # web URL: no credentials, no .git
+        "published_at": vpc["published_at"],
+        "downloads": 0,
+        "verified": True,
+    }
+    assert vpc["published_at"].endswith("Z")
+
+
+@module_loop
+@pytest.mark.slow
+async def test_following_next_url_walks_every_module_once(client):
+    seen, url, pages = [], "/v1/modules?limit=2", 0
+    while url:
+        body = await get_json(client, url)
+        meta = body["meta"]
+        assert meta["limit"] == 2 and meta["current_offset"] == 2 * pages
+        assert ("prev_offset" in meta) == (pages > 0)  # only when not at offset 0
+        if pages:
+            assert meta["prev_offset"] == 2 * (pages - 1)
+        seen += ids(body)
+        pages += 1
+        url = meta.get("next_url")
+        assert ("next_offset" in meta) == (url is not None)
+    assert seen == SORTED and pages == 4
+
+
+@module_loop
+@pytest.mark.slow
+async def test_offset_past_the_end_is_an_empty_page_that_points_back(client):
+    body = await get_json(client, "/v1/modules?offset=50&limit=4")
+    assert body == {"meta": {"limit": 4, "current_offset": 50, "prev_offset": len(MODULES) - 4}, "modules": []}
+
+
+@module_loop
+@pytest.mark.slow
+async def test_limit_zero_means_the_default_and_too_large_is_clamped_to_the_maximum(client):
+    assert (await get_json(client, "/v1/modules?limit=0"))["meta"]["limit"] == DEFAULT_LIMIT
+    body = await get_json(client, "/v1/modules?limit=100000")
+    assert body["meta"]["limit"] == MAX_LIMIT and len(body["modules"]) == len(MODULES)
+
+
+@module_loop
+@pytest.mark.parametrize(
+    "query", ["limit=abc", "offset=-1", "limit=1.5", "offset=", "limit=1e3", "offset=9999999999999", "limit=%EF%BC%91"]
+)
+async def test_non_numeric_offset_or_limit_is_400(client, query):
+    await assert_error(await client.get(f"/v1/modules?{query}"), 400, "non-negative integer")
+    await assert_error(await client.get(f"/v1/modules/search?q=network&{query}"), 400, "non-negative integer")
+
+
+@module_loop
+async def test_next_url_keeps_the_filters_and_the_applied_limit(client):
+    body = await get_json(client, "/v1/modules?limit=1&provider=aws&verified=false&junk=1")
+    assert body["meta"]["next_url"] == "/v1/modules?limit=1&offset=1&provider=aws&verified=false"
+    body = await get_json(client, "/v1/modules/search?q=network&limit=500&offset=0")
+    assert "next_url" not in body["meta"] and body["meta"]["limit"] == MAX_LIMIT
+
+
+@module_loop
+async def test_provider_verified_and_namespace_filters_combine(client):
+    assert ids(await get_json(client, "/v1/modules?provider=aws")) == [a for a in SORTED if a.endswith("/aws")]
+    assert ids(await get_json(client, "/v1/modules?verified=true")) == ["acme/vpc/aws", "other/network/azurerm"]
+    assert ids(await get_json(client, "/v1/modules?verified=true&provider=aws")) == ["acme/vpc/aws"]
+    # The spec: any value but "true" lists everything, verified or not.
+    assert ids(await get_json(client, "/v1/modules?verified=yes")) == SORTED
+    assert ids(await get_json(client, "/v1/modules/other")) == ["other/network/azurerm"]
+    assert ids(await get_json(client, "/v1/modules/acme?provider=google")) == [
+        "acme/core-network/google",
+        "acme/network/google",
+    ]
+    assert ids(await get_json(client, "/v1/modules/nobody")) == []
+    body = await get_json(client, "/v1/modules/search?q=network&namespace=acme&provider=aws&verified=true")
+    assert ids(body) == ["acme/vpc/aws"]
+
+
+@module_loop
+async def test_filters_outside_the_grammar_are_400(client):
+    await assert_error(await client.get("/v1/modules?provider=AWS"), 400, "provider")
+    await assert_error(await client.get("/v1/modules/search?q=x&namespace=-bad-"), 400, "namespace")
+    await assert_error(await client.get("/v1/modules/bad.ns"), 400, "namespace")
+
+
+@module_loop
+async def test_search_ranks_exact_name_then_prefix_then_substring_then_description(client):
+    body = await get_json(client, "/v1/modules/search?q=Network")
+    assert ids(body) == [
+        "acme/network/aws",
+        "acme/network/google",
+        "other/network/azurerm",  # the name is the query
+        "acme/network-firewall/aws",  # starts with it
+        "acme/core-network/google",  # contains it
+        "acme/vpc/aws",  # only the description says it
+    ]
+
+
+@module_loop
+async def test_search_matches_namespace_system_and_every_word(client):
+    assert ids(await get_json(client, "/v1/modules/search?q=azurerm")) == ["other/network/azurerm"]
+    assert ids(await get_json(client, "/v1/modules/search?q=zones%20dns")) == ["acme/dns/aws"]
+    assert ids(await get_json(client, "/v1/modules/search?q=no-such-thing")) == []
+
+
+@module_loop
+async def test_search_needs_a_query(client):
+    await assert_error(await client.get("/v1/modules/search"), 400, "q=")
+    await assert_error(await client.get("/v1/modules/search?q=%20%20"), 400, "q=")
+    await assert_error(await client.get("/v1/modules/search?q=" + "x" * 201), 400, "longer than")
+
+
+@module_loop
+async def test_search_pages_keep_the_ranking(client):
+    first = await get_json(client, "/v1/modules/search?q=network&limit=4")
+    assert first["meta"]["next_url"] == "/v1/modules/search?limit=4&offset=4&q=network"
+    second = await get_json(client, first["meta"]["next_url"])
+    assert ids(first) + ids(second) == ids(await get_json(client, "/v1/modules/search?q=network"))
+
+
+@module_loop
+async def test_module_name_lists_the_latest_version_for_every_system(client):
+    body = await get_json(client, "/v1/modules/acme/network")
+    assert ids(body) == ["acme/network/aws", "acme/network/google"]
+    assert body["meta"] == {"limit": DEFAULT_LIMIT, "current_offset": 0}
+    await assert_error(await client.get("/v1/modules/acme/nothing"), 404, "acme/nothing")
 
 
 @module_loop
@@ -436,19 +445,3 @@ async def test_the_versions_answer_names_the_repository_web_page_as_its_source(c
     assert versions["modules"][0]["versions"] == [{"version": "1.0.0"}]
     summary = await get_json(client, "/v1/modules/acme/vpc/aws")
     assert summary["source"] == versions["modules"][0]["source"]  # one answer, whichever endpoint
-
-
-async def test_a_wildcard_rule_module_source_is_its_filled_in_web_page(serve_client, repo, tmp_path):
-    config = make_config(
-        [
-            {
-                "namespace": "demo",
-                "repository": repo.url,
-                "clone_url": "git@git.example.com:demo/terraform-{system}-{name}.git",
-            }
-        ],
-        index={"enabled": False},  # the versions answer: not the index's
-    )
-    client = await serve_client(config)
-    versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
-    assert versions["modules"][0]["source"] == "https://git.example.com/demo/terraform-null-hello"

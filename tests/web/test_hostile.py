@@ -268,78 +268,6 @@ async def app_client(shared_app_client, git_host):
 # --- paths ---------------------------------------------------------------------------------------
 
 
-@module_loop
-@pytest.mark.slow
-@SETTINGS
-@given(case=invalid_path())
-@example(case=("version", "/v1/modules/demo/hello/null/%00"))  # the details route once listed tags first
-@example(case=("version", "/v1/modules/acme/vpc/aws/%D0%B0cme"))
-@example(case=("name", "/v1/modules/demo/he%2Fllo/null/versions"))
-async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_a_git_call(app_client, git_host, case):
-    _, path = case
-    before = len(git_host.requests())
-    status, headers, body = await raw_request(app_client.server.port, "GET", path)
-    # 400 for a segment the router matched; 404 when it cannot match at all (an encoded '/' in it).
-    assert status in (400, 404), (path, status, body[:300])
-    assert_json_error(status, headers, body)
-    assert len(git_host.requests()) == before, f"{path} made a git call"
-
-
-@module_loop
-@pytest.mark.slow
-@SETTINGS
-@given(
-    path=st.lists(
-        st.one_of(
-            st.sampled_from([*RAW, "v1", "modules", "..", ".", "", "%2e%2e"]),
-            st.text(no_surrogates, max_size=30).map(lambda s: quote(s, safe="")),
-        ),
-        max_size=8,
-    ).map(lambda parts: "/" + "/".join(parts)),
-    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "PROPFIND"]),
-)
-@example(path="/modules/he%2Fllo/he%2Fllo/he%2Fllo", method="GET")  # a web page's 404 (found by this test)
-@example(path="/a%0D%0Ab", method="GET")  # a line break in the decoded path: still JSON (found by this test)
-async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_bounded_metric_label(
-    app_client, path, method
-):
-    status, headers, body = await raw_request(app_client.server.port, method, path)
-    assert status in DOCUMENTED, (method, path, status, body[:300])
-    if status >= 400 and method != "HEAD":
-        if headers.get("content-type", "").startswith("text/html"):
-            # A web page's error is a page (for a browser), and only a web page's is.
-            assert method == "GET" and UI_PAGE.fullmatch(path), (method, path, status, body[:300])
-            assert b"<html" in body and b"Traceback" not in body
-        else:
-            assert_json_error(status, headers, body)
-    # Request metrics are labelled by route template: a hostile path never becomes a new series.
-    templates = {r.resource.canonical for r in app_client.app.router.routes() if r.resource is not None}
-    labels = {sample.labels["route"] for sample in request_samples(app_client)}
-    assert labels <= templates | {"unmatched"}, labels - templates
-
-
-@module_loop
-@pytest.mark.parametrize(
-    "target",
-    [
-        "/v1/modules/demo/hello/null/versions/../../../../../../etc/passwd",
-        "/v1/modules/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
-        "/v1/modules/../hello/null/versions",
-        "/v1/modules/demo/hello/null/../../../../healthz",
-        "/v1/modules/demo/x/../hello/null/versions",
-        "/v1/modules/demo/hello/null/%2e/versions",
-        "/v1/modules/demo/hello/null/..%2Fversions",
-    ],
-)
-async def test_dot_segments_are_taken_literally_and_never_escape_the_api(app_client, git_host, target):
-    """aiohttp does not resolve `..` before routing: such a path matches no route, or a segment the grammar refuses."""
-    status, headers, body = await raw_request(app_client.server.port, "GET", target)
-    assert status in (400, 404), (target, status, body)
-    assert_json_error(status, headers, body)
-    assert b"root:" not in body
-    assert git_host.requests() == []
-
-
 def request_samples(client) -> list[Any]:
     """The `gitreg_http_requests_total` samples of the app's /metrics exposition."""
     text = client.app[METRICS].render().decode()
@@ -364,33 +292,6 @@ def assert_json_or_refused_by_the_parser(
         assert_json_error(status, headers, body)
     else:
         assert status == 400 and answered(client) == seen, (status, headers, body[:300])
-
-
-@module_loop
-async def test_requests_the_http_parser_refuses_are_400_and_never_reach_gitreg(app_client, git_host, caplog):
-    """Beyond aiohttp's limits (8190-byte request line or header, duplicate singleton headers) the parser answers.
-
-    Those answers are aiohttp's own plain-text 400 (not gitreg's JSON shape: see SECURITY.md).
-    They reach no handler, rule or git, and are logged as one WARNING line: no traceback, and
-    nothing of the request (which may carry a signature or token in its query string).
-    """
-    port = app_client.server.port
-    secret_query = "signature=" + "s3cr3t" * 1500
-    cases = [
-        ("GET", f"/v1/modules/demo/hello/null/versions?{secret_query}", []),
-        ("GET", "/v1/modules/demo/hello/null/versions", [("X-Big", "x" * 9000)]),
-        ("GET", "/v1/modules/demo/hello/null/versions", [("Content-Type", "a/b"), ("Content-Type", "c/d")]),
-    ]
-    for method, target, headers in cases:
-        caplog.clear()
-        seen = answered(app_client)
-        status, _, body = await raw_request(port, method, target, headers)
-        assert status in (400, 431), (target[:80], status, body)
-        assert answered(app_client) == seen  # gitreg's middleware never ran
-        records = [r for r in caplog.records if r.name == "aiohttp.server"]
-        assert records and all(r.levelname == "WARNING" and r.exc_info is None for r in records), records
-        assert "s3cr3t" not in caplog.text
-    assert git_host.requests() == []
 
 
 # --- query strings -------------------------------------------------------------------------------
@@ -458,38 +359,6 @@ def query_is_invalid(path: str, params: list[tuple[str, str]], encoded: str) -> 
     if len(first.get("q", "")) > 200:
         return True
     return path == "/v1/modules/search" and not first.get("q", "").strip()
-
-
-@module_loop
-@pytest.mark.slow
-@SETTINGS
-@given(path=st.sampled_from(QUERY_PATHS), params=queries)
-@example(path="/v1/modules", params=[("offset", "abc")])  # lists (and so git) once came before this check
-@example(path="/v1/modules/search", params=[("q", "\x00")])
-@example(path="/v1/modules/demo/hello/null/versions", params=[("junk", "y" * 4100)])  # over 4096 bytes: JSON 400
-async def test_query_parameters_are_checked_before_any_git_call(app_client, git_host, path, params):
-    encoded = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in params)
-    before, seen = len(git_host.requests()), answered(app_client)
-    status, headers, body = await raw_request(app_client.server.port, "GET", f"{path}?{encoded}")
-    if query_is_invalid(path, params, encoded):
-        assert status == 400, (path, params, status, body[:300])
-        # Past 8190 bytes of request line aiohttp's parser refuses it before gitreg: see above.
-        assert_json_or_refused_by_the_parser(app_client, seen, status, headers, body)
-        assert len(git_host.requests()) == before, f"{path}?{encoded} made a git call"
-    else:
-        assert status == 200, (path, params, status, body[:300])
-
-
-@module_loop
-@SETTINGS
-@given(query=st.text(st.sampled_from("a=&;+%2Fz0q\u00e9 #?"), max_size=60))
-async def test_raw_query_strings_never_break_the_error_shape(app_client, query):
-    status, headers, body = await raw_request(
-        app_client.server.port, "GET", "/v1/modules/search?" + quote(query, safe="=&;+%")
-    )
-    assert status in (200, 400), (query, status, body[:300])
-    if status >= 400:
-        assert_json_error(status, headers, body)
 
 
 # --- headers -------------------------------------------------------------------------------------
@@ -963,3 +832,138 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     resp = await client.get("/v1/modules/demo/hello/null")  # details: read by the index from gitreg's mirror
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["versions"] == ["1.0.0"]
+
+
+# --- the tests of the app built once for the module, last, as its event loop runs only while they
+# do (paused longer than SILENCE_SECONDS, the serving process kills its index process) ---------------
+
+
+@module_loop
+@pytest.mark.slow
+@SETTINGS
+@given(case=invalid_path())
+@example(case=("version", "/v1/modules/demo/hello/null/%00"))  # the details route once listed tags first
+@example(case=("version", "/v1/modules/acme/vpc/aws/%D0%B0cme"))
+@example(case=("name", "/v1/modules/demo/he%2Fllo/null/versions"))
+async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_a_git_call(app_client, git_host, case):
+    _, path = case
+    before = len(git_host.requests())
+    status, headers, body = await raw_request(app_client.server.port, "GET", path)
+    # 400 for a segment the router matched; 404 when it cannot match at all (an encoded '/' in it).
+    assert status in (400, 404), (path, status, body[:300])
+    assert_json_error(status, headers, body)
+    assert len(git_host.requests()) == before, f"{path} made a git call"
+
+
+@module_loop
+@pytest.mark.slow
+@SETTINGS
+@given(
+    path=st.lists(
+        st.one_of(
+            st.sampled_from([*RAW, "v1", "modules", "..", ".", "", "%2e%2e"]),
+            st.text(no_surrogates, max_size=30).map(lambda s: quote(s, safe="")),
+        ),
+        max_size=8,
+    ).map(lambda parts: "/" + "/".join(parts)),
+    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "PROPFIND"]),
+)
+@example(path="/modules/he%2Fllo/he%2Fllo/he%2Fllo", method="GET")  # a web page's 404 (found by this test)
+@example(path="/a%0D%0Ab", method="GET")  # a line break in the decoded path: still JSON (found by this test)
+async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_bounded_metric_label(
+    app_client, path, method
+):
+    status, headers, body = await raw_request(app_client.server.port, method, path)
+    assert status in DOCUMENTED, (method, path, status, body[:300])
+    if status >= 400 and method != "HEAD":
+        if headers.get("content-type", "").startswith("text/html"):
+            # A web page's error is a page (for a browser), and only a web page's is.
+            assert method == "GET" and UI_PAGE.fullmatch(path), (method, path, status, body[:300])
+            assert b"<html" in body and b"Traceback" not in body
+        else:
+            assert_json_error(status, headers, body)
+    # Request metrics are labelled by route template: a hostile path never becomes a new series.
+    templates = {r.resource.canonical for r in app_client.app.router.routes() if r.resource is not None}
+    labels = {sample.labels["route"] for sample in request_samples(app_client)}
+    assert labels <= templates | {"unmatched"}, labels - templates
+
+
+@module_loop
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/v1/modules/demo/hello/null/versions/../../../../../../etc/passwd",
+        "/v1/modules/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/v1/modules/../hello/null/versions",
+        "/v1/modules/demo/hello/null/../../../../healthz",
+        "/v1/modules/demo/x/../hello/null/versions",
+        "/v1/modules/demo/hello/null/%2e/versions",
+        "/v1/modules/demo/hello/null/..%2Fversions",
+    ],
+)
+async def test_dot_segments_are_taken_literally_and_never_escape_the_api(app_client, git_host, target):
+    """aiohttp does not resolve `..` before routing: such a path matches no route, or a segment the grammar refuses."""
+    status, headers, body = await raw_request(app_client.server.port, "GET", target)
+    assert status in (400, 404), (target, status, body)
+    assert_json_error(status, headers, body)
+    assert b"root:" not in body
+    assert git_host.requests() == []
+
+
+@module_loop
+async def test_requests_the_http_parser_refuses_are_400_and_never_reach_gitreg(app_client, git_host, caplog):
+    """Beyond aiohttp's limits (8190-byte request line or header, duplicate singleton headers) the parser answers.
+
+    Those answers are aiohttp's own plain-text 400 (not gitreg's JSON shape: see SECURITY.md).
+    They reach no handler, rule or git, and are logged as one WARNING line: no traceback, and
+    nothing of the request (which may carry a signature or token in its query string).
+    """
+    port = app_client.server.port
+    secret_query = "signature=" + "s3cr3t" * 1500
+    cases = [
+        ("GET", f"/v1/modules/demo/hello/null/versions?{secret_query}", []),
+        ("GET", "/v1/modules/demo/hello/null/versions", [("X-Big", "x" * 9000)]),
+        ("GET", "/v1/modules/demo/hello/null/versions", [("Content-Type", "a/b"), ("Content-Type", "c/d")]),
+    ]
+    for method, target, headers in cases:
+        caplog.clear()
+        seen = answered(app_client)
+        status, _, body = await raw_request(port, method, target, headers)
+        assert status in (400, 431), (target[:80], status, body)
+        assert answered(app_client) == seen  # gitreg's middleware never ran
+        records = [r for r in caplog.records if r.name == "aiohttp.server"]
+        assert records and all(r.levelname == "WARNING" and r.exc_info is None for r in records), records
+        assert "s3cr3t" not in caplog.text
+    assert git_host.requests() == []
+
+
+@module_loop
+@pytest.mark.slow
+@SETTINGS
+@given(path=st.sampled_from(QUERY_PATHS), params=queries)
+@example(path="/v1/modules", params=[("offset", "abc")])  # lists (and so git) once came before this check
+@example(path="/v1/modules/search", params=[("q", "\x00")])
+@example(path="/v1/modules/demo/hello/null/versions", params=[("junk", "y" * 4100)])  # over 4096 bytes: JSON 400
+async def test_query_parameters_are_checked_before_any_git_call(app_client, git_host, path, params):
+    encoded = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in params)
+    before, seen = len(git_host.requests()), answered(app_client)
+    status, headers, body = await raw_request(app_client.server.port, "GET", f"{path}?{encoded}")
+    if query_is_invalid(path, params, encoded):
+        assert status == 400, (path, params, status, body[:300])
+        # Past 8190 bytes of request line aiohttp's parser refuses it before gitreg: see above.
+        assert_json_or_refused_by_the_parser(app_client, seen, status, headers, body)
+        assert len(git_host.requests()) == before, f"{path}?{encoded} made a git call"
+    else:
+        assert status == 200, (path, params, status, body[:300])
+
+
+@module_loop
+@SETTINGS
+@given(query=st.text(st.sampled_from("a=&;+%2Fz0q\u00e9 #?"), max_size=60))
+async def test_raw_query_strings_never_break_the_error_shape(app_client, query):
+    status, headers, body = await raw_request(
+        app_client.server.port, "GET", "/v1/modules/search?" + quote(query, safe="=&;+%")
+    )
+    assert status in (200, 400), (query, status, body[:300])
+    if status >= 400:
+        assert_json_error(status, headers, body)

@@ -58,56 +58,6 @@ async def unindexed_auth_client(serve_client, tmp_path):
     return await serve_client(auth_config(tmp_path, index=False))
 
 
-@module_loop
-async def test_every_page_carries_the_security_headers(open_client):
-    for path in (
-        "/",
-        "/?q=vpc",
-        "/modules/acme/vpc/aws",
-        "/modules/acme/vpc/aws/1.0.0",
-        "/modules/acme/nope/aws",
-        "/static/style.css",
-    ):
-        resp = await open_client.get(path)
-        csp = resp.headers["Content-Security-Policy"]
-        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp, path
-        assert resp.headers["X-Content-Type-Options"] == "nosniff"
-        assert resp.headers["Referrer-Policy"] == "same-origin"
-
-
-@module_loop
-async def test_the_title_is_configurable_and_escaped(open_client):
-    text = await (await open_client.get("/")).text()
-    assert "Acme &lt;modules&gt;" in text and "Acme <modules>" not in text
-
-
-@module_loop
-async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_json(open_client):
-    for path in (
-        "/modules/acme/nope/aws",
-        "/modules/acme/vpc/aws/9.9.9",
-        "/modules/acme/vpc/aws/not-a-version",
-        "/modules/Bad!/x/y",
-    ):
-        resp = await open_client.get(path)
-        assert resp.status == 404 and resp.content_type == "text/html", path
-    await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
-
-
-@module_loop
-async def test_a_browser_asking_for_a_path_outside_modules_gets_the_html_404_and_api_clients_json(open_client):
-    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
-    for path in ("/nothing-here", "/v1/nope", "/modules-x"):
-        resp = await open_client.get(path, headers=browser)
-        assert resp.status == 404 and resp.content_type == "text/html", path
-        assert "There is no page at this address." in await resp.text()
-        assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
-        await assert_error(await open_client.get(path), 404)  # curl, Terraform: the JSON shape
-        await assert_error(await open_client.get(path, headers={"Accept": "application/json"}), 404)
-    resp = await open_client.post("/healthz", headers=browser)  # another method: still 405
-    assert resp.status == 405
-
-
 async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear_after_their_first_install(
     serve_client, tmp_path
 ):
@@ -276,28 +226,6 @@ async def test_the_index_has_page_numbers_that_keep_the_query(serve_client, tmp_
     assert listed_names(await (await client.get("/?sort=name&offset=80")).text())[-1] == "m94"
 
 
-@module_loop
-async def test_every_path_under_the_pages_is_html(open_client):
-    resp = await open_client.get("/modules/acme/vpc")  # a namespace/name: its systems
-    text = await resp.text()
-    assert resp.status == 200 and resp.content_type == "text/html"
-    assert '<a href="/modules/acme/vpc/aws">acme/vpc/aws</a>' in text
-    for path in ("/modules/acme/nope", "/modules/acme/vpc/aws/1.0.0/nothing/here", "/modules/Bad!/x"):
-        resp = await open_client.get(path)
-        assert resp.status == 404 and resp.content_type == "text/html", path
-        assert "Content-Security-Policy" in resp.headers, path
-    for path, target in (("/modules", "/"), ("/modules/", "/"), ("/modules/acme", "/?namespace=acme")):
-        resp = await open_client.get(path, allow_redirects=False)
-        assert resp.status == 302 and resp.headers["Location"] == target, path
-    resp = await open_client.get("/favicon.ico")
-    assert resp.status == 200 and resp.content_type == "image/vnd.microsoft.icon"
-    assert (await resp.read())[:4] == b"\x00\x00\x01\x00"  # an ICO file
-    text = await (await open_client.get("/")).text()
-    assert '<link rel="icon" href="/static/favicon.svg"' in text
-    svg = await open_client.get("/static/favicon.svg")
-    assert svg.status == 200 and svg.content_type == "image/svg+xml"
-
-
 def _host_note(text: str) -> str:
     found = re.search(r'<p class="note" id="source-host">(.*?)</p>', text, re.DOTALL)
     return html.unescape(found.group(1)) if found else ""
@@ -380,3 +308,79 @@ async def test_the_version_picker_dates_each_version_from_gitregs_mirror(serve_c
         picker = page.split('<ul class="versions"', 1)[1].split("</ul>", 1)[0]
         dates = re.findall(r'<time datetime="([^"]+)">', picker)
         assert dates == ["2025-05-06T10:00:00Z", "2025-03-04T10:00:00Z", "2025-01-02T10:00:00Z"], shown
+
+
+# --- the tests of the app built once for the module, last, as its event loop runs only while they
+# do (paused longer than SILENCE_SECONDS, the serving process kills its index process) ---------------
+
+
+@module_loop
+async def test_every_page_carries_the_security_headers(open_client):
+    for path in (
+        "/",
+        "/?q=vpc",
+        "/modules/acme/vpc/aws",
+        "/modules/acme/vpc/aws/1.0.0",
+        "/modules/acme/nope/aws",
+        "/static/style.css",
+    ):
+        resp = await open_client.get(path)
+        csp = resp.headers["Content-Security-Policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp, path
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["Referrer-Policy"] == "same-origin"
+
+
+@module_loop
+async def test_the_title_is_configurable_and_escaped(open_client):
+    text = await (await open_client.get("/")).text()
+    assert "Acme &lt;modules&gt;" in text and "Acme <modules>" not in text
+
+
+@module_loop
+async def test_unknown_modules_and_versions_are_html_404_while_the_api_keeps_json(open_client):
+    for path in (
+        "/modules/acme/nope/aws",
+        "/modules/acme/vpc/aws/9.9.9",
+        "/modules/acme/vpc/aws/not-a-version",
+        "/modules/Bad!/x/y",
+    ):
+        resp = await open_client.get(path)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+    await assert_error(await open_client.get("/v1/modules/acme/nope/aws"), 404)
+
+
+@module_loop
+async def test_a_browser_asking_for_a_path_outside_modules_gets_the_html_404_and_api_clients_json(open_client):
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    for path in ("/nothing-here", "/v1/nope", "/modules-x"):
+        resp = await open_client.get(path, headers=browser)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+        assert "There is no page at this address." in await resp.text()
+        assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
+        await assert_error(await open_client.get(path), 404)  # curl, Terraform: the JSON shape
+        await assert_error(await open_client.get(path, headers={"Accept": "application/json"}), 404)
+    resp = await open_client.post("/healthz", headers=browser)  # another method: still 405
+    assert resp.status == 405
+
+
+@module_loop
+async def test_every_path_under_the_pages_is_html(open_client):
+    resp = await open_client.get("/modules/acme/vpc")  # a namespace/name: its systems
+    text = await resp.text()
+    assert resp.status == 200 and resp.content_type == "text/html"
+    assert '<a href="/modules/acme/vpc/aws">acme/vpc/aws</a>' in text
+    for path in ("/modules/acme/nope", "/modules/acme/vpc/aws/1.0.0/nothing/here", "/modules/Bad!/x"):
+        resp = await open_client.get(path)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+        assert "Content-Security-Policy" in resp.headers, path
+    for path, target in (("/modules", "/"), ("/modules/", "/"), ("/modules/acme", "/?namespace=acme")):
+        resp = await open_client.get(path, allow_redirects=False)
+        assert resp.status == 302 and resp.headers["Location"] == target, path
+    resp = await open_client.get("/favicon.ico")
+    assert resp.status == 200 and resp.content_type == "image/vnd.microsoft.icon"
+    assert (await resp.read())[:4] == b"\x00\x00\x01\x00"  # an ICO file
+    text = await (await open_client.get("/")).text()
+    assert '<link rel="icon" href="/static/favicon.svg"' in text
+    svg = await open_client.get("/static/favicon.svg")
+    assert svg.status == 200 and svg.content_type == "image/svg+xml"
