@@ -44,3 +44,18 @@ async def reindexed(client, timeout: float = 30.0):
         assert time.monotonic() < deadline, "the index made no pass over every listable module"
         await asyncio.sleep(0.05)
     return await indexed(client, timeout)
+
+
+async def indexed_in_full(client, timeout: float = 30.0):
+    """`indexed(client)`, and every listed module's latest version's details read (IndexEntry.details):
+    pages show them, and the list sorts by their date. An in-process builder's `settled` counted its
+    details reads in flight; the queue depth an index process reports does not (IndexBuilder.depth),
+    so with the index process `gitreg serve` runs, `indexed` may return while they are being read."""
+    from gitreg.web.keys import INDEX
+
+    await indexed(client, timeout)
+    index, deadline = client.app[INDEX], time.monotonic() + timeout
+    while not all(entry.details for a in index.addresses() if (entry := index.get(a)) is not None):
+        assert time.monotonic() < deadline, "the index did not read every listed module's details"
+        await asyncio.sleep(0.05)
+    return client

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.web.api.browse import DEFAULT_LIMIT, MAX_LIMIT
 from gitreg.web.keys import CATALOG
-from tests.support.app import assert_error, indexed, make_config, served_app
-from tests.support.conv_web import details_read, reindexed
+from tests.support.app import assert_error, make_config, served_app
+from tests.support.conv_web import details_read, indexed_in_full, reindexed
 from tests.support.repos import GitRepo
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -90,7 +90,7 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 async def client(mono: GitRepo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
     config = make_config(rules_for(mono.url), storage={"path": str(tmp_path_factory.mktemp("browse-state"))})
     async with TestClient(TestServer(served_app(config))) as client:
-        yield await indexed(client)
+        yield await indexed_in_full(client)
 
 
 async def get_json(client, url: str, status: int = 200, **kwargs) -> dict:
@@ -109,7 +109,7 @@ def ids(body: dict) -> list[str]:
 
 async def test_latest_and_download_skip_prereleases(serve_client, repo, tmp_path):
     rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "git"}
-    client = await indexed(await serve_client(make_config([rule])))
+    client = await indexed_in_full(await serve_client(make_config([rule])))
     body = await get_json(client, "/v1/modules/demo/hello/null")
     assert body["version"] == "1.1.0" and body["versions"] == ["2.0.0-rc.1", "1.1.0", "1.0.0"]
     assert body["providers"] == ["null"]
@@ -131,7 +131,7 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
     beta.tag("v0.1.0-alpha.1")
     beta.tag("v0.1.0-beta.2")
     beta.tag("not-semver")
-    client = await indexed(
+    client = await indexed_in_full(
         await serve_client(
             make_config([{"namespace": "demo", "name": "beta", "system": "null", "repository": beta.url}])
         )
@@ -139,7 +139,7 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
     assert (await get_json(client, "/v1/modules/demo/beta/null"))["version"] == "0.1.0-beta.2"
     empty = GitRepo(tmp_path / "repos", "empty")
     empty.commit({"main.tf": "# no versions\n"})
-    client = await indexed(
+    client = await indexed_in_full(
         await serve_client(
             make_config([{"namespace": "demo", "name": "empty", "system": "null", "repository": empty.url}])
         )
@@ -164,14 +164,14 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(serv
         [{"namespace": "acme", "repository": base + "/terraform-{system}-{name}.git"}],
         storage={"path": str(tmp_path / "state")},
     )
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     assert ids(await get_json(client, "/v1/modules")) == []  # a wildcard cannot be enumerated
     # Browsing never runs git: a module a wildcard could serve is not listed before it was served.
     await assert_error(await client.get("/v1/modules/acme/dns/aws"), 404, "not listed")
     await get_json(client, "/v1/modules/acme/vpc/aws/versions")  # what `terraform init` asks first
     await get_json(client, "/v1/modules/acme/dns/aws/0.1.0/download")
     await assert_error(await client.get("/v1/modules/acme/missing/aws/versions"), 404)
-    await indexed(client)
+    await indexed_in_full(client)
     assert ids(await get_json(client, "/v1/modules")) == ["acme/dns/aws", "acme/vpc/aws"]
     assert (await get_json(client, "/v1/modules/acme/dns/aws"))["description"] == "The dns module."
     await client.close()  # shutdown writes the catalog
@@ -186,7 +186,7 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(serv
 
 async def test_downloads_are_counted_in_batches_and_kept_across_restarts(serve_client, mono, tmp_path):
     config = make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     for _ in range(25):
         resp = await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")
         assert resp.status == 200
@@ -194,7 +194,7 @@ async def test_downloads_are_counted_in_batches_and_kept_across_restarts(serve_c
     assert (await get_json(client, "/v1/modules/acme/vpc/aws"))["downloads"] == 25
     assert client.app[CATALOG].writes <= 1  # not one write per request
     await client.close()
-    restarted = await indexed(await serve_client(config))
+    restarted = await indexed_in_full(await serve_client(config))
     listed = {
         m["name"] + "/" + m["provider"]: m["downloads"] for m in (await get_json(restarted, "/v1/modules"))["modules"]
     }
@@ -212,7 +212,7 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(serve_client, mono,
     state = tmp_path / "state"
     state.mkdir()
     (state / "catalog.json").write_text("{not json")
-    client = await indexed(await serve_client(make_config(rules_for(mono.url), storage={"path": str(state)})))
+    client = await indexed_in_full(await serve_client(make_config(rules_for(mono.url), storage={"path": str(state)})))
     assert ids(await get_json(client, "/v1/modules")) == SORTED
     assert (state / "catalog.json.damaged").exists()
 
@@ -222,7 +222,7 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(serve_client, mono,
 
 async def test_scoped_tokens_never_list_or_find_other_namespaces(serve_client, mono, tmp_path):
     tokens = [{"token": READ_ACME, "namespaces": ["acme"]}, READ_ALL]
-    client = await indexed(
+    client = await indexed_in_full(
         await serve_client(
             make_config(rules_for(mono.url), auth={"tokens": tokens}, storage={"path": str(tmp_path / "state")})
         )

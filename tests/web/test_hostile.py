@@ -35,7 +35,8 @@ from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GitRunner
 from gitreg.registry.service import git_location
 from gitreg.web.keys import METRICS
-from tests.support.app import indexed, make_config, served_app
+from tests.support.app import make_config, served_app
+from tests.support.conv_web import indexed_in_full
 from tests.support.githttp import GitHttpServer
 from tests.support.process import run_gitreg
 from tests.support.repos import GitRepo
@@ -260,7 +261,7 @@ async def shared_app_client(git_host, tmp_path_factory) -> AsyncIterator[TestCli
 async def app_client(shared_app_client, git_host):
     # Indexed before the test, so list and search have something to show; what the background
     # index asked the host is done before any request below is counted.
-    client = await indexed(shared_app_client)
+    client = await indexed_in_full(shared_app_client)
     git_host.reset_counters()
     return client
 
@@ -819,7 +820,7 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)  # noqa: ASYNC221 - no request in flight
     assert "v6.6.6" in plain.stdout  # the files alone redirect it too
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'url.{evil.url}.insteadof'='{good.url}'")
-    client = await indexed(
+    client = await indexed_in_full(
         await serve_client(
             make_config(
                 [{"namespace": "demo", "name": "hello", "system": "null", "repository": good.url}],

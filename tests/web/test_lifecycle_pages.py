@@ -9,8 +9,8 @@ import pytest
 from gitreg.core.names import ModuleAddress
 from gitreg.registry.lifecycle import NOTHING
 from gitreg.web.keys import REGISTRY
-from tests.support.app import indexed, make_config
-from tests.support.conv_web import details_read
+from tests.support.app import make_config
+from tests.support.conv_web import details_read, indexed_in_full
 from tests.support.lifecycle import DEPRECATION, REVOKED_REASON, module_repo, rule
 from tests.support.orgs import until
 
@@ -23,7 +23,7 @@ async def ready(client):
     index process `gitreg serve` runs, the serving process has no tag list of a module no one asked
     to install: a page's or details' first view fetches it in the background (RegistryService.
     declared_for), and the fetch reads the file; until then they say nothing of it."""
-    await indexed(client)
+    await indexed_in_full(client)
     registry = client.app[REGISTRY]
     await until(lambda: registry.declared_for(HELLO) is not NOTHING, timeout=30)
     await registry.declarations.settled()

@@ -17,7 +17,8 @@ import pytest
 
 from gitreg.index.files import NotAnImage, checked_path, sniffed
 from gitreg.web.keys import BROWSE
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config
+from tests.support.conv_web import indexed_in_full
 from tests.support.pages import SVG, TERRAFORM_DOCS_README, png
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
@@ -54,7 +55,7 @@ async def client_for(serve_client, tmp_path: Path, **sections):
     repo = image_repo(tmp_path / "repos")
     rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url}
     config = make_config([rule], storage={"path": str(tmp_path / "state")}, **sections)
-    return await indexed(await serve_client(config)), repo
+    return await indexed_in_full(await serve_client(config)), repo
 
 
 async def test_a_file_repositorys_readme_images_come_from_gitreg(serve_client, tmp_path):
@@ -116,7 +117,7 @@ async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have
     repo.commit({"README.md": TERRAFORM_DOCS_README, "main.tf": 'variable "cidr" {}\n'})
     repo.tag("v1.0.0")
     rule = {"namespace": "acme", "name": "docs", "system": "aws", "repository": repo.url}
-    client = await indexed(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed_in_full(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     text = await (await client.get("/modules/acme/docs/aws")).text()
     readme = text.split('id="readme"', 1)[1].split('<div class="markdown">', 1)[1].split("</section>", 1)[0]
     assert "&lt;" not in readme.replace("&gt;= ", "") and "BEGIN_TF_DOCS" not in readme

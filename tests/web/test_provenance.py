@@ -14,8 +14,8 @@ import pytest
 
 from gitreg.core.names import ModuleAddress
 from gitreg.web.keys import INDEX
-from tests.support.app import indexed, make_config
-from tests.support.conv_web import details_read
+from tests.support.app import make_config
+from tests.support.conv_web import details_read, indexed_in_full
 from tests.support.orgs import until
 from tests.support.repos import GitRepo
 
@@ -43,7 +43,7 @@ async def took_the_move(client, sha: str) -> None:
     is the one the index process last reported: it may not have the move yet."""
     index = client.app[INDEX]
     await until(lambda: (entry := index.get(HELLO)) is not None and entry.latest.sha == sha, timeout=30)
-    await indexed(client)
+    await indexed_in_full(client)
 
 
 async def details(client) -> dict:
@@ -73,7 +73,9 @@ async def archive_bytes(serve_client, repo: GitRepo, store: Path) -> bytes:
 async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(serve_client, tmp_path, download):
     repo, first = hello(tmp_path)
     store = tmp_path / "store"
-    client = await indexed(await serve_client(make_config([rule(repo, download)], storage={"path": str(store)})))
+    client = await indexed_in_full(
+        await serve_client(make_config([rule(repo, download)], storage={"path": str(store)}))
+    )
     body = await details(client)
     assert body["commit"] == first
     assert body["moved"] is None
@@ -104,7 +106,7 @@ async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_n
     repo.commit({}, "add a submodule")
     repo.tag("v1.0.0")  # now with a submodule: no archive can hold it
     config = make_config([rule(repo, "git")], storage={"path": str(tmp_path / "store")})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     body = await details(client)
     assert body["archive_sha256"] is None and body["commit"] == repo.head() != first
     page = await client.get(PAGE)
@@ -117,7 +119,7 @@ async def test_a_moved_tag_is_shown_with_its_first_and_current_commit_and_when_i
 ):
     repo, first = hello(tmp_path)
     config = make_config([rule(repo, download)], cache={"ttl_seconds": 0}, storage={"path": str(tmp_path / "store")})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     assert (await client.get(DOWNLOAD)).status == 200  # served once: first commit pinned
     before = time.time()
     second = repo.commit({"main.tf": 'output "v" { value = "second" }\n'})
@@ -142,7 +144,7 @@ async def test_a_moved_tag_is_remembered_across_a_restart_with_when_it_was_first
     repo, first = hello(tmp_path)
     store = tmp_path / "store"
     config = make_config([rule(repo, "archive")], cache={"ttl_seconds": 0}, storage={"path": str(store)})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     assert (await client.get(DOWNLOAD)).status == 200
     second = repo.commit({"main.tf": 'output "v" { value = "second" }\n'})
     repo.tag("v1.0.0")
@@ -151,6 +153,6 @@ async def test_a_moved_tag_is_remembered_across_a_restart_with_when_it_was_first
     noticed = (await details(client))["moved"]["noticed"]
     await client.close()
     await asyncio.sleep(1.1)  # a record made again now would carry another second
-    restarted = await indexed(await serve_client(config))
+    restarted = await indexed_in_full(await serve_client(config))
     moved = (await details(restarted))["moved"]
     assert moved == {"first_commit": first, "current_commit": second, "noticed": noticed}

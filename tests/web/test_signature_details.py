@@ -9,8 +9,8 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support.app import indexed, make_config, served_app
-from tests.support.conv_web import details_read
+from tests.support.app import make_config, served_app
+from tests.support.conv_web import details_read, indexed_in_full
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
@@ -37,7 +37,7 @@ async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Test
         storage={"path": str(tmp_path / "state")},
     )
     async with TestClient(TestServer(served_app(config))) as client:
-        yield await indexed(client)
+        yield await indexed_in_full(client)
 
 
 async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(client):

@@ -13,7 +13,8 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.config.model import Config
-from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, indexed, make_config, served_app
+from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, make_config, served_app
+from tests.support.conv_web import indexed_in_full
 from tests.support.pages import TOKEN_ALL, login, origin, repos, rules
 from tests.support.repos import GitRepo
 
@@ -34,7 +35,7 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def open_client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
     async with TestClient(TestServer(served_app(open_config(tmp_path_factory.mktemp("ui"))))) as client:
-        yield await indexed(client)
+        yield await indexed_in_full(client)
 
 
 def auth_config(tmp_path: Path, index: bool = True) -> Config:
@@ -50,7 +51,7 @@ def auth_config(tmp_path: Path, index: bool = True) -> Config:
 
 @pytest.fixture
 async def auth_client(serve_client, tmp_path):
-    return await indexed(await serve_client(auth_config(tmp_path)))
+    return await indexed_in_full(await serve_client(auth_config(tmp_path)))
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear
     found = repos(tmp_path)
     template = found["vpc"].url.replace("/vpc.git", "/{name}.git")
     rule = {"namespace": "acme", "system": "aws", "repository": template}
-    client = await indexed(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed_in_full(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     text = html.unescape(await (await client.get("/")).text())
     assert "No modules." in text
     assert "Modules that a rule with wildcards (acme/*/aws) serves appear here after their first install" in text
@@ -78,13 +79,13 @@ async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear
     assert "No module other/net/azurerm is listed by this registry." in other
     # After its first install it is listed, and the note is gone.
     assert (await client.get("/v1/modules/acme/vpc/aws/versions")).status == 200
-    await indexed(client)
+    await indexed_in_full(client)
     text = await (await client.get("/")).text()
     assert "acme/vpc/aws" in text and 'id="wildcard-note"' not in text
 
 
 async def test_no_page_starts_git(serve_client, tmp_path):
-    open_client = await indexed(await serve_client(open_config(tmp_path)))
+    open_client = await indexed_in_full(await serve_client(open_config(tmp_path)))
     (tmp_path / "repos" / "vpc.git").rename(tmp_path / "repos" / "moved.git")  # any git call would now fail
     for path in ("/", "/?q=net", "/?namespace=acme", "/modules/acme/vpc/aws", "/modules/acme/vpc/aws/1.0.0"):
         resp = await open_client.get(path)
@@ -164,7 +165,7 @@ async def test_relative_readme_links_point_into_the_repository(serve_client, tmp
         [{**rules(found)[0], "clone_url": "git@gitlab.example.com:acme/terraform-aws-vpc.git"}],
         storage={"path": str(tmp_path / "state")},
     )
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     text = await (await client.get("/modules/acme/vpc/aws")).text()
     assert 'href="https://gitlab.example.com/acme/terraform-aws-vpc/-/blob/v1.0.0/docs/guide.md"' in text
     assert GIT_USER not in text and GIT_PASSWORD not in text
@@ -194,7 +195,7 @@ def listed_names(text: str) -> list[str]:
 
 async def test_the_index_sorts_by_newest_name_and_downloads(serve_client, tmp_path):
     config = make_config(dated_repos(tmp_path), storage={"path": str(tmp_path / "s")})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     for _ in range(2):
         assert (await client.get("/v1/modules/acme/charlie/aws/1.0.0/download")).status == 200
     assert (await client.get("/v1/modules/acme/alpha/aws/1.0.0/download")).status == 200
@@ -214,7 +215,7 @@ async def test_the_index_has_page_numbers_that_keep_the_query(serve_client, tmp_
     repo.commit({"README.md": "# many\n\nOne of many.\n", "main.tf": "# m\n"})
     repo.tag("v1.0.0")
     rules = [{"namespace": "acme", "name": f"m{i:02d}", "system": "aws", "repository": repo.url} for i in range(95)]
-    client = await indexed(await serve_client(make_config(rules, storage={"path": str(tmp_path / "s")})))
+    client = await indexed_in_full(await serve_client(make_config(rules, storage={"path": str(tmp_path / "s")})))
     text = await (await client.get("/?sort=name&offset=40")).text()
     assert listed_names(text)[0] == "m40" and "41\u201360 of 95 modules" in text
     numbers = re.findall(r'<a href="([^"]+)"(?: aria-current="page"| aria-label="Page \d+")>(\d+)</a>', text)
@@ -245,7 +246,7 @@ async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install
     # Terraform finds a registry over HTTPS only: a block naming this plain-HTTP address fails
     # as pasted ("server gave HTTP response to HTTPS client"), so the page says what to use.
     config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     reached = f"http://{client.server.host}:{client.server.port}"
     host = host or reached.removeprefix("http://")
     text = await (await client.get("/modules/acme/vpc/aws")).text()
@@ -258,7 +259,7 @@ async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install
 async def test_a_page_reached_at_public_url_says_nothing_of_hosts(serve_client, tmp_path):
     server = {"public_url": "http://registry.example.com"}
     config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     text = await (await client.get("/modules/acme/vpc/aws", headers={"Host": "registry.example.com"})).text()
     assert "source  = &#34;registry.example.com/acme/vpc/aws&#34;" in text and _host_note(text) == ""
 
@@ -277,7 +278,7 @@ async def test_sources_are_copy_ready_with_the_public_host_and_served_dependenci
     config = make_config(
         rules, storage={"path": str(tmp_path / "s")}, server={"public_url": "https://registry.example.com"}
     )
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     text = await (await client.get("/modules/acme/vpc/aws")).text()
     for source in ("acme/vpc/aws", "acme/vpc/aws//modules/flow-log", "acme/vpc/aws//examples/complete"):
         assert f"source  = &#34;registry.example.com/{source}&#34;\n  version = &#34;~&gt; 5.4&#34;" in text, source
@@ -299,7 +300,7 @@ async def test_the_version_picker_dates_each_version_from_gitregs_mirror(serve_c
         repo.commit({"main.tf": f"# {version}\n"}, date=f"{day}T10:00:00+00:00")
         repo.tag(f"v{version}")
     rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url, "download": "archive"}
-    client = await indexed(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed_in_full(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     location = (await (await client.get("/v1/modules/acme/vpc/aws/1.0.0/download")).json())["location"]
     parts = urlsplit(location)
     assert (await client.get(f"{parts.path}?{parts.query}")).status == 200  # the archive is built from the mirror

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config
+from tests.support.conv_web import indexed_in_full
 from tests.support.pages import TOKEN_ALL, login, origin, repos, rules
 
 
@@ -48,7 +49,7 @@ async def test_next_after_login_keeps_a_path_with_its_query(serve_client, tmp_pa
 
 
 async def test_pages_shown_to_a_signed_in_person_are_private_and_vary_on_the_cookie(serve_client, tmp_path):
-    client = await indexed(await serve_client(auth_config(tmp_path)))
+    client = await indexed_in_full(await serve_client(auth_config(tmp_path)))
     await login(client, TOKEN_ALL)
     for path in ("/", "/?q=vpc", "/modules/acme/vpc/aws", "/modules/acme/nope/aws"):
         resp = await client.get(path, allow_redirects=False)

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gitreg.web.keys import USAGE
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config
+from tests.support.conv_web import indexed_in_full
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost
@@ -86,7 +87,7 @@ def used_by_config(tmp_path: Path, org: Org, download: str = "archive", auth: bo
 async def scanned(client) -> None:
     usage = client.app[USAGE]
     await until(lambda: usage.passes >= 1 and usage.consumers("acme/vpc/aws"), timeout=60)
-    await indexed(client)
+    await indexed_in_full(client)
 
 
 async def ci_installs(client, issuer: FakeIssuer, *projects: str) -> None:

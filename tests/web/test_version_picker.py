@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gitreg.web.keys import CACHE, REGISTRY
-from tests.support.app import indexed
+from tests.support.conv_web import indexed_in_full
 from tests.support.index import make_config, rules
 from tests.support.repos import GitRepo
 
@@ -55,7 +55,7 @@ async def test_the_picker_shows_every_versions_date_once_read_from_the_host_with
 ):
     expected = dated_repo(tmp_path)
     config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     listings, tag_lists = git_http.ref_listings("public-dated.git"), client.app[CACHE].stats.refreshes
     first = await picker_dates(client)  # the latest's date came with its details; the others are being read
     assert first == {**dict.fromkeys(expected, ""), "1.2.0": expected["1.2.0"]}  # the page did not wait for them
@@ -77,5 +77,5 @@ async def test_a_host_speaking_protocol_v0_gives_the_dates_too(serve_client, git
     expected = dated_repo(tmp_path)
     git_http.protocol_v0 = True
     config = make_config(rules(git_http, ["dated"]), git_http, storage={"path": str(tmp_path / "state")})
-    client = await indexed(await serve_client(config))
+    client = await indexed_in_full(await serve_client(config))
     await shown_once_read(client, expected)
