@@ -39,6 +39,7 @@ async def _child(seed: Seed, read_fd: int, write_fd: int) -> None:
         side = IndexSide(seed, index, services.catalog, services.orgs, services.cache, services.registry)
         feed = ReportFeed(index, out, seed.resync)
         index.on_written.connect(feed.written)
+        services.cache.on_fetched.connect(feed.fetched)
         feeder = asyncio.ensure_future(feed.run())
         loop.add_signal_handler(signal.SIGTERM, reader.feed_eof)  # stop as when the input ends
         try:

@@ -33,6 +33,7 @@ from gitreg.index.protocol import (
     Reset,
     Seed,
     Status,
+    TagObjectsKnown,
     TagsFetched,
     UntaggedSet,
     Want,
@@ -102,6 +103,7 @@ class ReportFeed:
         self._written = False
         self._status: Status | None = None
         self._sent = time.monotonic()  # the last report: one at least every HEARTBEAT_SECONDS
+        self._fetched: set[str] = set()  # repositories whose tags this process fetched since the last report
         assert index.changes is not None, "browse_services records the index process's changes from its start"
         self.changes: ChangeLog = index.changes
         if resync:
@@ -123,6 +125,12 @@ class ReportFeed:
             await self.send()
             await asyncio.sleep(FEED_SECONDS)
 
+    def fetched(self, key: str) -> None:
+        """This process's tag cache fetched new tags of `key` (TagCache.on_fetched): its annotated tags'
+        objects go to the serving process with the next report, before the entries made from them."""
+        self._fetched.add(key)
+        self.changes.ready.set()
+
     async def send(self) -> None:
         changes, forgotten = self.changes.take()
         reports: list[Report] = [
@@ -133,6 +141,9 @@ class ReportFeed:
             else EntryDropped(address)
             for address, entry in changes.items()
         ]
+        fetched, self._fetched = sorted(self._fetched), set()
+        known = self.index.read.tag_objects
+        reports[:0] = [TagObjectsKnown(key, objects) for key in fetched if (objects := known.of(key))]
         reports += [Forgotten(address) for address in forgotten]
         if self._written:
             self._written = False

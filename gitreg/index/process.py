@@ -68,6 +68,7 @@ from gitreg.index.protocol import (
     Reset,
     Seed,
     Status,
+    TagObjectsKnown,
     TagsFetched,
     UntaggedSet,
     Want,
@@ -327,6 +328,8 @@ class IndexProcess:
         match report:
             case EntrySet(entry):
                 self.index.take([entry])
+            case TagObjectsKnown(key, objects):
+                self.index.read.tag_objects.keep(key, objects)
             case EntryDropped(address):
                 self.index.take([], [address])
             case UntaggedSet(address, untagged):

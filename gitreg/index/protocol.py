@@ -17,6 +17,7 @@ from typing import Any
 
 from gitreg.config.model import Config
 from gitreg.core.names import ModuleAddress, address_from_text
+from gitreg.git.remote import SHA_RE
 from gitreg.index.model import IndexEntry, IndexStats, Untagged
 from gitreg.index.parse_workers import pickled_frame
 from gitreg.orgs.model import OrgRepo
@@ -160,6 +161,17 @@ class EntrySet:
 
 
 @dataclass(frozen=True)
+class TagObjectsKnown:
+    """The annotated tags' own objects of a repository (git.remote.TagObjects), as the index process's
+    ls-remote advertised them, sent before the entries made from it: the serving process, which may
+    never have listed that repository's tags itself, reads the version picker's dates by the tag
+    object (its tagger's date), not by the commit (the commit's date)."""
+
+    key: str
+    objects: dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
 class EntryDropped:
     """The index process no longer lists this module."""
 
@@ -202,7 +214,7 @@ class Written:
     """The index process wrote index.json (with Redis, the leader publishes it)."""
 
 
-Report = EntrySet | EntryDropped | UntaggedSet | Forgotten | Reset | Status | Written
+Report = EntrySet | TagObjectsKnown | EntryDropped | UntaggedSet | Forgotten | Reset | Status | Written
 _STATS = frozenset(f.name for f in fields(IndexStats))
 
 
@@ -211,6 +223,8 @@ def encode_report(message: Report) -> bytes:
     match message:
         case EntrySet(entry):
             data: dict[str, Any] = {"set": entry.to_json()}
+        case TagObjectsKnown(key, objects):
+            data = {"tag_objects": {"key": key, "objects": objects}}
         case EntryDropped(address):
             data = {"drop": str(address)}
         case UntaggedSet(address, untagged):
@@ -241,6 +255,18 @@ def decode_report(line: bytes) -> Report | None:
 def _entry_set(payload: Any) -> Report | None:
     entry = IndexEntry.from_json(payload)
     return EntrySet(entry) if entry is not None else None
+
+
+def _tag_objects(payload: Any) -> Report | None:
+    key, objects = (payload.get("key"), payload.get("objects")) if isinstance(payload, dict) else (None, None)
+    if not isinstance(key, str) or not isinstance(objects, dict):
+        return None
+    kept = {
+        tag: (pair[0], pair[1])
+        for tag, pair in objects.items()
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(h, str) and SHA_RE.fullmatch(h) for h in pair)
+    }
+    return TagObjectsKnown(key, kept)
 
 
 def _dropped(payload: Any) -> Report | None:
@@ -282,6 +308,7 @@ def _written(_payload: Any) -> Report | None:
 
 _DECODERS = {
     "set": _entry_set,
+    "tag_objects": _tag_objects,
     "drop": _dropped,
     "untagged": _untagged,
     "forget": _forgotten,

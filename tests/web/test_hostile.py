@@ -15,12 +15,14 @@ import hmac
 import json
 import re
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, quote
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,9 +34,9 @@ from gitreg.core.versions import select_versions
 from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GitRunner
 from gitreg.registry.service import git_location
-from gitreg.web.app import create_app
 from gitreg.web.keys import METRICS
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config, served_app
+from tests.support.conv_web import indexed_in_full
 from tests.support.githttp import GitHttpServer
 from tests.support.process import run_gitreg
 from tests.support.repos import GitRepo
@@ -190,10 +192,11 @@ def invalid_path(draw: st.DrawFn) -> tuple[str, str]:
 # --- the app under attack -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def git_host(tmp_path: Path) -> Iterator[GitHttpServer]:
-    """An anonymous smart-HTTP git server holding demo/hello/null; its request log counts git calls."""
-    root = tmp_path / "repos"
+@pytest.fixture(scope="module")
+def git_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitHttpServer]:
+    """An anonymous smart-HTTP git server holding demo/hello/null; its request log counts git calls
+    (the tests count what their own requests cause: the count before, the count after)."""
+    root = tmp_path_factory.mktemp("hostile") / "repos"
     repo = GitRepo(root, "public")
     repo.commit({"main.tf": "# hello\n", "README.md": "# hello\n\nA module.\n"})
     repo.tag("v1.0.0")
@@ -242,87 +245,28 @@ def assert_json_error(status: int, headers: dict[str, str], body: bytes) -> None
     assert "Traceback" not in body.decode("utf-8", "replace")
 
 
-@pytest.fixture
-async def app_client(aiohttp_client, git_host, tmp_path):
+# The app the tests taking `app_client` attack is what `gitreg serve` builds (its index process too),
+# built once for the module and run on the module's event loop (`module_loop`): none changes it.
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_app_client(git_host, tmp_path_factory) -> AsyncIterator[TestClient]:
+    config = hostile_config(git_host, tmp_path_factory.mktemp("hostile-state"), index={"enabled": True})
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def app_client(shared_app_client, git_host):
     # Indexed before the test, so list and search have something to show; what the background
     # index asked the host is done before any request below is counted.
-    client = await indexed(
-        await aiohttp_client(create_app(hostile_config(git_host, tmp_path, index={"enabled": True})))
-    )
+    client = await indexed_in_full(shared_app_client)
     git_host.reset_counters()
     return client
 
 
 # --- paths ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-@SETTINGS
-@given(case=invalid_path())
-@example(case=("version", "/v1/modules/demo/hello/null/%00"))  # the details route once listed tags first
-@example(case=("version", "/v1/modules/acme/vpc/aws/%D0%B0cme"))
-@example(case=("name", "/v1/modules/demo/he%2Fllo/null/versions"))
-async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_a_git_call(app_client, git_host, case):
-    _, path = case
-    before = len(git_host.requests())
-    status, headers, body = await raw_request(app_client.server.port, "GET", path)
-    # 400 for a segment the router matched; 404 when it cannot match at all (an encoded '/' in it).
-    assert status in (400, 404), (path, status, body[:300])
-    assert_json_error(status, headers, body)
-    assert len(git_host.requests()) == before, f"{path} made a git call"
-
-
-@pytest.mark.slow
-@SETTINGS
-@given(
-    path=st.lists(
-        st.one_of(
-            st.sampled_from([*RAW, "v1", "modules", "..", ".", "", "%2e%2e"]),
-            st.text(no_surrogates, max_size=30).map(lambda s: quote(s, safe="")),
-        ),
-        max_size=8,
-    ).map(lambda parts: "/" + "/".join(parts)),
-    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "PROPFIND"]),
-)
-@example(path="/modules/he%2Fllo/he%2Fllo/he%2Fllo", method="GET")  # a web page's 404 (found by this test)
-@example(path="/a%0D%0Ab", method="GET")  # a line break in the decoded path: still JSON (found by this test)
-async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_bounded_metric_label(
-    app_client, path, method
-):
-    status, headers, body = await raw_request(app_client.server.port, method, path)
-    assert status in DOCUMENTED, (method, path, status, body[:300])
-    if status >= 400 and method != "HEAD":
-        if headers.get("content-type", "").startswith("text/html"):
-            # A web page's error is a page (for a browser), and only a web page's is.
-            assert method == "GET" and UI_PAGE.fullmatch(path), (method, path, status, body[:300])
-            assert b"<html" in body and b"Traceback" not in body
-        else:
-            assert_json_error(status, headers, body)
-    # Request metrics are labelled by route template: a hostile path never becomes a new series.
-    templates = {r.resource.canonical for r in app_client.app.router.routes() if r.resource is not None}
-    labels = {sample.labels["route"] for sample in request_samples(app_client)}
-    assert labels <= templates | {"unmatched"}, labels - templates
-
-
-@pytest.mark.parametrize(
-    "target",
-    [
-        "/v1/modules/demo/hello/null/versions/../../../../../../etc/passwd",
-        "/v1/modules/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
-        "/v1/modules/../hello/null/versions",
-        "/v1/modules/demo/hello/null/../../../../healthz",
-        "/v1/modules/demo/x/../hello/null/versions",
-        "/v1/modules/demo/hello/null/%2e/versions",
-        "/v1/modules/demo/hello/null/..%2Fversions",
-    ],
-)
-async def test_dot_segments_are_taken_literally_and_never_escape_the_api(app_client, git_host, target):
-    """aiohttp does not resolve `..` before routing: such a path matches no route, or a segment the grammar refuses."""
-    status, headers, body = await raw_request(app_client.server.port, "GET", target)
-    assert status in (400, 404), (target, status, body)
-    assert_json_error(status, headers, body)
-    assert b"root:" not in body
-    assert git_host.requests() == []
 
 
 def request_samples(client) -> list[Any]:
@@ -349,32 +293,6 @@ def assert_json_or_refused_by_the_parser(
         assert_json_error(status, headers, body)
     else:
         assert status == 400 and answered(client) == seen, (status, headers, body[:300])
-
-
-async def test_requests_the_http_parser_refuses_are_400_and_never_reach_gitreg(app_client, git_host, caplog):
-    """Beyond aiohttp's limits (8190-byte request line or header, duplicate singleton headers) the parser answers.
-
-    Those answers are aiohttp's own plain-text 400 (not gitreg's JSON shape: see SECURITY.md).
-    They reach no handler, rule or git, and are logged as one WARNING line: no traceback, and
-    nothing of the request (which may carry a signature or token in its query string).
-    """
-    port = app_client.server.port
-    secret_query = "signature=" + "s3cr3t" * 1500
-    cases = [
-        ("GET", f"/v1/modules/demo/hello/null/versions?{secret_query}", []),
-        ("GET", "/v1/modules/demo/hello/null/versions", [("X-Big", "x" * 9000)]),
-        ("GET", "/v1/modules/demo/hello/null/versions", [("Content-Type", "a/b"), ("Content-Type", "c/d")]),
-    ]
-    for method, target, headers in cases:
-        caplog.clear()
-        seen = answered(app_client)
-        status, _, body = await raw_request(port, method, target, headers)
-        assert status in (400, 431), (target[:80], status, body)
-        assert answered(app_client) == seen  # gitreg's middleware never ran
-        records = [r for r in caplog.records if r.name == "aiohttp.server"]
-        assert records and all(r.levelname == "WARNING" and r.exc_info is None for r in records), records
-        assert "s3cr3t" not in caplog.text
-    assert git_host.requests() == []
 
 
 # --- query strings -------------------------------------------------------------------------------
@@ -444,36 +362,6 @@ def query_is_invalid(path: str, params: list[tuple[str, str]], encoded: str) -> 
     return path == "/v1/modules/search" and not first.get("q", "").strip()
 
 
-@pytest.mark.slow
-@SETTINGS
-@given(path=st.sampled_from(QUERY_PATHS), params=queries)
-@example(path="/v1/modules", params=[("offset", "abc")])  # lists (and so git) once came before this check
-@example(path="/v1/modules/search", params=[("q", "\x00")])
-@example(path="/v1/modules/demo/hello/null/versions", params=[("junk", "y" * 4100)])  # over 4096 bytes: JSON 400
-async def test_query_parameters_are_checked_before_any_git_call(app_client, git_host, path, params):
-    encoded = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in params)
-    before, seen = len(git_host.requests()), answered(app_client)
-    status, headers, body = await raw_request(app_client.server.port, "GET", f"{path}?{encoded}")
-    if query_is_invalid(path, params, encoded):
-        assert status == 400, (path, params, status, body[:300])
-        # Past 8190 bytes of request line aiohttp's parser refuses it before gitreg: see above.
-        assert_json_or_refused_by_the_parser(app_client, seen, status, headers, body)
-        assert len(git_host.requests()) == before, f"{path}?{encoded} made a git call"
-    else:
-        assert status == 200, (path, params, status, body[:300])
-
-
-@SETTINGS
-@given(query=st.text(st.sampled_from("a=&;+%2Fz0q\u00e9 #?"), max_size=60))
-async def test_raw_query_strings_never_break_the_error_shape(app_client, query):
-    status, headers, body = await raw_request(
-        app_client.server.port, "GET", "/v1/modules/search?" + quote(query, safe="=&;+%")
-    )
-    assert status in (200, 400), (query, status, body[:300])
-    if status >= 400:
-        assert_json_error(status, headers, body)
-
-
 # --- headers -------------------------------------------------------------------------------------
 
 HEADER_NAMES = [
@@ -532,14 +420,16 @@ HEADER_TARGETS = [
 
 
 @pytest.fixture
-async def token_client(aiohttp_client, git_host, tmp_path):
+async def token_client(serve_client, git_host, tmp_path):
     config = hostile_config(
         git_host,
         tmp_path,
         auth={"tokens": [TOKEN], "metrics_token": METRICS_TOKEN},
         webhooks={"github_secret": GITHUB_SECRET, "gitlab_token": GITLAB_TOKEN},
     )
-    return await aiohttp_client(create_app(config))
+    client = await serve_client(config)  # (the index off: no background git)
+    git_host.reset_counters()  # the host serves the whole module: what earlier tests asked is not counted
+    return client
 
 
 @pytest.mark.slow
@@ -782,12 +672,9 @@ def nasty_repo(tmp_path: Path) -> GitRepo:
     return repo
 
 
-async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(make_client, nasty_repo):
-    client = await make_client(
-        make_config(
-            [{"namespace": "demo", "name": "hello", "system": "null", "repository": nasty_repo.url, "download": "git"}]
-        )
-    )
+async def test_tags_with_special_characters_are_skipped_and_plus_is_encoded(serve_client, nasty_repo):
+    rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": nasty_repo.url, "download": "git"}
+    client = await serve_client(make_config([rule], index={"enabled": False}))  # versions and downloads only
     resp = await client.get("/v1/modules/demo/hello/null/versions")
     listed = [v["version"] for v in (await resp.json())["modules"][0]["versions"]]
     assert sorted(listed) == sorted(GOOD_TAGS.values())
@@ -916,7 +803,7 @@ def test_a_url_that_looks_like_an_option_is_never_one(tmp_path, url):
 
 
 async def test_the_operators_git_config_and_working_directory_repository_are_not_honoured(
-    make_client, tmp_path, monkeypatch
+    serve_client, tmp_path, monkeypatch
 ):
     good = GitRepo(tmp_path / "repos", "good")
     good.commit({"main.tf": "# good\n"})
@@ -933,8 +820,8 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     plain = subprocess.run(["git", "ls-remote", "--tags", good.url], capture_output=True, text=True, check=True)  # noqa: ASYNC221 - no request in flight
     assert "v6.6.6" in plain.stdout  # the files alone redirect it too
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'url.{evil.url}.insteadof'='{good.url}'")
-    client = await indexed(
-        await make_client(
+    client = await indexed_in_full(
+        await serve_client(
             make_config(
                 [{"namespace": "demo", "name": "hello", "system": "null", "repository": good.url}],
                 storage={"path": str(tmp_path / "state")},
@@ -946,3 +833,138 @@ async def test_the_operators_git_config_and_working_directory_repository_are_not
     resp = await client.get("/v1/modules/demo/hello/null")  # details: read by the index from gitreg's mirror
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["versions"] == ["1.0.0"]
+
+
+# --- the tests of the app built once for the module, last, as its event loop runs only while they
+# do (paused longer than SILENCE_SECONDS, the serving process kills its index process) ---------------
+
+
+@module_loop
+@pytest.mark.slow
+@SETTINGS
+@given(case=invalid_path())
+@example(case=("version", "/v1/modules/demo/hello/null/%00"))  # the details route once listed tags first
+@example(case=("version", "/v1/modules/acme/vpc/aws/%D0%B0cme"))
+@example(case=("name", "/v1/modules/demo/he%2Fllo/null/versions"))
+async def test_a_path_segment_outside_the_grammar_is_a_4xx_json_error_and_never_a_git_call(app_client, git_host, case):
+    _, path = case
+    before = len(git_host.requests())
+    status, headers, body = await raw_request(app_client.server.port, "GET", path)
+    # 400 for a segment the router matched; 404 when it cannot match at all (an encoded '/' in it).
+    assert status in (400, 404), (path, status, body[:300])
+    assert_json_error(status, headers, body)
+    assert len(git_host.requests()) == before, f"{path} made a git call"
+
+
+@module_loop
+@pytest.mark.slow
+@SETTINGS
+@given(
+    path=st.lists(
+        st.one_of(
+            st.sampled_from([*RAW, "v1", "modules", "..", ".", "", "%2e%2e"]),
+            st.text(no_surrogates, max_size=30).map(lambda s: quote(s, safe="")),
+        ),
+        max_size=8,
+    ).map(lambda parts: "/" + "/".join(parts)),
+    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "PROPFIND"]),
+)
+@example(path="/modules/he%2Fllo/he%2Fllo/he%2Fllo", method="GET")  # a web page's 404 (found by this test)
+@example(path="/a%0D%0Ab", method="GET")  # a line break in the decoded path: still JSON (found by this test)
+async def test_any_path_and_method_get_a_documented_status_the_json_shape_and_a_bounded_metric_label(
+    app_client, path, method
+):
+    status, headers, body = await raw_request(app_client.server.port, method, path)
+    assert status in DOCUMENTED, (method, path, status, body[:300])
+    if status >= 400 and method != "HEAD":
+        if headers.get("content-type", "").startswith("text/html"):
+            # A web page's error is a page (for a browser), and only a web page's is.
+            assert method == "GET" and UI_PAGE.fullmatch(path), (method, path, status, body[:300])
+            assert b"<html" in body and b"Traceback" not in body
+        else:
+            assert_json_error(status, headers, body)
+    # Request metrics are labelled by route template: a hostile path never becomes a new series.
+    templates = {r.resource.canonical for r in app_client.app.router.routes() if r.resource is not None}
+    labels = {sample.labels["route"] for sample in request_samples(app_client)}
+    assert labels <= templates | {"unmatched"}, labels - templates
+
+
+@module_loop
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/v1/modules/demo/hello/null/versions/../../../../../../etc/passwd",
+        "/v1/modules/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/v1/modules/../hello/null/versions",
+        "/v1/modules/demo/hello/null/../../../../healthz",
+        "/v1/modules/demo/x/../hello/null/versions",
+        "/v1/modules/demo/hello/null/%2e/versions",
+        "/v1/modules/demo/hello/null/..%2Fversions",
+    ],
+)
+async def test_dot_segments_are_taken_literally_and_never_escape_the_api(app_client, git_host, target):
+    """aiohttp does not resolve `..` before routing: such a path matches no route, or a segment the grammar refuses."""
+    status, headers, body = await raw_request(app_client.server.port, "GET", target)
+    assert status in (400, 404), (target, status, body)
+    assert_json_error(status, headers, body)
+    assert b"root:" not in body
+    assert git_host.requests() == []
+
+
+@module_loop
+async def test_requests_the_http_parser_refuses_are_400_and_never_reach_gitreg(app_client, git_host, caplog):
+    """Beyond aiohttp's limits (8190-byte request line or header, duplicate singleton headers) the parser answers.
+
+    Those answers are aiohttp's own plain-text 400 (not gitreg's JSON shape: see SECURITY.md).
+    They reach no handler, rule or git, and are logged as one WARNING line: no traceback, and
+    nothing of the request (which may carry a signature or token in its query string).
+    """
+    port = app_client.server.port
+    secret_query = "signature=" + "s3cr3t" * 1500
+    cases = [
+        ("GET", f"/v1/modules/demo/hello/null/versions?{secret_query}", []),
+        ("GET", "/v1/modules/demo/hello/null/versions", [("X-Big", "x" * 9000)]),
+        ("GET", "/v1/modules/demo/hello/null/versions", [("Content-Type", "a/b"), ("Content-Type", "c/d")]),
+    ]
+    for method, target, headers in cases:
+        caplog.clear()
+        seen = answered(app_client)
+        status, _, body = await raw_request(port, method, target, headers)
+        assert status in (400, 431), (target[:80], status, body)
+        assert answered(app_client) == seen  # gitreg's middleware never ran
+        records = [r for r in caplog.records if r.name == "aiohttp.server"]
+        assert records and all(r.levelname == "WARNING" and r.exc_info is None for r in records), records
+        assert "s3cr3t" not in caplog.text
+    assert git_host.requests() == []
+
+
+@module_loop
+@pytest.mark.slow
+@SETTINGS
+@given(path=st.sampled_from(QUERY_PATHS), params=queries)
+@example(path="/v1/modules", params=[("offset", "abc")])  # lists (and so git) once came before this check
+@example(path="/v1/modules/search", params=[("q", "\x00")])
+@example(path="/v1/modules/demo/hello/null/versions", params=[("junk", "y" * 4100)])  # over 4096 bytes: JSON 400
+async def test_query_parameters_are_checked_before_any_git_call(app_client, git_host, path, params):
+    encoded = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in params)
+    before, seen = len(git_host.requests()), answered(app_client)
+    status, headers, body = await raw_request(app_client.server.port, "GET", f"{path}?{encoded}")
+    if query_is_invalid(path, params, encoded):
+        assert status == 400, (path, params, status, body[:300])
+        # Past 8190 bytes of request line aiohttp's parser refuses it before gitreg: see above.
+        assert_json_or_refused_by_the_parser(app_client, seen, status, headers, body)
+        assert len(git_host.requests()) == before, f"{path}?{encoded} made a git call"
+    else:
+        assert status == 200, (path, params, status, body[:300])
+
+
+@module_loop
+@SETTINGS
+@given(query=st.text(st.sampled_from("a=&;+%2Fz0q\u00e9 #?"), max_size=60))
+async def test_raw_query_strings_never_break_the_error_shape(app_client, query):
+    status, headers, body = await raw_request(
+        app_client.server.port, "GET", "/v1/modules/search?" + quote(query, safe="=&;+%")
+    )
+    assert status in (200, 400), (query, status, body[:300])
+    if status >= 400:
+        assert_json_error(status, headers, body)

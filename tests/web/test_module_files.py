@@ -10,14 +10,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
+from gitreg.config.model import Config
 from gitreg.index.files import NotAnImage, checked_path, sniffed
 from gitreg.web.keys import BROWSE
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config, served_app
+from tests.support.conv_web import indexed_in_full
 from tests.support.pages import SVG, TERRAFORM_DOCS_README, png
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo
@@ -50,54 +55,32 @@ def image_repo(root: Path) -> GitRepo:
     return repo
 
 
-async def client_for(make_client, tmp_path: Path, **sections):
+def images_config(tmp_path: Path, **sections) -> tuple[Config, GitRepo]:
     repo = image_repo(tmp_path / "repos")
     rule = {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url}
-    config = make_config([rule], storage={"path": str(tmp_path / "state")}, **sections)
-    return await indexed(await make_client(config)), repo
+    return make_config([rule], storage={"path": str(tmp_path / "state")}, **sections), repo
 
 
-async def test_a_file_repositorys_readme_images_come_from_gitreg(make_client, tmp_path):
-    client, repo = await client_for(make_client, tmp_path)
-    text = await (await client.get(PAGE)).text()
-    assert f'<img src="{FILES}docs/diagram.png" alt="Diagram"' in text and f'src="{FILES}logo.svg"' in text
-    assert "guide" in text and "docs/guide.md" not in text  # no web page to link to: the text stays
-    assert "<strong>CIDR</strong>" in text  # descriptions' Markdown is rendered too
-    resp = await client.get(FILES + "docs/diagram.png")
-    assert resp.status == 200 and resp.content_type == "image/png"
-    assert await resp.read() == png(40, 20)
-    sha = repo.git("rev-parse", "v1.0.0")
-    assert resp.headers["ETag"] == f'"{sha}"' and "immutable" in resp.headers["Cache-Control"]
-    again = await client.get(FILES + "docs/diagram.png", headers={"If-None-Match": f'"{sha}"'})
-    assert again.status == 304
-    # One read of the commit serves every image of the page.
-    assert (await client.get(FILES + "logo.svg")).status == 200 and client.app[BROWSE].files.reads == 1
+async def client_for(serve_client, tmp_path: Path, **sections):
+    config, repo = images_config(tmp_path, **sections)
+    return await indexed_in_full(await serve_client(config)), repo
 
 
-async def test_an_svg_is_served_so_that_it_cannot_run_script(make_client, tmp_path):
-    client, _ = await client_for(make_client, tmp_path)
-    resp = await client.get(FILES + "logo.svg")
-    assert resp.status == 200 and resp.headers["Content-Type"] == "image/svg+xml"
-    assert resp.headers["Content-Security-Policy"] == "default-src 'none'; style-src 'unsafe-inline'; sandbox"
-    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+# The tests taking `images` only read what `gitreg serve` builds (its index process too) for the
+# image repository: one app for the module, run on the module's event loop (`module_loop`).
+module_loop = pytest.mark.asyncio(loop_scope="module")
 
 
-async def test_the_files_endpoint_refuses_non_images_traversal_and_large_files(make_client, tmp_path):
-    client, _ = await client_for(make_client, tmp_path)
-    for path in ("fake.png", "notes.txt", "README.md", "missing.png", "docs//diagram.png"):
-        resp = await client.get(FILES + path)
-        assert resp.status == 404 and resp.content_type == "text/html", path
-    for raw in ("..%2F..%2Fetc%2Fpasswd.png", "%2E%2E/vpc.git/config.png", "docs%2F..%2F..%2Fx.png", "%2Fetc%2Fx.png"):
-        resp = await client.get(FILES + raw)
-        assert resp.status == 404, raw
-    resp = await client.get(FILES + "big.png")
-    assert resp.status == 413 and "larger than 5 MiB" in await resp.text()
-    assert (await client.get("/modules/acme/vpc/aws/9.9.9/files/docs/diagram.png")).status == 404
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def images(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[TestClient, GitRepo]]:
+    config, repo = images_config(tmp_path_factory.mktemp("images"))
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield await indexed_in_full(client), repo
 
 
-async def test_the_files_endpoint_needs_a_session_as_the_pages_do(make_client, tmp_path):
+async def test_the_files_endpoint_needs_a_session_as_the_pages_do(serve_client, tmp_path):
     auth = {"tokens": ["files-token-0123456789abcdef"], "signing_key": "s" * 40}
-    client, _ = await client_for(make_client, tmp_path, auth=auth)
+    client, _ = await client_for(serve_client, tmp_path, auth=auth)
     resp = await client.get(FILES + "docs/diagram.png", allow_redirects=False)
     assert resp.status == 302 and resp.headers["Location"].startswith("/login?")
 
@@ -111,12 +94,12 @@ def test_only_paths_inside_the_folder_named_and_shaped_as_images_pass():
     assert sniffed(SVG, "image/svg+xml") and not sniffed(b"<html><svg>", "image/svg+xml")
 
 
-async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(make_client, tmp_path):
+async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "docs")
     repo.commit({"README.md": TERRAFORM_DOCS_README, "main.tf": 'variable "cidr" {}\n'})
     repo.tag("v1.0.0")
     rule = {"namespace": "acme", "name": "docs", "system": "aws", "repository": repo.url}
-    client = await indexed(await make_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
+    client = await indexed_in_full(await serve_client(make_config([rule], storage={"path": str(tmp_path / "state")})))
     text = await (await client.get("/modules/acme/docs/aws")).text()
     readme = text.split('id="readme"', 1)[1].split('<div class="markdown">', 1)[1].split("</section>", 1)[0]
     assert "&lt;" not in readme.replace("&gt;= ", "") and "BEGIN_TF_DOCS" not in readme
@@ -213,3 +196,48 @@ def _length(url: str) -> int:
     with urllib.request.urlopen(url, timeout=600) as resp:  # 8 commits read one after another, on a busy machine
         assert resp.status == 200
         return len(resp.read())
+
+
+# --- the tests of the app built once for the module, last, as its event loop runs only while they
+# do (paused longer than SILENCE_SECONDS, the serving process kills its index process) ---------------
+
+
+@module_loop
+async def test_a_file_repositorys_readme_images_come_from_gitreg(images):
+    client, repo = images
+    text = await (await client.get(PAGE)).text()
+    assert f'<img src="{FILES}docs/diagram.png" alt="Diagram"' in text and f'src="{FILES}logo.svg"' in text
+    assert "guide" in text and "docs/guide.md" not in text  # no web page to link to: the text stays
+    assert "<strong>CIDR</strong>" in text  # descriptions' Markdown is rendered too
+    resp = await client.get(FILES + "docs/diagram.png")
+    assert resp.status == 200 and resp.content_type == "image/png"
+    assert await resp.read() == png(40, 20)
+    sha = repo.git("rev-parse", "v1.0.0")
+    assert resp.headers["ETag"] == f'"{sha}"' and "immutable" in resp.headers["Cache-Control"]
+    again = await client.get(FILES + "docs/diagram.png", headers={"If-None-Match": f'"{sha}"'})
+    assert again.status == 304
+    # One read of the commit serves every image of the page.
+    assert (await client.get(FILES + "logo.svg")).status == 200 and client.app[BROWSE].files.reads == 1
+
+
+@module_loop
+async def test_an_svg_is_served_so_that_it_cannot_run_script(images):
+    client, _ = images
+    resp = await client.get(FILES + "logo.svg")
+    assert resp.status == 200 and resp.headers["Content-Type"] == "image/svg+xml"
+    assert resp.headers["Content-Security-Policy"] == "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@module_loop
+async def test_the_files_endpoint_refuses_non_images_traversal_and_large_files(images):
+    client, _ = images
+    for path in ("fake.png", "notes.txt", "README.md", "missing.png", "docs//diagram.png"):
+        resp = await client.get(FILES + path)
+        assert resp.status == 404 and resp.content_type == "text/html", path
+    for raw in ("..%2F..%2Fetc%2Fpasswd.png", "%2E%2E/vpc.git/config.png", "docs%2F..%2F..%2Fx.png", "%2Fetc%2Fx.png"):
+        resp = await client.get(FILES + raw)
+        assert resp.status == 404, raw
+    resp = await client.get(FILES + "big.png")
+    assert resp.status == 413 and "larger than 5 MiB" in await resp.text()
+    assert (await client.get("/modules/acme/vpc/aws/9.9.9/files/docs/diagram.png")).status == 404

@@ -12,12 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.app import indexed, make_config, version_details
+from gitreg.core.names import ModuleAddress
+from gitreg.web.keys import INDEX
+from tests.support.app import make_config
+from tests.support.conv_web import details_read, indexed_in_full
+from tests.support.orgs import until
 from tests.support.repos import GitRepo
 
 DETAILS = "/v1/modules/demo/hello/null/1.0.0"
 PAGE = "/modules/demo/hello/null/1.0.0"
 DOWNLOAD = "/v1/modules/demo/hello/null/1.0.0/download"
+HELLO = ModuleAddress("demo", "hello", "null")
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
 
@@ -32,8 +37,17 @@ def rule(repo: GitRepo, download: str) -> dict[str, object]:
     return {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": download}
 
 
+async def took_the_move(client, sha: str) -> None:
+    """The index listed v1.0.0 at its new commit `sha`. With the index process `gitreg serve` runs, the
+    serving process sends it the tag list the download fetched, and the queue depth `indexed` reads
+    is the one the index process last reported: it may not have the move yet."""
+    index = client.app[INDEX]
+    await until(lambda: (entry := index.get(HELLO)) is not None and entry.latest.sha == sha, timeout=30)
+    await indexed_in_full(client)
+
+
 async def details(client) -> dict:
-    resp = await version_details(client, DETAILS)
+    resp = await details_read(client, DETAILS)
     assert resp.status == 200, await resp.text()
     return await resp.json()
 
@@ -45,19 +59,23 @@ async def archive_sha256(client) -> str:
     return body["archive_sha256"]
 
 
-async def archive_bytes(make_client, repo: GitRepo, store: Path) -> bytes:
+async def archive_bytes(serve_client, repo: GitRepo, store: Path) -> bytes:
     """The archive of v1.0.0 as a registry serving `repo` in archive mode sends it."""
-    other = await make_client(make_config([rule(repo, "archive")], storage={"path": str(store)}))
+    # Only its archive is read: the index off.
+    config = make_config([rule(repo, "archive")], storage={"path": str(store)}, index={"enabled": False})
+    other = await serve_client(config)
     resp = await other.get("/v1/modules/demo/hello/null/1.0.0/archive.tar.gz")
     assert resp.status == 200
     return await resp.read()
 
 
 @pytest.mark.parametrize("download", ["archive", "git"])
-async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(make_client, tmp_path, download):
+async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(serve_client, tmp_path, download):
     repo, first = hello(tmp_path)
     store = tmp_path / "store"
-    client = await indexed(await make_client(make_config([rule(repo, download)], storage={"path": str(store)})))
+    client = await indexed_in_full(
+        await serve_client(make_config([rule(repo, download)], storage={"path": str(store)}))
+    )
     body = await details(client)
     assert body["commit"] == first
     assert body["moved"] is None
@@ -70,7 +88,7 @@ async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(m
         assert hashlib.sha256(served).hexdigest() == digest
     else:  # the archive gitreg would serve: what the same registry in archive mode serves
         assert not (store / "archives").exists() or not list((store / "archives").iterdir())  # none built
-        served = await archive_bytes(make_client, repo, tmp_path / "other-store")
+        served = await archive_bytes(serve_client, repo, tmp_path / "other-store")
         assert hashlib.sha256(served).hexdigest() == digest
     page = await client.get(PAGE)
     assert page.status == 200
@@ -80,7 +98,7 @@ async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(m
     assert 'id="moved-tag"' not in text
 
 
-async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_no_error(make_client, tmp_path):
+async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_no_error(serve_client, tmp_path):
     repo, first = hello(tmp_path)
     sub = GitRepo(tmp_path / "repos", "sub")
     sub.commit({"x.tf": "# x\n"})
@@ -88,7 +106,7 @@ async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_n
     repo.commit({}, "add a submodule")
     repo.tag("v1.0.0")  # now with a submodule: no archive can hold it
     config = make_config([rule(repo, "git")], storage={"path": str(tmp_path / "store")})
-    client = await indexed(await make_client(config))
+    client = await indexed_in_full(await serve_client(config))
     body = await details(client)
     assert body["archive_sha256"] is None and body["commit"] == repo.head() != first
     page = await client.get(PAGE)
@@ -97,17 +115,17 @@ async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_n
 
 @pytest.mark.parametrize("download", ["archive", "git"])
 async def test_a_moved_tag_is_shown_with_its_first_and_current_commit_and_when_it_was_noticed(
-    make_client, tmp_path, download
+    serve_client, tmp_path, download
 ):
     repo, first = hello(tmp_path)
     config = make_config([rule(repo, download)], cache={"ttl_seconds": 0}, storage={"path": str(tmp_path / "store")})
-    client = await indexed(await make_client(config))
+    client = await indexed_in_full(await serve_client(config))
     assert (await client.get(DOWNLOAD)).status == 200  # served once: first commit pinned
     before = time.time()
     second = repo.commit({"main.tf": 'output "v" { value = "second" }\n'})
     repo.tag("v1.0.0")  # force-moved
     assert (await client.get(DOWNLOAD)).status == 200  # the tag list is read again: the move is noticed
-    await indexed(client)
+    await took_the_move(client, second)
     body = await details(client)
     moved = body["moved"]
     assert moved is not None
@@ -122,19 +140,19 @@ async def test_a_moved_tag_is_shown_with_its_first_and_current_commit_and_when_i
     assert first in text and second in text and moved["noticed"] in text
 
 
-async def test_a_moved_tag_is_remembered_across_a_restart_with_when_it_was_first_noticed(make_client, tmp_path):
+async def test_a_moved_tag_is_remembered_across_a_restart_with_when_it_was_first_noticed(serve_client, tmp_path):
     repo, first = hello(tmp_path)
     store = tmp_path / "store"
     config = make_config([rule(repo, "archive")], cache={"ttl_seconds": 0}, storage={"path": str(store)})
-    client = await indexed(await make_client(config))
+    client = await indexed_in_full(await serve_client(config))
     assert (await client.get(DOWNLOAD)).status == 200
     second = repo.commit({"main.tf": 'output "v" { value = "second" }\n'})
     repo.tag("v1.0.0")
     assert (await client.get(DOWNLOAD)).status == 200
-    await indexed(client)
+    await took_the_move(client, second)
     noticed = (await details(client))["moved"]["noticed"]
     await client.close()
     await asyncio.sleep(1.1)  # a record made again now would carry another second
-    restarted = await indexed(await make_client(config))
+    restarted = await indexed_in_full(await serve_client(config))
     moved = (await details(restarted))["moved"]
     assert moved == {"first_commit": first, "current_commit": second, "noticed": noticed}

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import hdrs, web
 from aiohttp.test_utils import make_mocked_request
 
+from gitreg.config.model import Config
 from gitreg.git.pool import Priority
 from gitreg.identity.door import NO_TOKEN
 from gitreg.web.route_rules import Access
@@ -42,13 +43,19 @@ def archive_rule(repo: GitRepo) -> dict[str, object]:
     return {"namespace": "acme", "name": "vpc", "system": "aws", "repository": repo.url, "download": "archive"}
 
 
+def unindexed(repo: GitRepo, tmp_path: Path) -> Config:
+    """`gitreg serve`'s config with the index off: the routes and their rules do not depend on it,
+    and no assertion below reads what it lists."""
+    return make_config([archive_rule(repo)], auth=AUTH, storage={"path": str(tmp_path / "s")}, index={"enabled": False})
+
+
 def registered(app: web.Application) -> list[web.AbstractRoute]:
     """The app's routes, a HEAD beside its GET and the catch-all left out (same handler, same rule)."""
     return [r for r in app.router.routes() if r.method not in (hdrs.METH_HEAD, hdrs.METH_ANY)]
 
 
-async def test_every_registered_route_declares_its_rules(make_client, repo, tmp_path):
-    client = await make_client(make_config([archive_rule(repo)], auth=AUTH, storage={"path": str(tmp_path / "s")}))
+async def test_every_registered_route_declares_its_rules(serve_client, repo, tmp_path):
+    client = await serve_client(unindexed(repo, tmp_path))
     app = client.app
     rules = app[ROUTES].rules
     undeclared = [f"{r.method} {r.resource and r.resource.canonical}" for r in app.router.routes() if r not in rules]
@@ -66,10 +73,10 @@ async def test_every_registered_route_declares_its_rules(make_client, repo, tmp_
         app[ROUTES].add(table)
 
 
-async def test_each_route_asks_for_what_it_declares(make_client, repo, tmp_path):
+async def test_each_route_asks_for_what_it_declares(serve_client, repo, tmp_path):
     """Without any credential, with registry auth on: a CREDENTIAL or SIGNED route answers 401
     naming the token, a SESSION page sends the browser to /login, an OPEN route lets it through."""
-    client = await make_client(make_config([archive_rule(repo)], auth=AUTH, storage={"path": str(tmp_path / "s")}))
+    client = await serve_client(unindexed(repo, tmp_path))
     seen = set()
     for route in registered(client.app):
         rule = client.app[ROUTES].rules[route]
@@ -88,12 +95,12 @@ async def test_each_route_asks_for_what_it_declares(make_client, repo, tmp_path)
     assert seen == set(Access)
 
 
-async def test_what_terraform_init_asks_for_runs_at_install_priority(make_client, repo, tmp_path):
+async def test_what_terraform_init_asks_for_runs_at_install_priority(serve_client, repo, tmp_path):
     """The requests a CLI makes for `terraform init` (shared/protocol/CLIENTS.md: discovery, then
     `{modules.v1}<ns>/<name>/<system>/versions`, then `.../<version>/download`, then the location
     it names), followed as the CLI follows them: each is served by a route at INSTALL priority,
     so installs never queue behind browsing."""
-    client = await make_client(make_config([archive_rule(repo)], auth=AUTH, storage={"path": str(tmp_path / "s")}))
+    client = await serve_client(unindexed(repo, tmp_path))
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     asked = ["/.well-known/terraform.json"]
     resp = await client.get(asked[-1], headers=bearer)

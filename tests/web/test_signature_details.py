@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import html
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support.app import indexed, make_config, version_details
+from tests.support.app import make_config, served_app
+from tests.support.conv_web import details_read, indexed_in_full
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
-# Real keys, signed repositories and verifications: over a second a test on a loaded machine.
-pytestmark = pytest.mark.slow
+# Real keys, signed repositories and verifications: over a second a test on a loaded machine. The
+# tests only read what `gitreg serve` builds (its index process too): one app for the module, on
+# the module's event loop.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
-@pytest.fixture
-async def client(make_client: Any, tmp_path: Path) -> Any:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
+    tmp_path = tmp_path_factory.mktemp("signature-details")
     key = ssh_key(tmp_path / "keys", "alice")
     allowed = allowed_signers(tmp_path / "keys" / "allowed_signers", {"alice@example.com": key})
     repo = GitRepo(tmp_path / "repos", "vpc")
@@ -31,11 +36,12 @@ async def client(make_client: Any, tmp_path: Path) -> Any:
         signing={"allowed_signers": str(allowed), "require": True},
         storage={"path": str(tmp_path / "state")},
     )
-    return await indexed(await make_client(config))
+    async with TestClient(TestServer(served_app(config))) as client:
+        yield await indexed_in_full(client)
 
 
 async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(client):
-    resp = await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")
+    resp = await details_read(client, "/v1/modules/acme/vpc/aws/1.0.0")
     body = await resp.json()
     assert body["signature"]["signer"] == "alice@example.com"
     assert body["signature"]["fingerprint"].startswith("SHA256:")
@@ -44,7 +50,7 @@ async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(c
 
 
 async def test_an_unsigned_version_is_shown_to_readers_with_why_it_is_not_served(client):
-    resp = await version_details(client, "/v1/modules/acme/vpc/aws/1.1.0")
+    resp = await details_read(client, "/v1/modules/acme/vpc/aws/1.1.0")
     assert resp.status == 200
     body = await resp.json()
     assert body["signature"] is None
@@ -54,7 +60,7 @@ async def test_an_unsigned_version_is_shown_to_readers_with_why_it_is_not_served
 
 
 async def test_the_module_page_says_signed_by_or_why_a_version_is_not_served(client):
-    await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")
+    await details_read(client, "/v1/modules/acme/vpc/aws/1.0.0")
     signed = html.unescape(await (await client.get("/modules/acme/vpc/aws/1.0.0")).text())
     assert "Signed by <strong>alice@example.com</strong>" in signed
     assert "SHA256:" in signed

@@ -6,15 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config
+from tests.support.conv_web import indexed_in_full
 from tests.support.pages import TOKEN_ALL, login, origin, repos, rules
 
 
-def auth_config(tmp_path: Path, **server: object) -> object:
+def auth_config(tmp_path: Path, index: bool = True, **server: object) -> object:
+    """`index=False`: `gitreg serve`'s config with the index off, for the tests of signing in (its
+    form, its redirect, its cookie), which read nothing the index lists."""
     return make_config(
         rules(repos(tmp_path)),
         storage={"path": str(tmp_path / "state")},
         auth={"tokens": [TOKEN_ALL], "signing_key": "s" * 40},
+        index={"enabled": index},
         **({"server": server} if server else {}),
     )
 
@@ -23,8 +27,8 @@ def auth_config(tmp_path: Path, **server: object) -> object:
     "target",
     ["/\t/evil.example", "/\n/evil.example", "//evil", "/\\evil", "https://evil", "/\x00x", "\t//evil.example"],
 )
-async def test_next_after_login_is_only_a_path_on_this_site(make_client, tmp_path, target):
-    client = await indexed(await make_client(auth_config(tmp_path)))
+async def test_next_after_login_is_only_a_path_on_this_site(serve_client, tmp_path, target):
+    client = await serve_client(auth_config(tmp_path, index=False))
     resp = await client.post(
         "/login", data={"token": TOKEN_ALL, "next": target}, headers=origin(client), allow_redirects=False
     )
@@ -33,8 +37,8 @@ async def test_next_after_login_is_only_a_path_on_this_site(make_client, tmp_pat
     assert "evil" not in form
 
 
-async def test_next_after_login_keeps_a_path_with_its_query(make_client, tmp_path):
-    client = await indexed(await make_client(auth_config(tmp_path)))
+async def test_next_after_login_keeps_a_path_with_its_query(serve_client, tmp_path):
+    client = await serve_client(auth_config(tmp_path, index=False))
     resp = await client.post(
         "/login",
         data={"token": TOKEN_ALL, "next": "/modules/acme/vpc/aws?x=1"},
@@ -44,8 +48,8 @@ async def test_next_after_login_keeps_a_path_with_its_query(make_client, tmp_pat
     assert resp.headers["Location"] == "/modules/acme/vpc/aws?x=1"
 
 
-async def test_pages_shown_to_a_signed_in_person_are_private_and_vary_on_the_cookie(make_client, tmp_path):
-    client = await indexed(await make_client(auth_config(tmp_path)))
+async def test_pages_shown_to_a_signed_in_person_are_private_and_vary_on_the_cookie(serve_client, tmp_path):
+    client = await indexed_in_full(await serve_client(auth_config(tmp_path)))
     await login(client, TOKEN_ALL)
     for path in ("/", "/?q=vpc", "/modules/acme/vpc/aws", "/modules/acme/nope/aws"):
         resp = await client.get(path, allow_redirects=False)
@@ -54,8 +58,8 @@ async def test_pages_shown_to_a_signed_in_person_are_private_and_vary_on_the_coo
         assert "Cookie" in resp.headers.getall("Vary"), path
 
 
-async def test_login_behind_a_tls_proxy_with_public_url(make_client, tmp_path):
-    client = await indexed(await make_client(auth_config(tmp_path, public_url="https://registry.example.com")))
+async def test_login_behind_a_tls_proxy_with_public_url(serve_client, tmp_path):
+    client = await serve_client(auth_config(tmp_path, index=False, public_url="https://registry.example.com"))
     resp = await client.post(
         "/login",
         data={"token": TOKEN_ALL, "next": "/"},
@@ -69,8 +73,8 @@ async def test_login_behind_a_tls_proxy_with_public_url(make_client, tmp_path):
     assert resp.status == 403
 
 
-async def test_login_behind_a_trusted_proxy_honours_its_forwarded_headers(make_client, tmp_path):
-    client = await indexed(await make_client(auth_config(tmp_path, trusted_proxies=["127.0.0.0/8", "::1"])))
+async def test_login_behind_a_trusted_proxy_honours_its_forwarded_headers(serve_client, tmp_path):
+    client = await serve_client(auth_config(tmp_path, index=False, trusted_proxies=["127.0.0.0/8", "::1"]))
     forwarded = {
         "Origin": "https://registry.example.com",
         "X-Forwarded-Proto": "https",
@@ -81,8 +85,8 @@ async def test_login_behind_a_trusted_proxy_honours_its_forwarded_headers(make_c
     assert "Secure" in resp.headers["Set-Cookie"]  # the browser is on https
 
 
-async def test_forwarded_headers_from_an_untrusted_address_are_ignored(make_client, tmp_path):
-    client = await indexed(await make_client(auth_config(tmp_path, trusted_proxies=["10.0.0.0/8"])))
+async def test_forwarded_headers_from_an_untrusted_address_are_ignored(serve_client, tmp_path):
+    client = await serve_client(auth_config(tmp_path, index=False, trusted_proxies=["10.0.0.0/8"]))
     for headers in (
         {
             "Origin": "https://registry.example.com",

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gitreg.web.keys import USAGE
-from tests.support.app import indexed, make_config
+from tests.support.app import make_config
+from tests.support.conv_web import indexed_in_full
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost
@@ -86,7 +87,7 @@ def used_by_config(tmp_path: Path, org: Org, download: str = "archive", auth: bo
 async def scanned(client) -> None:
     usage = client.app[USAGE]
     await until(lambda: usage.passes >= 1 and usage.consumers("acme/vpc/aws"), timeout=60)
-    await indexed(client)
+    await indexed_in_full(client)
 
 
 async def ci_installs(client, issuer: FakeIssuer, *projects: str) -> None:
@@ -99,9 +100,9 @@ async def ci_installs(client, issuer: FakeIssuer, *projects: str) -> None:
 
 @pytest.mark.parametrize("download", ["git", "archive"])
 async def test_a_signed_in_person_sees_the_consumers_and_installs_they_can_read_and_counts_for_the_rest(
-    make_client, tmp_path, org, download
+    serve_client, tmp_path, org, download
 ):
-    client = await make_client(used_by_config(tmp_path, org, download))
+    client = await serve_client(used_by_config(tmp_path, org, download))
     await scanned(client)
     await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
 
@@ -127,8 +128,8 @@ async def test_a_signed_in_person_sees_the_consumers_and_installs_they_can_read_
     assert "you cannot read" not in page
 
 
-async def test_a_static_tokens_session_sees_counts_only(make_client, tmp_path, org):
-    client = await make_client(used_by_config(tmp_path, org))
+async def test_a_static_tokens_session_sees_counts_only(serve_client, tmp_path, org):
+    client = await serve_client(used_by_config(tmp_path, org))
     await scanned(client)
     await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
     await login(client, STATIC)
@@ -139,8 +140,8 @@ async def test_a_static_tokens_session_sees_counts_only(make_client, tmp_path, o
     assert "2 installs by projects you cannot read." in page
 
 
-async def test_an_open_registrys_visitor_sees_counts_only(make_client, tmp_path, org):
-    client = await make_client(used_by_config(tmp_path, org, auth=False))
+async def test_an_open_registrys_visitor_sees_counts_only(serve_client, tmp_path, org):
+    client = await serve_client(used_by_config(tmp_path, org, auth=False))
     await scanned(client)
     page = await (await client.get(PAGE)).text()
     assert 'Used by <span class="n">(3)</span>' in page and "app-frontend" not in page
@@ -148,10 +149,12 @@ async def test_an_open_registrys_visitor_sees_counts_only(make_client, tmp_path,
     assert 'Observed installs <span class="n">(0)</span>' in page
 
 
-async def test_the_consumers_api_names_the_installs_its_caller_can_read_and_counts_the_rest(make_client, tmp_path, org):
+async def test_the_consumers_api_names_the_installs_its_caller_can_read_and_counts_the_rest(
+    serve_client, tmp_path, org
+):
     carol = "glpat-carol-7Hq2Lm9Xv4Rz"
     org.host.forge.add_user("carol", carol, sees=(MODULE, "app-frontend"))
-    client = await make_client(used_by_config(tmp_path, org))
+    client = await serve_client(used_by_config(tmp_path, org))
     await scanned(client)
     await ci_installs(client, org.issuer, "acme/app-frontend", "acme/secret-app")
     url = "/v1/modules/acme/vpc/aws/consumers"
