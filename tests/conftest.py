@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))  # so `tests.support` imports from bench scripts a
 # The helpers' asserts (assert_error's error shape...) report like a test's own.
 pytest.register_assert_rewrite("tests.support")
 
-from tests.support.app import GIT_PASSWORD, GIT_USER, in_process_index_app, served_app  # noqa: E402
+from tests.support.app import GIT_PASSWORD, GIT_USER, served_app  # noqa: E402
 from tests.support.browser import chromium_driver  # noqa: E402
 from tests.support.githttp import GitHttpServer  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
@@ -60,18 +60,6 @@ def git_http(tmp_path: Path) -> Iterator[GitHttpServer]:
     root.mkdir(exist_ok=True)
     with GitHttpServer(root, username=GIT_USER, password=GIT_PASSWORD, public={"public.git"}) as server:
         yield server
-
-
-@pytest.fixture
-def make_client(aiohttp_client):
-    """Start a test client for `config`'s app: what `gitreg serve` builds with the index off; with it
-    on, still the index built in process (tests/support/app.py: in_process_index_app; `serve_client`
-    is what production builds)."""
-
-    async def make(config: Config):
-        return await aiohttp_client(in_process_index_app(config))
-
-    return make
 
 
 @pytest.fixture

@@ -134,8 +134,8 @@ def index_config(config: Config) -> Config:
 class Role(Enum):
     """What an application built by create_app does."""
 
-    # Serves and builds its own index: `gitreg serve` with the index off (nothing to build); with it
-    # on, only the tests not converted to what serve builds yet (tests/support/app.py).
+    # Everything in one process: `gitreg serve` with the index off (nothing to build). With the index
+    # on the index process builds it (SERVE + INDEX): Services refuses ALL then.
     ALL = "all"
     SERVE = "serve"  # serves; the index process builds the index
     INDEX = "index"  # the index process: builds the index, serves nothing

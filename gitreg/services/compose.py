@@ -80,11 +80,9 @@ log = logging.getLogger(__name__)
 class Services:
     """Every service of one process, built from an already-validated config (see the module docstring).
 
-    `role`: Role.ALL serves and builds the index in this process; `gitreg serve` uses Role.SERVE
-    (the index process builds it, see indexer.py) or Role.ALL with the index off (index.process.
-    serve_role), and starts `python -m gitreg.indexer` in Role.INDEX (with its `seed`). `clock` is
-    what the tag cache and the identities measure ages with. The attributes below exist while
-    `running()`.
+    `role`: what `gitreg serve` runs (index.process.serve_role: SERVE, or ALL with the index off)
+    or `python -m gitreg.indexer` (INDEX, with its `seed`). `clock` is what the tag cache and the
+    identities measure ages with. The attributes below exist while `running()`.
     """
 
     # What the web layer's handlers ask (web/keys.py names them).
@@ -127,6 +125,8 @@ class Services:
     ) -> None:
         if (role is Role.INDEX) != (seed is not None):
             raise ValueError("the index process (Role.INDEX), and it alone, starts from a seed")
+        if role is Role.ALL and config.index.enabled:  # a set-up gitreg never runs (#32)
+            raise ValueError("with the index on, the index process builds it: Role.SERVE, not Role.ALL")
         self.config = config
         self.role = role
         self.clock = clock

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from gitreg.config.model import Config
-from gitreg.index.process import Role
+from gitreg.index.process import Role, serve_role
 from gitreg.observability.logs import ServerLogger
 from gitreg.services.compose import Services
 from gitreg.web.api.browse import browse_routes
@@ -88,16 +88,16 @@ async def _stopping(app: web.Application) -> None:
 def create_app(
     config: Config,
     clock: Callable[[], float] = time.monotonic,
-    role: Role = Role.ALL,
+    role: Role | None = None,
     wall_clock: Callable[[], float] = time.time,
 ) -> web.Application:
     """Build the aiohttp application for an already-validated config; `clock` is the tag cache's
     and the identities' (services.compose.Services), `wall_clock` (Unix time) the observed installs'.
 
-    `role`: Role.ALL builds the index in this process; `gitreg serve` uses index.process.serve_role
-    (Role.SERVE: the index process, indexer.py, builds it; Role.ALL with the index off).
+    `role`: what `gitreg serve` runs (index.process.serve_role) unless given: Role.SERVE with the
+    index on (the index process, indexer.py, builds it), Role.ALL with it off.
     """
-    services = Services(config, role, clock, wall_clock=wall_clock)
+    services = Services(config, role or serve_role(config), clock, wall_clock=wall_clock)
     app = web.Application(
         client_max_size=64 * 1024,
         # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.

@@ -108,7 +108,7 @@ def metric_families(text: str) -> set[str]:
     return names
 
 
-async def test_every_metric_a_live_app_exposes_is_in_the_readme_metrics_table(make_client, tmp_path):
+async def test_every_metric_a_live_app_exposes_is_in_the_readme_metrics_table(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "hello")
     repo.commit({"main.tf": "# hello\n"})
     repo.tag("v1.0.0")
@@ -116,7 +116,7 @@ async def test_every_metric_a_live_app_exposes_is_in_the_readme_metrics_table(ma
         {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url},
         {"namespace": "demo", "name": "packed", "system": "null", "repository": repo.url, "download": "archive"},
     ]
-    client = await make_client(make_config(rules, storage={"path": str(tmp_path / "state")}))
+    client = await serve_client(make_config(rules, storage={"path": str(tmp_path / "state")}))
     for path in (
         "/v1/modules/demo/hello/null/versions",
         "/v1/modules/demo/hello/null/1.0.0/download",

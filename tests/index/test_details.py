@@ -15,9 +15,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.core.names import ModuleAddress
 from gitreg.index.declarations import MAX_DESCRIPTION, MAX_README_BYTES, MAX_TF_BYTES, description_from_readme, hcl_text
-from tests.support.app import assert_error, indexed, make_config, served_app
+from tests.support.app import assert_error, indexed, make_config, served_app, version_details
 from tests.support.details import README, realistic_module
-from tests.support.index_process import index_services, read_details
+from tests.support.index_process import index_services
 from tests.support.repos import GitRepo
 
 VPC = ModuleAddress("acme", "vpc", "aws")
@@ -231,7 +231,7 @@ async def test_each_version_shows_the_details_of_its_own_tag(serve_client, vpc, 
     # An older version is read when first asked for, in the background: no git inside the request.
     first = await client.get("/v1/modules/acme/vpc/aws/1.0.0")
     await assert_error(first, 503, "being read")
-    old = await (await read_details(client, "/v1/modules/acme/vpc/aws/1.0.0")).json()
+    old = await (await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")).json()
     new = await (await client.get("/v1/modules/acme/vpc/aws")).json()
     assert "az_count" in by_name(old["root"]["inputs"]) and "renamed" not in by_name(old["root"]["inputs"])
     assert new["version"] == "2.0.0" and [i["name"] for i in new["root"]["inputs"]] == ["renamed"]

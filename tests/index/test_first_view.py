@@ -10,10 +10,9 @@ import time
 import pytest
 
 from gitreg.web.keys import ORGS, REGISTRY
-from tests.support.app import assert_error, indexed
+from tests.support.app import assert_error, indexed, version_details
 from tests.support.forges import FakeForge
 from tests.support.index import get_json, make_config, module_repo, rules
-from tests.support.index_process import read_details
 from tests.support.orgs import API_TOKEN, org_config, post_github, until
 from tests.support.repos import GitRepo
 from tests.support.webhooks import WEBHOOKS
@@ -187,6 +186,6 @@ async def test_a_version_whose_details_are_being_read_shows_its_own_header_and_a
     assert "being read" in text and '<body data-reload-after="2">' in text and "http-equiv" not in text
     assert re.search(r'role="status"[^>]*>The details of version 1.0.0 are being read.*>Reload now</a>', text)
     assert text.count("Being read from the repository.") == 7  # every section, not "No inputs."
-    await read_details(client, "/v1/modules/acme/vnet/aws/1.0.0")  # read by the index process
+    await version_details(client, "/v1/modules/acme/vnet/aws/1.0.0")  # read by the index process
     text = await (await client.get("/modules/acme/vnet/aws/1.0.0")).text()
     assert "Creates a virtual network" in text and "data-reload-after" not in text and "Reload now" not in text

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from gitreg.web.keys import INDEX
-from tests.support.app import assert_error, indexed
+from tests.support.app import assert_error, indexed, until_listed, version_details
 from tests.support.index import get_json, make_config, module_repo, names, rules
-from tests.support.index_process import read_details, until_listed
 from tests.support.repos import GitRepo
 from tests.support.webhooks import WEBHOOKS, pointed_at, post_github
 from tests.support.webhooks import fixture as webhook_fixture
@@ -235,7 +234,7 @@ async def test_an_older_versions_details_are_read_in_the_background_never_inside
     await assert_error(resp, 503, "being read", "ask again")
     assert resp.headers["Retry-After"] == "2"
     assert time.monotonic() - started < 1  # answered at once, not after a git call
-    old = await (await read_details(client, "/v1/modules/acme/vnet/aws/1.0.0")).json()
+    old = await (await version_details(client, "/v1/modules/acme/vnet/aws/1.0.0")).json()
     assert old["version"] == "1.0.0" and old["description"] == "Creates a virtual network with peering and flow logs."
     # Read with one shallow fetch of that tag's object (capabilities, fetch: no ls-refs), after the answer.
     assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in git_http.requests()] == [

@@ -66,7 +66,7 @@ def provider_config(forge: FakeForge, keys: Path, **sections: Any):
 
 
 async def test_versions_list_the_signed_releases_with_protocols_and_platforms(
-    make_client, forge, signing_key, other_key, tmp_path
+    serve_client, forge, signing_key, other_key, tmp_path
 ):
     forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
     forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key, protocols=None))
@@ -81,7 +81,7 @@ async def test_versions_list_the_signed_releases_with_protocols_and_platforms(
     unlisted = goreleaser_assets("widget", "0.5.0", signing_key)
     unlisted["terraform-provider-widget_0.5.0_windows_amd64.zip"] = b"PK not in the sums"
     forge.add_release(REPO, "v0.5.0", unlisted)
-    client = await make_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc")))
+    client = await serve_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc")))
 
     discovery = await (await client.get("/.well-known/terraform.json")).json()
     assert discovery["providers.v1"] == "/v1/providers/"
@@ -105,14 +105,14 @@ async def test_versions_list_the_signed_releases_with_protocols_and_platforms(
 
 
 async def test_a_download_answer_gives_signed_urls_that_stream_the_private_assets_without_a_token(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     files = goreleaser_assets("widget", "1.0.0", signing_key)
     forge.add_release(REPO, "v1.0.0", files)
     config = provider_config(
         forge, signing_key.write(tmp_path / "keys.asc"), auth={"tokens": [STATIC], "signing_key": "k" * 40}
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     headers = {"Authorization": f"Bearer {STATIC}"}
     assert (await client.get("/v1/providers/acme/widget/versions")).status == 401
     resp = await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64", headers=headers)
@@ -154,14 +154,14 @@ async def test_a_download_answer_gives_signed_urls_that_stream_the_private_asset
 
 
 async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_release_is_verified_once(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     small = goreleaser_assets("widget", "1.0.0", signing_key)
     large = goreleaser_assets("widget", "2.0.0", signing_key, payload=3_000_000)
     forge.add_release(REPO, "v1.0.0", small)
     forge.add_release(REPO, "v2.0.0", large)
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), cache={"ttl_seconds": 0})
-    client = await make_client(config)
+    client = await serve_client(config)
     for version, files in (("1.0.0", small), ("2.0.0", large)):
         name = f"terraform-provider-widget_{version}_linux_amd64.zip"
         # Changed behind the release's back (its listed digest still the signed one), before the download
@@ -185,14 +185,14 @@ async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_rele
 
 
 async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_computed_once(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     files = goreleaser_assets("widget", "1.0.0", signing_key)
     release = forge.add_release(REPO, "v1.0.0", files)
     zip_paths = {a["url"].split("/repos/", 1)[1] for a in release["assets"] if a["name"].endswith(".zip")}
     forge.add_release(REPO, "v1.1.0-beta.1", goreleaser_assets("widget", "1.1.0-beta.1", signing_key))
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
-    client = await make_client(config)
+    client = await serve_client(config)
     host = f"{client.server.host}:{client.server.port}"
     index = await client.get(f"/v1/mirror/{host}/acme/widget/index.json")
     assert index.status == 200 and index.content_type == "application/json"
@@ -220,7 +220,7 @@ async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_com
     again_archives = (await (await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"]
     assert {p: a["hashes"] for p, a in again_archives.items()} == {p: a["hashes"] for p, a in archives.items()}
     await client.close()
-    again = await make_client(config)
+    again = await serve_client(config)
     host = f"{again.server.host}:{again.server.port}"
     assert (await (await again.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"].keys() == {
         "linux_amd64",
@@ -231,7 +231,7 @@ async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_com
 
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
 async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
-    make_client, git_http, signing_key, tmp_path, provider
+    serve_client, git_http, signing_key, tmp_path, provider
 ):
     org_token = {"github": GH_TOKEN, "gitlab": "glpat-providerreleasesreader"}[provider]
     alice = {"github": "ghp_alicealicealice000001", "gitlab": "glpat-alicealicealice01"}[provider]
@@ -254,7 +254,7 @@ async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
         config = make_config(
             [], providers=[rule], orgs=[org], index={"enabled": False}, auth={"forges": forges, "signing_key": "k" * 40}
         )
-        client = await make_client(config)
+        client = await serve_client(config)
         headers = {"Authorization": f"Bearer {alice}"}
         resp = await client.get("/v1/providers/acme/widget/versions", headers=headers)
         assert resp.status == 200, await resp.text()
@@ -274,12 +274,12 @@ async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
 
 
 async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_paste(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     forge.add_release(REPO, "v1.2.0", goreleaser_assets("widget", "1.2.0", signing_key))
     forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", None))
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"))
-    client = await make_client(config)
+    client = await serve_client(config)
     assert (await client.get("/providers/acme/widget")).status == 200
     listed = await (await client.get("/v1/providers")).json()
     assert listed == {
@@ -298,14 +298,14 @@ async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_past
 
 
 async def test_a_release_webhook_makes_the_next_versions_answer_read_the_releases_again(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     secret = "webhook-secret-for-releases-01"
     forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
     config = provider_config(
         forge, signing_key.write(tmp_path / "keys.asc"), webhooks={"github_secret": secret}, cache={"ttl_seconds": 3600}
     )
-    client = await make_client(config)
+    client = await serve_client(config)
 
     async def versions() -> list[str]:
         return [
@@ -325,11 +325,11 @@ async def test_a_release_webhook_makes_the_next_versions_answer_read_the_release
     assert await versions() == ["1.1.0", "1.0.0"]
 
 
-async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(make_client, forge, signing_key, tmp_path):
+async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(serve_client, forge, signing_key, tmp_path):
     forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
     broken = tmp_path / "broken.asc"
     broken.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nnot base64 at all\n-----END PGP PUBLIC KEY BLOCK-----\n")
-    client = await make_client(provider_config(forge, broken))
+    client = await serve_client(provider_config(forge, broken))
     resp = await client.get("/v1/providers/acme/widget/versions")
     assert resp.status == 200
     body = await resp.json()
@@ -337,12 +337,12 @@ async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(make
     assert f"the keys file {broken} cannot be used" in body["warnings"][0]
 
 
-async def test_an_org_with_providers_true_serves_its_provider_repositories(make_client, forge, signing_key, tmp_path):
+async def test_an_org_with_providers_true_serves_its_provider_repositories(serve_client, forge, signing_key, tmp_path):
     forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
     keys = signing_key.write(tmp_path / "keys.asc")
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
-    client = await make_client(config)
+    client = await serve_client(config)
     resp = await client.get("/v1/providers/acme/widget/versions")
     assert resp.status == 200, await resp.text()
     assert [v["version"] for v in (await resp.json())["versions"]] == ["1.0.0"]
@@ -350,7 +350,7 @@ async def test_an_org_with_providers_true_serves_its_provider_repositories(make_
 
 
 async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_them(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     for type_ in ("widget", "gadget"):
         forge.add(f"terraform-provider-{type_}")
@@ -360,7 +360,7 @@ async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_t
     keys = signing_key.write(tmp_path / "keys.asc")
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
-    client = await make_client(config)
+    client = await serve_client(config)
     listed: list[str] = []
     for _ in range(500):  # the org's first enumeration runs in the background
         listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
@@ -373,7 +373,7 @@ async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_t
 
 
 async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without_the_host(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     files = goreleaser_assets("widget", "1.0.0", signing_key, payload=300_000)
     release = forge.add_release(REPO, "v1.0.0", files)
@@ -384,7 +384,7 @@ async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without
     def reads() -> int:
         return sum(r.path.endswith(asset) for r in forge.requests("/releases/assets/"))
 
-    client = await make_client(config)
+    client = await serve_client(config)
     answer = await (await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()
     url = urlsplit(answer["download_url"])
     signed = f"{url.path}?{url.query}"
@@ -398,7 +398,7 @@ async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without
     kept = list((tmp_path / "st" / "providers").iterdir())
     assert [p.name for p in kept] == [f"{hashlib.sha256(files[name]).hexdigest()}.zip"]
     await client.close()
-    again = await make_client(config)  # a restart keeps them too
+    again = await serve_client(config)  # a restart keeps them too
     answer = await (await again.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()
     url = urlsplit(answer["download_url"])
     assert await (await again.get(f"{url.path}?{url.query}")).read() == files[name]
@@ -406,11 +406,11 @@ async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without
     assert (await again.get(url.path)).status == 403  # still only by a signed URL
 
 
-async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(make_client, forge, signing_key, tmp_path):
+async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(serve_client, forge, signing_key, tmp_path):
     files = goreleaser_assets("widget", "1.0.0", signing_key)
     forge.add_release(REPO, "v1.0.0", files)
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
-    client = await make_client(config)
+    client = await serve_client(config)
     host = f"{client.server.host}:{client.server.port}"
     archives = (await (await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"]
     data = files["terraform-provider-widget_1.0.0_linux_amd64.zip"]
@@ -420,7 +420,7 @@ async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(make
 
 
 async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_sanitized(
-    make_client, git_http, forge, signing_key, tmp_path
+    serve_client, git_http, forge, signing_key, tmp_path
 ):
     repo = GitRepo(git_http.root, REPO)
     repo.commit({"README.md": "# Widget v1\n"})
@@ -435,7 +435,7 @@ async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_san
     forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
     forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key))
     credentials = [{"url": f"{git_http.base_url}/", "username": GIT_USER, "password": GIT_PASSWORD}]
-    client = await make_client(
+    client = await serve_client(
         provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
     )
     for _ in range(2):
@@ -471,7 +471,7 @@ def test_a_tests_signing_key_leaves_no_gpg_agent_behind(tmp_path):
 
 
 async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_goes(
-    make_client, forge, signing_key, tmp_path
+    serve_client, forge, signing_key, tmp_path
 ):
     zips = {}
     for version in ("1.0.0", "2.0.0"):
@@ -479,7 +479,7 @@ async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_
         forge.add_release(REPO, f"v{version}", files)
         zips[version] = files[f"terraform-provider-widget_{version}_linux_amd64.zip"]
     storage = {"path": str(tmp_path / "st"), "max_bytes": 1024 * 1024}  # room for one of them
-    client = await make_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage=storage))
+    client = await serve_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage=storage))
     kept = tmp_path / "st" / "providers"
 
     async def download(version: str) -> bytes:
@@ -501,7 +501,7 @@ async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_
 
 
 async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
-    make_client, git_http, forge, signing_key, tmp_path
+    serve_client, git_http, forge, signing_key, tmp_path
 ):
     repo = GitRepo(git_http.root, REPO)
     repo.commit({"README.md": "# Widget provider\n"})
@@ -516,7 +516,7 @@ async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
         for url in (f"{git_http.base_url}/", f"{git_http.base_url.replace('127.0.0.1', 'localhost')}/")
     ]
     config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
-    client = await make_client(config)
+    client = await serve_client(config)
     page = await client.get("/providers/acme/widget")
     assert page.status == 200
     assert "Widget provider" not in await page.text()
@@ -524,7 +524,7 @@ async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
 
 
 async def test_an_orgs_provider_repositories_on_a_gitlab_under_a_sub_path_are_listed_and_served(
-    make_client, git_http, signing_key, tmp_path
+    serve_client, git_http, signing_key, tmp_path
 ):
     token = "glpat-providersubpathreader01"
     forge = await FakeForge("gitlab", git_http, "acme", token=token, api_path="/gitlab").start()
@@ -535,7 +535,7 @@ async def test_an_orgs_provider_repositories_on_a_gitlab_under_a_sub_path_are_li
         assert forge.api_url.endswith("/gitlab/api/v4")
         org = {"provider": "gitlab", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
         org |= {"providers": True, "provider_keys": str(signing_key.write(tmp_path / "keys.asc"))}
-        client = await make_client(make_config([], orgs=[org], index={"enabled": False}))
+        client = await serve_client(make_config([], orgs=[org], index={"enabled": False}))
         listed: list[str] = []
         for _ in range(500):  # the org's first enumeration runs in the background
             listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]

@@ -37,7 +37,7 @@ async def forge(git_http):
     await fake.close()
 
 
-async def started(make_client, forge: FakeForge, key: SigningKey, tmp_path: Path, payload: int):
+async def started(serve_client, forge: FakeForge, key: SigningKey, tmp_path: Path, payload: int):
     """A gitreg serving release v1.0.0 of acme/widget (its zips `payload` random bytes large): the client,
     the files, and how many times the Git host was asked for the linux_amd64 zip."""
     files = goreleaser_assets("widget", "1.0.0", key, payload=payload)
@@ -53,7 +53,7 @@ async def started(make_client, forge: FakeForge, key: SigningKey, tmp_path: Path
     config = make_config(
         [], providers=[rule], orgs=[org], index={"enabled": False}, storage={"path": str(tmp_path / "st")}
     )
-    client = await make_client(config)
+    client = await serve_client(config)
     return client, files, lambda: len(forge.requests(asset))
 
 
@@ -73,9 +73,9 @@ async def until(check, seconds: float = 10.0) -> None:
 
 
 async def test_a_download_answer_fetches_its_zip_once_and_the_zip_request_then_needs_no_host_request(
-    make_client, forge, key, tmp_path
+    serve_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=300_000)
+    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=300_000)
     kept = tmp_path / "st" / "providers" / f"{hashlib.sha256(files[NAME]).hexdigest()}.zip"
     signed = await download_answer(client)
     await until(kept.is_file)  # fetched without anyone asking for the zip yet
@@ -88,9 +88,9 @@ async def test_a_download_answer_fetches_its_zip_once_and_the_zip_request_then_n
 
 
 async def test_zip_requests_during_a_prefetch_share_its_one_fetch_and_get_bytes_before_it_ends(
-    make_client, forge, key, tmp_path
+    serve_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
     forge.storage.hold_at = 2_000_000  # the host sends this much, then waits
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)
@@ -110,9 +110,9 @@ async def test_zip_requests_during_a_prefetch_share_its_one_fetch_and_get_bytes_
 
 
 async def test_a_zip_tampered_with_is_cut_short_when_its_prefetch_ends_and_nothing_is_kept(
-    make_client, forge, key, tmp_path
+    serve_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
     data = files[NAME]
     forge.replace_asset(REPO, "v1.0.0", NAME, data[:-1] + bytes([data[-1] ^ 1]))
     forge.storage.hold_at = 2_000_000
@@ -132,9 +132,9 @@ async def test_a_zip_tampered_with_is_cut_short_when_its_prefetch_ends_and_nothi
 
 
 async def test_a_host_failing_half_way_through_a_prefetch_cuts_its_followers_and_is_not_remembered(
-    make_client, forge, key, tmp_path
+    serve_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
     forge.storage.hold_at, forge.storage.cut = 2_000_000, True
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)
@@ -156,9 +156,9 @@ async def test_a_host_failing_half_way_through_a_prefetch_cuts_its_followers_and
 
 
 async def test_a_client_hanging_up_during_a_prefetch_leaves_it_to_finish_and_keep_the_zip(
-    make_client, forge, key, tmp_path
+    serve_client, forge, key, tmp_path
 ):
-    client, files, fetches = await started(make_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
     forge.storage.hold_at = 2_000_000
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)

@@ -12,8 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.web.api.browse import DEFAULT_LIMIT, MAX_LIMIT
 from gitreg.web.keys import CATALOG
-from tests.support.app import assert_error, make_config, served_app
-from tests.support.conv_web import details_read, indexed_in_full, reindexed
+from tests.support.app import assert_error, indexed_in_full, make_config, reindexed, served_app, version_details
 from tests.support.repos import GitRepo
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -121,7 +120,7 @@ async def test_latest_and_download_skip_prereleases(serve_client, repo, tmp_path
     # The protocol's own endpoints keep their handlers next to the new ones.
     versions = await get_json(client, "/v1/modules/demo/hello/null/versions")
     assert versions["modules"][0]["source"] == "demo/hello/null"
-    rc = await details_read(client, "/v1/modules/demo/hello/null/2.0.0-rc.1")
+    rc = await version_details(client, "/v1/modules/demo/hello/null/2.0.0-rc.1")
     assert rc.status == 200 and (await rc.json())["version"] == "2.0.0-rc.1"
 
 

@@ -35,8 +35,7 @@ from gitreg.git.remote import GitAdapter
 from gitreg.git.runner import GitRunner
 from gitreg.registry.service import git_location
 from gitreg.web.keys import METRICS
-from tests.support.app import make_config, served_app
-from tests.support.conv_web import indexed_in_full
+from tests.support.app import indexed_in_full, make_config, served_app
 from tests.support.githttp import GitHttpServer
 from tests.support.process import run_gitreg
 from tests.support.repos import GitRepo

@@ -9,8 +9,7 @@ import pytest
 from gitreg.core.names import ModuleAddress
 from gitreg.registry.lifecycle import NOTHING
 from gitreg.web.keys import REGISTRY
-from tests.support.app import make_config
-from tests.support.conv_web import details_read, indexed_in_full
+from tests.support.app import indexed_in_full, make_config, version_details
 from tests.support.lifecycle import DEPRECATION, REVOKED_REASON, module_repo, rule
 from tests.support.orgs import until
 
@@ -31,7 +30,7 @@ async def ready(client):
 
 
 async def details(client, version: str) -> dict:
-    resp = await details_read(client, f"/v1/modules/demo/hello/null/{version}")
+    resp = await version_details(client, f"/v1/modules/demo/hello/null/{version}")
     assert resp.status == 200, await resp.text()
     return await resp.json()
 

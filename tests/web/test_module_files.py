@@ -21,8 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from gitreg.config.model import Config
 from gitreg.index.files import NotAnImage, checked_path, sniffed
 from gitreg.web.keys import BROWSE
-from tests.support.app import make_config, served_app
-from tests.support.conv_web import indexed_in_full
+from tests.support.app import indexed_in_full, make_config, served_app
 from tests.support.pages import SVG, TERRAFORM_DOCS_README, png
 from tests.support.process import GitregProcess
 from tests.support.repos import GitRepo

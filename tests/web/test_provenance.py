@@ -14,8 +14,7 @@ import pytest
 
 from gitreg.core.names import ModuleAddress
 from gitreg.web.keys import INDEX
-from tests.support.app import make_config
-from tests.support.conv_web import details_read, indexed_in_full
+from tests.support.app import indexed_in_full, make_config, version_details
 from tests.support.orgs import until
 from tests.support.repos import GitRepo
 
@@ -47,7 +46,7 @@ async def took_the_move(client, sha: str) -> None:
 
 
 async def details(client) -> dict:
-    resp = await details_read(client, DETAILS)
+    resp = await version_details(client, DETAILS)
     assert resp.status == 200, await resp.text()
     return await resp.json()
 

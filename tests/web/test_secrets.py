@@ -23,9 +23,8 @@ import pytest
 
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ConfigError
-from gitreg.web.app import create_app
 from gitreg.web.keys import GIT, IDENTITY
-from tests.support.app import indexed
+from tests.support.app import served_app, version_details
 from tests.support.githttp import GitHttpServer
 from tests.support.process import GitregProcess, run_gitreg
 from tests.support.repos import GitRepo
@@ -118,11 +117,15 @@ def processes_naming(needle: str) -> dict[int, tuple[list[str], str]]:
 
 @pytest.mark.slow
 async def test_git_runs_with_credentials_in_its_environment_never_in_its_argv(aiohttp_client, private_host, tmp_path):
-    client = await aiohttp_client(create_app(parse_config(config_data(private_host, tmp_path), ENV)))
+    client = await aiohttp_client(served_app(parse_config(config_data(private_host, tmp_path), ENV)))
     # Every git request waits: the children live long enough to read.
     private_host.mode, private_host.delay = "slow", 0.5
-    # The background index runs ls-remote, then a fetch into the mirror for the details.
-    indexing = asyncio.ensure_future(indexed(client))
+    # The index process runs ls-remote, then a fetch for the details (broken.git's host refuses
+    # gitreg's password: it is never listed, so wait for the private module's details, not `indexed`).
+    auth = {"Authorization": f"Bearer {REGISTRY_TOKEN}"}
+    indexing = asyncio.ensure_future(
+        version_details(client, "/v1/modules/demo/hello/null/1.0.0", timeout=60, headers=auth)
+    )
     seen: dict[int, tuple[list[str], str]] = {}
     while not indexing.done():
         seen.update(processes_naming(private_host.base_url))
@@ -293,7 +296,7 @@ async def test_no_secret_in_the_repr_of_config_or_of_the_objects_that_hold_it(ai
         *config.credentials,
         config.credentials,
     ]
-    client = await aiohttp_client(create_app(config))
+    client = await aiohttp_client(served_app(config))
     objects += [client.app[IDENTITY].static, client.app[GIT]]
     text = "\n".join(f"{o!r}\n{o!s}" for o in objects)
     assert leaked(text) == [], text

@@ -9,8 +9,7 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support.app import make_config, served_app
-from tests.support.conv_web import details_read, indexed_in_full
+from tests.support.app import indexed_in_full, make_config, served_app, version_details
 from tests.support.repos import GitRepo
 from tests.support.signing import allowed_signers, ssh_key, ssh_signed_tag
 
@@ -41,7 +40,7 @@ async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Test
 
 
 async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(client):
-    resp = await details_read(client, "/v1/modules/acme/vpc/aws/1.0.0")
+    resp = await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")
     body = await resp.json()
     assert body["signature"]["signer"] == "alice@example.com"
     assert body["signature"]["fingerprint"].startswith("SHA256:")
@@ -50,7 +49,7 @@ async def test_the_details_name_the_signer_and_fingerprint_of_a_signed_version(c
 
 
 async def test_an_unsigned_version_is_shown_to_readers_with_why_it_is_not_served(client):
-    resp = await details_read(client, "/v1/modules/acme/vpc/aws/1.1.0")
+    resp = await version_details(client, "/v1/modules/acme/vpc/aws/1.1.0")
     assert resp.status == 200
     body = await resp.json()
     assert body["signature"] is None
@@ -60,7 +59,7 @@ async def test_an_unsigned_version_is_shown_to_readers_with_why_it_is_not_served
 
 
 async def test_the_module_page_says_signed_by_or_why_a_version_is_not_served(client):
-    await details_read(client, "/v1/modules/acme/vpc/aws/1.0.0")
+    await version_details(client, "/v1/modules/acme/vpc/aws/1.0.0")
     signed = html.unescape(await (await client.get("/modules/acme/vpc/aws/1.0.0")).text())
     assert "Signed by <strong>alice@example.com</strong>" in signed
     assert "SHA256:" in signed

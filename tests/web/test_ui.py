@@ -13,8 +13,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from gitreg.config.model import Config
-from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, make_config, served_app
-from tests.support.conv_web import indexed_in_full
+from tests.support.app import GIT_PASSWORD, GIT_USER, assert_error, indexed_in_full, make_config, served_app
 from tests.support.pages import TOKEN_ALL, login, origin, repos, rules
 from tests.support.repos import GitRepo
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.app import make_config
-from tests.support.conv_web import indexed_in_full
+from tests.support.app import indexed_in_full, make_config
 from tests.support.pages import TOKEN_ALL, login, origin, repos, rules
 
 

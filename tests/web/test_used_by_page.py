@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from gitreg.web.keys import USAGE
-from tests.support.app import make_config
-from tests.support.conv_web import indexed_in_full
+from tests.support.app import indexed_in_full, make_config
 from tests.support.forges import FakeForge
 from tests.support.githttp import GitHttpServer
 from tests.support.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthHost

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gitreg.web.keys import CACHE, REGISTRY
-from tests.support.conv_web import indexed_in_full
+from tests.support.app import indexed_in_full
 from tests.support.index import make_config, rules
 from tests.support.repos import GitRepo
 
