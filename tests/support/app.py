@@ -22,7 +22,7 @@ from aiohttp import web
 from gitreg.config.model import Config
 from gitreg.config.parse import parse_config
 from gitreg.core.errors import ModuleNotFound
-from gitreg.index.process import Role, serve_role
+from gitreg.index.process import serve_role
 from gitreg.web.app import create_app
 
 GIT_USER = "gitreg-bot"
