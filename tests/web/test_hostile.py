@@ -39,7 +39,7 @@ from tests.support.app import indexed_in_full, make_config, served_app
 from tests.support.githttp import GitHttpServer
 from tests.support.process import run_gitreg
 from tests.support.repos import GitRepo
-from tests.support.terraform import TerraformClient, clean_env, cli_config, require_clients, terraform_clients
+from tests.support.terraform import clean_env, cli_config
 
 # --- the grammar, as README.md states it ------------------------------------------------------
 
@@ -693,18 +693,9 @@ def test_check_probe_says_why_each_special_tag_is_skipped(nasty_repo):
         assert re.search(rf"skipped tag {re.escape(repr(tag))}: \S", result.stdout), (tag, result.stdout)
 
 
-@pytest.fixture(
-    params=cast("list[TerraformClient | None]", terraform_clients()) or [None],
-    ids=lambda c: c.name if c else "no-client",
-)
-def terraform(request) -> TerraformClient:
-    if request.param is None:
-        require_clients()
-    return request.param
-
-
 @pytest.mark.slow
-def test_terraform_installs_a_version_whose_tag_has_build_metadata(terraform, nasty_repo, tmp_path):
+def test_terraform_installs_a_version_whose_tag_has_build_metadata(terraform_client, nasty_repo, tmp_path):
+    terraform = terraform_client
     """The `+` of `v2.0.0+build.7` reaches git as `+` (sent as %2B): the real CLI fetches that very tag."""
     from tests.support.process import GitregProcess
 
