@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import urljoin, urlsplit
 
@@ -74,16 +75,18 @@ class WantRefused(UpstreamUnavailable):
     """The host would not send an object asked for by its SHA (protocol v0, or only advertised objects allowed)."""
 
 
-def check(runner: GitRunner, run: GitRun, url: str, too_large: str) -> None:
-    """Raise the error a finished git call stands for, if any."""
-    shown = mask(url)
+def check(runner: GitRunner, run: GitRun, url: str, too_large: Callable[[str], str]) -> None:
+    """Raise the error a finished git call stands for, if any. `too_large`: what an answer past the
+    bound means, given the URL as shown (masked only when a message needs it: not for each call)."""
     if run.killed == "timeout":
-        raise _timeout(runner, shown)
+        raise _timeout(runner, mask(url))
     if run.killed == "shutdown":
-        raise UpstreamUnavailable(f"gitreg is shutting down; git for {shown} was stopped, try again")
+        raise UpstreamUnavailable(f"gitreg is shutting down; git for {mask(url)} was stopped, try again")
     if run.killed == "too_large":
-        log.warning("git %s: %s", shown, too_large)
-        raise UpstreamUnavailable(too_large)
+        shown = mask(url)
+        message = too_large(shown)
+        log.warning("git %s: %s", shown, message)
+        raise UpstreamUnavailable(message)
     answered = _http_failure(runner, run, url)
     if answered is not None:
         raise answered
@@ -97,7 +100,6 @@ def _http_failure(runner: GitRunner, run: GitRun, url: str) -> GitregError | Non
     Checked whether or not git succeeded: on an answer that is not git, git falls back to
     the dumb protocol, and an HTML page without a newline is then a repository without tags.
     """
-    shown = mask(url)
     answers = _http_answers(run.trace)
     for answer in answers:
         expected = next((t for end, t in _GIT_CONTENT_TYPES.items() if answer.path.endswith(end)), None)
@@ -107,6 +109,7 @@ def _http_failure(runner: GitRunner, run: GitRun, url: str) -> GitregError | Non
             return _redirect_error(runner, url, answer.status, answer.location)
         if 200 <= answer.status < 300 and answer.content_type != expected:
             got = _printable(answer.content_type, 80) or "no content type"
+            shown = mask(url)
             log.warning("git %s: the host answered %s with %s, not git", shown, answer.path, got)
             return UpstreamUnavailable(
                 f"the Git host did not answer with the git protocol for {shown}: it sent {got} instead of "
@@ -119,6 +122,7 @@ def _http_failure(runner: GitRunner, run: GitRun, url: str) -> GitregError | Non
         if good and _CUT_SHORT.search(run.error_text) and not _CURL_FAILED.search(run.error_text):
             # Every answer arrived whole with git's content type, yet git found the protocol
             # unfinished: the body was not git's pkt-line framing (empty, or stopped early).
+            shown = mask(url)
             log.warning("git %s failed: %s", shown, runner.scrub(last_line(run.error_text)))
             return UpstreamUnavailable(
                 f"the Git host did not answer with the git protocol for {shown}: its answer ended before "

@@ -103,7 +103,7 @@ class GitAdapter:
     def call(self, args: list[str], url: str, cwd: str | None = None) -> str:
         """Run a git command that talks to `url` (e.g. a fetch); its stdout, bounded by MAX_OUTPUT_BYTES."""
         run, out = self.runner.output(args, url, cwd)
-        check(self.runner, run, url, f"git wrote more than {MAX_OUTPUT_BYTES // 2**20} MiB for {mask(url)}")
+        check(self.runner, run, url, lambda shown: f"git wrote more than {MAX_OUTPUT_BYTES // 2**20} MiB for {shown}")
         return out.decode("utf-8", "replace")
 
     def ls_remote_tags(self, url: str) -> TagList:
@@ -128,8 +128,10 @@ class GitAdapter:
             self.runner,
             run,
             url,
-            f"{mask(url)} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
-            "of tag refs); gitreg refuses to read them all",
+            lambda shown: (
+                f"{shown} has more than {MAX_REFS} tags (or {MAX_OUTPUT_BYTES // 2**20} MiB "
+                "of tag refs); gitreg refuses to read them all"
+            ),
         )
         tags = parser.result()
         self.tag_objects.keep(url, parser.objects(tags))

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from gitreg.config.model import Credential, GitConfig, credential_for
 from gitreg.core import urls
@@ -102,7 +102,10 @@ INHERITED_FOR_SSH = frozenset({"SSH_AUTH_SOCK"})
 
 def inherited_environment(names: frozenset[str] = INHERITED) -> dict[str, str]:
     """The variables of gitreg's own environment named in `names` that are set: what a child keeps."""
-    return {name: value for name, value in os.environ.items() if name in names}
+    # By name, not over the whole environment: every git process starts with this (#33: the
+    # index process starts one a repository, and its CPU competes with git's at first listing).
+    environ = os.environ
+    return {name: environ[name] for name in names if name in environ}
 
 
 def _overloaded(reason: str) -> Overloaded:
@@ -122,6 +125,15 @@ def git_found() -> bool:
     return shutil.which("git", path=os.environ.get("PATH", os.defpath)) is not None
 
 
+def _stderr_file() -> IO[bytes]:
+    """Where one git process writes its stderr: an anonymous file in memory where Linux has them
+    (no directory entry made and removed a git call, #33), else a temporary file."""
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):  # (out of file descriptors: TemporaryFile says so below)
+            return open(os.memfd_create("gitreg-git-stderr", os.MFD_CLOEXEC), "w+b", buffering=0)
+    return tempfile.TemporaryFile()
+
+
 class GitRun:
     """One git process in its own process group, killed as a group.
 
@@ -138,7 +150,7 @@ class GitRun:
         self, args: list[str], env: dict[str, str], cwd: str | None, stdout: int, stdin: BinaryIO | None = None
     ) -> None:
         # Owned by this run: closed on a failed start below, or once git is reaped (stderr_text).
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this method
+        self.stderr = _stderr_file()
         try:
             self.proc = subprocess.Popen(
                 args,

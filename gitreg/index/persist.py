@@ -54,10 +54,51 @@ def parse_index(data: dict[str, Any]) -> IndexDocument | None:
 
 def encode_index(entries: Iterable[IndexEntry], complete: bool, untagged: Mapping[ModuleAddress, Untagged]) -> str:
     """index.json's text, entries by address (blocking: tens of ms for thousands of entries)."""
-    ordered = sorted(entries, key=lambda e: str(e.address))
-    encoded = (json.dumps(e.to_json()) for e in ordered)
-    remembered = {str(address): u.to_json() for address, u in sorted(untagged.items(), key=lambda i: str(i[0]))}
-    return json_document({"format": FORMAT, "complete": complete, "untagged": remembered}, "entries", encoded)
+    return IndexEncoder(0)(entries, complete, untagged)
+
+
+# Entries whose JSON an IndexEncoder keeps between writes (about 1.5 KB each at 20 versions).
+ENCODED_KEPT = 5000
+
+
+class IndexEncoder:
+    """encode_index, keeping the text of up to `kept` entries from one write to the next.
+
+    Entries are immutable (a changed module is a new entry object), so an entry written before
+    is the same text: while an org is first listed, index.json is written every few seconds
+    with a few dozen entries more each time, and encoding all of them again each time cost the
+    index process CPU that competes with git's (#33). One write at a time (StateFile's flushes
+    are serialized); the kept texts hold their entries, so an id is never reused meanwhile.
+    """
+
+    def __init__(self, kept: int = ENCODED_KEPT) -> None:
+        self.kept = kept
+        self._texts: dict[int, tuple[IndexEntry, str, str]] = {}  # id(entry) -> (entry, address, JSON)
+
+    def __call__(
+        self, entries: Iterable[IndexEntry], complete: bool, untagged: Mapping[ModuleAddress, Untagged]
+    ) -> str:
+        known, texts = self._texts, {}
+        for entry in entries:
+            found = known.get(id(entry))
+            if found is None or found[0] is not entry:
+                found = (entry, str(entry.address), "")
+            texts[id(entry)] = found
+        ordered = sorted(texts.values(), key=lambda found: found[1])
+        keep: dict[int, tuple[IndexEntry, str, str]] = {}
+        encoded = (self._text(found, keep) for found in ordered)
+        remembered = {str(address): u.to_json() for address, u in sorted(untagged.items(), key=lambda i: str(i[0]))}
+        text = json_document({"format": FORMAT, "complete": complete, "untagged": remembered}, "entries", encoded)
+        self._texts = keep
+        return text
+
+    def _text(self, found: tuple[IndexEntry, str, str], keep: dict[int, tuple[IndexEntry, str, str]]) -> str:
+        entry, address, text = found
+        if not text:
+            text = json.dumps(entry.to_json())
+        if len(keep) < self.kept:
+            keep[id(entry)] = (entry, address, text)
+        return text
 
 
 # What gitreg 0.1 wrote as a note when a parse ran out of its budget or its worker stopped:

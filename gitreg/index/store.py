@@ -45,7 +45,7 @@ from gitreg.index.persist import (
     TMP_PREFIX,
     DetailsStore,
     IndexDocument,
-    encode_index,
+    IndexEncoder,
     parse_index,
 )
 from gitreg.index.reading import VersionReader
@@ -97,6 +97,7 @@ class ModuleIndex:
         # Told of each indexed module whose repository no longer exists (the catalog forgets it).
         self.on_gone: Signal[[ModuleAddress]] = Signal()
         self._entries = Entries()
+        self._encode = IndexEncoder()  # index.json's text, what was written before not encoded again
         self._complete = False
         self.stats = IndexStats()
         self._remote_queued = 0  # the index process's queue depth (take_status)
@@ -303,7 +304,7 @@ class ModuleIndex:
     def _snapshot(self) -> Callable[[], str]:
         """What a flush of index.json takes on the event loop: entries are immutable, so a copy of
         the list is all; encoding thousands of them (tens of ms) is done off the loop."""
-        return functools.partial(encode_index, self._entries.listed(), self._complete, self._entries.all_untagged())
+        return functools.partial(self._encode, self._entries.listed(), self._complete, self._entries.all_untagged())
 
     async def _written(self, _text: str) -> None:
         self.stats.writes += 1
