@@ -95,6 +95,7 @@ def test_check_with_a_missing_file_exits_2(tmp_path):
     assert "file not found" in result.stderr
 
 
+@pytest.mark.slow
 def test_check_probe_lists_versions_and_explains_every_skipped_tag(tmp_path):
     repo = tagged_repo(tmp_path)
     result = run_gitreg("check", "--probe", "--module", f"demo/hello/null={repo.url}", cwd=tmp_path)
@@ -114,6 +115,7 @@ def test_check_probe_exits_1_when_a_repository_cannot_be_listed(tmp_path):
     assert "ERROR: repository" in result.stdout and "does not exist upstream" in result.stdout
 
 
+@pytest.mark.slow
 def test_check_probe_exits_1_for_a_configured_module_without_a_semver_tag(tmp_path):
     repo = GitRepo(tmp_path, "untagged")
     repo.commit({"main.tf": "#\n"})
@@ -370,6 +372,7 @@ def test_check_and_serve_refuse_to_start_without_git_on_path(command, tmp_path):
     assert "gitreg: git: git is not installed on the registry server (no `git` on PATH)" in result.stderr
 
 
+@pytest.mark.slow
 def test_check_refuses_a_secret_variable_that_is_set_but_empty_naming_key_and_variable(tmp_path):
     config = _module_config(
         tmp_path,

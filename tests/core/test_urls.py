@@ -74,6 +74,7 @@ def test_arbitrary_text_never_raises_and_every_view_agrees_whether_it_is_a_git_u
 
 @SETTINGS
 @given(user=users, host=hosts, path=paths, port=ports, dotgit=st.booleans(), slash=st.booleans(), upper=st.booleans())
+@pytest.mark.slow
 def test_scp_ssh_and_https_spellings_of_one_repository_have_one_identity(user, host, path, port, dotgit, slash, upper):
     tail = path + (".git" if dotgit else "") + ("/" if slash else "")
     shown_host = host.upper() if upper else host
@@ -92,6 +93,7 @@ def test_scp_ssh_and_https_spellings_of_one_repository_have_one_identity(user, h
 
 @SETTINGS
 @given(host=hosts, path=paths, other=segments)
+@pytest.mark.slow
 def test_different_repositories_have_different_identities(host, path, other):
     assert urls.host_path(f"https://{host}/{path}") != urls.host_path(f"https://{host}/{path}/{other}")
     assert urls.host_path(f"git@{host}:{path}") != urls.host_path(f"git@{host}x:{path}")
@@ -120,6 +122,7 @@ def test_webhook_spellings_of_one_repository_have_one_identity(a, b):
     port=st.none() | ports,
     path=paths,
 )
+@pytest.mark.slow
 def test_mask_never_shows_user_info_but_a_plain_login_name_and_changes_nothing_else(
     scheme, user, password, host, port, path
 ):
@@ -162,6 +165,7 @@ def test_mask_of_any_text_leaves_no_user_info_a_password_could_hide_in(text):
     port=st.none() | ports,
     path=paths,
 )
+@pytest.mark.slow
 def test_web_url_never_carries_user_info(scheme, user, password, host, port, path):
     # A password that is also part of the host or path would be "in" the URL without leaking.
     assume(password not in host and password not in path)
@@ -213,6 +217,7 @@ def test_source_is_the_web_url_of_the_clone_url(clone_url, web):
     path=paths,
     ref=st.from_regex(r"v[0-9]\.[0-9]\.[0-9](\+[a-z0-9]{1,5})?", fullmatch=True),
 )
+@pytest.mark.slow
 def test_an_scp_like_clone_url_becomes_an_ssh_url_go_getter_reads_as_the_same_repository(user, host, path, ref):
     scp = f"{user}@{host}:{path}.git" if user else f"{host}:{path}.git"
     location = git_location(scp, "", ref)

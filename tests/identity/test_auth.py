@@ -159,6 +159,7 @@ async def test_every_api_request_without_a_valid_registry_token_is_401_with_a_be
 
 
 @module_loop
+@pytest.mark.slow
 async def test_a_path_that_is_no_endpoint_is_404_with_or_without_a_token(client, git_host):
     # Only the API's endpoints need the token: a typo'd URL says "no such endpoint", not "401".
     # (`/` is the module browser's page: with tokens it sends a browser to /login, see test_ui.py.)
@@ -331,6 +332,7 @@ async def test_lists_and_search_never_show_a_scoped_token_another_namespace(clie
     assert await ids(client, "/v1/modules/search?q=aws", NOBODY) == []
 
 
+@pytest.mark.slow
 async def test_plain_string_tokens_alone_still_work(serve_client, git_host, tmp_path):
     config = make_config(rules(git_host), auth={"tokens": [ADMIN, CI]}, storage={"path": str(tmp_path / "state")})
     client = await indexed(await serve_client(config))

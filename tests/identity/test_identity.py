@@ -137,6 +137,7 @@ async def site(request, tmp_path, aiohttp_client) -> AsyncIterator[Site]:
 # --- who can install what ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_host_token_installs_what_its_user_can_read_and_is_refused_the_rest(site):
     resp = await site.versions(site.alice)
     assert resp.status == 200, await resp.text()
@@ -152,6 +153,7 @@ async def test_a_host_token_installs_what_its_user_can_read_and_is_refused_the_r
     assert (await site.versions(ADMIN, "dns")).status == 200
 
 
+@pytest.mark.slow
 async def test_a_github_app_installation_token_reads_the_repositories_it_was_given(tmp_path, aiohttp_client):
     with GitHttpServer(repositories(tmp_path)) as git:
         forge = await FakeForge("github", git, "acme", token=ORG_TOKEN["github"]).start()
@@ -170,6 +172,7 @@ async def test_a_github_app_installation_token_reads_the_repositories_it_was_giv
         await forge.close()
 
 
+@pytest.mark.slow
 async def test_lists_and_search_show_only_what_the_host_lets_the_user_see(site):
     assert await site.listed(ADMIN) == ["acme/dns/aws", "acme/net/aws"]
     assert await site.listed(site.alice) == ["acme/net/aws"]
@@ -181,6 +184,7 @@ async def test_lists_and_search_show_only_what_the_host_lets_the_user_see(site):
     await assert_error(await site.client.get("/v1/modules/acme/dns/aws", headers=bearer(site.alice)), 403)
 
 
+@pytest.mark.slow
 async def test_the_host_is_asked_once_per_identity_and_repository_per_recheck_window(site):
     for _ in range(5):
         assert (await site.versions(site.alice)).status == 200
@@ -199,6 +203,7 @@ async def test_the_host_is_asked_once_per_identity_and_repository_per_recheck_wi
     assert site.api_calls("user") == 2 and site.api_calls("read") == 2
 
 
+@pytest.mark.slow
 async def test_removing_a_user_from_a_project_cuts_access_within_recheck_seconds_and_restoring_restores_it(site):
     assert (await site.versions(site.alice)).status == 200
     assert await site.listed(site.alice) == ["acme/net/aws"]
@@ -213,6 +218,7 @@ async def test_removing_a_user_from_a_project_cuts_access_within_recheck_seconds
     assert await site.listed(site.alice) == ["acme/net/aws"]
 
 
+@pytest.mark.slow
 async def test_unknown_and_revoked_host_tokens_are_401_with_the_json_shape(site):
     prefix = "glpat-" if site.provider == "gitlab" else "ghp_"
     resp = await site.versions(prefix + "nobody-knows-this-token")
@@ -224,6 +230,7 @@ async def test_unknown_and_revoked_host_tokens_are_401_with_the_json_shape(site)
     await assert_error(await site.versions(site.alice), 401, "not valid")
 
 
+@pytest.mark.slow
 async def test_a_token_of_one_kind_of_host_is_never_sent_to_another(site):
     other = ALICE["github" if site.provider == "gitlab" else "gitlab"]
     await assert_error(await site.versions(other), 401)
@@ -233,6 +240,7 @@ async def test_a_token_of_one_kind_of_host_is_never_sent_to_another(site):
     assert site.forge.requests() == []  # never handed to a host that did not issue it
 
 
+@pytest.mark.slow
 async def test_gitregs_own_tokens_are_never_sent_to_a_git_host(site):
     # Made up, or issued by a registry whose records this replica has not seen: no host issued it.
     for token in ("gitreg_" + "A" * 43, "gitreg_session_" + "0" * 64):
@@ -240,6 +248,7 @@ async def test_gitregs_own_tokens_are_never_sent_to_a_git_host(site):
     assert site.forge.requests() == []
 
 
+@pytest.mark.slow
 async def test_a_failing_host_is_asked_once_per_token_and_window(site):
     site.forge.mode = "down"
     prefix = "glpat-" if site.provider == "gitlab" else "ghp_"
@@ -285,6 +294,7 @@ async def test_a_host_that_does_not_answer_is_a_503_before_terraform_gives_up(si
     assert (await site.versions(ADMIN)).status == 200
 
 
+@pytest.mark.slow
 async def test_metrics_count_requests_by_credential_kind_never_by_person(site):
     assert (await site.versions(site.alice)).status == 200
     assert (await site.versions(ADMIN)).status == 200
@@ -403,6 +413,7 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
         await forge.close()
 
 
+@pytest.mark.slow
 async def test_a_host_saying_slow_down_is_backed_off_host_wide_with_503s_and_retry_after(site):
     site.forge.rate_limit_next(1, seconds=20)
     resp = await site.versions(site.alice)
@@ -418,6 +429,7 @@ async def test_a_host_saying_slow_down_is_backed_off_host_wide_with_503s_and_ret
     assert (await site.versions(site.bob)).status == 200
 
 
+@pytest.mark.slow
 async def test_a_host_answering_5xx_is_backed_off_host_wide(site):
     site.forge.mode = "down"
     await assert_error(await site.versions(site.alice), 503, "127.0.0.1")
@@ -430,6 +442,7 @@ async def test_a_host_answering_5xx_is_backed_off_host_wide(site):
     assert (await site.versions(site.bob)).status == 200
 
 
+@pytest.mark.slow
 async def test_a_hostile_username_is_shown_with_safe_characters_only(site):
     token = "glpat-eve-0000000001" if site.provider == "gitlab" else "ghp_eve000001"
     site.forge.add_user('eve" - [x]\nGET /admin', token, sees=(NET,))
@@ -452,6 +465,7 @@ class IssuedTokens:
         return self.found if presented == self.issued else None
 
 
+@pytest.mark.slow
 async def test_a_terraform_login_token_reads_what_the_host_says_its_person_can(tmp_path, aiohttp_client):
     with GitHttpServer(repositories(tmp_path)) as git:
         forge = await FakeForge("gitlab", git, "acme", token=ORG_TOKEN["gitlab"]).start()

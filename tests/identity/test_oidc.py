@@ -205,6 +205,7 @@ async def test_a_rotated_key_is_fetched_within_the_minute_of_the_first_token_nam
             issuers.close()
 
 
+@pytest.mark.slow
 async def test_a_jwks_uri_on_another_port_or_an_rsa_key_over_4096_bits_is_refused(
     issuer, git, tmp_path, aiohttp_client
 ):

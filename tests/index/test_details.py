@@ -222,6 +222,7 @@ async def test_a_root_module_that_does_not_parse_at_all_still_answers_200(served
     assert sorted(n.split(":")[0] for n in root["notes"]) == ["deep.tf", "main.tf"]
 
 
+@pytest.mark.slow
 async def test_each_version_shows_the_details_of_its_own_tag(serve_client, vpc, tmp_path):
     vpc.commit({"variables.tf": 'variable "renamed" { type = string }\n'})
     vpc.tag("v2.0.0")

@@ -80,6 +80,7 @@ async def details_while_probing(client, url: str) -> tuple[dict, list[float], fl
     return await resp.json(), latencies, took
 
 
+@pytest.mark.slow
 async def test_healthz_answers_quickly_while_a_hostile_readme_and_tf_files_are_read(serve_client, tmp_path: Path):
     repo = GitRepo(tmp_path / "repos", "hostile")
     repo.commit(
@@ -243,6 +244,7 @@ async def test_a_hostile_readme_page_view_never_blocks_healthz_and_shows_a_note(
     assert readmes.renders == renders and time.perf_counter() - started < SLOWEST_HEALTHZ
 
 
+@pytest.mark.slow
 async def test_an_ordinary_readme_is_rendered_once_per_commit(serve_client, tmp_path: Path):
     repo = GitRepo(tmp_path / "repos", "plain")
     repo.commit({"README.md": "# vpc\n\nA *VPC* module. [guide](docs/guide.md)\n", "main.tf": 'variable "n" {}\n'})

@@ -18,6 +18,7 @@ from tests.support.webhooks import WEBHOOKS, pointed_at, post_github
 from tests.support.webhooks import fixture as webhook_fixture
 
 
+@pytest.mark.slow
 async def test_browsing_a_settled_index_runs_no_git_at_all(serve_client, git_http, tmp_path):
     for n in ("vnet", "dns"):
         module_repo(tmp_path, f"public-{n}")
@@ -39,6 +40,7 @@ async def test_browsing_a_settled_index_runs_no_git_at_all(serve_client, git_htt
     assert git_http.requests() == []  # not one request reached the Git host
 
 
+@pytest.mark.slow
 async def test_search_finds_readme_words_and_ranks_names_first(serve_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     module_repo(tmp_path, "public-bastion", "# Bastion\n\nA jump host.\n")
@@ -55,6 +57,7 @@ async def test_search_finds_readme_words_and_ranks_names_first(serve_client, git
     assert vnet["description"] == "Creates a virtual network with peering and flow logs."
 
 
+@pytest.mark.slow
 async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(serve_client, git_http, tmp_path):
     repo = module_repo(tmp_path, "public-vnet")
     config = make_config(
@@ -80,6 +83,7 @@ async def test_a_tag_webhook_shows_the_new_version_in_lists_within_a_second(serv
     assert listed["versions"] == ["1.1.0", "1.0.0"] and listed["description"] == "Now with IPv6."
 
 
+@pytest.mark.slow
 async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_host_down(
     serve_client, git_http, tmp_path
 ):
@@ -106,6 +110,7 @@ async def test_a_restart_serves_list_search_and_details_from_disk_with_the_git_h
     assert names(await get_json(restarted, "/v1/modules")) == ["dns", "vnet"]  # ...and changes nothing
 
 
+@pytest.mark.slow
 async def test_a_damaged_index_file_is_set_aside_and_built_again(serve_client, git_http, tmp_path):
     module_repo(tmp_path, "public-vnet")
     state = tmp_path / "state"
@@ -118,6 +123,7 @@ async def test_a_damaged_index_file_is_set_aside_and_built_again(serve_client, g
     assert (state / "index.json.damaged").exists()
 
 
+@pytest.mark.slow
 async def test_an_index_file_nested_too_deep_to_parse_is_set_aside_and_named_in_the_log(
     serve_client, git_http, tmp_path, caplog
 ):
@@ -133,6 +139,7 @@ async def test_an_index_file_nested_too_deep_to_parse_is_set_aside_and_named_in_
     assert "the old file is index.json.damaged" in caplog.text
 
 
+@pytest.mark.slow
 async def test_a_module_whose_tags_disappear_drops_out_of_the_index(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "vnet")
     repo.commit({"main.tf": "# v\n"})
@@ -219,6 +226,7 @@ async def test_readyz_says_complete_only_once_every_modules_details_are_in(serve
     assert state["complete"] is True and state["queued"] == 0, state
 
 
+@pytest.mark.slow
 async def test_an_older_versions_details_are_read_in_the_background_never_inside_the_request(
     serve_client, git_http, tmp_path
 ):

@@ -62,6 +62,7 @@ async def gitlab(git_http) -> AsyncIterator[FakeForge]:
 # --- an address has one owner -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_subgroup_newcomer_never_takes_over_an_address_until_its_owner_is_gone(
     serve_client, gitlab, git_http, tmp_path, caplog
 ):
@@ -277,6 +278,7 @@ def test_a_host_user_or_path_starting_with_a_dash_is_not_a_git_url(url):
     assert urls.web_url(url) == ""
 
 
+@pytest.mark.slow
 async def test_a_javascript_web_url_becomes_no_link(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")

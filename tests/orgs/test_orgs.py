@@ -512,6 +512,7 @@ async def test_after_a_restart_with_the_api_down_org_modules_are_still_served(se
     assert github.requests()  # it did try
 
 
+@pytest.mark.slow
 async def test_a_restart_with_a_current_listing_asks_the_api_nothing_until_the_next_refresh(
     serve_client, github, git_http, tmp_path
 ):
@@ -624,6 +625,7 @@ def test_the_org_token_is_not_in_the_config_repr():
 # --- the CLI: check --probe, and serve with orgs only ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_http, tmp_path):
     fake = FakeForge("gitlab", git_http, "platform/terraform", token=API_TOKEN, max_per_page=2)
     module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.2.0"))
@@ -652,6 +654,7 @@ def test_check_probe_lists_found_modules_and_ignored_repositories_per_org(git_ht
     assert API_TOKEN not in out + result.stderr
 
 
+@pytest.mark.slow
 def test_check_probe_reports_an_org_modules_malformed_gitreg_toml_and_what_a_good_one_declares(git_http, tmp_path):
     fake = FakeForge("gitlab", git_http, "platform/terraform", token=API_TOKEN)
     bad = module_repo(tmp_path, "terraform-aws-vpc", ("1.0.0", "1.2.0"))
@@ -724,6 +727,7 @@ async def listed_names(client, url: str = "/v1/modules") -> list[str]:
     return ["/".join(m["id"].split("/")[:3]) for m in (await resp.json())["modules"]]
 
 
+@pytest.mark.slow
 async def test_org_modules_are_listed_and_searchable_by_description_and_topic(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     module_repo(tmp_path, "terraform-aws-dns")
@@ -741,6 +745,7 @@ async def test_org_modules_are_listed_and_searchable_by_description_and_topic(se
     assert body["source"].startswith("https://github.com/")  # the repository's web page from the API
 
 
+@pytest.mark.slow
 async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(serve_client, github, git_http, tmp_path):
     module_repo(tmp_path, "terraform-aws-vpc")
     github.add("terraform-aws-vpc")
@@ -775,6 +780,7 @@ async def test_a_created_repository_is_listed_within_a_second_of_the_webhook(ser
     assert await listed_names(client) == ["acme/vpc/aws"]
 
 
+@pytest.mark.slow
 async def test_an_org_refresh_where_nothing_changed_costs_no_git_and_a_restart_none_either(
     serve_client, github, git_http, tmp_path
 ):

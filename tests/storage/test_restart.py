@@ -100,6 +100,7 @@ async def test_a_restart_with_many_mirrors_serves_before_they_are_counted_then_c
     assert value(samples, "gitreg_mirror_bytes") == stored_mirror_bytes(mirrors) == keep * one
 
 
+@pytest.mark.slow
 async def test_a_mirror_fetched_while_the_storage_scan_runs_is_counted_once(serve_client, tmp_path):
     repo = hello_repo(tmp_path)
     store = tmp_path / "store"

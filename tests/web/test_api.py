@@ -226,6 +226,7 @@ async def test_unknown_endpoints_and_methods_get_the_json_error_shape(serve_clie
     await assert_error(await client.post("/v1/modules/demo/hello/null/versions"), 405, "not allowed")
 
 
+@pytest.mark.slow
 async def test_new_tag_appears_once_the_ttl_has_passed(serve_client, repo):
     # 2 s: the first answer also waits for the default branch's .gitreg.toml (#35), a local fetch that can
     # take half a second on a loaded machine, while the TTL already runs.

@@ -106,6 +106,7 @@ def ids(body: dict) -> list[str]:
 # --- one module -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_latest_and_download_skip_prereleases(serve_client, repo, tmp_path):
     rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "git"}
     client = await indexed_in_full(await serve_client(make_config([rule])))
@@ -124,6 +125,7 @@ async def test_latest_and_download_skip_prereleases(serve_client, repo, tmp_path
     assert rc.status == 200 and (await rc.json())["version"] == "2.0.0-rc.1"
 
 
+@pytest.mark.slow
 async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_latest(serve_client, tmp_path):
     beta = GitRepo(tmp_path / "repos", "beta")
     beta.commit({"main.tf": "# beta\n"})
@@ -153,6 +155,7 @@ async def test_a_module_with_only_prereleases_has_its_highest_prerelease_as_late
 # --- what is listed, and what is remembered -------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(serve_client, tmp_path):
     for name in ("vpc", "dns"):
         repo = GitRepo(tmp_path / "repos", f"terraform-aws-{name}")
@@ -183,6 +186,7 @@ async def test_modules_served_by_a_wildcard_rule_are_listed_across_restarts(serv
     assert ids(await get_json(restarted, "/v1/modules")) == ["acme/vpc/aws"]  # a deleted repository drops out
 
 
+@pytest.mark.slow
 async def test_downloads_are_counted_in_batches_and_kept_across_restarts(serve_client, mono, tmp_path):
     config = make_config(rules_for(mono.url), storage={"path": str(tmp_path / "state")})
     client = await indexed_in_full(await serve_client(config))
@@ -207,6 +211,7 @@ async def test_downloads_are_counted_in_batches_and_kept_across_restarts(serve_c
     ]
 
 
+@pytest.mark.slow
 async def test_a_damaged_catalog_file_is_set_aside_not_fatal(serve_client, mono, tmp_path):
     state = tmp_path / "state"
     state.mkdir()
@@ -219,6 +224,7 @@ async def test_a_damaged_catalog_file_is_set_aside_not_fatal(serve_client, mono,
 # --- scopes ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_scoped_tokens_never_list_or_find_other_namespaces(serve_client, mono, tmp_path):
     tokens = [{"token": READ_ACME, "namespaces": ["acme"]}, READ_ALL]
     client = await indexed_in_full(

@@ -622,6 +622,7 @@ tag_names = st.one_of(
     prefix=st.sampled_from(["", "net/"]),
     clone_url=st.sampled_from(["https://git.example.com/acme/infra.git", "git@git.example.com:acme/infra.git"]),
 )
+@pytest.mark.slow
 def test_any_tag_is_served_so_that_the_location_names_exactly_it_or_is_skipped_with_a_reason(tags, prefix, clone_url):
     found = select_versions(dict.fromkeys(tags, "a" * 40), prefix)
     served = [tv.tag for tv in found.versions]
@@ -792,6 +793,7 @@ def test_a_url_that_looks_like_an_option_is_never_one(tmp_path, url):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 async def test_the_operators_git_config_and_working_directory_repository_are_not_honoured(
     serve_client, tmp_path, monkeypatch
 ):

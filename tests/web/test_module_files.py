@@ -77,6 +77,7 @@ async def images(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tupl
         yield await indexed_in_full(client), repo
 
 
+@pytest.mark.slow
 async def test_the_files_endpoint_needs_a_session_as_the_pages_do(serve_client, tmp_path):
     auth = {"tokens": ["files-token-0123456789abcdef"], "signing_key": "s" * 40}
     client, _ = await client_for(serve_client, tmp_path, auth=auth)
@@ -93,6 +94,7 @@ def test_only_paths_inside_the_folder_named_and_shaped_as_images_pass():
     assert sniffed(SVG, "image/svg+xml") and not sniffed(b"<html><svg>", "image/svg+xml")
 
 
+@pytest.mark.slow
 async def test_a_terraform_docs_readme_page_shows_no_markup_and_its_anchors_have_targets(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "docs")
     repo.commit({"README.md": TERRAFORM_DOCS_README, "main.tf": 'variable "cidr" {}\n'})

@@ -69,6 +69,7 @@ async def archive_bytes(serve_client, repo: GitRepo, store: Path) -> bytes:
 
 
 @pytest.mark.parametrize("download", ["archive", "git"])
+@pytest.mark.slow
 async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(serve_client, tmp_path, download):
     repo, first = hello(tmp_path)
     store = tmp_path / "store"
@@ -97,6 +98,7 @@ async def test_details_and_page_show_the_commit_served_and_the_archives_sha256(s
     assert 'id="moved-tag"' not in text
 
 
+@pytest.mark.slow
 async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_no_error(serve_client, tmp_path):
     repo, first = hello(tmp_path)
     sub = GitRepo(tmp_path / "repos", "sub")
@@ -113,6 +115,7 @@ async def test_a_module_that_no_archive_can_hold_has_a_null_archive_sha256_and_n
 
 
 @pytest.mark.parametrize("download", ["archive", "git"])
+@pytest.mark.slow
 async def test_a_moved_tag_is_shown_with_its_first_and_current_commit_and_when_it_was_noticed(
     serve_client, tmp_path, download
 ):
@@ -139,6 +142,7 @@ async def test_a_moved_tag_is_shown_with_its_first_and_current_commit_and_when_i
     assert first in text and second in text and moved["noticed"] in text
 
 
+@pytest.mark.slow
 async def test_a_moved_tag_is_remembered_across_a_restart_with_when_it_was_first_noticed(serve_client, tmp_path):
     repo, first = hello(tmp_path)
     store = tmp_path / "store"

@@ -58,6 +58,7 @@ async def unindexed_auth_client(serve_client, tmp_path):
     return await serve_client(auth_config(tmp_path, index=False))
 
 
+@pytest.mark.slow
 async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear_after_their_first_install(
     serve_client, tmp_path
 ):
@@ -83,6 +84,7 @@ async def test_a_wildcard_rules_empty_browser_and_module_page_say_modules_appear
     assert "acme/vpc/aws" in text and 'id="wildcard-note"' not in text
 
 
+@pytest.mark.slow
 async def test_no_page_starts_git(serve_client, tmp_path):
     open_client = await indexed_in_full(await serve_client(open_config(tmp_path)))
     (tmp_path / "repos" / "vpc.git").rename(tmp_path / "repos" / "moved.git")  # any git call would now fail
@@ -158,6 +160,7 @@ async def test_a_wrong_token_is_401_and_next_never_leaves_the_site(unindexed_aut
         assert resp.headers["Location"] == "/", target
 
 
+@pytest.mark.slow
 async def test_relative_readme_links_point_into_the_repository(serve_client, tmp_path):
     found = repos(tmp_path)
     config = make_config(
@@ -192,6 +195,7 @@ def listed_names(text: str) -> list[str]:
     return re.findall(r'<h2><a href="/modules/acme/([a-z0-9-]+)/aws">', text)
 
 
+@pytest.mark.slow
 async def test_the_index_sorts_by_newest_name_and_downloads(serve_client, tmp_path):
     config = make_config(dated_repos(tmp_path), storage={"path": str(tmp_path / "s")})
     client = await indexed_in_full(await serve_client(config))
@@ -209,6 +213,7 @@ async def test_the_index_sorts_by_newest_name_and_downloads(serve_client, tmp_pa
     assert '<option value="downloads" selected>' in await (await client.get("/?sort=downloads")).text()
 
 
+@pytest.mark.slow
 async def test_the_index_has_page_numbers_that_keep_the_query(serve_client, tmp_path):
     repo = GitRepo(tmp_path / "repos", "many")
     repo.commit({"README.md": "# many\n\nOne of many.\n", "main.tf": "# m\n"})
@@ -239,6 +244,7 @@ def _host_note(text: str) -> str:
         ({"registry_host": "tf.example.test"}, "tf.example.test", "([server] registry_host;"),
     ],
 )
+@pytest.mark.slow
 async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install_from(
     serve_client, tmp_path, server, host, says
 ):
@@ -255,6 +261,7 @@ async def test_a_page_reached_at_a_plain_http_address_says_which_host_to_install
     assert (reached in note) == bool(server), note  # "not <this address>" once another host is named
 
 
+@pytest.mark.slow
 async def test_a_page_reached_at_public_url_says_nothing_of_hosts(serve_client, tmp_path):
     server = {"public_url": "http://registry.example.com"}
     config = make_config(rules(repos(tmp_path)), storage={"path": str(tmp_path / "state")}, server=server)
@@ -263,6 +270,7 @@ async def test_a_page_reached_at_public_url_says_nothing_of_hosts(serve_client, 
     assert "source  = &#34;registry.example.com/acme/vpc/aws&#34;" in text and _host_note(text) == ""
 
 
+@pytest.mark.slow
 async def test_sources_are_copy_ready_with_the_public_host_and_served_dependencies_link(serve_client, tmp_path):
     from tests.support.realistic import labels_module, write_vpc_module
 
@@ -292,6 +300,7 @@ async def test_sources_are_copy_ready_with_the_public_host_and_served_dependenci
     assert '<details class="value"><summary><code>[{&#34;self&#34;: true' in text
 
 
+@pytest.mark.slow
 async def test_the_version_picker_dates_each_version_from_gitregs_mirror(serve_client, tmp_path):
     """In archive mode gitreg keeps a mirror holding every tag: one read of it dates every version."""
     repo = GitRepo(tmp_path / "repos", "vpc")

@@ -47,6 +47,7 @@ async def test_next_after_login_keeps_a_path_with_its_query(serve_client, tmp_pa
     assert resp.headers["Location"] == "/modules/acme/vpc/aws?x=1"
 
 
+@pytest.mark.slow
 async def test_pages_shown_to_a_signed_in_person_are_private_and_vary_on_the_cookie(serve_client, tmp_path):
     client = await indexed_in_full(await serve_client(auth_config(tmp_path)))
     await login(client, TOKEN_ALL)
