@@ -21,8 +21,8 @@ from gitreg.config.model import Config
 from gitreg.providers.hashes import h1_of_zip
 from gitreg.web.app import create_app
 from tests.support.app import make_config
-from tests.support.forges import FakeForge
-from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, signing_key
+from tests.support.forges import FakeForge, releasing_github
+from tests.support.releases import SigningKey, goreleaser_assets, signing_key
 from tests.support.terraform import REGISTRY_HOST, TerraformClient, clean_env
 from tests.support.tls import write_tls_files
 
@@ -99,11 +99,8 @@ def config_for(forge: FakeForge, keys_file: Path, **sections: Any) -> Config:
 
 @pytest.fixture
 async def forge(git_http) -> AsyncIterator[FakeForge]:
-    fake = await FakeForge("github", git_http, "acme", token=GH_TOKEN).start()
-    fake.storage = await FakeStorage().start()
-    yield fake
-    await fake.storage.close()
-    await fake.close()
+    async with releasing_github(git_http, GH_TOKEN) as fake:
+        yield fake
 
 
 async def test_terraform_init_installs_a_provider_from_a_private_release_and_refuses_bad_ones(

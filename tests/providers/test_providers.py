@@ -10,7 +10,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,8 +21,8 @@ import pytest
 from gitreg.providers.hashes import h1_of_zip
 from gitreg.web.keys import PROVIDERS
 from tests.support.app import GIT_PASSWORD, GIT_USER, make_config
-from tests.support.forges import FakeForge
-from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets
+from tests.support.forges import FakeForge, releasing_github
+from tests.support.releases import SigningKey, goreleaser_assets
 from tests.support.releases import signing_key as key_in
 from tests.support.repos import GitRepo
 
@@ -43,13 +43,21 @@ def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
         yield key
 
 
+async def enumerated(client) -> list[str]:
+    """The providers /v1/providers lists once the org's first enumeration (in the background) found any."""
+    listed: list[str] = []
+    for _ in range(500):
+        listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
+        if listed:
+            break
+        await asyncio.sleep(0.02)
+    return listed
+
+
 @pytest.fixture
-async def forge(git_http):
-    fake = await FakeForge("github", git_http, "acme", token=GH_TOKEN).start()
-    fake.storage = await FakeStorage().start()
-    yield fake
-    await fake.storage.close()
-    await fake.close()
+async def forge(git_http) -> AsyncIterator[FakeForge]:
+    async with releasing_github(git_http, GH_TOKEN) as fake:
+        yield fake
 
 
 def provider_config(forge: FakeForge, keys: Path, **sections: Any):
@@ -361,13 +369,7 @@ async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_t
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
     client = await serve_client(config)
-    listed: list[str] = []
-    for _ in range(500):  # the org's first enumeration runs in the background
-        listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
-        if listed:
-            break
-        await asyncio.sleep(0.02)
-    assert listed == ["acme/gadget", "acme/widget"]
+    assert await enumerated(client) == ["acme/gadget", "acme/widget"]
     page = await (await client.get("/providers")).text()
     assert 'href="/providers/acme/gadget"' in page and 'href="/providers/acme/widget"' in page
 
@@ -536,13 +538,7 @@ async def test_an_orgs_provider_repositories_on_a_gitlab_under_a_sub_path_are_li
         org = {"provider": "gitlab", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
         org |= {"providers": True, "provider_keys": str(signing_key.write(tmp_path / "keys.asc"))}
         client = await serve_client(make_config([], orgs=[org], index={"enabled": False}))
-        listed: list[str] = []
-        for _ in range(500):  # the org's first enumeration runs in the background
-            listed = [p["id"] for p in (await (await client.get("/v1/providers")).json())["providers"]]
-            if listed:
-                break
-            await asyncio.sleep(0.02)
-        assert listed == ["acme/widget"]
+        assert await enumerated(client) == ["acme/widget"]
         versions = await client.get("/v1/providers/acme/widget/versions")
         assert [v["version"] for v in (await versions.json())["versions"]] == ["1.0.0"]
         answer = await (await client.get("/v1/providers/acme/widget/1.0.0/download/linux/amd64")).json()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -14,8 +14,8 @@ import pytest
 
 from gitreg.web.keys import PROVIDERS
 from tests.support.app import make_config
-from tests.support.forges import FakeForge
-from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, signing_key
+from tests.support.forges import FakeForge, releasing_github
+from tests.support.releases import SigningKey, goreleaser_assets, signing_key
 
 GH_TOKEN = "ghp_providerprefetchreader01"
 REPO = "terraform-provider-widget"
@@ -29,12 +29,9 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
 
 
 @pytest.fixture
-async def forge(git_http):
-    fake = await FakeForge("github", git_http, "acme", token=GH_TOKEN).start()
-    fake.storage = await FakeStorage().start()
-    yield fake
-    await fake.storage.close()
-    await fake.close()
+async def forge(git_http) -> AsyncIterator[FakeForge]:
+    async with releasing_github(git_http, GH_TOKEN) as fake:
+        yield fake
 
 
 async def started(serve_client, forge: FakeForge, key: SigningKey, tmp_path: Path, payload: int):

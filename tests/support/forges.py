@@ -17,8 +17,8 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import unquote, urlencode
@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlencode
 from aiohttp import web
 
 from tests.support.githttp import GitHttpServer
-from tests.support.releases import ReleasesMixin
+from tests.support.releases import FakeStorage, ReleasesMixin
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _IDS = itertools.count(1296269)
@@ -775,3 +775,16 @@ class FakeForge(ReleasesMixin, FakeServer):
         self._loop = asyncio.get_running_loop()
         await self.serve()
         return self
+
+
+@asynccontextmanager
+async def releasing_github(git: GitHttpServer, token: str) -> AsyncIterator[FakeForge]:
+    """A fake GitHub for the org "acme" whose release assets are on a fake storage host (its asset
+    API redirects there, as GitHub's does); both stopped at the end."""
+    fake = await FakeForge("github", git, "acme", token=token).start()
+    fake.storage = await FakeStorage().start()
+    try:
+        yield fake
+    finally:
+        await fake.storage.close()
+        await fake.close()
