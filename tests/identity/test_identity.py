@@ -368,6 +368,7 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
             config = parse_config(
                 {
                     "git": {"protocols": ["http"]},
+                    "index": {"enabled": False},  # (nothing here reads the index: no index process per replica)
                     "storage": {"path": str(tmp_path / f"replica-{i}")},
                     "cache": cache,
                     "orgs": [
