@@ -23,6 +23,7 @@ Backend = Literal["memory", "redis"]
 Ref = Literal["tag", "commit"]
 Provider = Literal["gitlab", "github"]
 Clone = Literal["https", "ssh"]
+ProviderDownload = Literal["proxy", "redirect"]
 # Upper bounds of the number keys. Every key has one, so no value can overflow a timer
 # (threading.Timer raises OverflowError past about 292 years; nan never fires), turn a cache
 # off by accident (`ttl_seconds = nan` compares false with everything), or reach an absurd size.
@@ -302,6 +303,7 @@ class OrgConfig:
     # namespace/type from their releases, signed by one of `provider_keys` (a [[providers]] rule).
     providers: bool = False
     provider_keys: str | None = None
+    provider_download: ProviderDownload = "proxy"  # as ProviderRule.download
     require_signed: bool | None = None  # as ModuleRule.require_signed
 
     @property
@@ -342,6 +344,11 @@ class ProviderRule:
     # [[orgs]] or [[auth.forges]] entry on the repository's host.
     provider: Provider = "github"
     api_url: str = "https://api.github.com"
+    # How a zip reaches the client: "proxy" (the default): through gitreg, verified and kept on disk
+    # (later downloads from disk, one host request per zip); "redirect": a 302 to the short-lived
+    # storage URL the host's asset API redirects to (the bytes never pass through gitreg; one API
+    # request per download; clients must reach the host's storage).
+    download: ProviderDownload = "proxy"
 
     def repository_for(self, type_: str) -> str:
         """The repository URL serving provider type `type_`."""

@@ -17,6 +17,7 @@ from gitreg.config.model import (
     Clone,
     OrgConfig,
     Provider,
+    ProviderDownload,
 )
 from gitreg.config.module_rules import check_download
 from gitreg.config.reader import TableReader, one_of
@@ -59,13 +60,21 @@ def check_api_url(r: TableReader, url: str) -> None:
         r.error("api_url", "must not contain a query string or fragment")
 
 
-def _providers(r: TableReader) -> tuple[bool, str | None]:
-    """`providers` (its terraform-provider-{type} repositories serve providers) and `provider_keys`."""
+def provider_download(r: TableReader, key: str) -> ProviderDownload:
+    """How provider zips reach clients (`[[providers]] download`, `[[orgs]] provider_download`):
+    "proxy" (the default) or "redirect"."""
+    return one_of(r, key, r.str(key, "proxy"), ("proxy", "redirect")) or "proxy"
+
+
+def _providers(r: TableReader) -> tuple[bool, str | None, ProviderDownload]:
+    """`providers` (its terraform-provider-{type} repositories serve providers), `provider_keys` and
+    `provider_download`."""
     providers = r.bool("providers", False)
     provider_keys = r.str("provider_keys")
     if providers and provider_keys is None:
         r.error("provider_keys", "is required with providers = true: the OpenPGP keys that sign the releases")
-    return providers, provider_keys
+    download = provider_download(r, "provider_download")
+    return providers, provider_keys, download
 
 
 # long: one key after another, in the order the table documents them; split up it would hide none
@@ -109,7 +118,7 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         if not _CLONE_HOST_RE.fullmatch(h):
             r.error("clone_hosts", f"{h[:100]!r} is not a host name like 'git.example.com' (no scheme, port or path)")
     max_repositories = r.int("max_repositories", OrgConfig.max_repositories, 1, 10_000_000)
-    providers, provider_keys = _providers(r)
+    providers, provider_keys, download_providers = _providers(r)
     require_signed = read_require_signed(r)
     r.finish()
     if provider is None or api_url is None or group is None or namespace is None:
@@ -130,6 +139,7 @@ def parse_org(r: TableReader) -> OrgConfig | None:
         max_repositories=max_repositories,
         providers=providers,
         provider_keys=provider_keys,
+        provider_download=download_providers,
         require_signed=require_signed,
     )
 

@@ -17,7 +17,7 @@ from gitreg.config.model import (
     Provider,
     ProviderRule,
 )
-from gitreg.config.orgs import check_api_url
+from gitreg.config.orgs import check_api_url, provider_download
 from gitreg.config.reader import TableReader, one_of
 from gitreg.core import urls
 from gitreg.core.names import NAME_RE
@@ -94,6 +94,7 @@ def parse_provider(
     if api_url is not None:
         api_url = api_url.rstrip("/")
         check_api_url(r, api_url)
+    download = provider_download(r, "download")
     known = _host_api(host, orgs, forges) if host is not None else None
     if known is not None:
         provider = provider or known[0]
@@ -112,6 +113,7 @@ def parse_provider(
         type=None if type_ == "*" else type_,
         provider=provider,
         api_url=api_url,
+        download=download,
     )
 
 
@@ -132,6 +134,7 @@ def org_rules(orgs: tuple[OrgConfig, ...]) -> list[ProviderRule]:
             keys=org.provider_keys,
             provider=org.provider,
             api_url=org.api_url,
+            download=org.provider_download,
         )
         for org in orgs
         if org.providers and org.provider_keys is not None

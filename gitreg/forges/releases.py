@@ -6,6 +6,7 @@ links, generic-package links included). `release_pages` follows a listing's page
 own origin, as repository listings do; `open_asset` streams an asset's bytes: with the client's
 token only toward the API's origin, and a redirect elsewhere (GitHub's presigned storage URL)
 followed WITHOUT it (the storage refuses a second credential and must never see the token).
+`storage_location` is where that first credential-free hop goes, for a client to fetch itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ MAX_REDIRECTS = 5
 # An asset's first byte within this long, then at most this long between chunks.
 ASSET_CONNECT_SECONDS = 15.0
 ASSET_READ_SECONDS = 60.0
+# A storage URL handed to a client is at most this long (presigned URLs are under 2 KiB).
+MAX_LOCATION_CHARS = 8192
+_REDIRECTS = (301, 302, 303, 307, 308)
 _SHA256_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -102,28 +106,73 @@ async def open_asset(
             raise ForgeError(
                 "error", f"{client.org.label}: cannot fetch asset {asset.name}: {type(e).__name__}"
             ) from None
-        if resp.status in (301, 302, 303, 307, 308):
-            location = resp.headers.get("Location", "")
+        if resp.status in _REDIRECTS:
             resp.release()
-            try:
-                url = str(URL(url, encoded=True).join(URL(location, encoded=True)))
-            except ValueError:
+            hop = _next_hop(url, resp)
+            if hop is None:
                 break
-            if not url.startswith(("https://", "http://")):
-                break
+            url = hop
             continue
         if resp.status != 200:
             resp.release()
-            reason = "unauthorized" if resp.status in (401, 403) else "not_found" if resp.status == 404 else "error"
-            raise ForgeError(
-                reason, f"{client.org.label}: asset {asset.name} answered HTTP {resp.status} at {mask(url)[:200]}"
-            )
+            raise _refused(client, asset, resp.status, url)
         try:
             yield resp
         finally:
             resp.release()
         return
     raise ForgeError("error", f"{client.org.label}: asset {asset.name}: too many or bad redirects")
+
+
+def _next_hop(url: str, resp: aiohttp.ClientResponse) -> str | None:
+    """The absolute http(s) URL a redirect answer to `url` points to; None when it names none."""
+    try:
+        hop = str(URL(url, encoded=True).join(URL(resp.headers.get("Location", ""), encoded=True)))
+    except ValueError:
+        return None
+    return hop if hop.startswith(("https://", "http://")) else None
+
+
+def _refused(client: ForgeClient, asset: ReleaseAsset, status: int, url: str) -> ForgeError:
+    reason = "unauthorized" if status in (401, 403) else "not_found" if status == 404 else "error"
+    return ForgeError(reason, f"{client.org.label}: asset {asset.name} answered HTTP {status} at {mask(url)[:200]}")
+
+
+def _handed_out(client: ForgeClient, url: str) -> bool:
+    """True when a client may be sent to `url`: fetched with no credential (not the API's origin, no
+    user info), http(s), of a sane length."""
+    found = parse(url)
+    return (
+        found is not None
+        and found.user is None
+        and found.scheme in ("https", "http")
+        and len(url) <= MAX_LOCATION_CHARS
+        and not same_origin(client, url)
+    )
+
+
+async def storage_location(client: ForgeClient, asset: ReleaseAsset, headers: dict[str, str]) -> str | None:
+    """Where a client can fetch `asset` itself, with no credential: the asset's own URL when it is
+    not on the API's origin (gitreg fetches it without the token too), else the first hop of the
+    API's redirect when it leaves the API's origin (GitHub's presigned, short-lived storage URL);
+    None when the host answers the bytes itself or redirects within its origin (they need the token:
+    the bytes pass through gitreg instead). ForgeError when the host refuses or cannot be reached."""
+    if not same_origin(client, asset.url):
+        return asset.url if _handed_out(client, asset.url) else None
+    seconds = ASSET_CONNECT_SECONDS + ASSET_READ_SECONDS
+    timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=ASSET_CONNECT_SECONDS)
+    try:
+        async with client.session.get(
+            URL(asset.url, encoded=True), headers=headers, allow_redirects=False, timeout=timeout
+        ) as resp:
+            if resp.status in _REDIRECTS:
+                hop = _next_hop(asset.url, resp)
+                return hop if hop is not None and _handed_out(client, hop) else None
+            if resp.status != 200:
+                raise _refused(client, asset, resp.status, asset.url)
+            return None  # the bytes themselves (the connection is closed unread)
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise ForgeError("error", f"{client.org.label}: cannot fetch asset {asset.name}: {type(e).__name__}") from None
 
 
 async def read_asset(client: ForgeClient, asset: ReleaseAsset, headers: dict[str, str], limit: int) -> bytes:

@@ -33,7 +33,7 @@ from gitreg.core.versions import parse_version
 from gitreg.forges.base import ForgeClient, ForgeError, ForgeNotFound
 from gitreg.forges.hosts import client_for
 from gitreg.forges.records import Release
-from gitreg.forges.releases import open_asset, read_asset
+from gitreg.forges.releases import open_asset, read_asset, storage_location
 from gitreg.providers.fetches import Follower, NotKept, PackageFetch, PackageFetches, PackageMismatch
 from gitreg.providers.hashstore import HashStore
 from gitreg.providers.keys import Keyring, KeysError, PublicKey
@@ -400,9 +400,23 @@ class Providers:
 
     def prefetch(self, namespace: str, type_: str, package: Package) -> None:
         """Start fetching the package into the kept store (a download answer was just given: its zip
-        is asked for next), unless it is kept, on its way, or too many are (fetches.py)."""
-        if not self.packages.known(package.shasum):
+        is asked for next), unless it is kept, on its way, or too many are (fetches.py), or its
+        rule sends clients to the host's storage (`download = "redirect"`)."""
+        if self.source(namespace, type_).rule.download == "proxy" and not self.packages.known(package.shasum):
             self._fetch(namespace, type_, package, speculative=True)
+
+    async def location(self, namespace: str, type_: str, package: Package) -> str | None:
+        """Where the client fetches the package itself (`download = "redirect"`): the host's short-lived
+        storage URL for it, asked for now (it expires within minutes); None when its rule proxies, or
+        when the host has no credential-free URL for it (the bytes pass through gitreg then)."""
+        source = self.source(namespace, type_)
+        if source.rule.download != "redirect":
+            return None
+        client = self._client(source)
+        try:
+            return await storage_location(client, package.asset, client.asset_headers())
+        except ForgeError as e:
+            raise UpstreamUnavailable(f"provider {namespace}/{type_}: {e.message}") from None
 
     def follow(self, namespace: str, type_: str, package: Package) -> Follower:
         """Follow the package's fetch (the one under way, else a new one): use it in a `with`."""

@@ -83,7 +83,7 @@ def h1(data: bytes) -> str:
     return h1_of_zip(io.BytesIO(data))
 
 
-def config_for(forge: FakeForge, keys_file: Path, **sections: Any) -> Config:
+def config_for(forge: FakeForge, keys_file: Path, download: str = "proxy", **sections: Any) -> Config:
     rule = {
         "namespace": "acme",
         "type": "*",
@@ -91,6 +91,7 @@ def config_for(forge: FakeForge, keys_file: Path, **sections: Any) -> Config:
         "keys": str(keys_file),
         "provider": "github",
         "api_url": forge.api_url,
+        "download": download,
     }
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     auth = {"tokens": [STATIC], "signing_key": "p" * 40}
@@ -103,8 +104,9 @@ async def forge(git_http) -> AsyncIterator[FakeForge]:
         yield fake
 
 
+@pytest.mark.parametrize("download", ["proxy", "redirect"])
 async def test_terraform_init_installs_a_provider_from_a_private_release_and_refuses_bad_ones(
-    terraform_client: TerraformClient, forge: FakeForge, keys, tmp_path, caplog
+    terraform_client: TerraformClient, forge: FakeForge, keys, tmp_path, caplog, download
 ):
     good, wrong = keys
     files = goreleaser_assets("widget", "1.0.0", good)
@@ -117,7 +119,7 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
     forge.replace_asset(
         "terraform-provider-tampered", "v1.0.0", zip_name, tampered[zip_name][:-1] + bytes([tampered[zip_name][-1] ^ 1])
     )
-    async with serving(config_for(forge, good.write(tmp_path / "keys.asc"))) as url:
+    async with serving(config_for(forge, good.write(tmp_path / "keys.asc"), download)) as url:
         cli = tmp_path / "terraformrc"
         cli.write_text(
             f'host "{REGISTRY_HOST}" {{\n  services = {{ "providers.v1" = "{url}/v1/providers/" }}\n}}\n'
@@ -131,6 +133,11 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
         sums = files["terraform-provider-widget_1.0.0_SHA256SUMS"].decode().splitlines()
         expected = {"zh:" + line.split()[0] for line in sums}
         assert locked_hashes(work) == expected | {h1(files["terraform-provider-widget_1.0.0_linux_amd64.zip"])}
+        # Who fetched from the host's storage: gitreg (SHA256SUMS and its signature, to verify them; the
+        # zip too with proxy) and, with redirect, Terraform itself (the zip).
+        assert forge.storage is not None
+        agents = {seen.get("User-Agent", "").split("/")[0] for seen in forge.storage.seen}
+        assert agents == ({"gitreg"} if download == "proxy" else {"gitreg", "Terraform"}), agents
 
         lock = workdir(tmp_path, "lock")
         platforms = ["-platform=linux_amd64", "-platform=darwin_arm64"]
@@ -150,9 +157,11 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
                 assert status != 0, out
                 assert not (bad / ".terraform.lock.hcl").exists()
                 flat = " ".join(out.split())
-                if type_ == "tampered":  # listed (its signature holds), its bytes refused while streamed
+                if type_ == "tampered" and download == "proxy":  # listed (signed), its bytes refused as streamed
                     assert "Failed to install provider" in flat, out
                     assert any(reason in r.getMessage() for r in caplog.records)
+                elif type_ == "tampered":  # fetched by Terraform itself: refused against the signed shasum
+                    assert "Failed to install provider" in flat and "checksum" in flat, out
                 else:  # not listed: Terraform says "not found"; the registry's answer says why
                     assert "registry.example.test/acme/" + type_ in flat and "not found" in flat, out
                     async with http.get(f"{url}/v1/providers/acme/{type_}/versions") as resp:
@@ -161,8 +170,9 @@ async def test_terraform_init_installs_a_provider_from_a_private_release_and_ref
                     assert reason in body["warnings"][0]
 
 
+@pytest.mark.parametrize("download", ["proxy", "redirect"])
 async def test_terraform_installs_through_the_network_mirror_over_https(
-    terraform_client: TerraformClient, forge: FakeForge, keys, tmp_path
+    terraform_client: TerraformClient, forge: FakeForge, keys, tmp_path, download
 ):
     good, _ = keys
     files = goreleaser_assets("widget", "1.0.0", good)
@@ -172,7 +182,8 @@ async def test_terraform_installs_through_the_network_mirror_over_https(
     write_tls_files(tls)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tls / "cert.pem", tls / "key.pem")
-    config = config_for(forge, good.write(tmp_path / "keys.asc"), server={"public_url": f"https://{REGISTRY_HOST}"})
+    public = {"public_url": f"https://{REGISTRY_HOST}"}
+    config = config_for(forge, good.write(tmp_path / "keys.asc"), download, server=public)
     async with serving(config, context) as url:
         host = url.removeprefix("https://")
         cli = tmp_path / "terraformrc"

@@ -92,3 +92,17 @@ def test_an_org_with_providers_serves_its_terraform_provider_repositories(keys):
     assert found == [
         "orgs[0].provider_keys: is required with providers = true: the OpenPGP keys that sign the releases"
     ]
+
+
+def test_how_zips_reach_clients_is_proxy_unless_a_rule_or_org_says_redirect(keys):
+    rule = {"namespace": "acme", "type": "w", "repository": "https://github.com/acme/w", "keys": keys}
+    org = {"provider": "github", "group": "infra", "namespace": "infra", "providers": True, "provider_keys": keys}
+    config = parse_config({"providers": [rule], "orgs": [org]}, {})
+    assert [p.download for p in config.providers] == ["proxy", "proxy"]
+    config = parse_config(
+        {"providers": [{**rule, "download": "redirect"}], "orgs": [{**org, "provider_download": "redirect"}]}, {}
+    )
+    assert [p.download for p in config.providers] == ["redirect", "redirect"]
+    found = problems({"providers": [{**rule, "download": "presigned"}], "orgs": [{**org, "provider_download": 1}]})
+    assert 'providers[0].download: must be "proxy" or "redirect", not \'presigned\'' in found
+    assert any(p.startswith("orgs[0].provider_download: ") for p in found), found

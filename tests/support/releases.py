@@ -146,6 +146,8 @@ class FakeStorage:
         self.hold_at: int | None = None
         self.go = asyncio.Event()
         self.cut = False
+        # Bytes a second each answer is sent at (the bench's host behind a real link); None: at once.
+        self.rate: float | None = None
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -162,6 +164,8 @@ class FakeStorage:
         data = self._objects.get(request.match_info["name"])
         if data is None or "X-Amz-Signature" not in request.query:
             return web.Response(status=403, text="AccessDenied")
+        if self.rate is not None:
+            return await self._paced(request, data, self.rate)
         if self.hold_at is None or len(data) <= self.hold_at:
             return web.Response(body=data, content_type="application/octet-stream")
         response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
@@ -175,6 +179,19 @@ class FakeStorage:
             request.transport.abort()
             return response
         await response.write(data[self.hold_at :])
+        await response.write_eof()
+        return response
+
+    async def _paced(self, request: web.Request, data: bytes, rate: float) -> web.StreamResponse:
+        """`data` at `rate` bytes a second, 256 KiB at a time."""
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(data)
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        started, piece = loop.time(), 256 * 1024
+        for offset in range(0, len(data), piece):
+            await response.write(data[offset : offset + piece])
+            await asyncio.sleep(max(0.0, started + (offset + piece) / rate - loop.time()))
         await response.write_eof()
         return response
 

@@ -206,6 +206,9 @@ async def provider_file(request: web.Request) -> web.StreamResponse:
     kept = providers.packages.open(package.shasum)
     if kept is not None:  # verified and kept on disk (providers/packages.py): no Git host request
         return _KeptFile(kept, lambda: providers.packages.release(kept), headers=_ZIP_HEADERS)
+    location = await providers.location(namespace, type_, package)
+    if location is not None:  # `download = "redirect"`: the client fetches it from the host's storage
+        return web.Response(status=302, headers={"Location": location, "Cache-Control": "no-store"})
     if request.method == "HEAD":
         return _zip_response(package)
     return await _followed(request, namespace, type_, package)
