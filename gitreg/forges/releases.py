@@ -152,27 +152,33 @@ def _handed_out(client: ForgeClient, url: str) -> bool:
 
 
 async def storage_location(client: ForgeClient, asset: ReleaseAsset, headers: dict[str, str]) -> str | None:
-    """Where a client can fetch `asset` itself, with no credential: the asset's own URL when it is
-    not on the API's origin (gitreg fetches it without the token too), else the first hop of the
-    API's redirect when it leaves the API's origin (GitHub's presigned, short-lived storage URL);
-    None when the host answers the bytes itself or redirects within its origin (they need the token:
-    the bytes pass through gitreg instead). ForgeError when the host refuses or cannot be reached."""
-    if not same_origin(client, asset.url):
-        return asset.url if _handed_out(client, asset.url) else None
+    """Where a client can fetch `asset` itself, with no credential: the first URL on the way to its
+    bytes that is off the API's origin (the asset's own URL, else where the host's redirects lead:
+    GitHub's presigned, short-lived storage URL; GitLab's object storage behind a release link and
+    its package URL), redirects within the origin followed with `headers` as `open_asset` does.
+    None when the host answers the bytes itself on its origin (they need the token: the bytes pass
+    through gitreg instead). ForgeError when the host refuses or cannot be reached."""
+    url = asset.url
     seconds = ASSET_CONNECT_SECONDS + ASSET_READ_SECONDS
     timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=ASSET_CONNECT_SECONDS)
-    try:
-        async with client.session.get(
-            URL(asset.url, encoded=True), headers=headers, allow_redirects=False, timeout=timeout
-        ) as resp:
-            if resp.status in _REDIRECTS:
-                hop = _next_hop(asset.url, resp)
-                return hop if hop is not None and _handed_out(client, hop) else None
-            if resp.status != 200:
-                raise _refused(client, asset, resp.status, asset.url)
-            return None  # the bytes themselves (the connection is closed unread)
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise ForgeError("error", f"{client.org.label}: cannot fetch asset {asset.name}: {type(e).__name__}") from None
+    for _ in range(MAX_REDIRECTS + 1):
+        if not same_origin(client, url):
+            return url if _handed_out(client, url) else None
+        try:
+            async with client.session.get(
+                URL(url, encoded=True), headers=headers, allow_redirects=False, timeout=timeout
+            ) as resp:
+                if resp.status not in _REDIRECTS and resp.status != 200:
+                    raise _refused(client, asset, resp.status, url)
+                hop = _next_hop(url, resp) if resp.status in _REDIRECTS else None
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise ForgeError(
+                "error", f"{client.org.label}: cannot fetch asset {asset.name}: {type(e).__name__}"
+            ) from None
+        if hop is None:  # the bytes themselves (the connection is closed unread), or a bad redirect
+            return None
+        url = hop
+    return None
 
 
 async def read_asset(client: ForgeClient, asset: ReleaseAsset, headers: dict[str, str], limit: int) -> bytes:

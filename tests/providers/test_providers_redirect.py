@@ -16,7 +16,7 @@ import pytest
 from gitreg.web.keys import PROVIDERS
 from tests.support.app import make_config
 from tests.support.forges import FakeForge, releasing_github
-from tests.support.releases import SigningKey, goreleaser_assets, signing_key
+from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, signing_key
 
 GH_TOKEN = "ghp_providerredirectreader01"
 REPO = "terraform-provider-widget"
@@ -44,7 +44,7 @@ def config_for(forge: FakeForge, key: SigningKey, tmp_path: Path, token: str = G
         "download": "redirect",
         **rule,
     }
-    org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
+    org = {"provider": forge.provider, "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
     return make_config(
         [], providers=[rule], orgs=[org], index={"enabled": False}, storage={"path": str(tmp_path / "st")}
     )
@@ -123,3 +123,25 @@ async def test_a_host_refusing_the_asset_is_a_502_that_names_it_and_not_the_toke
     assert resp.status == 502, body
     assert "terraform-provider-widget_1.0.0_linux_amd64.zip" in body and "HTTP 401" in body
     assert GH_TOKEN not in body and "Location" not in resp.headers
+
+
+async def test_a_gitlab_release_link_leads_through_its_package_url_to_the_object_storage(
+    serve_client, git_http, key, tmp_path
+):
+    token = "glpat-providerredirectreader"
+    forge = await FakeForge("gitlab", git_http, "acme", token=token).start()
+    forge.storage = await FakeStorage().start()  # object storage, proxy_download off: presigned redirects
+    try:
+        files = goreleaser_assets("widget", "1.0.0", key, payload=300_000)
+        forge.add_release(REPO, "v1.0.0", files)  # links to /-/releases/...: to the package URL, then storage
+        rule = {"provider": "gitlab", "api_url": forge.api_url}
+        client = await serve_client(config_for(forge, key, tmp_path, token=token, **rule))
+        resp = await client.get(await signed_zip(client), allow_redirects=False)
+        assert resp.status == 302, await resp.text()
+        location = resp.headers["Location"]
+        assert location.startswith(f"{forge.storage.base_url}/objects/") and token not in location
+        async with aiohttp.ClientSession() as http, http.get(location) as got:
+            assert await got.read() == files[NAME]
+    finally:
+        await forge.storage.close()
+        await forge.close()

@@ -375,6 +375,13 @@ class ReleasesMixin:
         data = await self._asset_data(request.query.get("aid", ""))
         if data is None:
             return web.json_response({"message": "404 Not Found"}, status=404)
+        if "/-/releases/" in request.path and self.storage is not None:  # a release link: to its package
+            tail = f"{request.match_info['tag']}/{request.match_info['file']}?aid={request.query['aid']}"
+            project = quote(request.match_info["path"], safe="")
+            target = f"{self.gitlab_api}/projects/{project}/packages/generic/release/{tail}"
+            return web.Response(status=302, headers={"Location": target})
+        if self.storage is not None:  # object storage without proxy_download: a presigned URL
+            return web.Response(status=302, headers={"Location": self.storage.put(data)})
         return web.Response(body=data, content_type="application/octet-stream")
 
     def add_release_routes(self, app: web.Application) -> None:
