@@ -9,6 +9,7 @@ so "recheck_seconds later" needs no sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -388,13 +389,18 @@ async def test_replicas_share_the_hosts_can_read_answers_through_redis(tmp_path,
             )
             replicas.append(await aiohttp_client(create_app(config)))
         forge.reset_counters()
+        store = redis.asyncio.from_url(redis_server.url)
         for client in replicas:
             for name, status in (("net", 200), ("dns", 403)):
                 resp = await client.get(f"/v1/modules/acme/{name}/aws/versions", headers=bearer(ALICE["gitlab"]))
                 assert resp.status == status, await resp.text()
+            # The answers reach Redis just after they are given (written in the background).
+            for _ in range(250):
+                if len(await store.keys("gitreg-identity-test:access:*")) == 2:
+                    break
+                await asyncio.sleep(0.02)
         # Each project asked once across both replicas (the second read Redis); Redis holds no token.
         assert len(forge.requests("/api/v4/projects/")) == 2
-        store = redis.asyncio.from_url(redis_server.url)
         keys = await store.keys("gitreg-identity-test:access:*")
         assert len(keys) == 2 and [await store.get(k) for k in keys] == [b"1", b"1"]  # the answer is in the name
         # A Redis writer cannot flip an answer, nor keep one for good: "no" stays no, on a replica that
