@@ -297,6 +297,7 @@ def measure(url: str, rounds: list[Round], size: int, pid: int, host_mbps: float
     print(f"  the zip alone, direct from the host (API + storage redirect):  {median(proxy.direct) * 1000:8.1f} ms")
     print(f"  the zip alone, gitreg proxy, first (fetched, followed, kept): {median(proxy.first) * 1000:8.1f} ms")
     print(f"  the zip alone, gitreg proxy, later (the kept zip, from disk): {median(proxy.kept) * 1000:8.1f} ms")
+    print(f"  the zip alone, direct, the redirect rule's platform:          {median(redirect.direct) * 1000:8.1f} ms")
     print(f"  the zip alone, gitreg redirect (302 to the storage URL):      {median(redirect.first) * 1000:8.1f} ms")
     print(f"  a client's sequence, direct (sums, signature, zip):           {median(proxy.direct_seq) * 1000:8.1f} ms")
     print(f"  a client's sequence, gitreg proxy (answer, sums, sig, zip):   {median(proxy.client_seq) * 1000:8.1f} ms")
