@@ -445,6 +445,7 @@ class IndexProcess:
         except asyncio.CancelledError:  # shutdown, and it did not stop in time
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            await proc.wait()  # reaped here: no ended process left behind (a SIGKILL ends even a stopped one)
             raise
         finally:
             watchdog.cancel()
