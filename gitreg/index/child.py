@@ -122,8 +122,9 @@ class ReportFeed:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changes.ready.wait(), FEED_SECONDS)  # else: the status may have moved
-            await self.send()
-            await asyncio.sleep(FEED_SECONDS)
+            if await self.send():  # changes went: the next ones wait, to go in one batch at most FEED_SECONDS later
+                await asyncio.sleep(FEED_SECONDS)
+            # (a status alone does not: the first entry after one, e.g. an org's first, goes at once)
 
     def fetched(self, key: str) -> None:
         """This process's tag cache fetched new tags of `key` (TagCache.on_fetched): its annotated tags'
@@ -131,7 +132,9 @@ class ReportFeed:
         self._fetched.add(key)
         self.changes.ready.set()
 
-    async def send(self) -> None:
+    async def send(self) -> bool:
+        """Send what changed since the last report, and the status when it moved (or is due as the
+        heartbeat); whether anything but the status went."""
         changes, forgotten = self.changes.take()
         reports: list[Report] = [
             EntrySet(entry)
@@ -150,6 +153,7 @@ class ReportFeed:
             reports.append(Written())
         index = self.index
         status = Status(index.complete, index.queue_depth(), asdict(index.stats))
+        changed = bool(reports)
         if status != self._status or reports or time.monotonic() - self._sent >= HEARTBEAT_SECONDS:
             self._status = status  # unchanged, it is the heartbeat the serving process watches
             reports.append(status)
@@ -157,3 +161,4 @@ class ReportFeed:
             self._sent = time.monotonic()
             self.out.write(b"".join(encode_report(report) for report in reports))
             await self.out.drain()
+        return changed
