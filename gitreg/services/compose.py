@@ -37,7 +37,7 @@ from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.files import ModuleFiles
 from gitreg.index.model import ChangeLog, OrgInfo
-from gitreg.index.process import CommandPipe, IndexProcess, Role
+from gitreg.index.process import CommandPipe, EarlyStart, IndexProcess, Role
 from gitreg.index.protocol import Seed
 from gitreg.index.store import ModuleIndex
 from gitreg.observability.collectors import ArchiveCollector, IndexCollector
@@ -122,6 +122,7 @@ class Services:
         clock: Callable[[], float] = time.monotonic,
         seed: Seed | None = None,
         wall_clock: Callable[[], float] = time.time,
+        early: EarlyStart | None = None,
     ) -> None:
         if (role is Role.INDEX) != (seed is not None):
             raise ValueError("the index process (Role.INDEX), and it alone, starts from a seed")
@@ -132,6 +133,7 @@ class Services:
         self.clock = clock
         self.wall_clock = wall_clock  # Unix time: what is kept for days (observed installs)
         self._seed = seed
+        self._early = early  # Role.SERVE: its index process, started already (cli/server.py)
         self.metrics = Metrics()  # this process's own registry: no process-wide state
         self.lifecycle = Lifecycle()
 
@@ -165,8 +167,7 @@ class Services:
         contexts += [self._details, self._index]
         if role is Role.SERVE:
             contexts.append(self._index_process)
-        if role is not Role.INDEX:  # the mirrors are the serving process's
-            # After the slower ones so it does not slow them.
+        if role is not Role.INDEX:  # the mirrors are the serving process's (scanned after the slower ones)
             contexts.append(self._storage_scan)
         contexts.append(self._readiness)  # keep last: ready only when every service above is up
         return contexts
@@ -209,10 +210,8 @@ class Services:
             log.info("shutdown: stopped %d running git process(es)", killed)
 
     async def _shared(self) -> AsyncIterator[None]:
-        """What replicas share: Redis when configured, else this process's memory.
-
-        The index process has no Redis of its own: its serving process is the replica (indexer.py).
-        """
+        """What replicas share: Redis when configured, else this process's memory (the index process
+        has no Redis of its own: its serving process is the replica, indexer.py)."""
         config = self.config
         index_process = self.role is Role.INDEX
         shared = self.shared = (
@@ -521,7 +520,7 @@ class Services:
         if commands is not None:
             log_json = any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
             process = self.index_process = IndexProcess(
-                config, index, catalog, orgs, self.cache, self.shared, commands, log_json=log_json
+                config, index, catalog, orgs, self.cache, self.shared, commands, log_json, self._early
             )
         index.on_gone.connect(gone)
         self._follow_changes(index, process)
