@@ -38,7 +38,7 @@ from gitreg.index.process import CommandPipe, EarlyStart, IndexProcess, Role
 from gitreg.index.protocol import Seed
 from gitreg.index.store import ModuleIndex
 from gitreg.observability.collectors import ArchiveCollector, IndexCollector
-from gitreg.observability.logs import JsonFormatter
+from gitreg.observability.lines import JsonFormatter
 from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE

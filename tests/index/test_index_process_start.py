@@ -8,9 +8,10 @@ import json
 import subprocess
 import sys
 
-# Serving-only: sign-in and tokens (PyJWT and cryptography with them), providers, "used by",
+# Serving-only: HTTP, sign-in and tokens (PyJWT and cryptography with them), providers, "used by",
 # observed installs, provenance. The index process builds none of them (services/compose.py).
 NOT_IMPORTED = (
+    "aiohttp.web",  # (the serving process's HTTP server; the access log is aiohttp's: observability/logs.py)
     "gitreg.identity",
     "jwt",
     "cryptography",
@@ -22,7 +23,10 @@ NOT_IMPORTED = (
 
 
 def test_the_index_process_does_not_import_what_only_the_serving_process_runs():
-    code = "import json, sys; import gitreg.indexer; print(json.dumps(sorted(sys.modules)))"
+    code = (
+        "import json, sys; import gitreg.indexer; from gitreg.observability.setup import configure_logging; "
+        "configure_logging(20, 'json', serve=True); print(json.dumps(sorted(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True, timeout=60)
     loaded = json.loads(done.stdout)
     found = [m for m in loaded if any(m == name or m.startswith(name + ".") for name in NOT_IMPORTED)]
