@@ -20,6 +20,7 @@ from gitreg.git.remote import TagList
 from gitreg.index.model import ChangeLog, IndexEntry
 from gitreg.index.protocol import (
     FEED_SECONDS,
+    FEED_TAIL_SECONDS,
     HEARTBEAT_SECONDS,
     Adopt,
     Command,
@@ -122,9 +123,11 @@ class ReportFeed:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changes.ready.wait(), FEED_SECONDS)  # else: the status may have moved
-            if await self.send():  # changes went: the next ones wait, to go in one batch at most FEED_SECONDS later
-                await asyncio.sleep(FEED_SECONDS)
-            # (a status alone does not: the first entry after one, e.g. an org's first, goes at once)
+            # Changes went: the next ones wait, to go in one batch FEED_SECONDS later; FEED_TAIL_SECONDS
+            # once no module waits to be listed (a listing's last modules are not held back: #33). A
+            # status alone holds nothing back.
+            if await self.send():
+                await asyncio.sleep(FEED_SECONDS if self.index.listing_queued() else FEED_TAIL_SECONDS)
 
     def fetched(self, key: str) -> None:
         """This process's tag cache fetched new tags of `key` (TagCache.on_fetched): its annotated tags'
