@@ -535,7 +535,8 @@ class Services:
         shared.follow_index()
 
     async def _index_process(self) -> AsyncIterator[None]:
-        """Role.SERVE: the index process, started once the index it feeds is up."""
+        """Role.SERVE: the index process, given its seed once the index it feeds is up (spawned here, or
+        before the application was built: cli/server.py)."""
         if not self.config.index.enabled:
             yield
             return
