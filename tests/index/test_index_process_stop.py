@@ -54,7 +54,7 @@ def _state(pid: int) -> str | None:
         return None
 
 
-async def test_an_index_process_killed_at_shutdown_is_gone_and_reaped_when_the_shutdown_returns(serve_client, repo, caplog):
+async def test_an_index_process_killed_at_shutdown_is_gone_when_the_shutdown_returns(serve_client, repo, caplog):
     caplog.set_level(logging.INFO, logger="gitreg.index.process")
     rule = {"namespace": "demo", "name": "hello", "system": "null", "repository": repo.url, "download": "archive"}
     client = await serve_client(make_config([rule]))
