@@ -1,6 +1,6 @@
 """Org mode at the size of a real org: first index, refresh, warm list/search, restart, RSS, install latency.
 
-    python bench/org_scale.py [--repos 2000] [--tags 20] [--big 10000] [--concurrency 4]
+    python bench/org_scale.py [--repos 2000] [--tags 20] [--big 10000] [--concurrency 4] [--first-only]
 
 One run, everything on 127.0.0.1, against a real `python -m gitreg serve`:
 
@@ -18,7 +18,10 @@ One run, everything on 127.0.0.1, against a real `python -m gitreg serve`:
   "cached" module, on another repository), until /readyz says complete, queued 0 and every
   module listed; meanwhile `--latency-requests` versions/download requests of the cached
   module (warmed first), spread over the index, next to as many at the same pace once the
-  index is idle; with `--floor`, the same on a second gitreg that indexes nothing while a
+  index is idle; its timeline (seconds from the serving process's start: /healthz, the index
+  process spawned, the org's API pages answered, the first org `ls-remote` answered at the git
+  server, the first org module and every module listed; `--first-only` stops there, once every
+  module is listed); with `--floor`, the same on a second gitreg that indexes nothing while a
   third indexes the org from scratch (the machine's load alone, without the index's work in
   the process that answers), with that other gitreg at nice 0 and at nice 10;
 - a refresh with nothing changed (refresh_seconds = 7x the baseline, so that the first one
