@@ -461,6 +461,15 @@ class GitHttpChild:
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
 
+    def first_request_after(self, wall: float, excluding: str = "") -> float | None:
+        """Wall time (time.time()) the server answered its first request at or after `wall` (for a path
+        without `excluding` in it, when given); None if none yet."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"first {wall!r} {excluding}\n")
+        self.proc.stdin.flush()
+        answer = float(self.proc.stdout.readline())
+        return answer or None
+
     def stop(self) -> None:
         """End the child (closing its stdin ends it)."""
         if self.proc.stdin is not None:
@@ -484,6 +493,14 @@ def _githttp_child(root: str, mode: str, delay: float) -> None:
         password=os.environ.get("GITREG_BENCH_GIT_PASSWORD"),
     )
     server.mode, server.delay = mode, delay
+    answered: list[tuple[float, str]] = []  # when each request was answered (wall time) and its path, in order
+    record = server._record
+
+    def timed(request: githttp.RequestRecord) -> None:
+        answered.append((time.time(), request.path))
+        record(request)
+
+    server._record = timed  # type: ignore[method-assign,assignment]
     server.start()
     print(server.base_url, flush=True)
     for line in sys.stdin:
@@ -494,6 +511,12 @@ def _githttp_child(root: str, mode: str, delay: float) -> None:
             print(server.ref_listings(repo or None), flush=True)
         elif command == "requests":
             print(len(server.requests()), flush=True)
+        elif command == "first":
+            after, _, excluding = repo.partition(" ")
+            seen = list(answered)
+            print(
+                next((t for t, p in seen if t >= float(after) and not (excluding and excluding in p)), 0.0), flush=True
+            )
     server.stop()
 
 

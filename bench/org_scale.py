@@ -1,6 +1,6 @@
 """Org mode at the size of a real org: first index, refresh, warm list/search, restart, RSS, install latency.
 
-    python bench/org_scale.py [--repos 2000] [--tags 20] [--big 10000] [--concurrency 4]
+    python bench/org_scale.py [--repos 2000] [--tags 20] [--big 10000] [--concurrency 4] [--first-only]
 
 One run, everything on 127.0.0.1, against a real `python -m gitreg serve`:
 
@@ -18,7 +18,10 @@ One run, everything on 127.0.0.1, against a real `python -m gitreg serve`:
   "cached" module, on another repository), until /readyz says complete, queued 0 and every
   module listed; meanwhile `--latency-requests` versions/download requests of the cached
   module (warmed first), spread over the index, next to as many at the same pace once the
-  index is idle; with `--floor`, the same on a second gitreg that indexes nothing while a
+  index is idle; its timeline (seconds from the serving process's start: /healthz, the index
+  process spawned, the org's API pages answered, the first org `ls-remote` answered at the git
+  server, the first org module and every module listed; `--first-only` stops there, once every
+  module is listed); with `--floor`, the same on a second gitreg that indexes nothing while a
   third indexes the org from scratch (the machine's load alone, without the index's work in
   the process that answers), with that other gitreg at nice 0 and at nice 10;
 - a refresh with nothing changed (refresh_seconds = 7x the baseline, so that the first one
@@ -275,6 +278,28 @@ def baseline_details(urls: list[str], env: dict[str, str], concurrency: int, scr
     took = time.perf_counter() - started
     shutil.rmtree(scratch, ignore_errors=True)
     return took
+
+
+class TimedForge(FakeForge):
+    """The fake GitHub API, noting when it answered each listing page (wall time), for the first index's timeline."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answered: list[float] = []
+
+    def _record(self, request: Any, status: int) -> None:
+        if "/repos" in request.raw_path:
+            self.answered.append(time.time())
+        super()._record(request, status)
+
+
+def started_after(pid: int, parent: int) -> float:
+    """Seconds between the start of process `parent` and of process `pid` (from /proc, to the clock tick)."""
+
+    def start_ticks(p: int) -> int:
+        return int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+    return (start_ticks(pid) - start_ticks(parent)) / os.sysconf("SC_CLK_TCK")
 
 
 # ---- talking to gitreg -------------------------------------------------------------------------
@@ -630,7 +655,7 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
     cached_repo(repos_root)
     print(f"built {args.repos} bare repositories ({args.tags} tags each) in {time.perf_counter() - started:.1f} s")
     git = GitHttpChild(repos_root, username=GIT_USER, password=GIT_PASSWORD)
-    fake = FakeForge("github", git, GROUP, token=API_TOKEN)  # type: ignore[arg-type]  # only .url() is used
+    fake = TimedForge("github", git, GROUP, token=API_TOKEN)  # (GitHttpChild: only .url() is used)
     matching = args.repos - NON_MATCHING
     expected = matching + 1  # and the cached module
     try:
@@ -670,6 +695,9 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
             refresh = max(60, round(REFRESH_FACTOR * base))
             server = start(work, "first", storage, fake.api_url, git.base_url, refresh, cached=True)
             t0 = server.started
+            wall0 = time.time() - (time.perf_counter() - t0)  # the serving process's start, as wall time
+            indexer_pids = index_process_pids(server.proc.pid)
+            spawned = started_after(indexer_pids[0], server.proc.pid) if indexer_pids else None
             client = Client(server.url)
             status, _, warm_ms = client.get(f"/v1/modules/{CACHED}/versions")
             assert status == 200
@@ -680,6 +708,7 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
             )
             pacer.start()
             t_listed: float | None = None
+            t_first: float | None = None  # the first org module listed
             t_done: float | None = None
             cpu_listed = (0.0, 0.0)  # (serving, index process) own CPU when every module was listed
             timeline = []
@@ -688,16 +717,20 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
                 idx = readyz(client)
                 now = time.perf_counter() - t0
                 timeline.append((now, idx["modules"]))
+                if t_first is None and idx["modules"] >= 2:  # (the cached module, and an org module)
+                    t_first = now
                 if t_listed is None and idx["modules"] >= expected:
                     t_listed = now
                     cpu_listed = (
                         cpu_seconds(server.proc.pid),
                         sum(cpu_seconds(pid) for pid in index_process_pids(server.proc.pid)),
                     )
-                if idx["complete"] and idx["queued"] == 0 and idx["modules"] >= expected:
+                if (idx["complete"] and idx["queued"] == 0 and idx["modules"] >= expected) or (
+                    args.first_only and t_listed is not None
+                ):
                     t_done = now
                     break
-                time.sleep(0.25)
+                time.sleep(0.25 if t_first is not None else 0.02)
             if t_done is None or t_listed is None:
                 raise RuntimeError(f"the first index did not finish in {args.timeout} s: {readyz(client)}")
             done_wall = time.time()
@@ -718,11 +751,23 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
                 f"  every module listed with its versions:          {t_listed:6.1f} s  = {t_listed / base:.2f}x the "
                 "ls-remote baseline"
             )
-            print(
-                f"  details built too (/readyz complete, queued 0): {t_done:6.1f} s  = {t_done / base:.2f}x the "
-                "ls-remote baseline" + (f", {t_done / details_base:.2f}x the details baseline" if details_base else "")
-            )
+            if not args.first_only:
+                print(
+                    f"  details built too (/readyz complete, queued 0): {t_done:6.1f} s  = {t_done / base:.2f}x the "
+                    "ls-remote baseline"
+                    + (f", {t_done / details_base:.2f}x the details baseline" if details_base else "")
+                )
             print(f"  half the modules listed at {half:.1f} s")
+            first_git = git.first_request_after(wall0, excluding="cached.git")
+            pages_at = [t - wall0 for t in fake.answered if t >= wall0]
+            print(
+                "  timeline (s from process start): /healthz "
+                f"{server.startup_seconds:.2f}, index process spawned "
+                f"{'?' if spawned is None else f'{spawned:.2f}'}, the org's API pages answered "
+                f"{pages_at[0]:.2f} .. {pages_at[-1]:.2f} ({len(pages_at)}), first org ls-remote answered "
+                f"{'?' if first_git is None else f'{first_git - wall0:.2f}'}, first org module listed "
+                f"{'?' if t_first is None else f'{t_first:.2f}'}, every module {t_listed:.2f}"
+            )
             print(
                 f"  CPU used until every module was listed (own, git not counted): serving process "
                 f"{cpu_listed[0]:.1f} s, its index process (nice +10) {cpu_listed[1]:.1f} s "
@@ -737,6 +782,11 @@ def run(args: argparse.Namespace) -> None:  # noqa: C901 - see above
                 f"(ls-refs or v0), {index_requests} requests in all; gitreg "
                 f"ls-remote calls: {ls_calls:.0f}; the fake API: {api_first} requests ({pages} pages a listing)"
             )
+
+            if args.first_only:
+                client.close()
+                server.stop()
+                return
 
             # -- refresh with nothing changed
             calls0 = metric(client, "gitreg_org_api_calls_total")
@@ -918,6 +968,9 @@ def main() -> int:
         action="store_true",
         help="also measure the install latency of a gitreg that indexes nothing while another one indexes the org "
         "(at nice 0, then at nice 10)",
+    )
+    parser.add_argument(
+        "--first-only", action="store_true", help="stop after the first full index (its timeline and CPU)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()

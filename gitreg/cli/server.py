@@ -8,10 +8,13 @@ import os
 import signal
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitreg import __version__
 from gitreg.config.model import Config
+
+if TYPE_CHECKING:
+    from gitreg.index.process import EarlyStart
 
 log = logging.getLogger("gitreg")
 
@@ -37,6 +40,27 @@ async def run_server(
 
     `on_serving` is called with the first URL served, once requests are answered (`gitreg demo`).
     """
+    from gitreg.index.process import EarlyStart, Role, serve_role
+
+    role = serve_role(config)
+    # The index process first: it imports gitreg while this process imports and builds the application.
+    early = EarlyStart() if role is Role.SERVE else None
+    if early is not None:
+        await early.start()
+    try:
+        await _serve(config, ssl_context, reuse_port, on_serving, early)
+    finally:
+        if early is not None:
+            await early.close()  # (not taken: the application did not start)
+
+
+async def _serve(
+    config: Config,
+    ssl_context: ssl.SSLContext | None,
+    reuse_port: bool,
+    on_serving: Callable[[str], None] | None,
+    early: EarlyStart | None,
+) -> None:
     from aiohttp import web
 
     from gitreg.index.process import serve_role
@@ -49,7 +73,7 @@ async def run_server(
     log.debug("event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)  # uvloop.Loop (core/loop.py)
     idle = config.server.idle_timeout_seconds
     runner = web.AppRunner(
-        create_app(config, role=serve_role(config)),
+        create_app(config, role=serve_role(config), early=early),
         handle_signals=False,
         access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
         shutdown_timeout=10,

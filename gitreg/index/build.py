@@ -204,6 +204,10 @@ class IndexBuilder:
         work = self._work
         return len(work.pending) + len(work.later) + len(work.wanted) + len(work.active)
 
+    def listing(self) -> int:
+        """Modules waiting to be listed with their versions (their details not counted)."""
+        return len(self._work.pending)
+
     def notice(self, addresses: Iterable[ModuleAddress]) -> None:
         """(Re)index these modules soon (a new module served, an org repository changed)."""
         if not self.leading():

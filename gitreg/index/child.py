@@ -20,6 +20,7 @@ from gitreg.git.remote import TagList
 from gitreg.index.model import ChangeLog, IndexEntry
 from gitreg.index.protocol import (
     FEED_SECONDS,
+    FEED_TAIL_SECONDS,
     HEARTBEAT_SECONDS,
     Adopt,
     Command,
@@ -122,8 +123,11 @@ class ReportFeed:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changes.ready.wait(), FEED_SECONDS)  # else: the status may have moved
-            await self.send()
-            await asyncio.sleep(FEED_SECONDS)
+            # Changes went: the next ones wait, to go in one batch FEED_SECONDS later; FEED_TAIL_SECONDS
+            # once no module waits to be listed (a listing's last modules are not held back: #33). A
+            # status alone holds nothing back.
+            if await self.send():
+                await asyncio.sleep(FEED_SECONDS if self.index.listing_queued() else FEED_TAIL_SECONDS)
 
     def fetched(self, key: str) -> None:
         """This process's tag cache fetched new tags of `key` (TagCache.on_fetched): its annotated tags'
@@ -131,7 +135,9 @@ class ReportFeed:
         self._fetched.add(key)
         self.changes.ready.set()
 
-    async def send(self) -> None:
+    async def send(self) -> bool:
+        """Send what changed since the last report, and the status when it moved (or is due as the
+        heartbeat); whether anything but the status went."""
         changes, forgotten = self.changes.take()
         reports: list[Report] = [
             EntrySet(entry)
@@ -150,6 +156,7 @@ class ReportFeed:
             reports.append(Written())
         index = self.index
         status = Status(index.complete, index.queue_depth(), asdict(index.stats))
+        changed = bool(reports)
         if status != self._status or reports or time.monotonic() - self._sent >= HEARTBEAT_SECONDS:
             self._status = status  # unchanged, it is the heartbeat the serving process watches
             reports.append(status)
@@ -157,3 +164,4 @@ class ReportFeed:
             self._sent = time.monotonic()
             self.out.write(b"".join(encode_report(report) for report in reports))
             await self.out.drain()
+        return changed

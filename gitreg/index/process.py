@@ -131,6 +131,49 @@ def index_config(config: Config) -> Config:
     )
 
 
+async def spawn_index_process() -> asyncio.subprocess.Process:
+    """`python -m gitreg.indexer` with its pipes (OSError when it cannot start): it imports gitreg
+    (most of its start), then waits for its seed on stdin."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-P",  # not the working directory first on sys.path: a gitreg checkout there is not imported (#33)
+        "-m",
+        ENTRY_MODULE,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        limit=READ_LIMIT,
+        env=index_environment(),
+    )
+
+
+class EarlyStart:
+    """`gitreg serve`'s first index process, started before the serving process imports and builds
+    its application (cli/server.py): its imports run meanwhile (on another CPU), then it waits for
+    its seed, so the org's first listing starts sooner (#33). IndexProcess takes it for its first run;
+    one never taken (the application did not start) is killed and reaped by close()."""
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        """Spawn it (a failure is left to IndexProcess, which tries again and says why)."""
+        with contextlib.suppress(OSError):
+            self._proc = await spawn_index_process()
+
+    def take(self) -> asyncio.subprocess.Process | None:
+        """The process, still running, once (None: none was started, or it ended already)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            return proc
+        return None
+
+    async def close(self) -> None:
+        if (proc := self.take()) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
 class Role(Enum):
     """What an application built by create_app does."""
 
@@ -218,6 +261,7 @@ class IndexProcess:
         shared: SharedState,
         commands: CommandPipe | None = None,
         log_json: bool = False,
+        early: EarlyStart | None = None,
     ) -> None:
         self.config = config
         self.index = index
@@ -228,6 +272,7 @@ class IndexProcess:
         self.commands = commands or CommandPipe()
         self.commands.on_stalled = self._stalled
         self.log_json = log_json  # the serving process logs JSON lines: so does the index process
+        self._early = early  # its first run's process, started already (cli/server.py)
         self._told_leading = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._org_changes: deque[OrgChanges] = deque()  # large changes being told in parts, in order
@@ -401,28 +446,32 @@ class IndexProcess:
             leading=self._told_leading,
         )
 
+    async def _spawn_process(self) -> asyncio.subprocess.Process | None:
+        """The process of a run: the one started early (the first run), else a new one (None: it could not start)."""
+        early, self._early = self._early, None
+        if early is not None and (proc := early.take()) is not None:
+            return proc
+        try:
+            return await spawn_index_process()
+        except OSError as e:
+            log.warning("cannot start the index process: %s", e.strerror or e)
+            return None
+
     async def _run(self, resync: bool) -> int | None:
         self.commands.hold()
+        # Started first: it imports while its seed is made.
+        proc = await self._spawn_process()
+        if proc is None:
+            self.commands.detach()
+            return None
         self._told_leading = self.shared.leading()
         # Pickled on a thread (230,000 org modules: 1.1-1.3 s); what is sent meanwhile is held.
         seed = await asyncio.get_running_loop().run_in_executor(None, encode_seed, self._seed(resync))
-        if self._stopping.is_set():  # stopped meanwhile: nothing to start
+        if self._stopping.is_set():  # stopped meanwhile: it has not started anything yet
             self.commands.detach()
-            return None
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-P",  # not the working directory first on sys.path: a gitreg checkout there is not imported (#33)
-                "-m",
-                ENTRY_MODULE,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                limit=READ_LIMIT,
-                env=index_environment(),
-            )
-        except OSError as e:
-            self.commands.detach()
-            log.warning("cannot start the index process: %s", e.strerror or e)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
             return None
         assert proc.stdin is not None and proc.stdout is not None
         self.starts += 1
@@ -445,6 +494,7 @@ class IndexProcess:
         except asyncio.CancelledError:  # shutdown, and it did not stop in time
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            await proc.wait()  # reaped here: no ended process left behind (a SIGKILL ends even a stopped one)
             raise
         finally:
             watchdog.cancel()

@@ -27,6 +27,9 @@ from gitreg.storage.files import collector_paused
 # webhook's module is listed without delay, and the first index of an org costs the serving
 # process a batch every half second, not a message per module (BENCHMARKS.md, section 13).
 FEED_SECONDS = 0.5
+# ... or this often once no module waits to be listed (a listing's last entries, details): the
+# serving process lists every module as soon as it is read (#33), at 20 batches a second at most.
+FEED_TAIL_SECONDS = 0.05
 # It reports at least this often: the serving process kills one silent for longer (process.py).
 HEARTBEAT_SECONDS = 2.0
 

@@ -170,6 +170,10 @@ class ModuleIndex:
         """Modules waiting to be (re)indexed."""
         return self._builder.depth() + self._remote_queued
 
+    def listing_queued(self) -> int:
+        """Modules waiting to be listed with their versions (in the process that builds)."""
+        return self._builder.listing()
+
     # --- the background work --------------------------------------------------------------------
 
     def want(self, address: ModuleAddress, canonical: str) -> None:

@@ -1,4 +1,4 @@
-"""Log formats: the access log (combined log format, or JSON) and a one-object-per-line JSON formatter.
+"""The access log: combined log format, or JSON (lines.py has the JSON formatter and the secret filter).
 
 Only the classes live here; the CLI (`cli.main`) is the one place that installs them.
 """
@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import os
 import re
 import time
 import weakref
-from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, ClassVar, NamedTuple, Protocol
 from urllib.parse import unquote_plus
 
@@ -22,7 +19,14 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
-from gitreg.core import urls
+from gitreg.observability.lines import (
+    ACCESS_FIELD,
+    SENSITIVE_QUERY,
+    JsonFormatter,
+    SecretFilter,
+    json_access_lines,
+    mask_user_info,
+)
 
 
 class Who(Protocol):
@@ -42,15 +46,8 @@ class Who(Protocol):
 # The caller of a request, recorded by the web layer once its credential is checked (absent
 # when none was), read here and by the metrics; the web layer reads the same entry as its Principal.
 WHO_KEY = web.RequestKey[Who]("who")
-# Query parameters whose values are capabilities (signed download URLs, tokens): never logged.
-# OAuth's `code` and `state` (`/oauth/callback`, Terraform's localhost URL) are one-time capabilities too.
-SENSITIVE_QUERY = ("sig", "signature", "token", "key", "secret", "password", "expires", "code", "state")
 # Characters a name in the access line's user field may not hold (spaces and quotes would split it).
 _USER_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._@:+/-]")
-# The key of an access line's fields in the JSON log.
-HTTP_FIELD = "http"
-# The attribute a batch of access lines rides on: (AccessEntry, line) pairs (read by JsonFormatter).
-ACCESS_FIELD = "access"
 
 
 def mask_query(raw_path: str) -> str:
@@ -364,56 +361,6 @@ class AccessLogger(AbstractAccessLogger):
         return batches.setdefault(self.logger.name, _Batch(self.logger))
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, plus `http` for access records."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        access = getattr(record, ACCESS_FIELD, None)
-        if isinstance(access, list) and access:
-            # A batch of access lines: one object per request.
-            entries, lines = zip(*access, strict=True)
-            return json_access_lines(record.name, entries, lines)
-        out: dict[str, Any] = {
-            "time": _iso(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        http = getattr(record, HTTP_FIELD, None)
-        if isinstance(http, dict):
-            out[HTTP_FIELD] = http
-        if record.exc_info:
-            # exc_text when SecretFilter already made (and masked) it
-            out["exception"] = record.exc_text or self.formatException(record.exc_info)
-        return self._dumps(out)
-
-    @staticmethod
-    def _dumps(out: dict[str, Any]) -> str:
-        return json.dumps(out, ensure_ascii=False, default=str)
-
-
-def json_access_lines(logger: str, entries: Sequence[AccessEntry], lines: Sequence[str]) -> str:
-    """The JSON log's access lines: one object per request (its own time), joined by newlines."""
-    return "\n".join(
-        json.dumps(
-            {
-                "time": _iso(entry.created),
-                "level": "info",
-                "logger": logger,
-                "message": line,
-                HTTP_FIELD: entry.fields(),
-            },
-            ensure_ascii=False,
-            default=str,
-        )
-        for entry, line in zip(entries, lines, strict=True)
-    )
-
-
-def _iso(created: float) -> str:
-    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
-
-
 class ServerLogger(logging.LoggerAdapter[logging.Logger]):
     """aiohttp's server logger, minus tracebacks for requests its HTTP parser refused.
 
@@ -438,57 +385,3 @@ class ServerLogger(logging.LoggerAdapter[logging.Logger]):
             )
             return
         super().log(level, msg, *args, exc_info=exc_info, **kwargs)
-
-
-# A sensitive query parameter or an Authorization credential anywhere in a log line's text.
-_SECRET_IN_TEXT_RE = re.compile(
-    r"(?P<key>[?&;](?:[^=&\s\\'\"]*?(?:" + "|".join(SENSITIVE_QUERY) + r")[^=&\s\\'\"]*)=)[^&\s\\'\"]+"
-    r"|(?P<scheme>\b(?:Bearer|Basic|token)\s+)[A-Za-z0-9._~+/=-]{8,}",
-    re.IGNORECASE,
-)
-
-
-# User info of a URL anywhere in a log line's text (a token is often written as the user name).
-_USERINFO_IN_TEXT_RE = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>[^\s/?#@\\'\"<>]+)@")
-
-
-def mask_text(text: str) -> str:
-    """`text` with the values of sensitive query parameters, Authorization credentials and URL user
-    info (but an ssh login such as `git@`) replaced by `***`."""
-    text = _SECRET_IN_TEXT_RE.sub(lambda m: (m.group("key") or m.group("scheme")) + "***", text)
-    return mask_user_info(text)
-
-
-def mask_user_info(text: str) -> str:
-    """`text` with the user info of every `scheme://user[:password]@` in it replaced by `***`."""
-    if "@" not in text:
-        return text
-
-    def masked(m: re.Match[str]) -> str:
-        if urls.is_ssh_login(m.group("scheme"), m.group("userinfo")):
-            return m.group(0)
-        return f"{m.group('scheme')}://{urls.masked_userinfo(m.group('userinfo'))}@"
-
-    return _USERINFO_IN_TEXT_RE.sub(masked, text)
-
-
-class SecretFilter(logging.Filter):
-    """A last line of defence on every handler: no capability in a log line, whoever logs it.
-
-    gitreg's own lines never hold one (URLs are masked where they are logged), but libraries
-    log at DEBUG what they see: a request line, a URL. Access-log batches are already masked
-    and skip the (cheap) search.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, ACCESS_FIELD, None) is not None:
-            return True
-        message = record.getMessage()
-        masked = mask_text(message)
-        if masked != message:
-            record.msg, record.args = masked, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:  # made here, or by a handler before this one (formatters reuse it)
-            record.exc_text = mask_text(record.exc_text)
-        return True

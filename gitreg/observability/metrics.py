@@ -15,7 +15,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
@@ -39,6 +38,8 @@ from gitreg.observability.collectors import (
 )
 
 if TYPE_CHECKING:
+    from aiohttp import web  # (an annotation only: the index process imports no aiohttp server)
+
     from gitreg.forges.base import OrgStats
     from gitreg.git.pool import GitPool
     from gitreg.git.remote import TagList

@@ -13,12 +13,12 @@ def configure_logging(level: int, log_format: str, serve: bool) -> None:
     """The root logger on stderr, text or JSON lines; for `serve` (and its index process), secrets masked."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if serve:
-        from gitreg.observability.logs import SecretFilter  # imports aiohttp: only `serve` needs it
+        from gitreg.observability.lines import SecretFilter
 
         for handler in logging.getLogger().handlers:  # no capability in any line, whoever logs it
             handler.addFilter(SecretFilter())
     if log_format == "json":
-        from gitreg.observability.logs import JsonFormatter  # imports aiohttp: only `serve` needs it
+        from gitreg.observability.lines import JsonFormatter
 
         for handler in logging.getLogger().handlers:  # app and access logs alike
             handler.setFormatter(JsonFormatter())

@@ -6,7 +6,8 @@ decides which a process has. The web layer wires HTTP to it (web/app.py), the in
 it without any HTTP (indexer.py), and the tests get what production gets through `create_app`.
 
 `provider_hashes`: the parse workers that compute provider zips' `h1:` (the providers' layer is
-below the parse workers', so the root hands them in).
+below the parse workers', so the root hands them in). `release_providers`: the providers' services
+as the serving process runs them (imported only there: the index process never serves one).
 
 May import every package below it; imported by `gitreg.web` and `gitreg.indexer`.
 """

@@ -14,9 +14,10 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -29,32 +30,22 @@ from gitreg.git.pool import GitPool, Waiters
 from gitreg.git.remote import GitAdapter, TagList
 from gitreg.git.runner import GitRunner
 from gitreg.git.verify import SignatureGit
-from gitreg.identity.door import Identities
-from gitreg.identity.issued import FILE_NAME as ISSUED_FILE
-from gitreg.identity.issued import IssuedTokens
-from gitreg.identity.oauth import LoginFlows
 from gitreg.index.browse import BrowseService
 from gitreg.index.details import DetailsService
 from gitreg.index.files import ModuleFiles
 from gitreg.index.model import ChangeLog, OrgInfo
-from gitreg.index.process import CommandPipe, IndexProcess, Role
+from gitreg.index.process import CommandPipe, EarlyStart, IndexProcess, Role
 from gitreg.index.protocol import Seed
 from gitreg.index.store import ModuleIndex
 from gitreg.observability.collectors import ArchiveCollector, IndexCollector
-from gitreg.observability.logs import JsonFormatter
+from gitreg.observability.lines import JsonFormatter
 from gitreg.observability.metrics import Lifecycle, Metrics
 from gitreg.orgs.service import OrgCatalog
 from gitreg.orgs.store import FILE_NAME as ORGS_FILE
-from gitreg.providers.hashstore import HashStore
-from gitreg.providers.packages import DIRECTORY as PACKAGES_DIRECTORY
-from gitreg.providers.packages import PackageFiles
-from gitreg.providers.readme import ReleaseReadmes
-from gitreg.providers.service import Providers
 from gitreg.registry.catalog import FILE_NAME as CATALOG_FILE
 from gitreg.registry.catalog import Catalog
 from gitreg.registry.declared import FILE as DECLARATIONS_FILE
 from gitreg.registry.declared import FLUSH_SECONDS, Declarations
-from gitreg.registry.provenance import Provenances
 from gitreg.registry.publish import Publisher
 from gitreg.registry.resolve import Resolver
 from gitreg.registry.service import Registry
@@ -63,16 +54,19 @@ from gitreg.registry.tags import TagCache
 from gitreg.replicas.base import SharedState
 from gitreg.replicas.factory import make_shared
 from gitreg.replicas.memory import MemoryShared
-from gitreg.services.provider_hashes import WorkerHasher
 from gitreg.storage.archives import ArchiveBuilder, ArchiveStore
 from gitreg.storage.budget import StorageBudget
 from gitreg.storage.files import keep_long_lived
 from gitreg.storage.mirrors import MirrorStore
-from gitreg.storage.moved import MOVED_FILE, MovedTags
 from gitreg.storage.pins import TagPins
-from gitreg.usage.installs import FILE_NAME as INSTALLS_FILE
-from gitreg.usage.installs import Installs
-from gitreg.usage.service import Usage
+
+if TYPE_CHECKING:  # imported where built: the index process imports none of these (#33)
+    from gitreg.identity.door import Identities
+    from gitreg.identity.oauth import LoginFlows
+    from gitreg.providers.service import Providers
+    from gitreg.registry.provenance import Provenances
+    from gitreg.usage.installs import Installs
+    from gitreg.usage.service import Usage
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +116,7 @@ class Services:
         clock: Callable[[], float] = time.monotonic,
         seed: Seed | None = None,
         wall_clock: Callable[[], float] = time.time,
+        early: EarlyStart | None = None,
     ) -> None:
         if (role is Role.INDEX) != (seed is not None):
             raise ValueError("the index process (Role.INDEX), and it alone, starts from a seed")
@@ -132,6 +127,7 @@ class Services:
         self.clock = clock
         self.wall_clock = wall_clock  # Unix time: what is kept for days (observed installs)
         self._seed = seed
+        self._early = early  # Role.SERVE: its index process, started already (cli/server.py)
         self.metrics = Metrics()  # this process's own registry: no process-wide state
         self.lifecycle = Lifecycle()
 
@@ -165,8 +161,7 @@ class Services:
         contexts += [self._details, self._index]
         if role is Role.SERVE:
             contexts.append(self._index_process)
-        if role is not Role.INDEX:  # the mirrors are the serving process's
-            # After the slower ones so it does not slow them.
+        if role is not Role.INDEX:  # the mirrors are the serving process's (scanned after the slower ones)
             contexts.append(self._storage_scan)
         contexts.append(self._readiness)  # keep last: ready only when every service above is up
         return contexts
@@ -209,10 +204,8 @@ class Services:
             log.info("shutdown: stopped %d running git process(es)", killed)
 
     async def _shared(self) -> AsyncIterator[None]:
-        """What replicas share: Redis when configured, else this process's memory.
-
-        The index process has no Redis of its own: its serving process is the replica (indexer.py).
-        """
+        """What replicas share: Redis when configured, else this process's memory (the index process
+        has no Redis of its own: its serving process is the replica, indexer.py)."""
         config = self.config
         index_process = self.role is Role.INDEX
         shared = self.shared = (
@@ -315,6 +308,8 @@ class Services:
 
     async def _identities(self) -> AsyncIterator[None]:
         """Who a bearer token is and what it may read (asking the Git hosts through the hosts' HTTP session)."""
+        from gitreg.identity.door import Identities
+
         identities = self.identities = Identities(
             self.config, self.resolver, self.shared, self.hosts_http, self.logins, self.clock
         )
@@ -323,40 +318,23 @@ class Services:
         identities.close()
 
     async def _providers(self) -> AsyncIterator[None]:
-        """Providers served from releases (`[[providers]]`): their keys imported, and a session of their
-        own toward the Git hosts (bytes passed on as they come: no decompression)."""
-        sessions: list[aiohttp.ClientSession] = []
+        """Providers served from releases (`[[providers]]`): services/release_providers.py."""
+        from gitreg.services.release_providers import running_providers
 
-        def session() -> aiohttp.ClientSession:
-            if not sessions:
-                sessions.append(aiohttp.ClientSession(auto_decompress=False, trust_env=False, read_bufsize=1 << 20))
-            return sessions[0]
-
-        hasher = WorkerHasher()  # the packages' `h1:` hashes, computed in parse workers
-        hashes = HashStore(self._storage(), hasher)
-        packages = PackageFiles(self._storage() / PACKAGES_DIRECTORY, self.budget)  # verified zips, in the budget
-        cache = self.cache
-
-        async def tag_shas(url: str) -> Mapping[str, str]:
-            return (await cache.get(url)).tags
-
-        readmes = ReleaseReadmes(tag_shas, self.mirrors, MirrorGit(self.git), self.pool)  # READMEs at release tags
-        providers = Providers(self.config, session, self.clock, hashes, packages, self.orgs.repository_names, readmes)
-        self.providers = providers
-        await providers.start()
-        try:
+        names = self.orgs.repository_names
+        providers = running_providers(
+            self.config, self._storage(), self.budget, self.cache, self.mirrors, self.git, self.pool, self.clock, names
+        )
+        async with providers as self.providers:
             yield
-        finally:
-            await providers.aclose()  # its packages' fetches stopped, its GNUPGHOMEs removed
-            await hasher.close()
-            for opened in sessions:
-                await opened.close()
 
     async def _installs(self) -> AsyncIterator[None]:
         """Observed CI installs (`Installs.of(address)`): in memory, written to storage in batches, shared
         with the other replicas through Redis (when configured)."""
+        from gitreg.usage.installs import FILE_NAME, Installs
+
         shared = self.shared
-        installs = self.installs = Installs(self._storage() / INSTALLS_FILE, shared.installs, self.wall_clock)
+        installs = self.installs = Installs(self._storage() / FILE_NAME, shared.installs, self.wall_clock)
         shared.on_reconnect.connect(installs.reconnected)  # Redis may have lost them: sent again
         async for _ in installs.lifetime():
             yield
@@ -415,6 +393,9 @@ class Services:
 
     async def _provenance(self) -> AsyncIterator[None]:
         """What pages and details say of a version's commit, archive sha256 and moved tag (registry/provenance.py)."""
+        from gitreg.registry.provenance import Provenances
+        from gitreg.storage.moved import MOVED_FILE, MovedTags
+
         moved = MovedTags(self._storage() / MOVED_FILE, self.files)
         await moved.load()
         self.provenance = Provenances(self.config, self.registry, self.pins, self.shared, moved, self.archives)
@@ -458,6 +439,8 @@ class Services:
 
     async def _usage(self) -> AsyncIterator[None]:
         """ "Used by": every repository the orgs list, read in the background ([usage] scan)."""
+        from gitreg.usage.service import Usage
+
         orgs = self.orgs
         usage = self.usage = Usage(
             self.config, orgs.listings, orgs.complete, self.pool, self.git, self._storage(), self.files
@@ -521,7 +504,7 @@ class Services:
         if commands is not None:
             log_json = any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
             process = self.index_process = IndexProcess(
-                config, index, catalog, orgs, self.cache, self.shared, commands, log_json=log_json
+                config, index, catalog, orgs, self.cache, self.shared, commands, log_json, self._early
             )
         index.on_gone.connect(gone)
         self._follow_changes(index, process)
@@ -552,7 +535,8 @@ class Services:
         shared.follow_index()
 
     async def _index_process(self) -> AsyncIterator[None]:
-        """Role.SERVE: the index process, started once the index it feeds is up."""
+        """Role.SERVE: the index process, given its seed once the index it feeds is up (spawned here, or
+        before the application was built: cli/server.py)."""
         if not self.config.index.enabled:
             yield
             return
@@ -577,6 +561,8 @@ class Services:
     async def _logins(self) -> AsyncIterator[None]:
         """`terraform login` and "Sign in with ...": the issued tokens (on disk, shared through Redis when
         configured) and the OAuth flows, talking to the Git hosts through the hosts' HTTP session."""
+        from gitreg.identity import issued, oauth
+
         config = self.config
         key = config.auth.signing_key
         if key is None or not any(f.oauth for f in config.auth.forges):
@@ -584,11 +570,11 @@ class Services:
             return
         http = self.hosts_http()
         # Shared with the other replicas on the replicas' own Redis connection (None: this replica alone).
-        tokens = IssuedTokens(config, self._storage() / ISSUED_FILE, http, self.shared.logins)
+        tokens = issued.IssuedTokens(config, self._storage() / issued.FILE_NAME, http, self.shared.logins)
         await tokens.load()
         self.shared.on_reconnect.connect(tokens.reconnected)  # the file's revocations back in Redis
         tokens.start_watching()  # revocations of tokens this replica never saw, from the log in Redis
-        self.logins = LoginFlows(config.auth.forges, key, tokens, http)  # the identity door's
+        self.logins = oauth.LoginFlows(config.auth.forges, key, tokens, http)  # the identity door's
         yield
         await tokens.close()
 

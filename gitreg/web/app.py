@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from gitreg.config.model import Config
-from gitreg.index.process import Role, serve_role
+from gitreg.index.process import EarlyStart, Role, serve_role
 from gitreg.observability.logs import ServerLogger
 from gitreg.services.compose import Services
 from gitreg.web.api.browse import browse_routes
@@ -90,14 +90,16 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     role: Role | None = None,
     wall_clock: Callable[[], float] = time.time,
+    early: EarlyStart | None = None,
 ) -> web.Application:
     """Build the aiohttp application for an already-validated config; `clock` is the tag cache's
     and the identities' (services.compose.Services), `wall_clock` (Unix time) the observed installs'.
 
     `role`: what `gitreg serve` runs (index.process.serve_role) unless given: Role.SERVE with the
-    index on (the index process, indexer.py, builds it), Role.ALL with it off.
+    index on (the index process, indexer.py, builds it), Role.ALL with it off. `early`: that index
+    process, started already (cli/server.py).
     """
-    services = Services(config, role or serve_role(config), clock, wall_clock=wall_clock)
+    services = Services(config, role or serve_role(config), clock, wall_clock=wall_clock, early=early)
     app = web.Application(
         client_max_size=64 * 1024,
         # A request aiohttp's HTTP parser refuses is logged as one line, not an ERROR with a traceback.

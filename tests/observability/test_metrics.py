@@ -306,14 +306,8 @@ async def test_access_lines_written_straight_to_a_stream_are_the_lines_logging_w
     # the same bytes as the record `logging` would have formatted.
     from aiohttp import ClientSession
 
-    from gitreg.observability.logs import (
-        ACCESS_FIELD,
-        AccessEntry,
-        AccessLogger,
-        JsonFormatter,
-        SecretFilter,
-        access_line,
-    )
+    from gitreg.observability.lines import ACCESS_FIELD, JsonFormatter, SecretFilter
+    from gitreg.observability.logs import AccessEntry, AccessLogger, access_line
 
     log = tmp_path / "access.log"
     logger = logging.getLogger(f"tests.access-direct-{log_format}")

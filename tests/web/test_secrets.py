@@ -435,7 +435,7 @@ def test_the_log_filter_masks_capabilities_in_any_library_line_and_traceback(jso
     import io
     import logging
 
-    from gitreg.observability.logs import JsonFormatter, SecretFilter
+    from gitreg.observability.lines import JsonFormatter, SecretFilter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -493,7 +493,8 @@ def test_a_token_as_a_urls_user_name_is_masked_in_git_errors_and_in_any_log_line
     from gitreg.core.errors import UpstreamUnavailable
     from gitreg.git.remote import GitAdapter
     from gitreg.git.runner import GitRunner
-    from gitreg.observability.logs import AccessEntry, SecretFilter, access_line
+    from gitreg.observability.lines import SecretFilter
+    from gitreg.observability.logs import AccessEntry, access_line
 
     home = tmp_path / "home"
     home.mkdir()
