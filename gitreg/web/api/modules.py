@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-import weakref
-from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.core.content import ContentKey
 from gitreg.git.pool import Priority
@@ -21,6 +17,7 @@ from gitreg.web.address import request_address
 from gitreg.web.api.providers import PROVIDERS_V1
 from gitreg.web.auth import caller
 from gitreg.web.errors import error_response
+from gitreg.web.files import HeldFileResponse
 from gitreg.web.keys import (
     CONFIG,
     IDENTITY,
@@ -135,23 +132,6 @@ async def _archive_location(request: web.Request, key: ContentKey, relative: str
     query = "?" + "&".join(params) if params else ""
     base = base_url(request)
     return f"{base}{path}{query}" if base else f"{relative}{query}"
-
-
-class HeldFileResponse(web.FileResponse):
-    """A FileResponse for a file held against eviction until it was opened and sent (then `release`)."""
-
-    def __init__(self, path: str, release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(path, **kwargs)
-        # A response never sent (the client left before) still releases, when it is dropped.
-        self._release = weakref.finalize(self, release)
-        self._release.atexit = False
-
-    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
-        """Open and send the file, then release it (a finalizer runs once)."""
-        try:
-            return await super().prepare(request)
-        finally:
-            self._release()
 
 
 # Signed: Terraform fetches the archive without its token (the download answer signs its URL).

@@ -14,12 +14,9 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
 
 from gitreg.config.model import PROVIDER_TYPE_RE
 from gitreg.core.errors import BadRequest, GitregError, ModuleNotFound
@@ -27,6 +24,7 @@ from gitreg.git.pool import Priority
 from gitreg.providers.fetches import NotKept
 from gitreg.providers.release import Package
 from gitreg.web.auth import caller, visibility
+from gitreg.web.files import SEND_CHUNK, HeldFileResponse
 from gitreg.web.keys import IDENTITY, PROVIDERS, SIGNER
 from gitreg.web.origin import base_url
 from gitreg.web.route_rules import Access
@@ -38,7 +36,6 @@ provider_routes = web.RouteTableDef()
 PROVIDERS_V1 = "/v1/providers/"
 FILES_ROUTE = "/v1/providers/{namespace}/{type}/{version}/files/{filename}"
 _PLATFORM_RE = re.compile(r"[a-z0-9]{1,32}", re.ASCII)
-_READ = 1024 * 1024  # a read when the event loop cannot have the kernel send the file (uvloop)
 _ZIP_HEADERS = {"Content-Type": "application/zip", "Cache-Control": "private, max-age=3600, immutable"}
 
 
@@ -205,29 +202,13 @@ async def provider_file(request: web.Request) -> web.StreamResponse:
         raise ModuleNotFound(f"provider {namespace}/{type_} {version.version} has no file {filename[:100]!r}")
     kept = providers.packages.open(package.shasum)
     if kept is not None:  # verified and kept on disk (providers/packages.py): no Git host request
-        return _KeptFile(kept, lambda: providers.packages.release(kept), headers=_ZIP_HEADERS)
+        return HeldFileResponse(kept, lambda: providers.packages.release(kept), headers=_ZIP_HEADERS)
     location = await providers.location(namespace, type_, package)
     if location is not None:  # `download = "redirect"`: the client fetches it from the host's storage
         return web.Response(status=302, headers={"Location": location, "Cache-Control": "no-store"})
     if request.method == "HEAD":
         return _zip_response(package)
     return await _followed(request, namespace, type_, package)
-
-
-class _KeptFile(web.FileResponse):
-    """A kept zip (sendfile, HEAD and ranges as any file), held in the storage budget until sent."""
-
-    def __init__(self, path: Path, release: Callable[[], None], headers: dict[str, str]) -> None:
-        super().__init__(path, headers=headers)
-        self._release: Callable[[], None] | None = release
-
-    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
-        try:
-            return await super().prepare(request)
-        finally:
-            if self._release is not None:
-                self._release()
-                self._release = None
 
 
 def _zip_response(package: Package) -> web.StreamResponse:
@@ -291,7 +272,7 @@ class _Sender:
                 self.native = False
         end = offset + count
         while offset < end:
-            data = await asyncio.to_thread(os.pread, self.fd, min(_READ, end - offset), offset)
+            data = await asyncio.to_thread(os.pread, self.fd, min(SEND_CHUNK, end - offset), offset)
             if not data:
                 raise ConnectionResetError("the file is shorter than released")
             await self.response.write(data)
