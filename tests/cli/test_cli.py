@@ -312,7 +312,8 @@ def test_a_port_in_use_fails_at_once_with_one_line_before_touching_the_storage(t
         elapsed = time.monotonic() - started
         assert fetch_json(f"{first.url}/readyz")[0] == 200  # the first instance carries on
     assert_config_exit(result, f"gitreg: cannot listen on 127.0.0.1:{port}: Address already in use")
-    # One line: it did not load the other instance's storage nor start an index process first.
+    # One line: it did not load the other instance's storage (the index process it started first, to
+    # import meanwhile, is killed before any seed: it never reads the storage either).
     assert result.stderr.count("\n") == 1, result.stderr
     assert elapsed < 5, elapsed  # loosely: "within a second" on a quiet machine
     assert first.proc.returncode == 0
