@@ -257,6 +257,8 @@ class IndexBuilder:
                 self.store.put(updated)
 
     def _cut_short(self, address: ModuleAddress, canonical: str, e: DetailsUnfinished) -> None:
+        if e.stopping:  # gitreg is stopping: nothing failed, nothing to read again
+            return
         self.store.stats.failures += 1
         delay = self._retries.failed(address, canonical)
         log.warning("details of %s %s not kept: %s (read again in %.0f s)", address, canonical, e.message, delay)

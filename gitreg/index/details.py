@@ -36,7 +36,7 @@ from gitreg.index.declarations import (
     readme_of,
 )
 from gitreg.index.model import DetailsUnfinished
-from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
+from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed, WorkersClosed
 from gitreg.index.tree import CommitTree, read_commit
 
 if TYPE_CHECKING:  # annotations only
@@ -175,6 +175,8 @@ class DetailsService:
                 f"reading {shown} took longer than [index] parse_seconds ({self.parse_seconds:g} s); "
                 "the details are read again later"
             ) from None
+        except WorkersClosed:  # gitreg is stopping: not worth a warning
+            raise DetailsUnfinished(f"the parse workers were shut down while reading {shown}", stopping=True) from None
         except WorkerFailed as e:
             log.warning("a parse worker stopped while reading %s: %s", shown, e)
             raise DetailsUnfinished(

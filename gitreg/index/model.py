@@ -27,9 +27,10 @@ class DetailsUnfinished(Overloaded):
     """A version's details could not be read completely now (its parse ran out of its budget, or a
     parse worker stopped): not a result, never kept; read again later (503 meanwhile)."""
 
-    def __init__(self, message: str, published_at: str = "") -> None:
+    def __init__(self, message: str, published_at: str = "", stopping: bool = False) -> None:
         super().__init__(message, retry_after=5)
         self.published_at = published_at  # the tag's date: git gave it, only the parsing was cut short
+        self.stopping = stopping  # cut short because gitreg is stopping: nothing failed
 
 
 class NotListedYet(Overloaded):

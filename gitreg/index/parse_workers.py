@@ -68,6 +68,10 @@ class WorkerFailed(Exception):
     """The worker died or its answer was not readable (hostile input may have crashed it)."""
 
 
+class WorkersClosed(WorkerFailed):
+    """The workers were shut down (gitreg is stopping) while the parse ran: nothing the input did."""
+
+
 class _Worker:
     """One child process and its pipes; a request is answered before the next is sent."""
 
@@ -153,6 +157,8 @@ class ParseWorkers:
                 except (OSError, EOFError, asyncio.IncompleteReadError, ValueError, WorkerFailed) as e:
                     worker = None
                     await self._discard(current)
+                    if self._closed:  # close() killed it
+                        raise WorkersClosed("the parse workers were shut down") from e
                     raise WorkerFailed(f"exit code {current.proc.returncode}") from e
                 except BaseException:
                     # Cancelled half-way: what is left in the pipes would answer the next request.

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from markupsafe import Markup
 
-from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed
+from gitreg.index.parse_workers import BudgetExceeded, ParseWorkers, WorkerFailed, WorkersClosed
 from gitreg.web.pages.markdown import Links, render_markdown
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ class Readmes:
                 answer = await call(request)
         except BudgetExceeded:
             answer = TOO_COMPLEX
+        except WorkersClosed:  # gitreg is stopping: nothing remembered, nothing worth a warning
+            return UNAVAILABLE
         except WorkerFailed as e:
             log.warning("a parse worker stopped while rendering Markdown of %s: %s", request["links"]["source"], e)
             answer = TOO_COMPLEX
