@@ -19,6 +19,7 @@ pytest.register_assert_rewrite("tests.support")
 from tests.support.app import GIT_PASSWORD, GIT_USER, served_app  # noqa: E402
 from tests.support.browser import chromium_driver  # noqa: E402
 from tests.support.githttp import GitHttpServer  # noqa: E402
+from tests.support.releases import SigningKey, signing_key  # noqa: E402
 from tests.support.repos import GitRepo  # noqa: E402
 from tests.support.terraform import TerraformClient, require_clients, terraform_clients  # noqa: E402
 
@@ -41,6 +42,13 @@ def repo(tmp_path: Path) -> GitRepo:
     r.tag("v2.0.0-rc.1")
     r.tag("not-a-version")
     return r
+
+
+@pytest.fixture(scope="session")
+def release_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
+    """A real gpg key (Debian's `gpg`) that signs provider releases' SHA256SUMS (tests/support/releases.py)."""
+    with signing_key(tmp_path_factory.mktemp("gpg") / "home") as made:
+        yield made
 
 
 @pytest.fixture

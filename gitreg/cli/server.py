@@ -14,7 +14,7 @@ from gitreg import __version__
 from gitreg.config.model import Config
 
 if TYPE_CHECKING:
-    from gitreg.index.process import EarlyStart
+    from gitreg.index.process import EarlyStart, Role
 
 log = logging.getLogger("gitreg")
 
@@ -48,7 +48,7 @@ async def run_server(
     if early is not None:
         await early.start()
     try:
-        await _serve(config, ssl_context, reuse_port, on_serving, early)
+        await _serve(config, ssl_context, reuse_port, on_serving, role, early)
     finally:
         if early is not None:
             await early.close()  # (not taken: the application did not start)
@@ -59,11 +59,11 @@ async def _serve(
     ssl_context: ssl.SSLContext | None,
     reuse_port: bool,
     on_serving: Callable[[str], None] | None,
+    role: Role,
     early: EarlyStart | None,
 ) -> None:
     from aiohttp import web
 
-    from gitreg.index.process import serve_role
     from gitreg.observability.logs import AccessLogger
     from gitreg.web.app import create_app
     from gitreg.web.listener import Listener, ListeningSocket, loop_exception
@@ -73,7 +73,7 @@ async def _serve(
     log.debug("event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)  # uvloop.Loop (core/loop.py)
     idle = config.server.idle_timeout_seconds
     runner = web.AppRunner(
-        create_app(config, role=serve_role(config), early=early),
+        create_app(config, role=role, early=early),
         handle_signals=False,
         access_log_class=AccessLogger,  # combined log format; fields as JSON with --log-format json
         shutdown_timeout=10,

@@ -9,6 +9,7 @@ about 60% of the time (a quarter of the trips to the worker thread).
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ SEND_CHUNK = 1024 * 1024
 class HeldFileResponse(web.FileResponse):
     """A FileResponse for a file held against eviction until it was opened and sent (then `release`)."""
 
-    def __init__(self, path: str | Any, release: Callable[[], None], **kwargs: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(path, chunk_size=SEND_CHUNK, **kwargs)
         # A response never sent (the client left before) still releases, when it is dropped.
         self._release = weakref.finalize(self, release)

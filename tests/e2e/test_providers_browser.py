@@ -17,7 +17,7 @@ from tests.support.app import GIT_PASSWORD, GIT_USER
 from tests.support.browser import axe_violations, page_overflow, sized_chromium
 from tests.support.forges import FakeForge
 from tests.support.process import GitregProcess
-from tests.support.releases import SigningKey, goreleaser_assets, signing_key
+from tests.support.releases import goreleaser_assets
 from tests.support.repos import GitRepo
 
 # A real headless Chromium and a real gitreg process.
@@ -42,27 +42,21 @@ provider "widget" { endpoint = "https://widgets.acme.example/api/v1/with/a/long/
 """
 
 
-@pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
-    with signing_key(tmp_path_factory.mktemp("gpg") / "home") as made:
-        yield made
-
-
 @pytest.fixture
-def server(git_http, key, tmp_path: Path) -> Iterator[GitregProcess]:
+def server(git_http, release_key, tmp_path: Path) -> Iterator[GitregProcess]:
     repo = GitRepo(git_http.root, "terraform-provider-widget")
     repo.commit({"README.md": README})
     repo.tag("v1.2.0")
     forge = FakeForge("github", git_http, "acme", token=TOKEN)
     with forge.in_thread():  # (releases added once it listens: their asset URLs name its port)
         forge.add("terraform-provider-widget")
-        forge.add_release("terraform-provider-widget", "v1.2.0", goreleaser_assets("widget", "1.2.0", key))
+        forge.add_release("terraform-provider-widget", "v1.2.0", goreleaser_assets("widget", "1.2.0", release_key))
         forge.add_release("terraform-provider-widget", "v1.1.0", goreleaser_assets("widget", "1.1.0", None))
         config = tmp_path / "gitreg.toml"
         config.write_text(
             f'[[providers]]\nnamespace = "acme"\ntype = "*"\n'
             f'repository = "{forge.base_url}/acme/terraform-provider-{{type}}"\n'
-            f'keys = "{key.write(tmp_path / "keys.asc")}"\nprovider = "github"\napi_url = "{forge.api_url}"\n'
+            f'keys = "{release_key.write(tmp_path / "keys.asc")}"\nprovider = "github"\napi_url = "{forge.api_url}"\n'
             f'[[orgs]]\nprovider = "github"\napi_url = "{forge.api_url}"\ngroup = "acme"\nnamespace = "acme"\n'
             f'token = "{TOKEN}"\n'
             f'[[credentials]]\nurl = "{git_http.base_url}/"\nusername = "{GIT_USER}"\npassword = "${{GIT_PASSWORD}}"\n'

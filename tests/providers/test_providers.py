@@ -32,12 +32,6 @@ REPO = "terraform-provider-widget"
 
 
 @pytest.fixture(scope="session")
-def signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
-    with key_in(tmp_path_factory.mktemp("gpg") / "home") as key:
-        yield key
-
-
-@pytest.fixture(scope="session")
 def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
     with key_in(tmp_path_factory.mktemp("gpg-other") / "home", "Mallory <m@example.test>") as key:
         yield key
@@ -74,22 +68,22 @@ def provider_config(forge: FakeForge, keys: Path, **sections: Any):
 
 
 async def test_versions_list_the_signed_releases_with_protocols_and_platforms(
-    serve_client, forge, signing_key, other_key, tmp_path
+    serve_client, forge, release_key, other_key, tmp_path
 ):
-    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
-    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key, protocols=None))
-    forge.add_release(REPO, "v2.0.0-rc.1", goreleaser_assets("widget", "2.0.0-rc.1", signing_key), prerelease=True)
-    forge.add_release(REPO, "v3.0.0", goreleaser_assets("widget", "3.0.0", signing_key), draft=True)
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", release_key, protocols=None))
+    forge.add_release(REPO, "v2.0.0-rc.1", goreleaser_assets("widget", "2.0.0-rc.1", release_key), prerelease=True)
+    forge.add_release(REPO, "v3.0.0", goreleaser_assets("widget", "3.0.0", release_key), draft=True)
     forge.add_release(REPO, "v0.9.0", goreleaser_assets("widget", "0.9.0", other_key))
     forge.add_release(REPO, "v0.8.0", goreleaser_assets("widget", "0.8.0", None))
-    forge.add_release(REPO, "not-a-version", goreleaser_assets("widget", "0.7.0", signing_key))
-    changed = goreleaser_assets("widget", "0.6.0", signing_key)
+    forge.add_release(REPO, "not-a-version", goreleaser_assets("widget", "0.7.0", release_key))
+    changed = goreleaser_assets("widget", "0.6.0", release_key)
     changed["terraform-provider-widget_0.6.0_linux_amd64.zip"] += b"changed after signing"
     forge.add_release(REPO, "v0.6.0", changed)
-    unlisted = goreleaser_assets("widget", "0.5.0", signing_key)
+    unlisted = goreleaser_assets("widget", "0.5.0", release_key)
     unlisted["terraform-provider-widget_0.5.0_windows_amd64.zip"] = b"PK not in the sums"
     forge.add_release(REPO, "v0.5.0", unlisted)
-    client = await serve_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc")))
+    client = await serve_client(provider_config(forge, release_key.write(tmp_path / "keys.asc")))
 
     discovery = await (await client.get("/.well-known/terraform.json")).json()
     assert discovery["providers.v1"] == "/v1/providers/"
@@ -113,12 +107,12 @@ async def test_versions_list_the_signed_releases_with_protocols_and_platforms(
 
 
 async def test_a_download_answer_gives_signed_urls_that_stream_the_private_assets_without_a_token(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    files = goreleaser_assets("widget", "1.0.0", signing_key)
+    files = goreleaser_assets("widget", "1.0.0", release_key)
     forge.add_release(REPO, "v1.0.0", files)
     config = provider_config(
-        forge, signing_key.write(tmp_path / "keys.asc"), auth={"tokens": [STATIC], "signing_key": "k" * 40}
+        forge, release_key.write(tmp_path / "keys.asc"), auth={"tokens": [STATIC], "signing_key": "k" * 40}
     )
     client = await serve_client(config)
     headers = {"Authorization": f"Bearer {STATIC}"}
@@ -139,7 +133,7 @@ async def test_a_download_answer_gives_signed_urls_that_stream_the_private_asset
         for data in [files[f"terraform-provider-widget_1.0.0_{os_}_{arch}.zip"]]
     }
     (key,) = answer["signing_keys"]["gpg_public_keys"]
-    assert key["key_id"] == signing_key.fingerprint[-16:] and "BEGIN PGP PUBLIC KEY BLOCK" in key["ascii_armor"]
+    assert key["key_id"] == release_key.fingerprint[-16:] and "BEGIN PGP PUBLIC KEY BLOCK" in key["ascii_armor"]
     expected = {
         "download_url": files[name],
         "shasums_url": files["terraform-provider-widget_1.0.0_SHA256SUMS"],
@@ -162,13 +156,13 @@ async def test_a_download_answer_gives_signed_urls_that_stream_the_private_asset
 
 
 async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_release_is_verified_once(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    small = goreleaser_assets("widget", "1.0.0", signing_key)
-    large = goreleaser_assets("widget", "2.0.0", signing_key, payload=3_000_000)
+    small = goreleaser_assets("widget", "1.0.0", release_key)
+    large = goreleaser_assets("widget", "2.0.0", release_key, payload=3_000_000)
     forge.add_release(REPO, "v1.0.0", small)
     forge.add_release(REPO, "v2.0.0", large)
-    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), cache={"ttl_seconds": 0})
+    config = provider_config(forge, release_key.write(tmp_path / "keys.asc"), cache={"ttl_seconds": 0})
     client = await serve_client(config)
     for version, files in (("1.0.0", small), ("2.0.0", large)):
         name = f"terraform-provider-widget_{version}_linux_amd64.zip"
@@ -193,13 +187,13 @@ async def test_a_zip_changed_after_signing_is_refused_or_cut_short_and_each_rele
 
 
 async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_computed_once(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    files = goreleaser_assets("widget", "1.0.0", signing_key)
+    files = goreleaser_assets("widget", "1.0.0", release_key)
     release = forge.add_release(REPO, "v1.0.0", files)
     zip_paths = {a["url"].split("/repos/", 1)[1] for a in release["assets"] if a["name"].endswith(".zip")}
-    forge.add_release(REPO, "v1.1.0-beta.1", goreleaser_assets("widget", "1.1.0-beta.1", signing_key))
-    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
+    forge.add_release(REPO, "v1.1.0-beta.1", goreleaser_assets("widget", "1.1.0-beta.1", release_key))
+    config = provider_config(forge, release_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
     client = await serve_client(config)
     host = f"{client.server.host}:{client.server.port}"
     index = await client.get(f"/v1/mirror/{host}/acme/widget/index.json")
@@ -239,7 +233,7 @@ async def test_the_network_mirror_lists_versions_and_archives_with_h1_hashes_com
 
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
 async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
-    serve_client, git_http, signing_key, tmp_path, provider
+    serve_client, git_http, release_key, tmp_path, provider
 ):
     org_token = {"github": GH_TOKEN, "gitlab": "glpat-providerreleasesreader"}[provider]
     alice = {"github": "ghp_alicealicealice000001", "gitlab": "glpat-alicealicealice01"}[provider]
@@ -248,14 +242,14 @@ async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
         files = {}
         for type_ in ("widget", "gadget"):
             forge.add(f"terraform-provider-{type_}")
-            files[type_] = goreleaser_assets(type_, "1.0.0", signing_key)
+            files[type_] = goreleaser_assets(type_, "1.0.0", release_key)
             forge.add_release(f"terraform-provider-{type_}", "v1.0.0", files[type_], package=provider == "gitlab")
         forge.add_user("alice", alice, sees=("terraform-provider-widget",))
         rule = {
             "namespace": "acme",
             "type": "*",
             "repository": f"{forge.base_url}/acme/terraform-provider-{{type}}",
-            "keys": str(signing_key.write(tmp_path / "keys.asc")),
+            "keys": str(release_key.write(tmp_path / "keys.asc")),
         }
         org = {"provider": provider, "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": org_token}
         forges = [{"provider": provider, "url": forge.base_url, "api_url": forge.api_url}]
@@ -282,11 +276,11 @@ async def test_a_host_token_reads_a_provider_when_it_can_read_its_repository(
 
 
 async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_paste(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    forge.add_release(REPO, "v1.2.0", goreleaser_assets("widget", "1.2.0", signing_key))
+    forge.add_release(REPO, "v1.2.0", goreleaser_assets("widget", "1.2.0", release_key))
     forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", None))
-    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"))
+    config = provider_config(forge, release_key.write(tmp_path / "keys.asc"))
     client = await serve_client(config)
     assert (await client.get("/providers/acme/widget")).status == 200
     listed = await (await client.get("/v1/providers")).json()
@@ -297,7 +291,7 @@ async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_past
     page = await (await client.get("/providers/acme/widget")).text()
     host = f"{client.server.host}:{client.server.port}"
     assert f"source  = &#34;{host}/acme/widget&#34;" in page and "version = &#34;~&gt; 1.2&#34;" in page
-    assert signing_key.fingerprint[-16:] in page and "linux_amd64" in page
+    assert release_key.fingerprint[-16:] in page and "linux_amd64" in page
     assert "v1.1.0: the release has no signature" in page
     index = await (await client.get("/providers")).text()
     assert 'href="/providers/acme/widget"' in index and "1.2.0" in index
@@ -306,12 +300,12 @@ async def test_providers_are_listed_by_the_api_and_on_pages_with_a_block_to_past
 
 
 async def test_a_release_webhook_makes_the_next_versions_answer_read_the_releases_again(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
     secret = "webhook-secret-for-releases-01"
-    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
     config = provider_config(
-        forge, signing_key.write(tmp_path / "keys.asc"), webhooks={"github_secret": secret}, cache={"ttl_seconds": 3600}
+        forge, release_key.write(tmp_path / "keys.asc"), webhooks={"github_secret": secret}, cache={"ttl_seconds": 3600}
     )
     client = await serve_client(config)
 
@@ -321,7 +315,7 @@ async def test_a_release_webhook_makes_the_next_versions_answer_read_the_release
         ]
 
     assert await versions() == ["1.0.0"]
-    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", release_key))
     assert await versions() == ["1.0.0"]  # cached like a tag list
     repository = {"full_name": f"acme/{REPO}", "html_url": f"{forge.base_url}/acme/{REPO}"}
     body = json.dumps({"action": "published", "release": {"tag_name": "v1.1.0"}, "repository": repository}).encode()
@@ -333,8 +327,8 @@ async def test_a_release_webhook_makes_the_next_versions_answer_read_the_release
     assert await versions() == ["1.1.0", "1.0.0"]
 
 
-async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(serve_client, forge, signing_key, tmp_path):
-    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(serve_client, forge, release_key, tmp_path):
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
     broken = tmp_path / "broken.asc"
     broken.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nnot base64 at all\n-----END PGP PUBLIC KEY BLOCK-----\n")
     client = await serve_client(provider_config(forge, broken))
@@ -345,9 +339,9 @@ async def test_a_keys_file_gpg_cannot_read_refuses_every_release_saying_why(serv
     assert f"the keys file {broken} cannot be used" in body["warnings"][0]
 
 
-async def test_an_org_with_providers_true_serves_its_provider_repositories(serve_client, forge, signing_key, tmp_path):
-    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
-    keys = signing_key.write(tmp_path / "keys.asc")
+async def test_an_org_with_providers_true_serves_its_provider_repositories(serve_client, forge, release_key, tmp_path):
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
+    keys = release_key.write(tmp_path / "keys.asc")
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
     client = await serve_client(config)
@@ -358,14 +352,14 @@ async def test_an_org_with_providers_true_serves_its_provider_repositories(serve
 
 
 async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_them(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
     for type_ in ("widget", "gadget"):
         forge.add(f"terraform-provider-{type_}")
-        forge.add_release(f"terraform-provider-{type_}", "v1.0.0", goreleaser_assets(type_, "1.0.0", signing_key))
+        forge.add_release(f"terraform-provider-{type_}", "v1.0.0", goreleaser_assets(type_, "1.0.0", release_key))
     forge.add("terraform-aws-vpc")  # a module, not a provider
     forge.add("terraform-provider-")  # no type: not a provider
-    keys = signing_key.write(tmp_path / "keys.asc")
+    keys = release_key.write(tmp_path / "keys.asc")
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     config = make_config([], orgs=[{**org, "providers": True, "provider_keys": str(keys)}], index={"enabled": False})
     client = await serve_client(config)
@@ -375,13 +369,13 @@ async def test_an_orgs_provider_repositories_are_listed_before_anyone_asks_for_t
 
 
 async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without_the_host(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    files = goreleaser_assets("widget", "1.0.0", signing_key, payload=300_000)
+    files = goreleaser_assets("widget", "1.0.0", release_key, payload=300_000)
     release = forge.add_release(REPO, "v1.0.0", files)
     name = "terraform-provider-widget_1.0.0_linux_amd64.zip"
     asset = next(a["url"].split("/repos/", 1)[1] for a in release["assets"] if a["name"] == name)
-    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
+    config = provider_config(forge, release_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
 
     def reads() -> int:
         return sum(r.path.endswith(asset) for r in forge.requests("/releases/assets/"))
@@ -408,10 +402,10 @@ async def test_a_verified_zip_is_kept_and_later_downloads_come_from_disk_without
     assert (await again.get(url.path)).status == 403  # still only by a signed URL
 
 
-async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(serve_client, forge, signing_key, tmp_path):
-    files = goreleaser_assets("widget", "1.0.0", signing_key)
+async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(serve_client, forge, release_key, tmp_path):
+    files = goreleaser_assets("widget", "1.0.0", release_key)
     forge.add_release(REPO, "v1.0.0", files)
-    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
+    config = provider_config(forge, release_key.write(tmp_path / "keys.asc"), storage={"path": str(tmp_path / "st")})
     client = await serve_client(config)
     host = f"{client.server.host}:{client.server.port}"
     archives = (await (await client.get(f"/v1/mirror/{host}/acme/widget/1.0.0.json")).json())["archives"]
@@ -422,7 +416,7 @@ async def test_the_mirrors_h1_hashes_are_computed_in_a_parse_worker_process(serv
 
 
 async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_sanitized(
-    serve_client, git_http, forge, signing_key, tmp_path
+    serve_client, git_http, forge, release_key, tmp_path
 ):
     repo = GitRepo(git_http.root, REPO)
     repo.commit({"README.md": "# Widget v1\n"})
@@ -434,11 +428,11 @@ async def test_the_provider_page_shows_the_readme_of_the_latest_releases_tag_san
     repo.tag("v1.1.0")
     repo.commit({"README.md": "# Not released yet\n"})
     forge.add(REPO)  # its clone URL: the git server's
-    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
-    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", signing_key))
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
+    forge.add_release(REPO, "v1.1.0", goreleaser_assets("widget", "1.1.0", release_key))
     credentials = [{"url": f"{git_http.base_url}/", "username": GIT_USER, "password": GIT_PASSWORD}]
     client = await serve_client(
-        provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
+        provider_config(forge, release_key.write(tmp_path / "keys.asc"), credentials=credentials)
     )
     for _ in range(2):
         page = await (await client.get("/providers/acme/widget")).text()
@@ -473,15 +467,15 @@ def test_a_tests_signing_key_leaves_no_gpg_agent_behind(tmp_path):
 
 
 async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_goes(
-    serve_client, forge, signing_key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
     zips = {}
     for version in ("1.0.0", "2.0.0"):
-        files = goreleaser_assets("widget", version, signing_key, platforms=(("linux", "amd64"),), payload=700_000)
+        files = goreleaser_assets("widget", version, release_key, platforms=(("linux", "amd64"),), payload=700_000)
         forge.add_release(REPO, f"v{version}", files)
         zips[version] = files[f"terraform-provider-widget_{version}_linux_amd64.zip"]
     storage = {"path": str(tmp_path / "st"), "max_bytes": 1024 * 1024}  # room for one of them
-    client = await serve_client(provider_config(forge, signing_key.write(tmp_path / "keys.asc"), storage=storage))
+    client = await serve_client(provider_config(forge, release_key.write(tmp_path / "keys.asc"), storage=storage))
     kept = tmp_path / "st" / "providers"
 
     async def download(version: str) -> bytes:
@@ -503,7 +497,7 @@ async def test_kept_zips_count_in_the_storage_bound_and_the_least_recently_used_
 
 
 async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
-    serve_client, git_http, forge, signing_key, tmp_path
+    serve_client, git_http, forge, release_key, tmp_path
 ):
     repo = GitRepo(git_http.root, REPO)
     repo.commit({"README.md": "# Widget provider\n"})
@@ -512,12 +506,12 @@ async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
     elsewhere = listed["clone_url"].replace("127.0.0.1", "localhost")  # the same server under another name
     with forge._lock:
         forge._repos[REPO]["clone_url"] = elsewhere
-    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", signing_key))
+    forge.add_release(REPO, "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
     credentials = [
         {"url": url, "username": GIT_USER, "password": GIT_PASSWORD}
         for url in (f"{git_http.base_url}/", f"{git_http.base_url.replace('127.0.0.1', 'localhost')}/")
     ]
-    config = provider_config(forge, signing_key.write(tmp_path / "keys.asc"), credentials=credentials)
+    config = provider_config(forge, release_key.write(tmp_path / "keys.asc"), credentials=credentials)
     client = await serve_client(config)
     page = await client.get("/providers/acme/widget")
     assert page.status == 200
@@ -526,17 +520,17 @@ async def test_a_clone_url_the_api_names_on_another_host_is_not_read(
 
 
 async def test_an_orgs_provider_repositories_on_a_gitlab_under_a_sub_path_are_listed_and_served(
-    serve_client, git_http, signing_key, tmp_path
+    serve_client, git_http, release_key, tmp_path
 ):
     token = "glpat-providersubpathreader01"
     forge = await FakeForge("gitlab", git_http, "acme", token=token, api_path="/gitlab").start()
     try:
-        files = goreleaser_assets("widget", "1.0.0", signing_key)
+        files = goreleaser_assets("widget", "1.0.0", release_key)
         forge.add(REPO)
         forge.add_release(REPO, "v1.0.0", files)
         assert forge.api_url.endswith("/gitlab/api/v4")
         org = {"provider": "gitlab", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": token}
-        org |= {"providers": True, "provider_keys": str(signing_key.write(tmp_path / "keys.asc"))}
+        org |= {"providers": True, "provider_keys": str(release_key.write(tmp_path / "keys.asc"))}
         client = await serve_client(make_config([], orgs=[org], index={"enabled": False}))
         assert await enumerated(client) == ["acme/widget"]
         versions = await client.get("/v1/providers/acme/widget/versions")

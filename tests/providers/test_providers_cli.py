@@ -2,36 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.support.forges import FakeForge
 from tests.support.process import run_gitreg
-from tests.support.releases import SigningKey, goreleaser_assets, signing_key
+from tests.support.releases import goreleaser_assets, signing_key
 
 pytestmark = pytest.mark.slow  # runs gitreg as a process
 
 TOKEN = "ghp_providerprobereader00001"
 
 
-@pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
-    with signing_key(tmp_path_factory.mktemp("gpg") / "home") as made:
-        yield made
-
-
-def test_check_probe_lists_served_provider_versions_and_the_reasons_others_are_not(git_http, key, tmp_path):
+def test_check_probe_lists_served_provider_versions_and_the_reasons_others_are_not(git_http, release_key, tmp_path):
     forge = FakeForge("github", git_http, "acme", token=TOKEN)
     # (releases added once the forge listens: their asset URLs name its port)
     with signing_key(tmp_path / "other") as other, forge.in_thread():
-        forge.add_release("terraform-provider-widget", "v1.0.0", goreleaser_assets("widget", "1.0.0", key))
+        forge.add_release("terraform-provider-widget", "v1.0.0", goreleaser_assets("widget", "1.0.0", release_key))
         forge.add_release("terraform-provider-widget", "v0.9.0", goreleaser_assets("widget", "0.9.0", None))
         forge.add_release("terraform-provider-gadget", "v2.0.0", goreleaser_assets("gadget", "2.0.0", other))
         config = tmp_path / "gitreg.toml"
         rules = "".join(
             f'[[providers]]\nnamespace = "acme"\ntype = "{t}"\n'
-            f'repository = "{forge.base_url}/acme/terraform-provider-{t}"\nkeys = "{key.write(tmp_path / "k.asc")}"\n'
+            f'repository = "{forge.base_url}/acme/terraform-provider-{t}"\n'
+            f'keys = "{release_key.write(tmp_path / "k.asc")}"\n'
             f'provider = "github"\napi_url = "{forge.api_url}"\n'
             for t in ("widget", "gadget")
         )
@@ -45,7 +38,7 @@ def test_check_probe_lists_served_provider_versions_and_the_reasons_others_are_n
     assert result.returncode == 1, out + result.stderr  # gadget serves nothing
     assert "config OK: 0 module rule(s), 0 credential(s), 1 org(s), 2 provider rule(s)" in out
     assert f"provider acme/widget <- {forge.base_url}/acme/terraform-provider-widget" in out
-    assert f"  1.0.0: protocols 6.0; darwin_arm64, linux_amd64; signed by key {key.fingerprint[-16:]}" in out
+    assert f"  1.0.0: protocols 6.0; darwin_arm64, linux_amd64; signed by key {release_key.fingerprint[-16:]}" in out
     assert (
         "  not served: release v0.9.0: the release has no signature terraform-provider-widget_0.9.0_SHA256SUMS.sig"
         in out

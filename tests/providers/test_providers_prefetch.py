@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,17 +15,11 @@ import pytest
 from gitreg.web.keys import PROVIDERS
 from tests.support.app import make_config
 from tests.support.forges import FakeForge, releasing_github
-from tests.support.releases import SigningKey, goreleaser_assets, signing_key
+from tests.support.releases import SigningKey, goreleaser_assets
 
 GH_TOKEN = "ghp_providerprefetchreader01"
 REPO = "terraform-provider-widget"
 NAME = "terraform-provider-widget_1.0.0_linux_amd64.zip"
-
-
-@pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
-    with signing_key(tmp_path_factory.mktemp("gpg") / "home") as made:
-        yield made
 
 
 @pytest.fixture
@@ -34,17 +28,17 @@ async def forge(git_http) -> AsyncIterator[FakeForge]:
         yield fake
 
 
-async def started(serve_client, forge: FakeForge, key: SigningKey, tmp_path: Path, payload: int):
+async def started(serve_client, forge: FakeForge, release_key: SigningKey, tmp_path: Path, payload: int):
     """A gitreg serving release v1.0.0 of acme/widget (its zips `payload` random bytes large): the client,
     the files, and how many times the Git host was asked for the linux_amd64 zip."""
-    files = goreleaser_assets("widget", "1.0.0", key, payload=payload)
+    files = goreleaser_assets("widget", "1.0.0", release_key, payload=payload)
     release = forge.add_release(REPO, "v1.0.0", files)
     asset = next(urlsplit(a["url"]).path for a in release["assets"] if a["name"] == NAME)
     rule = {
         "namespace": "acme",
         "type": "*",
         "repository": f"{forge.base_url}/acme/terraform-provider-{{type}}",
-        "keys": str(key.write(tmp_path / "keys.asc")),
+        "keys": str(release_key.write(tmp_path / "keys.asc")),
     }
     org = {"provider": "github", "api_url": forge.api_url, "group": "acme", "namespace": "acme", "token": GH_TOKEN}
     config = make_config(
@@ -70,9 +64,9 @@ async def until(check, seconds: float = 10.0) -> None:
 
 
 async def test_a_download_answer_fetches_its_zip_once_and_the_zip_request_then_needs_no_host_request(
-    serve_client, forge, key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=300_000)
+    client, files, fetches = await started(serve_client, forge, release_key, tmp_path, payload=300_000)
     kept = tmp_path / "st" / "providers" / f"{hashlib.sha256(files[NAME]).hexdigest()}.zip"
     signed = await download_answer(client)
     await until(kept.is_file)  # fetched without anyone asking for the zip yet
@@ -85,9 +79,9 @@ async def test_a_download_answer_fetches_its_zip_once_and_the_zip_request_then_n
 
 
 async def test_zip_requests_during_a_prefetch_share_its_one_fetch_and_get_bytes_before_it_ends(
-    serve_client, forge, key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, release_key, tmp_path, payload=3_000_000)
     forge.storage.hold_at = 2_000_000  # the host sends this much, then waits
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)
@@ -107,9 +101,9 @@ async def test_zip_requests_during_a_prefetch_share_its_one_fetch_and_get_bytes_
 
 
 async def test_a_zip_tampered_with_is_cut_short_when_its_prefetch_ends_and_nothing_is_kept(
-    serve_client, forge, key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, release_key, tmp_path, payload=3_000_000)
     data = files[NAME]
     forge.replace_asset(REPO, "v1.0.0", NAME, data[:-1] + bytes([data[-1] ^ 1]))
     forge.storage.hold_at = 2_000_000
@@ -129,9 +123,9 @@ async def test_a_zip_tampered_with_is_cut_short_when_its_prefetch_ends_and_nothi
 
 
 async def test_a_host_failing_half_way_through_a_prefetch_cuts_its_followers_and_is_not_remembered(
-    serve_client, forge, key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, release_key, tmp_path, payload=3_000_000)
     forge.storage.hold_at, forge.storage.cut = 2_000_000, True
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)
@@ -153,9 +147,9 @@ async def test_a_host_failing_half_way_through_a_prefetch_cuts_its_followers_and
 
 
 async def test_a_client_hanging_up_during_a_prefetch_leaves_it_to_finish_and_keep_the_zip(
-    serve_client, forge, key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    client, files, fetches = await started(serve_client, forge, key, tmp_path, payload=3_000_000)
+    client, files, fetches = await started(serve_client, forge, release_key, tmp_path, payload=3_000_000)
     forge.storage.hold_at = 2_000_000
     shasum = hashlib.sha256(files[NAME]).hexdigest()
     signed = await download_answer(client)

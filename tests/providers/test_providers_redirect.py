@@ -5,7 +5,7 @@ gets them proxied as with the default."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,17 +16,11 @@ import pytest
 from gitreg.web.keys import PROVIDERS
 from tests.support.app import make_config
 from tests.support.forges import FakeForge, releasing_github
-from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets, signing_key
+from tests.support.releases import FakeStorage, SigningKey, goreleaser_assets
 
 GH_TOKEN = "ghp_providerredirectreader01"
 REPO = "terraform-provider-widget"
 NAME = "terraform-provider-widget_1.0.0_linux_amd64.zip"
-
-
-@pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
-    with signing_key(tmp_path_factory.mktemp("gpg") / "home") as made:
-        yield made
 
 
 @pytest.fixture
@@ -35,12 +29,12 @@ async def forge(git_http) -> AsyncIterator[FakeForge]:
         yield fake
 
 
-def config_for(forge: FakeForge, key: SigningKey, tmp_path: Path, token: str = GH_TOKEN, **rule: Any):
+def config_for(forge: FakeForge, release_key: SigningKey, tmp_path: Path, token: str = GH_TOKEN, **rule: Any):
     rule = {
         "namespace": "acme",
         "type": "*",
         "repository": f"{forge.base_url}/acme/terraform-provider-{{type}}",
-        "keys": str(key.write(tmp_path / "keys.asc")),
+        "keys": str(release_key.write(tmp_path / "keys.asc")),
         "download": "redirect",
         **rule,
     }
@@ -50,9 +44,9 @@ def config_for(forge: FakeForge, key: SigningKey, tmp_path: Path, token: str = G
     )
 
 
-async def released(forge: FakeForge, key: SigningKey) -> tuple[dict[str, bytes], str]:
+async def released(forge: FakeForge, release_key: SigningKey) -> tuple[dict[str, bytes], str]:
     """Release v1.0.0 of acme/widget: its files and the API path of the linux_amd64 zip."""
-    files = goreleaser_assets("widget", "1.0.0", key, payload=300_000)
+    files = goreleaser_assets("widget", "1.0.0", release_key, payload=300_000)
     release = forge.add_release(REPO, "v1.0.0", files)
     return files, next(urlsplit(a["url"]).path for a in release["assets"] if a["name"] == NAME)
 
@@ -65,10 +59,10 @@ async def signed_zip(client) -> str:
 
 
 async def test_a_zip_request_is_sent_to_the_hosts_storage_and_its_bytes_never_pass_through_gitreg(
-    serve_client, forge, key, tmp_path
+    serve_client, forge, release_key, tmp_path
 ):
-    files, asset = await released(forge, key)
-    client = await serve_client(config_for(forge, key, tmp_path))
+    files, asset = await released(forge, release_key)
+    client = await serve_client(config_for(forge, release_key, tmp_path))
     signed = await signed_zip(client)
     for method in ("HEAD", "GET"):
         resp = await client.request(method, signed, allow_redirects=False)
@@ -86,9 +80,9 @@ async def test_a_zip_request_is_sent_to_the_hosts_storage_and_its_bytes_never_pa
     assert not list((tmp_path / "st").glob("providers/*.zip"))
 
 
-async def test_a_zip_already_kept_is_sent_from_disk_without_asking_the_host(serve_client, forge, key, tmp_path):
-    files, asset = await released(forge, key)
-    client = await serve_client(config_for(forge, key, tmp_path))
+async def test_a_zip_already_kept_is_sent_from_disk_without_asking_the_host(serve_client, forge, release_key, tmp_path):
+    files, asset = await released(forge, release_key)
+    client = await serve_client(config_for(forge, release_key, tmp_path))
     providers = client.app[PROVIDERS]
     version = await providers.version("acme", "widget", "1.0.0")
     package = version.by_name(NAME)
@@ -101,11 +95,11 @@ async def test_a_zip_already_kept_is_sent_from_disk_without_asking_the_host(serv
     assert len(forge.requests(asset)) == asked
 
 
-async def test_a_host_that_answers_the_bytes_itself_has_them_proxied(serve_client, git_http, key, tmp_path):
+async def test_a_host_that_answers_the_bytes_itself_has_them_proxied(serve_client, git_http, release_key, tmp_path):
     forge = await FakeForge("github", git_http, "acme", token=GH_TOKEN).start()  # no storage host: 200s
     try:
-        files, asset = await released(forge, key)
-        client = await serve_client(config_for(forge, key, tmp_path))
+        files, asset = await released(forge, release_key)
+        client = await serve_client(config_for(forge, release_key, tmp_path))
         resp = await client.get(await signed_zip(client), allow_redirects=False)
         assert resp.status == 200 and await resp.read() == files[NAME]
         assert len(forge.requests(asset)) == 2  # once for a storage URL (none came), once for the bytes
@@ -113,9 +107,11 @@ async def test_a_host_that_answers_the_bytes_itself_has_them_proxied(serve_clien
         await forge.close()
 
 
-async def test_a_host_refusing_the_asset_is_a_502_that_names_it_and_not_the_token(serve_client, forge, key, tmp_path):
-    await released(forge, key)
-    client = await serve_client(config_for(forge, key, tmp_path))
+async def test_a_host_refusing_the_asset_is_a_502_that_names_it_and_not_the_token(
+    serve_client, forge, release_key, tmp_path
+):
+    await released(forge, release_key)
+    client = await serve_client(config_for(forge, release_key, tmp_path))
     signed = await signed_zip(client)
     forge.token = "ghp_rotatedaway000000000001"  # gitreg's token no longer valid for the asset
     resp = await client.get(signed, allow_redirects=False)
@@ -126,16 +122,16 @@ async def test_a_host_refusing_the_asset_is_a_502_that_names_it_and_not_the_toke
 
 
 async def test_a_gitlab_release_link_leads_through_its_package_url_to_the_object_storage(
-    serve_client, git_http, key, tmp_path
+    serve_client, git_http, release_key, tmp_path
 ):
     token = "glpat-providerredirectreader"
     forge = await FakeForge("gitlab", git_http, "acme", token=token).start()
     forge.storage = await FakeStorage().start()  # object storage, proxy_download off: presigned redirects
     try:
-        files = goreleaser_assets("widget", "1.0.0", key, payload=300_000)
+        files = goreleaser_assets("widget", "1.0.0", release_key, payload=300_000)
         forge.add_release(REPO, "v1.0.0", files)  # links to /-/releases/...: to the package URL, then storage
         rule = {"provider": "gitlab", "api_url": forge.api_url}
-        client = await serve_client(config_for(forge, key, tmp_path, token=token, **rule))
+        client = await serve_client(config_for(forge, release_key, tmp_path, token=token, **rule))
         resp = await client.get(await signed_zip(client), allow_redirects=False)
         assert resp.status == 302, await resp.text()
         location = resp.headers["Location"]
